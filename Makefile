@@ -1,0 +1,31 @@
+# The two commands that matter: `make demo` and `make test`. Both create .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test bench clean
+
+venv: $(STAMP)
+
+# Exact versions come from requirements.lock (used as constraints); see STACK.md for
+# why pyspark and pyspark-client must stay at the same version.
+$(STAMP): requirements.txt requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q -c requirements.lock -r requirements.txt
+	$(BIN)/pip install --disable-pip-version-check -q --no-deps -e .
+	$(BIN)/python -c "import pyspark, importlib.metadata as m; \
+		assert pyspark.__version__ == m.version('pyspark') == m.version('pyspark-client'), 'pyspark/pyspark-client differ'"
+	touch $(STAMP)
+
+demo: venv
+	$(BIN)/python -m kafkalog.demo demo-output
+
+test: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: venv
+	$(BIN)/python bench/bench_decode.py
+
+clean:
+	rm -rf $(VENV) demo-output build *.egg-info

@@ -1,0 +1,303 @@
+"""Arrow output: records, batches, markers and findings as ``pyarrow`` tables.
+
+One pass over a source fills up to four tables; :func:`stream` yields them as
+bounded ``pyarrow.RecordBatch``\\ es so that a segment of any size decodes in
+bounded memory. Control records are not data: they go to ``markers``, never
+to ``records``. Records keep their batch's lineage, including ``crc_valid``,
+so that callers decide what to do with records of damaged batches.
+
+Timestamps are ``timestamp[ms, UTC]``; null for magic 0 and for Kafka's
+NO_TIMESTAMP (-1).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .log_reader import scan
+from .model import Batch, Finding, increment_sequence
+
+TIMESTAMP = pa.timestamp("ms", tz="UTC")
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+RECORDS_SCHEMA = pa.schema([
+    ("offset", pa.int64()),
+    ("timestamp", TIMESTAMP),
+    ("timestamp_type", pa.string()),
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("headers", HEADERS),
+    ("batch_position", pa.int64()),
+    ("batch_base_offset", pa.int64()),
+    ("batch_last_offset", pa.int64()),
+    ("magic", pa.int8()),
+    ("compression", pa.string()),
+    ("producer_id", pa.int64()),
+    ("producer_epoch", pa.int16()),
+    ("sequence", pa.int32()),
+    ("partition_leader_epoch", pa.int32()),
+    ("is_transactional", pa.bool_()),
+    ("crc_valid", pa.bool_()),
+])
+
+BATCHES_SCHEMA = pa.schema([
+    ("position", pa.int64()),
+    ("size", pa.int32()),
+    ("magic", pa.int8()),
+    ("base_offset", pa.int64()),
+    ("last_offset", pa.int64()),
+    ("record_count", pa.int32()),
+    ("crc", pa.uint32()),
+    ("computed_crc", pa.uint32()),
+    ("crc_valid", pa.bool_()),
+    ("status", pa.string()),
+    ("attributes", pa.int16()),
+    ("compression", pa.string()),
+    ("timestamp_type", pa.string()),
+    ("first_timestamp", TIMESTAMP),
+    ("max_timestamp", TIMESTAMP),
+    ("delete_horizon_ms", pa.int64()),
+    ("partition_leader_epoch", pa.int32()),
+    ("producer_id", pa.int64()),
+    ("producer_epoch", pa.int16()),
+    ("base_sequence", pa.int32()),
+    ("last_sequence", pa.int32()),
+    ("last_offset_delta", pa.int32()),
+    ("is_transactional", pa.bool_()),
+    ("is_control", pa.bool_()),
+    ("has_delete_horizon", pa.bool_()),
+])
+
+MARKERS_SCHEMA = pa.schema([
+    ("offset", pa.int64()),
+    ("timestamp", TIMESTAMP),
+    ("control_type", pa.string()),
+    ("control_type_id", pa.int16()),
+    ("control_version", pa.int16()),
+    ("coordinator_epoch", pa.int32()),
+    ("producer_id", pa.int64()),
+    ("producer_epoch", pa.int16()),
+    ("is_transactional", pa.bool_()),
+    ("partition_leader_epoch", pa.int32()),
+    ("batch_position", pa.int64()),
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("crc_valid", pa.bool_()),
+])
+
+FINDINGS_SCHEMA = pa.schema([
+    ("kind", pa.string()),
+    ("position", pa.int64()),
+    ("end", pa.int64()),
+    ("message", pa.string()),
+    ("base_offset", pa.int64()),
+    ("last_offset", pa.int64()),
+    ("bytes", pa.int64()),
+])
+
+SCHEMAS = {
+    "records": RECORDS_SCHEMA,
+    "batches": BATCHES_SCHEMA,
+    "markers": MARKERS_SCHEMA,
+    "findings": FINDINGS_SCHEMA,
+}
+
+DEFAULT_MAX_ROWS = 64 * 1024
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+
+
+class _Columns:
+    """Column lists for one table, flushed to a RecordBatch when full."""
+
+    __slots__ = ("schema", "cols", "rows", "nbytes")
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.cols: list[list] = [[] for _ in schema]
+        self.rows = 0
+        self.nbytes = 0
+
+    def flush(self) -> pa.RecordBatch:
+        arrays = []
+        for field, values in zip(self.schema, self.cols):
+            if field.type == TIMESTAMP:
+                ints = pa.array(values, type=pa.int64())
+                ints = pc.if_else(pc.equal(ints, -1), pa.scalar(None, pa.int64()), ints)
+                arrays.append(ints.cast(TIMESTAMP))
+            else:
+                arrays.append(pa.array(values, type=field.type))
+        self.cols = [[] for _ in self.schema]
+        self.rows = 0
+        self.nbytes = 0
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _add_records(c: _Columns, b: Batch) -> None:
+    recs = b.records
+    n = len(recs)
+    offsets, timestamps, keys, values, headers, _ = zip(*recs)
+    cols = c.cols
+    cols[0].extend(offsets)
+    cols[1].extend(timestamps)
+    cols[2].extend([b.timestamp_type] * n)
+    cols[3].extend(keys)
+    cols[4].extend(values)
+    cols[5].extend(headers)
+    cols[6].extend([b.position] * n)
+    cols[7].extend([b.base_offset] * n)
+    cols[8].extend([b.last_offset] * n)
+    cols[9].extend([b.magic] * n)
+    cols[10].extend([b.compression] * n)
+    cols[11].extend([b.producer_id] * n)
+    cols[12].extend([b.producer_epoch] * n)
+    seq = b.base_sequence
+    if seq is None:
+        cols[13].extend([None] * n)
+    elif seq < 0:
+        cols[13].extend([-1] * n)
+    else:
+        base = b.base_offset
+        cols[13].extend([increment_sequence(seq, o - base) for o in offsets])
+    cols[14].extend([b.partition_leader_epoch] * n)
+    cols[15].extend([b.is_transactional] * n)
+    cols[16].extend([b.crc_valid] * n)
+    c.rows += n
+    c.nbytes += b.size
+
+
+def _add_markers(c: _Columns, b: Batch) -> None:
+    for r in b.records:
+        ctl = r.control
+        row = (
+            r.offset, r.timestamp,
+            ctl.type if ctl else None, ctl.type_id if ctl else None,
+            ctl.version if ctl else None, ctl.coordinator_epoch if ctl else None,
+            b.producer_id, b.producer_epoch, b.is_transactional,
+            b.partition_leader_epoch, b.position, r.key, r.value, b.crc_valid,
+        )
+        for col, v in zip(c.cols, row):
+            col.append(v)
+        c.rows += 1
+        c.nbytes += 64
+
+
+def _add_batch(c: _Columns, b: Batch) -> None:
+    row = (
+        b.position, b.size, b.magic, b.base_offset, b.last_offset, b.record_count,
+        b.crc, b.computed_crc, b.crc_valid, b.status, b.attributes, b.compression,
+        b.timestamp_type, b.first_timestamp, b.max_timestamp, b.delete_horizon_ms,
+        b.partition_leader_epoch, b.producer_id, b.producer_epoch, b.base_sequence,
+        b.last_sequence, b.last_offset_delta, b.is_transactional, b.is_control,
+        b.has_delete_horizon,
+    )
+    for col, v in zip(c.cols, row):
+        col.append(v)
+    c.rows += 1
+    c.nbytes += 128
+
+
+def _add_finding(c: _Columns, f: Finding) -> None:
+    row = (f.kind, f.position, f.end, f.message, f.base_offset, f.last_offset, f.bytes)
+    for col, v in zip(c.cols, row):
+        col.append(v)
+    c.rows += 1
+    c.nbytes += 64 + len(f.message)
+
+
+def stream(
+    source,
+    *,
+    tables: Iterable[str] = ("records", "batches", "markers", "findings"),
+    max_rows: int = DEFAULT_MAX_ROWS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    **options,
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Yield ``(table_name, RecordBatch)`` pairs of bounded size, in one pass.
+
+    A RecordBatch is flushed once it holds ``max_rows`` rows or about
+    ``max_bytes`` of input; every table wanted gets at least one (possibly
+    empty) RecordBatch. ``options`` go to :func:`kafkalog.scan`.
+    """
+    unknown = set(tables) - SCHEMAS.keys()
+    if unknown:
+        raise ValueError(f"unknown tables {sorted(unknown)}; known: {sorted(SCHEMAS)}")
+    wanted = {name: _Columns(SCHEMAS[name]) for name in tables}
+    records = wanted.get("records")
+    batches = wanted.get("batches")
+    markers = wanted.get("markers")
+    findings = wanted.get("findings")
+    emitted = set()
+    for item in scan(source, **options):
+        if isinstance(item, Finding):
+            if findings is not None:
+                _add_finding(findings, item)
+            continue
+        if batches is not None:
+            _add_batch(batches, item)
+            if batches.rows >= max_rows:
+                emitted.add("batches")
+                yield "batches", batches.flush()
+        if not item.records:
+            continue
+        if item.is_control:
+            if markers is not None:
+                _add_markers(markers, item)
+        elif records is not None:
+            _add_records(records, item)
+            if records.rows >= max_rows or records.nbytes >= max_bytes:
+                emitted.add("records")
+                yield "records", records.flush()
+    for name, cols in wanted.items():
+        if cols.rows or name not in emitted:
+            yield name, cols.flush()
+
+
+def iter_record_batches(source, **options) -> Iterator[pa.RecordBatch]:
+    """The records of ``source`` as a stream of bounded ``pyarrow.RecordBatch``\\ es."""
+    for _, batch in stream(source, tables=("records",), **options):
+        yield batch
+
+
+def _table(source, name: str, options) -> pa.Table:
+    parts = [b for _, b in stream(source, tables=(name,), **options)]
+    return pa.Table.from_batches(parts, schema=SCHEMAS[name])
+
+
+def records_table(source, **options) -> pa.Table:
+    """One row per data record (control records excluded); see RECORDS_SCHEMA."""
+    return _table(source, "records", options)
+
+
+def batches_table(source, **options) -> pa.Table:
+    """One row per top-level entry, control batches included."""
+    return _table(source, "batches", options)
+
+
+def markers_table(source, **options) -> pa.Table:
+    """One row per control record (transaction markers and KRaft control records)."""
+    return _table(source, "markers", options)
+
+
+def findings_table(source, **options) -> pa.Table:
+    return _table(source, "findings", options)
+
+
+class Tables(NamedTuple):
+    records: pa.Table
+    batches: pa.Table
+    markers: pa.Table
+    findings: pa.Table
+
+
+def decode(source, **options) -> Tables:
+    """All four tables of ``source`` from a single pass."""
+    parts: dict[str, list] = {name: [] for name in SCHEMAS}
+    for name, batch in stream(source, **options):
+        parts[name].append(batch)
+    return Tables(**{
+        name: pa.Table.from_batches(batches, schema=SCHEMAS[name])
+        for name, batches in parts.items()
+    })

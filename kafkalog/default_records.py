@@ -1,0 +1,268 @@
+"""Magic 2: Kafka's ``DefaultRecordBatch`` (Kafka >= 0.11), pure Python.
+
+Wire grammar (big-endian; the 61-byte header is :data:`HEADER`)::
+
+    baseOffset int64 | length int32 | partitionLeaderEpoch int32 | magic int8 |
+    crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
+    maxTimestamp int64 | producerId int64 | producerEpoch int16 |
+    baseSequence int32 | recordCount int32 | records...
+
+    record := length varint | attributes int8 | timestampDelta varlong |
+              offsetDelta varint | keyLength varint | key | valueLength varint |
+              value | headerCount varint | header*
+    header := keyLength varint | key (utf-8) | valueLength varint | value
+
+All varints are zigzag-encoded. A length of -1 is null, 0 is empty.
+
+CRC coverage: ``crc`` is CRC-32C over the bytes from ``attributes`` to the end
+of the batch. It leaves out baseOffset, length, partitionLeaderEpoch and magic
+on purpose: the broker assigns the offset and the leader epoch *after* the
+producer computed the CRC, so both must be rewritable without recomputing it.
+The consequence for readers: damage to those four fields is not caught by the
+CRC, only by offset and length checks.
+
+Attributes: bits 0-2 codec, bit 3 timestamp type (1 = LogAppendTime), bit 4
+transactional, bit 5 control, bit 6 delete horizon set (then baseTimestamp
+holds the delete horizon, not a record time). Only the records are compressed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .errors import CorruptBatchError
+from .model import (
+    CONTROL_TYPES,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    Control,
+    Header,
+    Record,
+)
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = BASE_OFFSET_OFFSET + 8
+PARTITION_LEADER_EPOCH_OFFSET = LENGTH_OFFSET + 4
+MAGIC_OFFSET = PARTITION_LEADER_EPOCH_OFFSET + 4
+CRC_OFFSET = MAGIC_OFFSET + 1
+CRC_LENGTH = 4
+ATTRIBUTES_OFFSET = CRC_OFFSET + CRC_LENGTH
+LAST_OFFSET_DELTA_OFFSET = ATTRIBUTES_OFFSET + 2
+BASE_TIMESTAMP_OFFSET = LAST_OFFSET_DELTA_OFFSET + 4
+MAX_TIMESTAMP_OFFSET = BASE_TIMESTAMP_OFFSET + 8
+PRODUCER_ID_OFFSET = MAX_TIMESTAMP_OFFSET + 8
+PRODUCER_EPOCH_OFFSET = PRODUCER_ID_OFFSET + 8
+BASE_SEQUENCE_OFFSET = PRODUCER_EPOCH_OFFSET + 2
+RECORDS_COUNT_OFFSET = BASE_SEQUENCE_OFFSET + 4
+RECORDS_OFFSET = RECORDS_COUNT_OFFSET + 4
+
+LOG_OVERHEAD = LENGTH_OFFSET + 4  # offset + length fields
+#: Smallest legal value of the ``length`` field (a batch with no records).
+MIN_LENGTH = RECORDS_OFFSET - LOG_OVERHEAD
+
+COMPRESSION_CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_FLAG_MASK = 0x10
+CONTROL_FLAG_MASK = 0x20
+DELETE_HORIZON_FLAG_MASK = 0x40
+
+#: The fewest bytes a record can take: length, attributes, timestampDelta,
+#: offsetDelta, keyLength, valueLength, headerCount, one byte each.
+MIN_RECORD_SIZE = 7
+
+_tuple_new = tuple.__new__
+
+
+def read_varint(buf, pos: int, max_bytes: int = 10) -> tuple[int, int]:
+    """Zigzag varint/varlong at ``pos`` -> ``(value, new_pos)``."""
+    result = 0
+    shift = 0
+    start = pos
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if pos - start >= max_bytes:
+            raise CorruptBatchError(f"varint longer than {max_bytes} bytes at {start}")
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag-encode a signed 64-bit value (the writer's and the tests' twin)."""
+    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def read_records(
+    data: bytes,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+    bad_keys: list,
+) -> list[Record]:
+    """Parse ``count`` records filling ``data`` exactly.
+
+    ``log_append_time`` is the batch maxTimestamp for LogAppendTime batches
+    (every record takes it), else ``None``. Header keys that are not UTF-8 are
+    kept backslash-escaped and their offsets appended to ``bad_keys``.
+    Raises :class:`CorruptBatchError` (or ``IndexError``, translated by the
+    caller) when the bytes do not hold exactly ``count`` well-formed records.
+    """
+    end = len(data)
+    if count < 0 or count * MIN_RECORD_SIZE > end:
+        raise CorruptBatchError(
+            f"record count {count} cannot fit in {end} bytes of records"
+        )
+    out: list[Record] = []
+    append = out.append
+    pos = 0
+    for _ in range(count):
+        # length (varint); one-byte fast path on every small field
+        b = data[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            length, pos = read_varint(data, pos, 5)
+        record_end = pos + length
+        if length < MIN_RECORD_SIZE - 1 or record_end > end:
+            raise CorruptBatchError(
+                f"record length {length} at byte {pos} of the records "
+                f"does not fit in the {end - pos} bytes left"
+            )
+        pos += 1  # record attributes: unused
+        b = data[pos]
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            ts_delta, pos = read_varint(data, pos, 10)
+        b = data[pos]
+        if b < 0x80:
+            offset_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            offset_delta, pos = read_varint(data, pos, 5)
+        b = data[pos]
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            n, pos = read_varint(data, pos, 5)
+        if n < 0:
+            if n != -1:
+                raise CorruptBatchError(f"key length {n} in record at offset delta {offset_delta}")
+            key = None
+        else:
+            key = data[pos : pos + n]
+            pos += n
+        b = data[pos]
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            n, pos = read_varint(data, pos, 5)
+        if n < 0:
+            if n != -1:
+                raise CorruptBatchError(f"value length {n} in record at offset delta {offset_delta}")
+            value = None
+        else:
+            value = data[pos : pos + n]
+            pos += n
+        b = data[pos]
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            n, pos = read_varint(data, pos, 5)
+        if n == 0:
+            headers = ()
+        else:
+            if n < 0 or n * 2 > record_end - pos:
+                raise CorruptBatchError(
+                    f"header count {n} in record at offset delta {offset_delta} "
+                    f"cannot fit in {record_end - pos} bytes"
+                )
+            hs = []
+            for _ in range(n):
+                hk_len, pos = read_varint(data, pos, 5)
+                if hk_len < 0:
+                    raise CorruptBatchError(
+                        f"header key length {hk_len} in record at offset delta {offset_delta}"
+                    )
+                raw = data[pos : pos + hk_len]
+                pos += hk_len
+                try:
+                    hkey = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    hkey = raw.decode("utf-8", "backslashreplace")
+                    bad_keys.append(base_offset + offset_delta)
+                hv_len, pos = read_varint(data, pos, 5)
+                if hv_len < 0:
+                    if hv_len != -1:
+                        raise CorruptBatchError(
+                            f"header value length {hv_len} in record at offset delta {offset_delta}"
+                        )
+                    hvalue = None
+                else:
+                    hvalue = data[pos : pos + hv_len]
+                    pos += hv_len
+                hs.append(_tuple_new(Header, (hkey, hvalue)))
+            headers = tuple(hs)
+        if pos != record_end:
+            raise CorruptBatchError(
+                f"record at offset delta {offset_delta} declares {length} bytes "
+                f"but its fields use {pos - record_end + length}"
+            )
+        append(
+            _tuple_new(
+                Record,
+                (
+                    base_offset + offset_delta,
+                    log_append_time if log_append_time is not None else base_timestamp + ts_delta,
+                    key,
+                    value,
+                    headers,
+                    None,
+                ),
+            )
+        )
+    if pos != end:
+        raise CorruptBatchError(f"{end - pos} bytes remain after the last of {count} records")
+    return out
+
+
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+def read_control(record: Record) -> Control:
+    """Decode a control record's key (and a COMMIT/ABORT marker's value)."""
+    key = record.key
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptBatchError(f"control record at offset {record.offset} has a key of {0 if key is None else len(key)} bytes")
+    version, type_id = _CONTROL_KEY.unpack_from(key)
+    coordinator_epoch = None
+    if type_id in (0, 1):
+        value = record.value
+        if value is None or len(value) < _MARKER_VALUE.size:
+            raise CorruptBatchError(
+                f"{CONTROL_TYPES[type_id]} marker at offset {record.offset} has a value of "
+                f"{0 if value is None else len(value)} bytes, needs {_MARKER_VALUE.size}"
+            )
+        _, coordinator_epoch = _MARKER_VALUE.unpack_from(value)
+    return Control(type_id, CONTROL_TYPES.get(type_id, "UNKNOWN"), version, coordinator_epoch)
+
+
+def timestamp_type(attributes: int) -> str:
+    return LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME

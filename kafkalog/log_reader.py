@@ -1,0 +1,336 @@
+"""Framing: split a segment into entries and dispatch each on its magic byte.
+
+Every entry of every magic starts ``offset int64 | size int32`` and has its
+magic byte at byte 16, so a segment that was upgraded across versions (v0/v1
+messages followed by v2 batches) is read entry by entry; the total length of
+an entry is ``12 + size``. Framing reads only offset, size and magic; the
+format modules (``legacy_records``, ``default_records``) do the rest.
+
+What the reader does with bad bytes, in file order, as :class:`Finding`\\ s:
+
+* an entry that runs past the end of the data, or a zero-filled
+  (preallocated) remainder, is a ``truncated_tail``: it ends iteration, with
+  the number of bytes left;
+* an impossible size or magic is ``corrupt_batch``: the reader looks for the
+  next position where a plausible entry *verifies* (known magic, sane size,
+  fits, CRC matches), reports the bytes in between as ``skipped_bytes`` and
+  goes on;
+* a stored CRC that does not match is ``crc_mismatch``: the batch is still
+  yielded, with the records that can be decoded (as kafka-dump-log does);
+* records that cannot be decoded (codec, malformed records) give a batch with
+  ``decoded=False`` and a finding of the error's kind.
+
+No input makes this module raise anything but :class:`KafkaLogError`: low-level
+errors are translated here, at one boundary.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Iterator
+
+from crc32c import crc32c
+
+from . import codecs
+from . import default_records as v2
+from . import legacy_records as legacy
+from .errors import CorruptBatchError, CorruptDataError, LimitExceededError
+from .model import DEFAULT_LIMITS, Batch, Finding, Limits
+from .source import open_source
+
+OFFSET_AND_SIZE = struct.Struct(">qi")
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+LOG_OVERHEAD = OFFSET_AND_SIZE.size
+MAGIC_OFFSET = LOG_OVERHEAD + 4  # after the v2 leader epoch / the v0-v1 crc
+#: Smallest plausible ``size`` field per magic.
+MIN_SIZE = {0: legacy.MIN_SIZE[0], 1: legacy.MIN_SIZE[1], 2: v2.MIN_LENGTH}
+
+#: Errors that malformed bytes can raise inside the format modules.
+_LOW_LEVEL = (IndexError, struct.error, ValueError, OverflowError, UnicodeDecodeError)
+
+
+def scan(
+    source,
+    *,
+    verify_crc: bool = True,
+    limits: Limits | None = None,
+    byte_range: tuple[int, int | None] | None = None,
+) -> Iterator[Batch | Finding]:
+    """Yield every :class:`Batch` and :class:`Finding` of ``source`` in file order.
+
+    ``source`` is a path, bytes/bytearray/memoryview or a binary file object.
+    ``byte_range=(start, end)`` decodes only that part (batch-aligned ranges,
+    e.g. from ``.index`` positions); positions stay absolute.
+    """
+    limits = limits or DEFAULT_LIMITS
+    with open_source(source, byte_range) as view:
+        yield from _scan(view.buf, view.base, verify_crc, limits)
+
+
+def _scan(buf, base: int, verify_crc: bool, limits: Limits) -> Iterator[Batch | Finding]:
+    n = len(buf)
+    pos = 0
+    prev_last = None
+    max_size = limits.max_entry_size - LOG_OVERHEAD
+    while pos < n:
+        if n - pos <= MAGIC_OFFSET:
+            yield _tail(buf, pos, base, "is shorter than an entry header")
+            return
+        offset, size = OFFSET_AND_SIZE.unpack_from(buf, pos)
+        magic = buf[pos + MAGIC_OFFSET]
+        min_size = MIN_SIZE.get(magic)
+        plausible = min_size is not None and min_size <= size <= max_size
+        end = pos + LOG_OVERHEAD + size
+        if not plausible or end > n:
+            if _all_zero(buf, pos):
+                yield _tail(buf, pos, base, "is zero-filled (preallocated)")
+                return
+            nxt = _resync(buf, pos + 1, n, limits)
+            if plausible and nxt is None:
+                yield _tail(
+                    buf, pos, base, f"holds an incomplete entry (offset {offset}, "
+                    f"magic {magic}, declares {LOG_OVERHEAD + size} bytes)"
+                )
+                return
+            stop = n if nxt is None else nxt
+            if plausible:
+                why = f"declares {LOG_OVERHEAD + size} bytes, past the end at {base + n}"
+            elif min_size is None:
+                why = f"has impossible magic {magic}"
+            else:
+                why = f"has impossible size {size} for magic {magic} (min {min_size}, max {max_size})"
+            yield Finding("corrupt_batch", base + pos, base + stop,
+                          f"entry at position {base + pos} {why}", base_offset=offset)
+            yield _skipped(base, pos, stop, nxt)
+            if nxt is None:
+                return
+            pos = nxt
+            continue
+
+        batch, found, trusted = _decode(buf, pos, end, base, magic, verify_crc, limits)
+        if prev_last is not None and batch.base_offset <= prev_last:
+            found.append(Finding(
+                "offset_regression", batch.position, batch.end,
+                f"batch at position {batch.position} starts at offset {batch.base_offset}, "
+                f"not above the previous batch's last offset {prev_last}",
+                batch.base_offset, batch.last_offset,
+            ))
+        prev_last = batch.last_offset
+        yield batch
+        yield from found
+        if trusted or end == n or _verifies(buf, end, n, limits):
+            pos = end
+            continue
+        # Neither the CRC nor the records confirm this entry's size, and no
+        # valid entry starts where it says it ends: find where one does.
+        nxt = _resync(buf, pos + 1, n, limits)
+        stop = n if nxt is None else nxt
+        if stop > end:
+            yield _skipped(base, end, stop, nxt)
+        if nxt is None:
+            return
+        pos = nxt
+
+
+def _decode(buf, pos, end, base, magic, verify_crc, limits):
+    """Decode one entry -> ``(batch, findings, trusted)``.
+
+    ``trusted`` says the entry's declared size is confirmed, by a matching
+    CRC or by records that decoded to exactly its end.
+    """
+    try:
+        if magic == 2:
+            batch, error, notes = _decode_v2(buf, pos, end, base, verify_crc, limits)
+        else:
+            batch, error, notes = _decode_legacy(buf, pos, end, base, verify_crc, limits)
+    except CorruptDataError as err:  # the header itself is unreadable
+        batch, error, notes = None, err, []
+    except _LOW_LEVEL as err:
+        batch, error, notes = None, CorruptBatchError(f"{type(err).__name__}: {err}"), []
+    found: list[Finding] = []
+    if batch is None:  # only legacy headers can fail this way; report the bytes
+        found.append(Finding(error.kind, base + pos, base + end,
+                             f"entry at position {base + pos}: {error}"))
+        return _placeholder(buf, pos, end, base, magic), found, False
+    if batch.crc_valid is False:
+        found.append(Finding(
+            "crc_mismatch", batch.position, batch.end,
+            f"batch at position {batch.position} (offsets {batch.base_offset}..{batch.last_offset}): "
+            f"stored crc 0x{batch.crc:08x}, computed 0x{batch.computed_crc:08x}",
+            batch.base_offset, batch.last_offset,
+        ))
+    if error is not None:
+        found.append(Finding(
+            error.kind, batch.position, batch.end,
+            f"batch at position {batch.position} (offsets {batch.base_offset}..{batch.last_offset}): {error}",
+            batch.base_offset, batch.last_offset,
+        ))
+    for kind, message in notes:
+        found.append(Finding(kind, batch.position, batch.end,
+                             f"batch at position {batch.position}: {message}",
+                             batch.base_offset, batch.last_offset))
+    trusted = batch.crc_valid is True or batch.decoded
+    return batch, found, trusted
+
+
+def _decode_v2(buf, pos, end, base, verify_crc, limits):
+    (base_offset, _length, leader_epoch, magic, crc, attributes, last_offset_delta,
+     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+     count) = v2.HEADER.unpack_from(buf, pos)
+    computed = crc32c(buf[pos + v2.ATTRIBUTES_OFFSET : end]) if verify_crc else None
+    codec = attributes & v2.COMPRESSION_CODEC_MASK
+    is_control = bool(attributes & v2.CONTROL_FLAG_MASK)
+    log_append = bool(attributes & v2.TIMESTAMP_TYPE_MASK)
+    records = None
+    error = None
+    notes: list[tuple[str, str]] = []
+    try:
+        if count > limits.max_records_per_batch:
+            raise LimitExceededError(
+                f"record count {count} exceeds the limit of {limits.max_records_per_batch}"
+            )
+        payload = buf[pos + v2.RECORDS_OFFSET : end]
+        if codec == codecs.NONE:
+            data = payload.tobytes()
+        else:
+            data = codecs.decompress(codec, payload, 2, limits.max_decompressed_size)
+        bad_keys: list[int] = []
+        records = v2.read_records(data, count, base_offset, base_timestamp,
+                                  max_timestamp if log_append else None, bad_keys)
+        if bad_keys:
+            notes.append(("invalid_header_key",
+                          f"header keys that are not UTF-8 (kept escaped) at offsets {bad_keys[:10]}"))
+        if is_control:
+            records = _with_controls(records, notes)
+    except CorruptDataError as err:
+        error = err
+    except _LOW_LEVEL as err:
+        error = CorruptBatchError(f"records end early or are malformed ({type(err).__name__}: {err})")
+    batch = Batch(
+        position=base + pos,
+        size=end - pos,
+        magic=2,
+        base_offset=base_offset,
+        last_offset=base_offset + last_offset_delta,
+        crc=crc,
+        computed_crc=computed,
+        attributes=attributes,
+        compression=codecs.codec_name(codec),
+        timestamp_type=v2.timestamp_type(attributes),
+        first_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        partition_leader_epoch=leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        last_offset_delta=last_offset_delta,
+        record_count=count,
+        is_transactional=bool(attributes & v2.TRANSACTIONAL_FLAG_MASK),
+        is_control=is_control,
+        has_delete_horizon=bool(attributes & v2.DELETE_HORIZON_FLAG_MASK),
+        records=tuple(records) if records is not None else (),
+        decoded=records is not None,
+    )
+    return batch, error, notes
+
+
+def _with_controls(records, notes):
+    out = []
+    for record in records:
+        try:
+            record = record._replace(control=v2.read_control(record))
+        except (CorruptDataError, struct.error) as err:
+            notes.append(("corrupt_control_record", str(err)))
+        out.append(record)
+    return out
+
+
+def _decode_legacy(buf, pos, end, base, verify_crc, limits):
+    fields, records, bad_crc, error = legacy.decode_entry(buf, pos, end, verify_crc, limits)
+    notes = []
+    if bad_crc:
+        notes.append(("crc_mismatch",
+                      f"inner messages at offsets {bad_crc[:10]} fail their CRC-32 "
+                      f"({len(bad_crc)} in all)"))
+    batch = Batch(
+        position=base + pos,
+        partition_leader_epoch=None,
+        producer_id=None,
+        producer_epoch=None,
+        base_sequence=None,
+        last_offset_delta=None,
+        is_transactional=False,
+        is_control=False,
+        has_delete_horizon=False,
+        records=tuple(records) if records is not None else (),
+        decoded=records is not None,
+        **fields,
+    )
+    return batch, error, notes
+
+
+def _placeholder(buf, pos, end, base, magic) -> Batch:
+    """A batch for an entry whose header could not even be read."""
+    offset, _ = OFFSET_AND_SIZE.unpack_from(buf, pos)
+    return Batch(
+        position=base + pos, size=end - pos, magic=magic, base_offset=offset,
+        last_offset=offset, crc=0, computed_crc=None, attributes=0,
+        compression="none", timestamp_type=None, first_timestamp=None,
+        max_timestamp=None, partition_leader_epoch=None, producer_id=None,
+        producer_epoch=None, base_sequence=None, last_offset_delta=None,
+        record_count=0, is_transactional=False, is_control=False,
+        has_delete_horizon=False, records=(), decoded=False,
+    )
+
+
+def _tail(buf, pos: int, base: int, what: str) -> Finding:
+    left = len(buf) - pos
+    return Finding(
+        "truncated_tail", base + pos, base + len(buf),
+        f"the last {left} bytes from position {base + pos} {what}",
+        bytes=left,
+    )
+
+
+def _skipped(base: int, start: int, stop: int, nxt: int | None) -> Finding:
+    where = f"resynchronised at position {base + nxt}" if nxt is not None else "no valid entry follows"
+    return Finding(
+        "skipped_bytes", base + start, base + stop,
+        f"skipped {stop - start} bytes from position {base + start}: {where}",
+        bytes=stop - start,
+    )
+
+
+def _all_zero(buf, pos: int) -> bool:
+    rest = buf[pos:]
+    return rest.tobytes() == bytes(len(rest))
+
+
+def _verifies(buf, q: int, n: int, limits: Limits) -> bool:
+    """Whether a plausible entry starts at ``q`` and its CRC matches."""
+    if q + MAGIC_OFFSET >= n:
+        return False
+    magic = buf[q + MAGIC_OFFSET]
+    min_size = MIN_SIZE.get(magic)
+    if min_size is None:
+        return False
+    (size,) = _I32.unpack_from(buf, q + 8)
+    end = q + LOG_OVERHEAD + size
+    if size < min_size or size > limits.max_entry_size - LOG_OVERHEAD or end > n:
+        return False
+    if magic == 2:
+        (stored,) = _U32.unpack_from(buf, q + v2.CRC_OFFSET)
+        return crc32c(buf[q + v2.ATTRIBUTES_OFFSET : end]) == stored
+    (stored,) = _U32.unpack_from(buf, q + legacy.CRC_OFFSET)
+    return zlib.crc32(buf[q + legacy.MAGIC_OFFSET : end]) == stored
+
+
+def _resync(buf, start: int, n: int, limits: Limits) -> int | None:
+    """The first position at or after ``start`` where an entry verifies."""
+    last = n - MAGIC_OFFSET
+    for q in range(start, last):
+        if buf[q + MAGIC_OFFSET] <= 2 and _verifies(buf, q, n, limits):
+            return q
+    return None

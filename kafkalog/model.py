@@ -1,0 +1,219 @@
+"""Immutable values the decoder produces.
+
+``Record`` and ``Header`` are ``NamedTuple``s: the decoder makes one per record
+on its hot path, and a tuple is the cheapest immutable object Python has.
+``Batch``, ``Finding`` and ``Limits`` are frozen, slotted dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .errors import CrcMismatchError
+
+#: Codec ids of the attributes' low three bits, and their names.
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+#: Control record types (key: int16 version, int16 type). 0 and 1 are
+#: transaction markers; 2-6 appear in KRaft metadata logs.
+CONTROL_TYPES = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+
+#: Kafka's "no timestamp" sentinel (RecordBatch.NO_TIMESTAMP).
+NO_TIMESTAMP = -1
+
+
+class Header(NamedTuple):
+    key: str
+    value: bytes | None
+
+
+class Control(NamedTuple):
+    """The decoded key (and, for markers, value) of a control record."""
+
+    type_id: int
+    type: str  # "ABORT", "COMMIT", another known name, or "UNKNOWN"
+    version: int
+    coordinator_epoch: int | None  # COMMIT/ABORT only
+
+
+class Record(NamedTuple):
+    """One record (v2) or message (v0/v1).
+
+    ``timestamp`` is milliseconds since the epoch, already resolved: for
+    LogAppendTime it is the batch's max timestamp (v2) or the wrapper's (v1);
+    ``None`` for magic 0 and for Kafka's NO_TIMESTAMP (-1).
+    ``key``/``value`` keep ``None`` (length -1) apart from ``b""`` (length 0).
+    """
+
+    offset: int
+    timestamp: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    control: Control | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds that keep damaged or hostile input from exhausting memory.
+
+    ``max_entry_size``: largest batch/message (12-byte overhead included) the
+    reader accepts as plausible. ``max_decompressed_size``: largest payload one
+    compressed batch may inflate to. ``max_records_per_batch``: most records
+    one batch may declare.
+    """
+
+    max_entry_size: int = 256 * 1024 * 1024
+    max_decompressed_size: int = 256 * 1024 * 1024
+    max_records_per_batch: int = 16 * 1024 * 1024
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Something wrong (or worth knowing) found while decoding.
+
+    ``position``/``end`` are the absolute byte range in the source the finding
+    is about (``end`` exclusive). ``kind`` is one of :data:`FINDING_KINDS`.
+    """
+
+    kind: str
+    position: int
+    end: int
+    message: str
+    base_offset: int | None = None
+    last_offset: int | None = None
+    bytes: int | None = None  # for truncated_tail / skipped_bytes: how many
+
+    def to_dict(self) -> dict:
+        return {
+            "type": "finding",
+            "kind": self.kind,
+            "position": self.position,
+            "end": self.end,
+            "message": self.message,
+            "base_offset": self.base_offset,
+            "last_offset": self.last_offset,
+            "bytes": self.bytes,
+        }
+
+
+FINDING_KINDS = (
+    "crc_mismatch",  # stored CRC != computed; records still decoded where possible
+    "truncated_tail",  # last entry incomplete, or zero-filled preallocated tail
+    "corrupt_batch",  # impossible lengths, malformed records, trailing bytes
+    "decompression_error",  # codec could not decompress the payload
+    "unknown_codec",  # codec id 5-7 (or zstd in v0/v1)
+    "limit_exceeded",  # payload larger than the caller's Limits
+    "skipped_bytes",  # bytes passed over while resynchronising after corruption
+    "offset_regression",  # a batch starts at or below the previous batch's last offset
+    "invalid_header_key",  # a record header key that is not UTF-8 (kept, escaped)
+    "corrupt_control_record",  # control batch whose record key/value cannot be read
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One top-level log entry: a v2 record batch or a v0/v1 message.
+
+    A compressed v0/v1 wrapper is one Batch whose ``records`` are its inner
+    messages; ``base_offset``/``last_offset`` are its first/last inner offsets.
+    Fields that exist only in v2 are ``None`` for v0/v1.
+    """
+
+    position: int
+    size: int  # total bytes of the entry, 12-byte offset+size overhead included
+    magic: int
+    base_offset: int
+    last_offset: int
+    crc: int
+    computed_crc: int | None  # None when CRC verification was off
+    attributes: int
+    compression: str  # "none", "gzip", "snappy", "lz4", "zstd", or "unknown(N)"
+    timestamp_type: str | None  # None for magic 0
+    first_timestamp: int | None
+    max_timestamp: int | None
+    partition_leader_epoch: int | None
+    producer_id: int | None
+    producer_epoch: int | None
+    base_sequence: int | None
+    last_offset_delta: int | None
+    record_count: int
+    is_transactional: bool
+    is_control: bool
+    has_delete_horizon: bool
+    records: tuple[Record, ...] = field(default=(), repr=False)
+    decoded: bool = True  # False when the records could not be decoded
+
+    @property
+    def end(self) -> int:
+        return self.position + self.size
+
+    @property
+    def crc_valid(self) -> bool | None:
+        """True/False after verification; None when verification was off."""
+        if self.computed_crc is None:
+            return None
+        return self.computed_crc == self.crc
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """v2 with the delete-horizon bit: baseTimestamp holds the horizon."""
+        return self.first_timestamp if self.has_delete_horizon else None
+
+    @property
+    def last_sequence(self) -> int | None:
+        if self.base_sequence is None or self.last_offset_delta is None:
+            return None
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``crc_mismatch``, ``undecoded`` or ``unverified``."""
+        if not self.decoded:
+            return "undecoded"
+        valid = self.crc_valid
+        if valid is None:
+            return "unverified"
+        return "ok" if valid else "crc_mismatch"
+
+    def is_valid(self) -> bool:
+        """Whether the stored CRC matches the bytes (verifies if it was not)."""
+        return self.crc_valid is True
+
+    def ensure_valid(self) -> None:
+        """Raise :class:`CrcMismatchError` unless the CRC matched."""
+        if self.computed_crc is None:
+            raise CrcMismatchError(
+                f"batch at position {self.position} was read without CRC verification",
+                self.position,
+            )
+        if self.computed_crc != self.crc:
+            raise CrcMismatchError(
+                f"batch at position {self.position}: stored crc 0x{self.crc:08x}, "
+                f"computed 0x{self.computed_crc:08x}",
+                self.position,
+            )
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Producer sequence arithmetic: wraps from 2**31-1 to 0; -1 stays -1."""
+    if sequence < 0:
+        return -1
+    if sequence > 0x7FFFFFFF - increment:
+        return increment - (0x7FFFFFFF - sequence) - 1
+    return sequence + increment

@@ -1,0 +1,106 @@
+"""Turning what callers pass (path, bytes, file object) into one buffer.
+
+Files are memory-mapped, so decoding reads straight from the page cache and a
+byte range touches only its own pages; bytes and memoryviews are used as they
+are. Positions reported by the decoder are always absolute in the source, also
+when only a byte range of it is decoded.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from .errors import SourceError
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    buf: memoryview  # the bytes to decode (the byte range only)
+    base: int  # absolute position of buf[0] in the source
+    name: str  # file name, or "<bytes>"
+    total_size: int  # size of the whole source
+
+
+def _range(total: int, byte_range) -> tuple[int, int]:
+    if byte_range is None:
+        return 0, total
+    start, end = byte_range
+    end = total if end is None else end
+    if not (0 <= start <= end <= total):
+        raise SourceError(f"byte range {start}..{end} is outside the source's {total} bytes")
+    return start, end
+
+
+@contextmanager
+def open_source(source, byte_range=None) -> Iterator[View]:
+    """Yield a :class:`View` of ``source``; close what was opened afterwards."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        buf = memoryview(source).cast("B")
+        start, end = _range(len(buf), byte_range)
+        yield View(buf[start:end], start, "<bytes>", len(buf))
+        return
+    if isinstance(source, (str, os.PathLike)):
+        name = os.fspath(source)
+        try:
+            f = open(name, "rb")
+        except OSError as err:
+            raise SourceError(f"cannot open {name}: {err.strerror or err}") from err
+        with f:
+            with _map_file(f, name, byte_range) as view:
+                yield view
+        return
+    if hasattr(source, "read"):
+        name = getattr(source, "name", "<file>")
+        name = name if isinstance(name, str) else "<file>"
+        try:
+            source.fileno()
+            is_real_file = True
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            is_real_file = False
+        if is_real_file:
+            with _map_file(source, name, byte_range) as view:
+                yield view
+            return
+        try:
+            data = source.read()
+        except OSError as err:
+            raise SourceError(f"cannot read {name}: {err}") from err
+        if not isinstance(data, (bytes, bytearray)):
+            raise SourceError(f"{name} is not opened in binary mode")
+        buf = memoryview(data)
+        start, end = _range(len(buf), byte_range)
+        yield View(buf[start:end], start, name, len(buf))
+        return
+    raise SourceError(
+        f"cannot decode a {type(source).__name__}: pass a path, bytes, memoryview or binary file"
+    )
+
+
+@contextmanager
+def _map_file(f, name: str, byte_range) -> Iterator[View]:
+    try:
+        size = os.fstat(f.fileno()).st_size
+    except OSError as err:
+        raise SourceError(f"cannot stat {name}: {err.strerror or err}") from err
+    start, end = _range(size, byte_range)
+    if size == 0:
+        yield View(memoryview(b""), 0, name, 0)
+        return
+    try:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as err:
+        raise SourceError(f"cannot map {name}: {err}") from err
+    whole = memoryview(mm)
+    try:
+        yield View(whole[start:end], start, name, size)
+    finally:
+        try:
+            whole.release()
+            mm.close()
+        except BufferError:
+            pass  # a caller still holds a view; the map goes when that view does
