@@ -12,6 +12,7 @@ NO_TIMESTAMP (-1).
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterable, Iterator, NamedTuple
 
 import pyarrow as pa
@@ -110,13 +111,24 @@ DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 
 
 class _Columns:
-    """Column lists for one table, flushed to a RecordBatch when full."""
+    """Column lists for one table, flushed to a RecordBatch when full.
 
-    __slots__ = ("schema", "cols", "rows", "nbytes")
+    A ``HEADERS`` column holds each row's header count; the headers themselves
+    are flattened into ``header_keys``/``header_values`` as rows are added, so
+    no per-record tuple outlives its batch (the cyclic GC would otherwise walk
+    every one of them again and again).
+    """
+
+    __slots__ = ("schema", "cols", "rows", "nbytes", "header_keys", "header_values")
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
-        self.cols: list[list] = [[] for _ in schema]
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cols: list[list] = [[] for _ in self.schema]
+        self.header_keys: list[str] = []
+        self.header_values: list[bytes | None] = []
         self.rows = 0
         self.nbytes = 0
 
@@ -127,12 +139,20 @@ class _Columns:
                 ints = pa.array(values, type=pa.int64())
                 ints = pc.if_else(pc.equal(ints, -1), pa.scalar(None, pa.int64()), ints)
                 arrays.append(ints.cast(TIMESTAMP))
+            elif field.type == HEADERS:
+                arrays.append(self._headers(values))
             else:
                 arrays.append(pa.array(values, type=field.type))
-        self.cols = [[] for _ in self.schema]
-        self.rows = 0
-        self.nbytes = 0
+        self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _headers(self, counts: list[int]) -> pa.Array:
+        offsets = pa.array(itertools.accumulate(counts, initial=0), type=pa.int32())
+        items = pa.StructArray.from_arrays(
+            [pa.array(self.header_keys, pa.string()), pa.array(self.header_values, pa.binary())],
+            fields=list(HEADERS.value_type),
+        )
+        return pa.ListArray.from_arrays(offsets, items, type=HEADERS)
 
 
 def _add_records(c: _Columns, b: Batch) -> None:
@@ -145,7 +165,12 @@ def _add_records(c: _Columns, b: Batch) -> None:
     cols[2].extend([b.timestamp_type] * n)
     cols[3].extend(keys)
     cols[4].extend(values)
-    cols[5].extend(headers)
+    cols[5].extend(map(len, headers))
+    if any(headers):
+        for hs in headers:
+            for key, value in hs:
+                c.header_keys.append(key)
+                c.header_values.append(value)
     cols[6].extend([b.position] * n)
     cols[7].extend([b.base_offset] * n)
     cols[8].extend([b.last_offset] * n)

@@ -132,6 +132,10 @@ def read_records(
         if b < 0x80:
             length = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif data[pos + 1] < 0x80:  # two-byte fast path: records of 64..8191 bytes
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            length = (b >> 1) ^ -(b & 1)
+            pos += 2
         else:
             length, pos = read_varint(data, pos, 5)
         record_end = pos + length
@@ -170,6 +174,10 @@ def read_records(
         if b < 0x80:
             n = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            n = (b >> 1) ^ -(b & 1)
+            pos += 2
         else:
             n, pos = read_varint(data, pos, 5)
         if n < 0:
