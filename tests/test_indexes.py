@@ -1,0 +1,125 @@
+"""Index files: readers, preallocated tails, and verification against the .log.
+
+Index bytes are packed by hand here (struct), independent of kafkalog.writer;
+the log is a real broker segment from the corpus.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+import kafkalog
+from kafkalog.indexes import (
+    OFFSET_ENTRY,
+    TIME_ENTRY,
+    TXN_ENTRY,
+    base_offset_of,
+)
+
+from test_corpus import FILES
+
+# first_topic-2: 16 single-record batches (offsets 0..15), then one holding 16..17
+LOG = next(p for p in FILES if "first_topic-2" in str(p))
+
+
+def positions_and_batches():
+    return [(b.position, b) for b in kafkalog.iter_batches(LOG)]
+
+
+def test_entry_sizes_are_the_formats():
+    assert (OFFSET_ENTRY.size, TIME_ENTRY.size, TXN_ENTRY.size) == (8, 12, 34)
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("00000000000000000000.index", 0),
+    ("/a/b/00000000000000001234.timeindex", 1234),
+    ("00000000000000000042-uuid.log", 42),  # tiered-storage style names
+])
+def test_base_offset_from_file_name(name, expected):
+    assert base_offset_of(name) == expected
+
+
+def test_base_offset_needs_digits():
+    with pytest.raises(kafkalog.CorruptDataError):
+        base_offset_of("segment.index")
+
+
+def test_offset_index_stops_at_preallocated_zeros(tmp_path):
+    # entry 0 may be all zero (offset 0 at position 0); zeros after it are padding
+    raw = struct.pack(">iiii", 0, 0, 5, 410) + bytes(8 * 100)
+    path = tmp_path / "00000000000000000100.index"
+    path.write_bytes(raw)
+    idx = kafkalog.read_offset_index(path)
+    assert idx.base_offset == 100
+    assert idx.entries == (kafkalog.IndexEntry(100, 0), kafkalog.IndexEntry(105, 410))
+    assert idx.findings == ()
+
+
+def test_partial_trailing_entry_is_a_finding(tmp_path):
+    path = tmp_path / "00000000000000000000.index"
+    path.write_bytes(struct.pack(">ii", 0, 0) + b"\x01\x02\x03")
+    idx = kafkalog.read_offset_index(path)
+    assert len(idx.entries) == 1
+    assert [(f.kind, f.position, f.bytes) for f in idx.findings] == [("index_partial_entry", 8, 3)]
+
+
+def test_time_index_entries(tmp_path):
+    raw = struct.pack(">qiqi", 1_700_000_000_000, 3, 1_700_000_000_500, 9) + bytes(24)
+    path = tmp_path / "00000000000000000010.timeindex"
+    path.write_bytes(raw)
+    idx = kafkalog.read_time_index(path)
+    assert idx.entries == (kafkalog.TimeIndexEntry(1_700_000_000_000, 13),
+                           kafkalog.TimeIndexEntry(1_700_000_000_500, 19))
+
+
+def test_txn_index_entries_are_not_preallocated(tmp_path):
+    raw = struct.pack(">hqqqq", 0, 7, 100, 120, 100) + struct.pack(">hqqqq", 0, 0, 0, 0, 0)
+    path = tmp_path / "00000000000000000000.txnindex"
+    path.write_bytes(raw)
+    idx = kafkalog.read_txn_index(path)
+    assert idx.entries == (kafkalog.AbortedTxn(0, 7, 100, 120, 100),
+                           kafkalog.AbortedTxn(0, 0, 0, 0, 0))
+
+
+def test_verify_offset_index_against_a_real_log():
+    batches = positions_and_batches()
+    # an entry every fourth batch, offset = the batch's LAST offset, as the broker writes
+    entries = [struct.pack(">ii", b.last_offset, pos) for pos, b in batches[::4]]
+    idx = kafkalog.read_offset_index(b"".join(entries), base_offset=0)
+    assert kafkalog.verify_offset_index(idx, LOG) == []
+
+
+def test_verify_offset_index_catches_each_kind_of_lie():
+    batches = positions_and_batches()
+    (p0, b0), (p1, b1), (p2, b2) = batches[0], batches[1], batches[-1]
+    entries = [
+        (b0.last_offset, p0),        # fine
+        (b1.last_offset, p1 + 1),    # position inside a batch
+        (b2.base_offset - 1, p2),    # offset is not the batch's last offset
+        (b1.last_offset, p2 + 10),   # goes backwards, and lands mid-batch
+    ]
+    idx = kafkalog.read_offset_index(b"".join(struct.pack(">ii", o, p) for o, p in entries),
+                                     base_offset=0)
+    found = kafkalog.verify_offset_index(idx, LOG)
+    assert [f.kind for f in found] == ["index_mismatch"] * 4
+    assert "no entry of the log starts" in found[0].message  # entry 1
+    assert f"ends at offset {b2.last_offset}" in found[1].message  # entry 2
+    assert "no entry of the log starts" in found[2].message  # entry 3 ...
+    assert "index entry 3" in found[3].message and "does not follow" in found[3].message
+
+
+def test_verify_time_index_against_a_real_log():
+    batches = [b for _, b in positions_and_batches()]
+    good = [(b.max_timestamp, b.last_offset) for b in batches[::5]]
+    idx = kafkalog.read_time_index(b"".join(struct.pack(">qi", t, o) for t, o in good),
+                                   base_offset=0)
+    assert kafkalog.verify_time_index(idx, LOG) == []
+
+    wrong_ts = [(batches[3].max_timestamp + 1, batches[3].last_offset)]
+    idx = kafkalog.read_time_index(b"".join(struct.pack(">qi", t, o) for t, o in wrong_ts),
+                                   base_offset=0)
+    found = kafkalog.verify_time_index(idx, LOG)
+    assert [f.kind for f in found] == ["index_mismatch"]
+    assert "max timestamp" in found[0].message
