@@ -76,7 +76,7 @@ def _scan(buf, base: int, verify_crc: bool, limits: Limits) -> Iterator[Batch | 
     max_size = limits.max_entry_size - LOG_OVERHEAD
     while pos < n:
         if n - pos <= MAGIC_OFFSET:
-            yield _tail(buf, pos, base, "is shorter than an entry header")
+            yield _tail(buf, pos, base, "are fewer than an entry header needs")
             return
         offset, size = OFFSET_AND_SIZE.unpack_from(buf, pos)
         magic = buf[pos + MAGIC_OFFSET]
@@ -85,12 +85,12 @@ def _scan(buf, base: int, verify_crc: bool, limits: Limits) -> Iterator[Batch | 
         end = pos + LOG_OVERHEAD + size
         if not plausible or end > n:
             if _all_zero(buf, pos):
-                yield _tail(buf, pos, base, "is zero-filled (preallocated)")
+                yield _tail(buf, pos, base, "are zero-filled (preallocated)")
                 return
             nxt = _resync(buf, pos + 1, n, limits)
             if plausible and nxt is None:
                 yield _tail(
-                    buf, pos, base, f"holds an incomplete entry (offset {offset}, "
+                    buf, pos, base, f"hold an incomplete entry (offset {offset}, "
                     f"magic {magic}, declares {LOG_OVERHEAD + size} bytes)"
                 )
                 return
@@ -120,8 +120,8 @@ def _scan(buf, base: int, verify_crc: bool, limits: Limits) -> Iterator[Batch | 
         prev_last = batch.last_offset
         yield batch
         yield from found
-        if trusted or end == n or _verifies(buf, end, n, limits):
-            pos = end
+        if trusted or end == n or _verifies(buf, end, n, limits) or _all_zero(buf, end):
+            pos = end  # (a zero-filled rest is reported as a truncated tail next)
             continue
         # Neither the CRC nor the records confirm this entry's size, and no
         # valid entry starts where it says it ends: find where one does.
@@ -289,7 +289,7 @@ def _tail(buf, pos: int, base: int, what: str) -> Finding:
     left = len(buf) - pos
     return Finding(
         "truncated_tail", base + pos, base + len(buf),
-        f"the last {left} bytes from position {base + pos} {what}",
+        f"the last {left} bytes, from position {base + pos}, {what}",
         bytes=left,
     )
 
