@@ -52,8 +52,9 @@ class Record(NamedTuple):
     """One record (v2) or message (v0/v1).
 
     ``timestamp`` is milliseconds since the epoch, already resolved: for
-    LogAppendTime it is the batch's max timestamp (v2) or the wrapper's (v1);
-    ``None`` for magic 0 and for Kafka's NO_TIMESTAMP (-1).
+    LogAppendTime it is the batch's max timestamp (v2) or the wrapper's (v1).
+    It is ``None`` for magic 0, and the stored value otherwise, Kafka's
+    NO_TIMESTAMP (-1) included (the Arrow tables turn -1 into null).
     ``key``/``value`` keep ``None`` (length -1) apart from ``b""`` (length 0).
     """
 
