@@ -39,9 +39,19 @@ CODEC_IDS = {name: codec_id for codec_id, name in CODEC_NAMES.items()}
 
 _CHUNK = 1 << 20  # decompress in steps of this many output bytes
 
+#: Codec ids each magic may use: zstd arrived with v2 (Kafka 2.1).
+CODECS_BY_MAGIC = {
+    0: (NONE, GZIP, SNAPPY, LZ4),
+    1: (NONE, GZIP, SNAPPY, LZ4),
+    2: (NONE, GZIP, SNAPPY, LZ4, ZSTD),
+}
 
-def codec_name(codec_id: int) -> str:
-    return CODEC_NAMES.get(codec_id, f"unknown({codec_id})")
+
+def codec_name(codec_id: int, magic: int = 2) -> str:
+    """``"gzip"``, ...; ``"unknown(N)"`` for ids that do not exist for ``magic``."""
+    if codec_id in CODECS_BY_MAGIC[magic]:
+        return CODEC_NAMES[codec_id]
+    return f"unknown({codec_id})"
 
 
 def _require(module: str, package: str):
@@ -301,8 +311,6 @@ COMPRESSORS: dict[int, Callable[[bytes, int], bytes]] = {
     ZSTD: _zstd,
 }
 
-#: Codec ids each magic may use: zstd arrived with v2 (Kafka 2.1).
-CODECS_BY_MAGIC = {0: (NONE, GZIP, SNAPPY, LZ4), 1: (NONE, GZIP, SNAPPY, LZ4), 2: (0, 1, 2, 3, 4)}
 
 
 def decompress(codec_id: int, payload, magic: int, limit: int) -> bytes:

@@ -74,9 +74,16 @@ MIN_RECORD_SIZE = 7
 
 _tuple_new = tuple.__new__
 
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
 
 def read_varint(buf, pos: int, max_bytes: int = 10) -> tuple[int, int]:
-    """Zigzag varint/varlong at ``pos`` -> ``(value, new_pos)``."""
+    """Zigzag varint/varlong at ``pos`` -> ``(value, new_pos)``.
+
+    ``max_bytes`` 5 reads a varint (int32), 10 a varlong (int64); a value
+    beyond that width cannot come from Kafka and is corruption.
+    """
     result = 0
     shift = 0
     start = pos
@@ -85,6 +92,10 @@ def read_varint(buf, pos: int, max_bytes: int = 10) -> tuple[int, int]:
         pos += 1
         result |= (b & 0x7F) << shift
         if not b & 0x80:
+            if result >> (32 if max_bytes <= 5 else 64):
+                raise CorruptBatchError(
+                    f"varint at {start} holds {result}, wider than {max_bytes} bytes allow"
+                )
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
         if pos - start >= max_bytes:
@@ -123,6 +134,15 @@ def read_records(
         raise CorruptBatchError(
             f"record count {count} cannot fit in {end} bytes of records"
         )
+    # offsetDelta is an int32 and a one-byte timestampDelta within +-64, so
+    # offsets and timestamps can only leave int64 near its ends: check every
+    # record then; wider timestamp deltas are checked where they are read.
+    near_edge = not (
+        INT64_MIN + (1 << 31) <= base_offset <= INT64_MAX - (1 << 31)
+        and INT64_MIN + 64 <= base_timestamp <= INT64_MAX - 64
+    )
+    ts_lo = INT64_MIN - base_timestamp
+    ts_hi = INT64_MAX - base_timestamp
     out: list[Record] = []
     append = out.append
     pos = 0
@@ -151,6 +171,10 @@ def read_records(
             pos += 1
         else:
             ts_delta, pos = read_varint(data, pos, 10)
+            if not ts_lo <= ts_delta <= ts_hi:
+                raise CorruptBatchError(
+                    f"timestamp delta {ts_delta} takes base timestamp {base_timestamp} out of int64"
+                )
         b = data[pos]
         if b < 0x80:
             offset_delta = (b >> 1) ^ -(b & 1)
@@ -247,6 +271,12 @@ def read_records(
         )
     if pos != end:
         raise CorruptBatchError(f"{end - pos} bytes remain after the last of {count} records")
+    if near_edge:
+        for r in out:
+            if not (INT64_MIN <= r.offset <= INT64_MAX and INT64_MIN <= r.timestamp <= INT64_MAX):
+                raise CorruptBatchError(
+                    f"record offset {r.offset} or timestamp {r.timestamp} is out of int64"
+                )
     return out
 
 

@@ -137,6 +137,10 @@ def decode_inner(
     records = []
     bad_crc = []
     for offset, crc, computed, _, _, timestamp, key, value in inner:
+        if not -(1 << 63) <= offset + shift < 1 << 63:
+            raise CorruptBatchError(
+                f"inner offset {offset} + wrapper shift {shift} is out of int64"
+            )
         if computed is not None and computed != crc:
             bad_crc.append(offset + shift)
         if log_append:
@@ -166,7 +170,7 @@ def decode_entry(buf, pos: int, end: int, verify_crc: bool, limits: Limits):
         crc=crc,
         computed_crc=computed,
         attributes=attributes,
-        compression=codecs.codec_name(codec),
+        compression=codecs.codec_name(codec, magic),
         timestamp_type=None if magic == 0 else (LOG_APPEND_TIME if log_append else CREATE_TIME),
         first_timestamp=timestamp,
         max_timestamp=timestamp,

@@ -120,12 +120,16 @@ def _scan(buf, base: int, verify_crc: bool, limits: Limits) -> Iterator[Batch | 
         prev_last = batch.last_offset
         yield batch
         yield from found
-        if trusted or end == n or _verifies(buf, end, n, limits) or _all_zero(buf, end):
-            pos = end  # (a zero-filled rest is reported as a truncated tail next)
+        if trusted or end == n:
+            pos = end
             continue
-        # Neither the CRC nor the records confirm this entry's size, and no
-        # valid entry starts where it says it ends: find where one does.
+        # Neither the CRC nor the records confirm this entry's size, which may
+        # itself be the damaged field: go on at the first entry that verifies
+        # after this one's start, so valid batches it seems to cover are kept.
         nxt = _resync(buf, pos + 1, n, limits)
+        if nxt is None and _all_zero(buf, end):
+            pos = end  # the zero-filled rest is reported as a truncated tail next
+            continue
         stop = n if nxt is None else nxt
         if stop > end:
             yield _skipped(base, end, stop, nxt)
@@ -186,7 +190,13 @@ def _decode_v2(buf, pos, end, base, verify_crc, limits):
     records = None
     error = None
     notes: list[tuple[str, str]] = []
+    last_offset = base_offset + last_offset_delta
     try:
+        if not v2.INT64_MIN <= last_offset <= v2.INT64_MAX:
+            last_offset = base_offset
+            raise CorruptBatchError(
+                f"base offset {base_offset} + last offset delta {last_offset_delta} is out of int64"
+            )
         if count > limits.max_records_per_batch:
             raise LimitExceededError(
                 f"record count {count} exceeds the limit of {limits.max_records_per_batch}"
@@ -213,7 +223,7 @@ def _decode_v2(buf, pos, end, base, verify_crc, limits):
         size=end - pos,
         magic=2,
         base_offset=base_offset,
-        last_offset=base_offset + last_offset_delta,
+        last_offset=last_offset,
         crc=crc,
         computed_crc=computed,
         attributes=attributes,
@@ -303,9 +313,31 @@ def _skipped(base: int, start: int, stop: int, nxt: int | None) -> Finding:
     )
 
 
+_WINDOW = 1 << 16
+_ZEROS = bytes(_WINDOW)
+
+
 def _all_zero(buf, pos: int) -> bool:
-    rest = buf[pos:]
-    return rest.tobytes() == bytes(len(rest))
+    """Whether ``buf[pos:]`` is all zero bytes; reads it a window at a time."""
+    n = len(buf)
+    while pos < n:
+        stop = min(pos + _WINDOW, n)
+        if buf[pos:stop] != _ZEROS[: stop - pos]:
+            return False
+        pos = stop
+    return True
+
+
+def _zero_run(buf, start: int, n: int) -> int:
+    """How many zero bytes start at ``start`` (looked at a window at a time)."""
+    run = 0
+    while start + run < n:
+        window = buf[start + run : min(start + run + _WINDOW, n)].tobytes()
+        lead = len(window) - len(window.lstrip(b"\0"))
+        run += lead
+        if lead < len(window):
+            break
+    return run
 
 
 def _verifies(buf, q: int, n: int, limits: Limits) -> bool:
@@ -328,9 +360,21 @@ def _verifies(buf, q: int, n: int, limits: Limits) -> bool:
 
 
 def _resync(buf, start: int, n: int, limits: Limits) -> int | None:
-    """The first position at or after ``start`` where an entry verifies."""
+    """The first position at or after ``start`` where an entry verifies.
+
+    Zero runs (a preallocated file can hold a gigabyte of them) are skipped a
+    window at a time: an entry's size field, bytes 8-11, is never all zero, so
+    no entry starts more than 11 bytes before the end of a run of zeros.
+    """
     last = n - MAGIC_OFFSET
-    for q in range(start, last):
+    q = start
+    while q < last:
+        if not (buf[q + 8] or buf[q + 9] or buf[q + 10] or buf[q + 11]):
+            run = _zero_run(buf, q + 8, n)
+            if run >= 4:
+                q += run - 3  # first q whose size field reaches the next non-zero byte
+                continue
         if buf[q + MAGIC_OFFSET] <= 2 and _verifies(buf, q, n, limits):
             return q
+        q += 1
     return None
