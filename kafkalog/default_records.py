@@ -134,12 +134,12 @@ def read_records(
         raise CorruptBatchError(
             f"record count {count} cannot fit in {end} bytes of records"
         )
-    # offsetDelta is an int32 and a one-byte timestampDelta within +-64, so
-    # offsets and timestamps can only leave int64 near its ends: check every
-    # record then; wider timestamp deltas are checked where they are read.
+    # offsetDelta is an int32 and a timestampDelta of one or two bytes within
+    # +-8192, so offsets and timestamps can only leave int64 near its ends:
+    # check every record then; wider timestamp deltas are checked where read.
     near_edge = not (
         INT64_MIN + (1 << 31) <= base_offset <= INT64_MAX - (1 << 31)
-        and INT64_MIN + 64 <= base_timestamp <= INT64_MAX - 64
+        and INT64_MIN + 8192 <= base_timestamp <= INT64_MAX - 8192
     )
     ts_lo = INT64_MIN - base_timestamp
     ts_hi = INT64_MAX - base_timestamp
@@ -169,6 +169,10 @@ def read_records(
         if b < 0x80:
             ts_delta = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            ts_delta = (b >> 1) ^ -(b & 1)
+            pos += 2
         else:
             ts_delta, pos = read_varint(data, pos, 10)
             if not ts_lo <= ts_delta <= ts_hi:
@@ -179,6 +183,10 @@ def read_records(
         if b < 0x80:
             offset_delta = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            offset_delta = (b >> 1) ^ -(b & 1)
+            pos += 2
         else:
             offset_delta, pos = read_varint(data, pos, 5)
         b = data[pos]
@@ -227,7 +235,12 @@ def read_records(
                 )
             hs = []
             for _ in range(n):
-                hk_len, pos = read_varint(data, pos, 5)
+                b = data[pos]
+                if b < 0x80:
+                    hk_len = (b >> 1) ^ -(b & 1)
+                    pos += 1
+                else:
+                    hk_len, pos = read_varint(data, pos, 5)
                 if hk_len < 0:
                     raise CorruptBatchError(
                         f"header key length {hk_len} in record at offset delta {offset_delta}"
@@ -239,7 +252,12 @@ def read_records(
                 except UnicodeDecodeError:
                     hkey = raw.decode("utf-8", "backslashreplace")
                     bad_keys.append(base_offset + offset_delta)
-                hv_len, pos = read_varint(data, pos, 5)
+                b = data[pos]
+                if b < 0x80:
+                    hv_len = (b >> 1) ^ -(b & 1)
+                    pos += 1
+                else:
+                    hv_len, pos = read_varint(data, pos, 5)
                 if hv_len < 0:
                     if hv_len != -1:
                         raise CorruptBatchError(

@@ -159,16 +159,17 @@ def _record_with(enc, offset_delta, ts_delta, key, value, headers) -> bytes:
     return enc(len(body)) + body
 
 
-FAST_PATH_VALUES = [0, 1, -1, 2, 63, -64]  # one byte when minimal
-SLOW_PATH_VALUES = [64, -65, 300, 8191, 8192]  # always read_varint
+# inlined paths: one byte (zigzag < 128) and two bytes (zigzag < 16384) when minimal
+FAST_PATH_VALUES = [0, 1, -1, 2, 63, -64, 64, -65, 300, 8191, -8192]
+SLOW_PATH_VALUES = [8192, -8193, 1 << 20, -(1 << 27)]  # three bytes and more: read_varint
 
 
 @pytest.mark.parametrize("enc", [_minimal, _padded(1), _padded(3)], ids=["minimal", "pad+1", "pad+3"])
 @pytest.mark.parametrize("v", FAST_PATH_VALUES + SLOW_PATH_VALUES)
 def test_record_fast_path_and_read_varint_agree(enc, v):
     # every varint field of a record holds a value at a length edge; the
-    # minimal encoding takes the inlined one-byte path for small values, the
-    # padded ones always go through read_varint: the records must be equal
+    # minimal encoding takes the inlined one- or two-byte paths for small
+    # values, the padded ones go through read_varint: the records must be equal
     n = abs(v) % 70  # a byte count for key/value/header lengths
     key = None if v < 0 else b"k" * n
     value = b"v" * (n + 1)
