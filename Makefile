@@ -10,7 +10,7 @@ venv: $(STAMP)
 
 # Exact versions come from requirements.lock (used as constraints); see STACK.md for
 # why pyspark and pyspark-client must stay at the same version.
-$(STAMP): requirements.txt requirements.lock pyproject.toml
+$(STAMP): requirements.txt requirements.lock pyproject.toml setup.py kafkalog/_speedups.pyx
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -c requirements.lock -r requirements.txt
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -e .
@@ -21,11 +21,18 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 demo: venv
 	$(BIN)/python -m kafkalog.demo demo-output
 
+# The suite runs twice: on the compiled fast path (which the install must have
+# built) and on the pure-Python reference (KAFKALOG_PURE_PYTHON=1).
 test: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	KAFKALOG_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+	KAFKALOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 
+# Benchmark-only dependencies (aiokafka) are installed here, not by venv.
 bench: venv
+	$(BIN)/pip install --disable-pip-version-check -q -c requirements.lock -r bench/requirements.txt
+	$(BIN)/python bench/bench_fast.py
 	$(BIN)/python bench/bench_decode.py
+	$(BIN)/python bench/bench_memory.py
 
 clean:
 	rm -rf $(VENV) demo-output build *.egg-info

@@ -48,6 +48,7 @@ from .indexes import (
     verify_offset_index,
     verify_time_index,
 )
+from ._accel import ACCELERATED
 from .log_reader import scan
 from .model import Batch, Control, Finding, Header, Limits, Record
 
@@ -71,6 +72,7 @@ def findings(source, **options) -> list[Finding]:
 
 
 __all__ = [
+    "ACCELERATED",
     "AbortedTxn",
     "BATCHES_SCHEMA",
     "Batch",

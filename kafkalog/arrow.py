@@ -12,12 +12,14 @@ NO_TIMESTAMP (-1).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Iterable, Iterator, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import _accel
 from .log_reader import scan
 from .model import Batch, Finding, increment_sequence
 
@@ -250,12 +252,20 @@ def stream(
     if unknown:
         raise ValueError(f"unknown tables {sorted(unknown)}; known: {sorted(SCHEMAS)}")
     wanted = {name: _Columns(SCHEMAS[name]) for name in tables}
+    sink = None
+    if "records" in wanted and _accel.active():
+        # compiled: v2 records go from the bytes into Arrow buffers during the
+        # scan; batches the reader decodes in Python are added as objects
+        wanted["records"] = sink = _accel.record_columns(RECORDS_SCHEMA)
+        add_records = sink.add_batch
+    else:
+        add_records = functools.partial(_add_records, wanted.get("records"))
     records = wanted.get("records")
     batches = wanted.get("batches")
     markers = wanted.get("markers")
     findings = wanted.get("findings")
     emitted = set()
-    for item in scan(source, **options):
+    for item in scan(source, _sink=sink, **options):
         if isinstance(item, Finding):
             if findings is not None:
                 _add_finding(findings, item)
@@ -265,16 +275,15 @@ def stream(
             if batches.rows >= max_rows:
                 emitted.add("batches")
                 yield "batches", batches.flush()
-        if not item.records:
-            continue
-        if item.is_control:
-            if markers is not None:
-                _add_markers(markers, item)
-        elif records is not None:
-            _add_records(records, item)
-            if records.rows >= max_rows or records.nbytes >= max_bytes:
-                emitted.add("records")
-                yield "records", records.flush()
+        if item.records:
+            if item.is_control:
+                if markers is not None:
+                    _add_markers(markers, item)
+            elif records is not None:
+                add_records(item)
+        if records is not None and (records.rows >= max_rows or records.nbytes >= max_bytes):
+            emitted.add("records")
+            yield "records", records.flush()
     for name, cols in wanted.items():
         if cols.rows or name not in emitted:
             yield name, cols.flush()

@@ -22,6 +22,8 @@ Quirks handled here and nowhere else:
 
 from __future__ import annotations
 
+import functools
+import importlib
 import struct
 import zlib
 from typing import Callable
@@ -54,9 +56,11 @@ def codec_name(codec_id: int, magic: int = 2) -> str:
     return f"unknown({codec_id})"
 
 
+@functools.cache
 def _require(module: str, package: str):
+    """Import a codec library once (a failed import is retried next time)."""
     try:
-        return __import__(module, fromlist=["_"])
+        return importlib.import_module(module)
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise CodecUnavailableError(
             f"the {module!r} module is needed for this codec: pip install {package}"

@@ -57,19 +57,24 @@ def scan(
     verify_crc: bool = True,
     limits: Limits | None = None,
     byte_range: tuple[int, int | None] | None = None,
+    _sink=None,
 ) -> Iterator[Batch | Finding]:
     """Yield every :class:`Batch` and :class:`Finding` of ``source`` in file order.
 
     ``source`` is a path, bytes/bytearray/memoryview or a binary file object.
     ``byte_range=(start, end)`` decodes only that part (batch-aligned ranges,
     e.g. from ``.index`` positions); positions stay absolute.
+
+    ``_sink`` is internal (``arrow.stream``): a compiled records-table
+    accumulator. The data records of v2 batches it accepts go straight into
+    it, and those batches are yielded with ``records=()``.
     """
     limits = limits or DEFAULT_LIMITS
     with open_source(source, byte_range) as view:
-        yield from _scan(view.buf, view.base, verify_crc, limits)
+        yield from _scan(view.buf, view.base, verify_crc, limits, _sink)
 
 
-def _scan(buf, base: int, verify_crc: bool, limits: Limits) -> Iterator[Batch | Finding]:
+def _scan(buf, base: int, verify_crc: bool, limits: Limits, sink=None) -> Iterator[Batch | Finding]:
     n = len(buf)
     pos = 0
     prev_last = None
@@ -109,7 +114,7 @@ def _scan(buf, base: int, verify_crc: bool, limits: Limits) -> Iterator[Batch | 
             pos = nxt
             continue
 
-        batch, found, trusted = _decode(buf, pos, end, base, magic, verify_crc, limits)
+        batch, found, trusted = _decode(buf, pos, end, base, magic, verify_crc, limits, sink)
         if prev_last is not None and batch.base_offset <= prev_last:
             found.append(Finding(
                 "offset_regression", batch.position, batch.end,
@@ -138,7 +143,7 @@ def _scan(buf, base: int, verify_crc: bool, limits: Limits) -> Iterator[Batch | 
         pos = nxt
 
 
-def _decode(buf, pos, end, base, magic, verify_crc, limits):
+def _decode(buf, pos, end, base, magic, verify_crc, limits, sink=None):
     """Decode one entry -> ``(batch, findings, trusted)``.
 
     ``trusted`` says the entry's declared size is confirmed, by a matching
@@ -146,7 +151,7 @@ def _decode(buf, pos, end, base, magic, verify_crc, limits):
     """
     try:
         if magic == 2:
-            batch, error, notes = _decode_v2(buf, pos, end, base, verify_crc, limits)
+            batch, error, notes = _decode_v2(buf, pos, end, base, verify_crc, limits, sink)
         else:
             batch, error, notes = _decode_legacy(buf, pos, end, base, verify_crc, limits)
     except CorruptDataError as err:  # the header itself is unreadable
@@ -179,7 +184,7 @@ def _decode(buf, pos, end, base, magic, verify_crc, limits):
     return batch, found, trusted
 
 
-def _decode_v2(buf, pos, end, base, verify_crc, limits):
+def _decode_v2(buf, pos, end, base, verify_crc, limits, sink=None):
     (base_offset, _length, leader_epoch, magic, crc, attributes, last_offset_delta,
      base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
      count) = v2.HEADER.unpack_from(buf, pos)
@@ -203,12 +208,22 @@ def _decode_v2(buf, pos, end, base, verify_crc, limits):
             )
         payload = buf[pos + v2.RECORDS_OFFSET : end]
         if codec == codecs.NONE:
-            data = payload.tobytes()
+            data = payload
         else:
             data = codecs.decompress(codec, payload, 2, limits.max_decompressed_size)
         bad_keys: list[int] = []
-        records = v2.read_records(data, count, base_offset, base_timestamp,
-                                  max_timestamp if log_append else None, bad_keys)
+        if sink is not None and not is_control and sink.add_v2(
+            data, count, base_offset, last_offset, base_timestamp, max_timestamp, log_append,
+            base + pos, end - pos, codecs.codec_name(codec), producer_id, producer_epoch,
+            base_sequence, leader_epoch, bool(attributes & v2.TRANSACTIONAL_FLAG_MASK),
+            None if computed is None else computed == crc,
+        ) >= 0:
+            records = ()  # decoded into the sink; -1 leaves the batch to read_records
+        else:
+            if codec == codecs.NONE:
+                data = payload.tobytes()
+            records = v2.read_records(data, count, base_offset, base_timestamp,
+                                      max_timestamp if log_append else None, bad_keys)
         if bad_keys:
             notes.append(("invalid_header_key",
                           f"header keys that are not UTF-8 (kept escaped) at offsets {bad_keys[:10]}"))

@@ -30,6 +30,7 @@ from kafkalog import Batch, Finding, Limits
 from kafkalog.model import FINDING_KINDS
 
 import segments as s
+from paths import assert_same_tables, decode_both
 
 #: Small limits for fuzzing: nothing a damaged input does may allocate more.
 SMALL = Limits(max_entry_size=1 << 20, max_decompressed_size=1 << 20, max_records_per_batch=1 << 16)
@@ -110,6 +111,8 @@ def consume(data: bytes, limits: Limits = SMALL) -> list | None:
         items = list(kafkalog.scan(data, limits=limits))
         unverified = list(kafkalog.scan(data, verify_crc=False, limits=limits))
         tables = kafkalog.decode(data, limits=limits)
+        if kafkalog.ACCELERATED:  # the compiled and the pure path agree on everything
+            assert_same_tables(*decode_both(data, limits=limits))
     except kafkalog.KafkaLogError:
         return None
     check_items(items, len(data))

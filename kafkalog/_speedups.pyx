@@ -1,0 +1,598 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled fast path: v2 records straight into Arrow buffers.
+
+The twin of ``default_records.read_records`` + ``arrow._add_records``: the
+same wire grammar (see ``default_records``), the same records-table schema
+(``arrow.RECORDS_SCHEMA``), but no Python object per record. Column data goes
+into growable ``bytearray``\\ s that become Arrow buffers without a copy.
+
+This module only handles the regular case. Whenever a batch's records are not
+exactly what the format allows (a length that does not fit, a varint wider
+than its type, bytes left over, a header key that is not UTF-8, an int64
+overflow near the edges), :meth:`RecordColumns.add_v2` rolls the batch back
+and returns -1, and the caller decodes that batch with the pure-Python
+reference, which produces the finding. So the two paths cannot disagree on
+findings, and the tests check that they agree on tables.
+"""
+
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
+from libc.string cimport memcpy, memset
+
+import pyarrow as pa
+
+cdef int64_t INT64_MAX = 0x7FFFFFFFFFFFFFFF
+cdef int64_t INT64_MIN = -INT64_MAX - 1
+cdef int64_t INT32_MAX = 0x7FFFFFFF
+cdef int64_t BINARY_LIMIT = 0x7FFFFFFF  # int32 offsets of Arrow binary/string
+
+#: Arrow's default memory pool (mimalloc or jemalloc in pyarrow's wheels).
+POOL = pa.default_memory_pool()
+
+_TS_NAMES = (b"CreateTime", b"LogAppendTime", None)  # index: the codes below
+_CODEC_NAMES = (b"none", b"gzip", b"snappy", b"lz4", b"zstd")
+CRC_VALID = pa.array([False, True, None], pa.bool_())
+_TS_CODES = {"CreateTime": 0, "LogAppendTime": 1, None: 2}
+_CODEC_CODES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+cdef class _Buf:
+    """A growable byte buffer from Arrow's memory pool.
+
+    Arrow's allocators keep and reuse freed pages, so a long-running decoder
+    does not pay a page fault for every 4 KiB it writes (in a VM, several
+    microseconds each); the buffer goes into the table without a copy.
+    """
+
+    cdef object data  # pyarrow.ResizableBuffer
+    cdef Py_ssize_t n
+    cdef Py_ssize_t cap
+    cdef char* p
+
+    def __cinit__(self):
+        self.cap = 4096
+        self.data = pa.allocate_buffer(self.cap, memory_pool=POOL, resizable=True)
+        self.p = <char*><uintptr_t>self.data.address
+        self.n = 0
+
+    cdef inline int reserve(self, Py_ssize_t extra) except -1:
+        cdef Py_ssize_t want = self.n + extra
+        if want > self.cap:
+            if want < 2 * self.cap:
+                want = 2 * self.cap
+            self.data.resize(want)
+            self.cap = want
+            self.p = <char*><uintptr_t>self.data.address
+        return 0
+
+    cdef inline void put_i64(self, int64_t v) noexcept:
+        (<int64_t*>(self.p + self.n))[0] = v
+        self.n += 8
+
+    cdef inline void put_i32(self, int32_t v) noexcept:
+        (<int32_t*>(self.p + self.n))[0] = v
+        self.n += 4
+
+    cdef object buffer(self):
+        return self.data.slice(0, self.n)
+
+
+cdef class _Bits:
+    """A growable Arrow validity bitmap (bit set = valid)."""
+
+    cdef _Buf b
+    cdef Py_ssize_t count
+
+    def __cinit__(self):
+        self.b = _Buf()
+        self.count = 0
+
+    cdef inline int put(self, bint valid) except -1:
+        cdef Py_ssize_t i = self.count
+        if (i & 7) == 0:
+            self.b.reserve(1)
+            self.b.p[i >> 3] = 0
+            self.b.n += 1
+        if valid:
+            self.b.p[i >> 3] |= <char>(1 << (i & 7))
+        else:  # a rollback may have left a set bit here
+            self.b.p[i >> 3] &= <char>~(1 << (i & 7))
+        self.count += 1
+        return 0
+
+    cdef object buffer(self):
+        return self.b.buffer()
+
+
+cdef class _Binary:
+    """Offsets (int32), data and validity of a binary or string column."""
+
+    cdef _Buf offsets
+    cdef _Buf data
+    cdef _Bits valid
+
+    def __cinit__(self):
+        self.offsets = _Buf()
+        self.data = _Buf()
+        self.valid = _Bits()
+        self.offsets.reserve(4)
+        self.offsets.put_i32(0)
+
+    cdef inline int put(self, const uint8_t* src, Py_ssize_t length) except -1:
+        # length -1: null
+        self.offsets.reserve(4)
+        if length < 0:
+            self.offsets.put_i32(<int32_t>self.data.n)
+            self.valid.put(False)
+            return 0
+        if length > 0:
+            self.data.reserve(length)
+            memcpy(self.data.p + self.data.n, src, length)
+            self.data.n += length
+        self.offsets.put_i32(<int32_t>self.data.n)
+        self.valid.put(True)
+        return 0
+
+    cdef object array(self, type_, Py_ssize_t n):
+        return pa.Array.from_buffers(
+            type_, n, [self.valid.buffer(), self.offsets.buffer(), self.data.buffer()]
+        )
+
+
+cdef inline int _varint(const uint8_t* d, Py_ssize_t end, Py_ssize_t* pos, int max_bytes,
+                        int64_t* out) noexcept nogil:
+    """Zigzag varint (max_bytes 5) or varlong (10); -1 where Python raises."""
+    cdef uint64_t result = 0
+    cdef Py_ssize_t p = pos[0]
+    cdef uint8_t b
+    cdef int i
+    for i in range(max_bytes):
+        if p >= end:
+            return -1
+        b = d[p]
+        p += 1
+        if i == 9 and (b & 0x7F) > 1:
+            return -1  # wider than 64 bits
+        result |= (<uint64_t>(b & 0x7F)) << (7 * i)
+        if not (b & 0x80):
+            if max_bytes == 5 and (result >> 32):
+                return -1  # wider than 32 bits
+            pos[0] = p
+            out[0] = <int64_t>((result >> 1) ^ (0 - (result & 1)))
+            return 0
+    return -1
+
+
+cdef inline int _vi(const uint8_t* d, Py_ssize_t end, Py_ssize_t* pos, int max_bytes,
+                    int64_t* out) noexcept nogil:
+    """:func:`_varint` with the one- and two-byte cases inlined."""
+    cdef Py_ssize_t p = pos[0]
+    cdef uint64_t r
+    if p + 1 < end:
+        r = d[p]
+        if r < 0x80:
+            pos[0] = p + 1
+            out[0] = <int64_t>((r >> 1) ^ (0 - (r & 1)))
+            return 0
+        if d[p + 1] < 0x80:
+            r = (r & 0x7F) | (<uint64_t>d[p + 1] << 7)
+            pos[0] = p + 2
+            out[0] = <int64_t>((r >> 1) ^ (0 - (r & 1)))
+            return 0
+    return _varint(d, end, pos, max_bytes, out)
+
+
+cdef inline bint _utf8_ok(const uint8_t* s, Py_ssize_t n) noexcept nogil:
+    """Strict UTF-8, as Python's decoder: no overlongs, surrogates or > U+10FFFF."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c, c1
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+        elif 0xC2 <= c <= 0xDF:
+            if i + 1 >= n or (s[i + 1] & 0xC0) != 0x80:
+                return False
+            i += 2
+        elif 0xE0 <= c <= 0xEF:
+            if i + 2 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80:
+                return False
+            if c == 0xE0 and c1 < 0xA0:
+                return False  # overlong
+            if c == 0xED and c1 >= 0xA0:
+                return False  # surrogate
+            i += 3
+        elif 0xF0 <= c <= 0xF4:
+            if i + 3 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80 or (s[i + 3] & 0xC0) != 0x80:
+                return False
+            if c == 0xF0 and c1 < 0x90:
+                return False  # overlong
+            if c == 0xF4 and c1 >= 0x90:
+                return False  # above U+10FFFF
+            i += 4
+        else:
+            return False
+    return True
+
+
+cdef inline int64_t _sequence(int64_t base, int64_t delta) noexcept nogil:
+    # model.increment_sequence
+    if base < 0:
+        return -1
+    if base > INT32_MAX - delta:
+        return delta - (INT32_MAX - base) - 1
+    return base + delta
+
+
+cdef struct _Out:
+    # a write cursor into a _Binary: nothing is visible until _commit
+    int32_t* offsets  # entry i + 1 is written for value i
+    char* data
+    uint8_t* bits
+    Py_ssize_t nvals
+    int32_t ndata
+
+
+cdef inline int _open(_Binary col, _Out* o, Py_ssize_t values, Py_ssize_t data) except -1:
+    col.offsets.reserve(4 * values)
+    col.data.reserve(data)
+    col.valid.b.reserve(values // 8 + 2)
+    o.offsets = <int32_t*>col.offsets.p
+    o.data = col.data.p
+    o.bits = <uint8_t*>col.valid.b.p
+    o.nvals = col.valid.count
+    o.ndata = <int32_t>col.data.n
+    return 0
+
+
+cdef inline void _put(_Out* o, const uint8_t* src, int64_t length) noexcept nogil:
+    cdef Py_ssize_t i = o.nvals
+    cdef uint8_t bit = 1 << (i & 7)
+    if (i & 7) == 0:
+        o.bits[i >> 3] = 0
+    cdef char* dst
+    cdef int64_t k
+    if length >= 0:
+        dst = o.data + o.ndata
+        if length <= 16:  # keys, header names: a call to memcpy costs more than the copy
+            for k in range(length):
+                dst[k] = <char>src[k]
+        else:
+            memcpy(dst, src, length)
+        o.ndata += <int32_t>length
+        o.bits[i >> 3] |= bit
+    else:
+        o.bits[i >> 3] &= ~bit
+    o.offsets[i + 1] = o.ndata
+    o.nvals = i + 1
+
+
+cdef inline void _commit(_Binary col, _Out* o) noexcept:
+    col.offsets.n = 4 * (o.nvals + 1)
+    col.data.n = o.ndata
+    col.valid.count = o.nvals
+    col.valid.b.n = (o.nvals + 7) >> 3
+
+
+cdef struct Run:
+    # one batch's lineage: the same for its ``count`` rows
+    Py_ssize_t count
+    int64_t position
+    int64_t base_offset
+    int64_t last_offset
+    int64_t producer_id
+    int64_t base_sequence
+    int32_t leader_epoch
+    int16_t producer_epoch
+    int8_t magic
+    int8_t codec
+    int8_t ts_type
+    int8_t txn
+    int8_t crc
+    int8_t v2
+
+
+cdef class RecordColumns:
+    """The records table in Arrow's memory layout.
+
+    Per record only offset, timestamp, key, value and headers are written;
+    the batch lineage is kept once per batch (:c:type:`Run`) and expanded into
+    its columns at :meth:`flush`, as are the timestamp validity and sequence.
+    """
+
+    cdef public Py_ssize_t rows
+    cdef public Py_ssize_t nbytes
+    cdef object schema
+    cdef _Buf runs, offset, ts, hlist
+    cdef _Binary key, value, hkey, hvalue
+
+    def __init__(self, schema):
+        self.schema = schema
+        self._reset()
+
+    def _reset(self):
+        self.rows = 0
+        self.nbytes = 0
+        self.runs = _Buf()
+        self.offset = _Buf()
+        self.ts = _Buf()
+        self.key = _Binary()
+        self.value = _Binary()
+        self.hkey = _Binary()
+        self.hvalue = _Binary()
+        self.hlist = _Buf()
+        self.hlist.reserve(4)
+        self.hlist.put_i32(0)
+
+    cdef int _add_run(self, Py_ssize_t count, int64_t position, int64_t base_offset,
+                      int64_t last_offset, int64_t producer_id, int64_t base_sequence,
+                      int64_t leader_epoch, int64_t producer_epoch, int magic, int codec,
+                      int ts_type, bint txn, int crc, bint v2) except -1:
+        cdef Run* r
+        self.runs.reserve(sizeof(Run))
+        r = <Run*>(self.runs.p + self.runs.n)
+        r.count = count
+        r.position = position
+        r.base_offset = base_offset
+        r.last_offset = last_offset
+        r.producer_id = producer_id
+        r.base_sequence = base_sequence
+        r.leader_epoch = <int32_t>leader_epoch
+        r.producer_epoch = <int16_t>producer_epoch
+        r.magic = <int8_t>magic
+        r.codec = <int8_t>codec
+        r.ts_type = <int8_t>ts_type
+        r.txn = 1 if txn else 0
+        r.crc = <int8_t>crc
+        r.v2 = 1 if v2 else 0
+        self.runs.n += sizeof(Run)
+        return 0
+
+    def add_v2(self, const uint8_t[::1] data, Py_ssize_t count, int64_t base_offset,
+               int64_t last_offset, int64_t base_timestamp, int64_t max_timestamp,
+               bint log_append, int64_t position, Py_ssize_t size, str compression,
+               int64_t producer_id, int producer_epoch, int64_t base_sequence,
+               int64_t leader_epoch, bint transactional, object crc_valid):
+        """Append the ``count`` records of one v2 batch; -1 (and nothing
+        appended) where the pure-Python reader must decide.
+
+        The batch's ``len(data)`` bytes bound everything its records can add,
+        so all buffers are reserved once up front; the loop then writes
+        through cursors that are committed only when the whole batch parsed.
+        """
+        cdef Py_ssize_t end = data.shape[0]
+        cdef const uint8_t* d = &data[0] if end > 0 else NULL
+        cdef Py_ssize_t pos = 0, record_end, i, h, max_headers = end // 2 + 1
+        cdef int64_t length, ts_delta, offset_delta, n, hcount, hk, hv
+        cdef int crc_code = 2 if crc_valid is None else (1 if crc_valid else 0)
+        cdef int64_t* off_out
+        cdef int64_t* ts_out
+        cdef int32_t* hl_out
+        cdef _Out key, value, hkey, hvalue
+        if count < 0 or count * 7 > end or compression not in _CODEC_CODES:
+            return -1
+        if not (INT64_MIN + (1 << 31) <= base_offset <= INT64_MAX - (1 << 31)):
+            return -1
+        if self.key.data.n + end > BINARY_LIMIT or self.hkey.data.n + end > BINARY_LIMIT \
+                or self.value.data.n + end > BINARY_LIMIT or self.hvalue.data.n + end > BINARY_LIMIT:
+            return -1
+        self.offset.reserve(8 * count)
+        self.ts.reserve(8 * count)
+        self.hlist.reserve(4 * count)
+        _open(self.key, &key, count, end)
+        _open(self.value, &value, count, end)
+        _open(self.hkey, &hkey, max_headers, end)
+        _open(self.hvalue, &hvalue, max_headers, end)
+        off_out = <int64_t*>(self.offset.p + self.offset.n)
+        ts_out = <int64_t*>(self.ts.p + self.ts.n)
+        hl_out = <int32_t*>(self.hlist.p + self.hlist.n)
+        for i in range(count):
+            if _vi(d, end, &pos, 5, &length) < 0:
+                return -1
+            record_end = pos + length
+            if length < 6 or record_end > end:
+                return -1
+            pos += 1  # attributes
+            if _vi(d, record_end, &pos, 10, &ts_delta) < 0 \
+                    or _vi(d, record_end, &pos, 5, &offset_delta) < 0:
+                return -1
+            if (ts_delta > 0 and base_timestamp > INT64_MAX - ts_delta) or \
+                    (ts_delta < 0 and base_timestamp < INT64_MIN - ts_delta):
+                return -1
+            if _vi(d, record_end, &pos, 5, &n) < 0 or n < -1 or pos + n > record_end:
+                return -1
+            _put(&key, d + pos, n)
+            if n > 0:
+                pos += n
+            if _vi(d, record_end, &pos, 5, &n) < 0 or n < -1 or pos + n > record_end:
+                return -1
+            _put(&value, d + pos, n)
+            if n > 0:
+                pos += n
+            if _vi(d, record_end, &pos, 5, &hcount) < 0 or hcount < 0 \
+                    or hcount * 2 > record_end - pos:
+                return -1
+            for h in range(hcount):
+                if _vi(d, record_end, &pos, 5, &hk) < 0 or hk < 0 or pos + hk > record_end \
+                        or not _utf8_ok(d + pos, hk):
+                    return -1
+                _put(&hkey, d + pos, hk)
+                pos += hk
+                if _vi(d, record_end, &pos, 5, &hv) < 0 or hv < -1 or pos + hv > record_end:
+                    return -1
+                _put(&hvalue, d + pos, hv)
+                if hv > 0:
+                    pos += hv
+            if pos != record_end:
+                return -1
+            hl_out[i] = <int32_t>hkey.nvals
+            off_out[i] = base_offset + offset_delta
+            ts_out[i] = max_timestamp if log_append else base_timestamp + ts_delta
+        if pos != end:
+            return -1
+        # the batch parsed whole: commit the cursors
+        self.offset.n += 8 * count
+        self.ts.n += 8 * count
+        self.hlist.n += 4 * count
+        _commit(self.key, &key)
+        _commit(self.value, &value)
+        _commit(self.hkey, &hkey)
+        _commit(self.hvalue, &hvalue)
+        self._add_run(count, position, base_offset, last_offset, producer_id, base_sequence,
+                      leader_epoch, producer_epoch, 2, _CODEC_CODES[compression],
+                      1 if log_append else 0, transactional, crc_code, True)
+        self.rows += count
+        self.nbytes += size
+        return count
+
+    def add_batch(self, batch):
+        """Append a Batch decoded by the pure-Python reader (its Record objects)."""
+        cdef Py_ssize_t n = len(batch.records)
+        is_v2 = batch.magic == 2
+        crc_valid = batch.crc_valid
+        self.offset.reserve(8 * n)
+        self.ts.reserve(8 * n)
+        self.hlist.reserve(4 * n)
+        for r in batch.records:
+            _put_py_bytes(self.key, r.key)
+            _put_py_bytes(self.value, r.value)
+            for hkey, hvalue in r.headers:
+                _put_py_bytes(self.hkey, hkey.encode("utf-8"))
+                _put_py_bytes(self.hvalue, hvalue)
+            self.hlist.put_i32(<int32_t>self.hkey.valid.count)
+            self.offset.put_i64(r.offset)
+            self.ts.put_i64(-1 if r.timestamp is None else r.timestamp)
+        self._add_run(
+            n, batch.position, batch.base_offset, batch.last_offset,
+            batch.producer_id if is_v2 else 0, batch.base_sequence if is_v2 else -1,
+            batch.partition_leader_epoch if is_v2 else 0, batch.producer_epoch if is_v2 else 0,
+            batch.magic, _CODEC_CODES[batch.compression], _TS_CODES[batch.timestamp_type],
+            batch.is_transactional, 2 if crc_valid is None else (1 if crc_valid else 0), is_v2,
+        )
+        self.rows += n
+        self.nbytes += batch.size
+
+    def flush(self):
+        cdef Py_ssize_t n = self.rows, nruns = self.runs.n // sizeof(Run)
+        cdef Py_ssize_t i, j, row = 0
+        cdef Run* runs = <Run*>self.runs.p
+        cdef Run r
+        cdef const int64_t* offsets = <const int64_t*>self.offset.p
+        cdef const int64_t* tss = <const int64_t*>self.ts.p
+        cdef _Buf position = _Buf(), base_off = _Buf(), last_off = _Buf(), producer_id = _Buf()
+        cdef _Buf producer_epoch = _Buf(), sequence = _Buf(), leader_epoch = _Buf()
+        cdef _Buf magic = _Buf(), codec = _Buf(), ts_type = _Buf(), txn = _Buf(), crc = _Buf()
+        cdef _Buf v2 = _Buf(), ts_valid = _Buf()
+        cdef int64_t *p_pos, *p_base, *p_last, *p_pid
+        cdef int32_t *p_seq, *p_epoch
+        cdef int16_t *p_pepoch
+        cdef int8_t *p_magic, *p_codec, *p_tstype, *p_txn, *p_crc
+        cdef uint8_t *p_v2, *p_tsv
+        for b in (position, base_off, last_off, producer_id):
+            (<_Buf>b).reserve(8 * n); (<_Buf>b).n = 8 * n
+        sequence.reserve(4 * n); sequence.n = 4 * n
+        leader_epoch.reserve(4 * n); leader_epoch.n = 4 * n
+        producer_epoch.reserve(2 * n); producer_epoch.n = 2 * n
+        for b in (magic, codec, ts_type, txn, crc):
+            (<_Buf>b).reserve(n); (<_Buf>b).n = n
+        for b in (v2, ts_valid):
+            (<_Buf>b).reserve(n // 8 + 1); (<_Buf>b).n = (n + 7) // 8
+            memset((<_Buf>b).p, 0, n // 8 + 1)
+        p_pos = <int64_t*>position.p; p_base = <int64_t*>base_off.p
+        p_last = <int64_t*>last_off.p; p_pid = <int64_t*>producer_id.p
+        p_seq = <int32_t*>sequence.p; p_epoch = <int32_t*>leader_epoch.p
+        p_pepoch = <int16_t*>producer_epoch.p
+        p_magic = <int8_t*>magic.p; p_codec = <int8_t*>codec.p; p_tstype = <int8_t*>ts_type.p
+        p_txn = <int8_t*>txn.p; p_crc = <int8_t*>crc.p
+        p_v2 = <uint8_t*>v2.p; p_tsv = <uint8_t*>ts_valid.p
+        for i in range(nruns):
+            r = runs[i]
+            for j in range(row, row + r.count):
+                p_pos[j] = r.position
+                p_base[j] = r.base_offset
+                p_last[j] = r.last_offset
+                p_pid[j] = r.producer_id
+                p_pepoch[j] = r.producer_epoch
+                p_epoch[j] = r.leader_epoch
+                p_seq[j] = <int32_t>_sequence(r.base_sequence, offsets[j] - r.base_offset)
+                p_magic[j] = r.magic
+                p_codec[j] = r.codec
+                p_tstype[j] = r.ts_type
+                p_txn[j] = r.txn
+                p_crc[j] = r.crc
+                if r.v2:
+                    p_v2[j >> 3] |= 1 << (j & 7)
+            row += r.count
+        for j in range(n):
+            if tss[j] != -1:
+                p_tsv[j >> 3] |= 1 << (j & 7)
+        i8, i16, i32, i64 = pa.int8(), pa.int16(), pa.int32(), pa.int64()
+        fields = list(self.schema)
+        headers_type = fields[5].type
+        items = pa.StructArray.from_arrays(
+            [self.hkey.array(pa.string(), self.hkey.valid.count),
+             self.hvalue.array(pa.binary(), self.hvalue.valid.count)],
+            fields=list(headers_type.value_type),
+        )
+        v2_bits = v2.buffer()
+        arrays = [
+            pa.Array.from_buffers(i64, n, [None, self.offset.buffer()]),
+            pa.Array.from_buffers(fields[1].type, n, [ts_valid.buffer(), self.ts.buffer()]),
+            _strings(p_tstype, n, _TS_NAMES),
+            self.key.array(pa.binary(), n),
+            self.value.array(pa.binary(), n),
+            pa.ListArray.from_arrays(pa.Array.from_buffers(i32, n + 1, [None, self.hlist.buffer()]),
+                                     items, type=headers_type),
+            pa.Array.from_buffers(i64, n, [None, position.buffer()]),
+            pa.Array.from_buffers(i64, n, [None, base_off.buffer()]),
+            pa.Array.from_buffers(i64, n, [None, last_off.buffer()]),
+            pa.Array.from_buffers(i8, n, [None, magic.buffer()]),
+            _strings(p_codec, n, _CODEC_NAMES),
+            pa.Array.from_buffers(i64, n, [v2_bits, producer_id.buffer()]),
+            pa.Array.from_buffers(i16, n, [v2_bits, producer_epoch.buffer()]),
+            pa.Array.from_buffers(i32, n, [v2_bits, sequence.buffer()]),
+            pa.Array.from_buffers(i32, n, [v2_bits, leader_epoch.buffer()]),
+            pa.Array.from_buffers(pa.uint8(), n, [None, txn.buffer()]).cast(pa.bool_()),
+            CRC_VALID.take(pa.Array.from_buffers(i8, n, [None, crc.buffer()])),
+        ]
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+cdef inline int _put_py_bytes(_Binary col, object value) except -1:
+    cdef const uint8_t[::1] view
+    if value is None:
+        col.put(NULL, -1)
+    elif len(value) == 0:
+        col.put(NULL, 0)
+    else:
+        view = value
+        col.put(&view[0], view.shape[0])
+    return 0
+
+
+cdef object _strings(const int8_t* codes, Py_ssize_t n, tuple names):
+    """A string column from one-byte codes into ``names`` (None: null)."""
+    cdef _Binary col = _Binary()
+    cdef _Out o
+    cdef Py_ssize_t i, longest = max(len(x) for x in names if x is not None)
+    cdef const uint8_t* ptrs[8]
+    cdef int64_t lens[8]
+    cdef Py_ssize_t k
+    for k, name in enumerate(names):
+        if name is None:
+            ptrs[k] = NULL
+            lens[k] = -1
+        else:
+            ptrs[k] = <const uint8_t*><char*>name
+            lens[k] = len(name)
+    _open(col, &o, n, n * longest)
+    for i in range(n):
+        _put(&o, ptrs[codes[i]], lens[codes[i]])
+    _commit(col, &o)
+    return col.array(pa.string(), n)
