@@ -71,15 +71,18 @@ def scan(
     """
     limits = limits or DEFAULT_LIMITS
     with open_source(source, byte_range) as view:
-        yield from _scan(view.buf, view.base, verify_crc, limits, _sink)
+        yield from _scan(view.buf, view.base, verify_crc, limits, _sink, view.done)
 
 
-def _scan(buf, base: int, verify_crc: bool, limits: Limits, sink=None) -> Iterator[Batch | Finding]:
+def _scan(buf, base: int, verify_crc: bool, limits: Limits, sink=None,
+          done=None) -> Iterator[Batch | Finding]:
     n = len(buf)
     pos = 0
     prev_last = None
     max_size = limits.max_entry_size - LOG_OVERHEAD
     while pos < n:
+        if done is not None:
+            done(pos)
         if n - pos <= MAGIC_OFFSET:
             yield _tail(buf, pos, base, "are fewer than an entry header needs")
             return

@@ -13,9 +13,12 @@ import mmap
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .errors import SourceError
+
+#: Give mapped pages back after every this many bytes read.
+RELEASE_STEP = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +27,9 @@ class View:
     base: int  # absolute position of buf[0] in the source
     name: str  # file name, or "<bytes>"
     total_size: int  # size of the whole source
+    #: ``done(pos)``: the reader will not need ``buf[:pos]`` again (it may,
+    #: and then it is read again); a mapped file gives those pages back.
+    done: Callable[[int], None] = lambda pos: None
 
 
 def _range(total: int, byte_range) -> tuple[int, int]:
@@ -96,8 +102,19 @@ def _map_file(f, name: str, byte_range) -> Iterator[View]:
     except (OSError, ValueError) as err:
         raise SourceError(f"cannot map {name}: {err}") from err
     whole = memoryview(mm)
+    released = [start - start % mmap.PAGESIZE]
+
+    def done(pos: int) -> None:
+        # Pages of a file mapping count as the process's RSS until unmapped:
+        # without this a 1 GB segment read front to back holds 1 GB of RSS.
+        stop = start + pos
+        stop -= stop % mmap.PAGESIZE
+        if stop - released[0] >= RELEASE_STEP:
+            mm.madvise(mmap.MADV_DONTNEED, released[0], stop - released[0])
+            released[0] = stop
+
     try:
-        yield View(whole[start:end], start, name, size)
+        yield View(whole[start:end], start, name, size, done)
     finally:
         try:
             whole.release()
