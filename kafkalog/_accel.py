@@ -22,6 +22,31 @@ def active() -> bool:
     return ACCELERATED and os.environ.get("KAFKALOG_PURE_PYTHON", "") in ("", "0")
 
 
-def record_columns(schema):
-    """A compiled accumulator for the records table (only when :func:`active`)."""
-    return _speedups.RecordColumns(schema)
+class FastSink:
+    """What ``log_reader._scan`` drives on the compiled path (see ``arrow.stream``).
+
+    ``columns`` accumulates the records table; :meth:`run` consumes runs of
+    regular batches in C; :meth:`add_v2` takes one batch the Python reader
+    framed; ``full`` says the caller should flush before more is added.
+    """
+
+    def __init__(self, schema, want_batch_rows: bool, max_rows: int) -> None:
+        from . import codecs
+
+        self.columns = _speedups.RecordColumns(schema)
+        self.add_v2 = self.columns.add_v2
+        self._want_rows = want_batch_rows
+        self._max_rows = max_rows
+        self._decompress = codecs.decompress
+
+    @property
+    def full(self) -> bool:
+        return self.columns.rows >= self._max_rows
+
+    def run(self, buf, pos, base, verify_crc, limits, prev_last):
+        rows = [] if self._want_rows else None
+        new_pos, prev_last = self.columns.scan_run(
+            buf, buf, pos, base, verify_crc, limits, prev_last, self._decompress, rows,
+            self._max_rows,
+        )
+        return new_pos, prev_last, rows

@@ -17,6 +17,72 @@ findings, and the tests check that they agree on tables.
 
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
 from libc.string cimport memcpy, memset
+from libc.stdint cimport uint32_t
+
+cdef extern from *:
+    """
+    #include <string.h>
+    #include <stdint.h>
+    #if defined(__x86_64__)
+    #include <nmmintrin.h>
+    __attribute__((target("sse4.2")))
+    static uint32_t kl_crc32c_hw(const uint8_t *p, size_t n) {
+        uint64_t crc = 0xFFFFFFFFu;
+        while (n >= 8) { uint64_t v; memcpy(&v, p, 8); crc = _mm_crc32_u64(crc, v); p += 8; n -= 8; }
+        uint32_t c = (uint32_t)crc;
+        while (n--) c = _mm_crc32_u8(c, *p++);
+        return ~c;
+    }
+    #endif
+    static uint32_t kl_crc_table[256];
+    static int kl_crc_hw = -1;
+    static void kl_crc32c_init(void) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+            kl_crc_table[i] = c;
+        }
+    #if defined(__x86_64__)
+        kl_crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    #else
+        kl_crc_hw = 0;
+    #endif
+    }
+    static uint32_t kl_crc32c_sw(const uint8_t *p, size_t n) {
+        uint32_t c = 0xFFFFFFFFu;
+        while (n--) c = kl_crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+        return ~c;
+    }
+    static uint32_t kl_crc32c(const uint8_t *p, size_t n, int force_sw) {
+    #if defined(__x86_64__)
+        if (kl_crc_hw && !force_sw) return kl_crc32c_hw(p, n);
+    #endif
+        return kl_crc32c_sw(p, n);
+    }
+    static inline int64_t kl_be64(const uint8_t *p) {
+        uint64_t v = 0; for (int i = 0; i < 8; i++) v = (v << 8) | p[i]; return (int64_t)v;
+    }
+    static inline int32_t kl_be32(const uint8_t *p) {
+        return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+    }
+    static inline int16_t kl_be16(const uint8_t *p) {
+        return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+    }
+    """
+    void kl_crc32c_init() noexcept nogil
+    uint32_t kl_crc32c(const uint8_t* p, size_t n, int force_sw) noexcept nogil
+    int64_t kl_be64(const uint8_t* p) noexcept nogil
+    int32_t kl_be32(const uint8_t* p) noexcept nogil
+    int16_t kl_be16(const uint8_t* p) noexcept nogil
+
+kl_crc32c_init()
+
+
+def crc32c(const uint8_t[::1] data, bint software=False):
+    """CRC-32C as the fast path computes it (hardware where the CPU has it;
+    ``software`` forces the table twin). Tests compare both with ``crc32c``."""
+    return kl_crc32c(&data[0] if data.shape[0] else NULL, data.shape[0], software)
+
 
 import pyarrow as pa
 
@@ -30,6 +96,7 @@ POOL = pa.default_memory_pool()
 
 _TS_NAMES = (b"CreateTime", b"LogAppendTime", None)  # index: the codes below
 _CODEC_NAMES = (b"none", b"gzip", b"snappy", b"lz4", b"zstd")
+_CODEC_STR = ("none", "gzip", "snappy", "lz4", "zstd")
 CRC_VALID = pa.array([False, True, None], pa.bool_())
 _TS_CODES = {"CreateTime": 0, "LogAppendTime": 1, None: 2}
 _CODEC_CODES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -359,22 +426,34 @@ cdef class RecordColumns:
                int64_t producer_id, int producer_epoch, int64_t base_sequence,
                int64_t leader_epoch, bint transactional, object crc_valid):
         """Append the ``count`` records of one v2 batch; -1 (and nothing
-        appended) where the pure-Python reader must decide.
-
-        The batch's ``len(data)`` bytes bound everything its records can add,
-        so all buffers are reserved once up front; the loop then writes
-        through cursors that are committed only when the whole batch parsed.
-        """
+        appended) where the pure-Python reader must decide."""
         cdef Py_ssize_t end = data.shape[0]
-        cdef const uint8_t* d = &data[0] if end > 0 else NULL
+        if compression not in _CODEC_CODES:
+            return -1
+        return self._parse_v2(
+            &data[0] if end > 0 else NULL, end, count, base_offset, last_offset,
+            base_timestamp, max_timestamp, log_append, position, size,
+            _CODEC_CODES[compression], producer_id, producer_epoch, base_sequence, leader_epoch,
+            transactional, 2 if crc_valid is None else (1 if crc_valid else 0))
+
+    cdef Py_ssize_t _parse_v2(self, const uint8_t* d, Py_ssize_t end, Py_ssize_t count,
+                              int64_t base_offset, int64_t last_offset, int64_t base_timestamp,
+                              int64_t max_timestamp, bint log_append, int64_t position,
+                              Py_ssize_t size, int codec, int64_t producer_id,
+                              int64_t producer_epoch, int64_t base_sequence, int64_t leader_epoch,
+                              bint transactional, int crc_code) except -2:
+        """The records of one v2 batch into the columns: ``count``, or -1 with
+        nothing appended. ``end`` bytes bound everything the records can add,
+        so buffers are reserved once; the loop writes through cursors that
+        are committed only when the whole batch parsed.
+        """
         cdef Py_ssize_t pos = 0, record_end, i, h, max_headers = end // 2 + 1
         cdef int64_t length, ts_delta, offset_delta, n, hcount, hk, hv
-        cdef int crc_code = 2 if crc_valid is None else (1 if crc_valid else 0)
         cdef int64_t* off_out
         cdef int64_t* ts_out
         cdef int32_t* hl_out
         cdef _Out key, value, hkey, hvalue
-        if count < 0 or count * 7 > end or compression not in _CODEC_CODES:
+        if count < 0 or count * 7 > end:
             return -1
         if not (INT64_MIN + (1 << 31) <= base_offset <= INT64_MAX - (1 << 31)):
             return -1
@@ -444,11 +523,103 @@ cdef class RecordColumns:
         _commit(self.hkey, &hkey)
         _commit(self.hvalue, &hvalue)
         self._add_run(count, position, base_offset, last_offset, producer_id, base_sequence,
-                      leader_epoch, producer_epoch, 2, _CODEC_CODES[compression],
+                      leader_epoch, producer_epoch, 2, codec,
                       1 if log_append else 0, transactional, crc_code, True)
         self.rows += count
         self.nbytes += size
         return count
+
+    def scan_run(self, buf, const uint8_t[::1] view, Py_ssize_t pos, int64_t base,
+                 bint verify_crc, limits, object prev_last, object decompress, list rows,
+                 Py_ssize_t stop_rows):
+        """Consume consecutive *regular* v2 data batches from ``pos``.
+
+        Regular: plausible size that fits, magic 2, not a control batch, a
+        known codec that decompresses within the limits, CRC verified (when
+        asked), offset above ``prev_last``, records that parse exactly. The
+        first entry that is anything else is left to the Python reader, which
+        then reports findings exactly as it always does. Returns
+        ``(new_pos, prev_last)``; appends one batches-table row per batch to
+        ``rows`` (unless ``rows`` is None). Stops once ``stop_rows`` rows are
+        held, so the caller can flush.
+        """
+        cdef Py_ssize_t n = view.shape[0], size, end, count
+        cdef const uint8_t* d = &view[0] if n > 0 else NULL
+        cdef const uint8_t* h
+        cdef const uint8_t* payload
+        cdef Py_ssize_t payload_len
+        cdef int64_t base_offset, last_offset, base_ts, max_ts, pid, prev = 0
+        cdef int32_t leader_epoch, lod, bseq
+        cdef int16_t attributes, pepoch
+        cdef uint32_t crc, computed = 0
+        cdef int codec
+        cdef bint has_prev = prev_last is not None, log_append
+        cdef Py_ssize_t max_entry = limits.max_entry_size - 12
+        cdef Py_ssize_t max_records = limits.max_records_per_batch
+        cdef object max_inflated = limits.max_decompressed_size
+        cdef const uint8_t[::1] inflated
+        if has_prev:
+            prev = prev_last
+        while pos + 17 < n and self.rows < stop_rows:
+            h = d + pos
+            size = kl_be32(h + 8)
+            end = pos + 12 + size
+            if h[16] != 2 or size < 49 or size > max_entry or end > n:
+                break
+            base_offset = kl_be64(h)
+            leader_epoch = kl_be32(h + 12)
+            crc = <uint32_t>kl_be32(h + 17)
+            attributes = kl_be16(h + 21)
+            lod = kl_be32(h + 23)
+            base_ts = kl_be64(h + 27)
+            max_ts = kl_be64(h + 35)
+            pid = kl_be64(h + 43)
+            pepoch = kl_be16(h + 51)
+            bseq = kl_be32(h + 53)
+            count = kl_be32(h + 57)
+            codec = attributes & 0x07
+            if attributes & 0x20 or codec > 4 or count > max_records:
+                break  # control batches, unknown codecs, limits: the Python reader
+            if not (INT64_MIN + (1 << 31) <= base_offset <= INT64_MAX - (1 << 31)):
+                break
+            last_offset = base_offset + lod
+            if has_prev and base_offset <= prev:
+                break  # offset_regression is the Python reader's finding
+            if verify_crc:
+                computed = kl_crc32c(h + 21, size - 9, 0)
+                if computed != crc:
+                    break
+            log_append = (attributes & 0x08) != 0
+            if codec == 0:
+                payload = h + 61
+                payload_len = size - 49
+            else:
+                try:
+                    inflated = decompress(codec, buf[pos + 61 : end], 2, max_inflated)
+                except Exception:
+                    break  # the Python reader decompresses again and reports it
+                payload_len = inflated.shape[0]
+                payload = &inflated[0] if payload_len > 0 else NULL
+            if self._parse_v2(payload, payload_len, count, base_offset, last_offset, base_ts,
+                              max_ts, log_append, base + pos, size + 12, codec, pid, pepoch,
+                              bseq, leader_epoch, (attributes & 0x10) != 0,
+                              1 if verify_crc else 2) < 0:
+                break
+            if rows is not None:
+                rows.append((
+                    base + pos, size + 12, 2, base_offset, last_offset, count,
+                    crc, computed if verify_crc else None, True if verify_crc else None,
+                    "ok" if verify_crc else "unverified", attributes, _CODEC_STR[codec],
+                    "LogAppendTime" if log_append else "CreateTime", base_ts, max_ts,
+                    base_ts if attributes & 0x40 else None, leader_epoch, pid, pepoch, bseq,
+                    _sequence(bseq, lod), lod, (attributes & 0x10) != 0, False,
+                    (attributes & 0x40) != 0,
+                ))
+            prev = last_offset
+            has_prev = True
+            pos = end
+        return pos, (prev if has_prev else None)
+
 
     def add_batch(self, batch):
         """Append a Batch decoded by the pure-Python reader (its Record objects)."""

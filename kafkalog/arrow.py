@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import _accel
-from .log_reader import scan
+from .log_reader import FastRun, scan
 from .model import Batch, Finding, increment_sequence
 
 TIMESTAMP = pa.timestamp("ms", tz="UTC")
@@ -212,18 +212,22 @@ def _add_markers(c: _Columns, b: Batch) -> None:
 
 
 def _add_batch(c: _Columns, b: Batch) -> None:
-    row = (
+    # the compiled sink builds the same row, in this order, for the batches it reads
+    _add_rows(c, [(
         b.position, b.size, b.magic, b.base_offset, b.last_offset, b.record_count,
         b.crc, b.computed_crc, b.crc_valid, b.status, b.attributes, b.compression,
         b.timestamp_type, b.first_timestamp, b.max_timestamp, b.delete_horizon_ms,
         b.partition_leader_epoch, b.producer_id, b.producer_epoch, b.base_sequence,
         b.last_sequence, b.last_offset_delta, b.is_transactional, b.is_control,
         b.has_delete_horizon,
-    )
-    for col, v in zip(c.cols, row):
-        col.append(v)
-    c.rows += 1
-    c.nbytes += 128
+    )])
+
+
+def _add_rows(c: _Columns, rows: list[tuple]) -> None:
+    for col, values in zip(c.cols, zip(*rows)):
+        col.extend(values)
+    c.rows += len(rows)
+    c.nbytes += 128 * len(rows)
 
 
 def _add_finding(c: _Columns, f: Finding) -> None:
@@ -254,10 +258,11 @@ def stream(
     wanted = {name: _Columns(SCHEMAS[name]) for name in tables}
     sink = None
     if "records" in wanted and _accel.active():
-        # compiled: v2 records go from the bytes into Arrow buffers during the
-        # scan; batches the reader decodes in Python are added as objects
-        wanted["records"] = sink = _accel.record_columns(RECORDS_SCHEMA)
-        add_records = sink.add_batch
+        # compiled: runs of regular v2 batches go from the bytes into Arrow
+        # buffers; the entries it leaves are read in Python and added as objects
+        sink = _accel.FastSink(RECORDS_SCHEMA, "batches" in wanted, max_rows)
+        wanted["records"] = sink.columns
+        add_records = sink.columns.add_batch
     else:
         add_records = functools.partial(_add_records, wanted.get("records"))
     records = wanted.get("records")
@@ -266,6 +271,16 @@ def stream(
     findings = wanted.get("findings")
     emitted = set()
     for item in scan(source, _sink=sink, **options):
+        if isinstance(item, FastRun):
+            if item.rows:
+                _add_rows(batches, item.rows)
+                if batches.rows >= max_rows:
+                    emitted.add("batches")
+                    yield "batches", batches.flush()
+            if records.rows >= max_rows or records.nbytes >= max_bytes:
+                emitted.add("records")
+                yield "records", records.flush()
+            continue
         if isinstance(item, Finding):
             if findings is not None:
                 _add_finding(findings, item)

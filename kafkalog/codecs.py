@@ -39,7 +39,17 @@ from .model import CODEC_NAMES
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_IDS = {name: codec_id for codec_id, name in CODEC_NAMES.items()}
 
-_CHUNK = 1 << 20  # decompress in steps of this many output bytes
+_CHUNK = 1 << 20  # decompress in steps of at most this many output bytes
+
+
+def _step(payload) -> int:
+    """Output bytes to ask a decompressor for at a time.
+
+    Every step allocates a buffer of this size, so it follows the payload
+    (a typical batch inflates a few times over): a fixed megabyte per step
+    would take fresh pages from the OS, and page faults, for every batch.
+    """
+    return min(_CHUNK, max(64 * 1024, 8 * len(payload)))
 
 #: Codec ids each magic may use: zstd arrived with v2 (Kafka 2.1).
 CODECS_BY_MAGIC = {
@@ -73,6 +83,7 @@ def _too_big(limit: int) -> LimitExceededError:
 
 # --------------------------------------------------------------------- gzip
 def _gunzip(payload, magic: int, limit: int) -> bytes:
+    step = _step(payload)
     out: list[bytes] = []
     size = 0
     data = bytes(payload)
@@ -80,7 +91,7 @@ def _gunzip(payload, magic: int, limit: int) -> bytes:
         while data:
             d = zlib.decompressobj(wbits=31)
             while not d.eof:
-                chunk = d.decompress(data, min(_CHUNK, limit - size + 1))
+                chunk = d.decompress(data, min(step, limit - size + 1))
                 data = d.unconsumed_tail
                 if not chunk and not data:
                     break  # no input left and no progress: cut short
@@ -238,6 +249,7 @@ def break_kafka_v0_lz4_header(frame: bytes) -> bytes:
 
 
 def _unlz4(payload, magic: int, limit: int) -> bytes:
+    step = _step(payload)
     frame = _require("lz4.frame", "lz4")
     data = bytes(payload)
     if magic == 0:
@@ -247,7 +259,7 @@ def _unlz4(payload, magic: int, limit: int) -> bytes:
     try:
         while data:
             d = frame.LZ4FrameDecompressor()
-            chunk = d.decompress(data, max_length=min(_CHUNK, limit - size + 1))
+            chunk = d.decompress(data, max_length=min(step, limit - size + 1))
             while True:
                 size += len(chunk)
                 out.append(chunk)
@@ -255,7 +267,7 @@ def _unlz4(payload, magic: int, limit: int) -> bytes:
                     raise _too_big(limit)
                 if d.eof or d.needs_input:
                     break
-                chunk = d.decompress(b"", max_length=min(_CHUNK, limit - size + 1))
+                chunk = d.decompress(b"", max_length=min(step, limit - size + 1))
             if not d.eof:
                 raise DecompressionError("lz4: frame ends before its end mark")
             data = d.unused_data
@@ -275,6 +287,7 @@ def _lz4(data: bytes, magic: int) -> bytes:
 
 # --------------------------------------------------------------------- zstd
 def _unzstd(payload, magic: int, limit: int) -> bytes:
+    step = _step(payload)
     zstandard = _require("zstandard", "zstandard")
     out: list[bytes] = []
     size = 0
@@ -284,7 +297,7 @@ def _unzstd(payload, magic: int, limit: int) -> bytes:
         )
         with reader:
             while True:
-                chunk = reader.read(min(_CHUNK, limit - size + 1))
+                chunk = reader.read(min(step, limit - size + 1))
                 if not chunk:
                     break
                 size += len(chunk)

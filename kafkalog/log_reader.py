@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from crc32c import crc32c
 
@@ -38,6 +38,16 @@ from . import legacy_records as legacy
 from .errors import CorruptBatchError, CorruptDataError, LimitExceededError
 from .model import DEFAULT_LIMITS, Batch, Finding, Limits
 from .source import open_source
+
+class FastRun(NamedTuple):
+    """Internal (``arrow.stream`` only): batches the compiled sink consumed.
+
+    Their records are in the sink; ``rows`` are their batches-table rows
+    (None when that table is not wanted).
+    """
+
+    rows: list | None
+
 
 OFFSET_AND_SIZE = struct.Struct(">qi")
 _U32 = struct.Struct(">I")
@@ -83,6 +93,14 @@ def _scan(buf, base: int, verify_crc: bool, limits: Limits, sink=None,
     while pos < n:
         if done is not None:
             done(pos)
+        if sink is not None:
+            # compiled: consume the run of regular batches from here, then
+            # come back for the one entry it left (if any) below
+            new_pos, prev_last, rows = sink.run(buf, pos, base, verify_crc, limits, prev_last)
+            if new_pos != pos or sink.full:
+                yield FastRun(rows)
+                pos = new_pos
+                continue
         if n - pos <= MAGIC_OFFSET:
             yield _tail(buf, pos, base, "are fewer than an entry header needs")
             return
