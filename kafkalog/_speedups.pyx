@@ -65,6 +65,16 @@ cdef extern from *:
     static inline int32_t kl_be32(const uint8_t *p) {
         return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
     }
+    /* copy n <= 16 bytes with at most two fixed-size, possibly overlapping
+       moves that stay inside [src, src + n): cheaper than a call to memcpy */
+    static inline void kl_copy_small(char *dst, const uint8_t *src, size_t n) {
+        uint64_t a, b; uint32_t c, d;
+        if (n >= 8) { memcpy(&a, src, 8); memcpy(&b, src + n - 8, 8);
+                      memcpy(dst, &a, 8); memcpy(dst + n - 8, &b, 8); }
+        else if (n >= 4) { memcpy(&c, src, 4); memcpy(&d, src + n - 4, 4);
+                           memcpy(dst, &c, 4); memcpy(dst + n - 4, &d, 4); }
+        else { for (size_t i = 0; i < n; i++) dst[i] = (char)src[i]; }
+    }
     static inline int16_t kl_be16(const uint8_t *p) {
         return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
     }
@@ -74,6 +84,7 @@ cdef extern from *:
     int64_t kl_be64(const uint8_t* p) noexcept nogil
     int32_t kl_be32(const uint8_t* p) noexcept nogil
     int16_t kl_be16(const uint8_t* p) noexcept nogil
+    void kl_copy_small(char* dst, const uint8_t* src, size_t n) noexcept nogil
 
 kl_crc32c_init()
 
@@ -323,12 +334,10 @@ cdef inline void _put(_Out* o, const uint8_t* src, int64_t length) noexcept nogi
     if (i & 7) == 0:
         o.bits[i >> 3] = 0
     cdef char* dst
-    cdef int64_t k
     if length >= 0:
         dst = o.data + o.ndata
         if length <= 16:  # keys, header names: a call to memcpy costs more than the copy
-            for k in range(length):
-                dst[k] = <char>src[k]
+            kl_copy_small(dst, src, length)
         else:
             memcpy(dst, src, length)
         o.ndata += <int32_t>length

@@ -289,12 +289,23 @@ def _lz4(data: bytes, magic: int) -> bytes:
 def _unzstd(payload, magic: int, limit: int) -> bytes:
     step = _step(payload)
     zstandard = _require("zstandard", "zstandard")
+    data = bytes(payload)
+    # One shot into a buffer of the declared content size, or of ``step`` when
+    # undeclared (the Java client does not declare it): bounded either way.
+    # Anything unusual (several frames, a bigger output, corruption) goes to
+    # the streaming reader below, which decides.
+    try:
+        if zstandard.frame_content_size(data) > limit:
+            raise _too_big(limit)
+        return _ZSTD_ONE_SHOT().decompress(
+            data, max_output_size=min(step, limit), read_across_frames=True
+        )
+    except zstandard.ZstdError:
+        pass
     out: list[bytes] = []
     size = 0
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            bytes(payload), read_across_frames=True
-        )
+        reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
         with reader:
             while True:
                 chunk = reader.read(min(step, limit - size + 1))
@@ -307,6 +318,11 @@ def _unzstd(payload, magic: int, limit: int) -> bytes:
     except zstandard.ZstdError as err:
         raise DecompressionError(f"zstd: {err}") from err
     return b"".join(out)
+
+
+@functools.cache
+def _ZSTD_ONE_SHOT():
+    return _require("zstandard", "zstandard").ZstdDecompressor()
 
 
 def _zstd(data: bytes, magic: int) -> bytes:
