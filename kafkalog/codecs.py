@@ -51,6 +51,22 @@ def _step(payload) -> int:
     """
     return min(_CHUNK, max(64 * 1024, 8 * len(payload)))
 
+
+def _into(codec, data, step: int, limit: int) -> bytes | None:
+    """One call into a buffer of ``min(step, limit)`` bytes (cramjam), or None.
+
+    cramjam reads every frame and fails, rather than truncating, when the
+    buffer is too small, the input is cut short or is not the format. On any
+    failure the caller's streaming decoder runs instead and decides: it reads
+    past ``step`` up to ``limit`` and words the error.
+    """
+    out = bytearray(min(step, limit))
+    try:
+        n = codec.decompress_into(data, out)
+    except Exception:  # cramjam.DecompressionError and friends: let the streamer decide
+        return None
+    return bytes(memoryview(out)[:n])
+
 #: Codec ids each magic may use: zstd arrived with v2 (Kafka 2.1).
 CODECS_BY_MAGIC = {
     0: (NONE, GZIP, SNAPPY, LZ4),
@@ -254,6 +270,9 @@ def _unlz4(payload, magic: int, limit: int) -> bytes:
     data = bytes(payload)
     if magic == 0:
         data = fix_kafka_v0_lz4_header(data)
+    inflated = _into(_require("cramjam", "cramjam").lz4, data, step, limit)
+    if inflated is not None:
+        return inflated
     out: list[bytes] = []
     size = 0
     try:
@@ -290,18 +309,9 @@ def _unzstd(payload, magic: int, limit: int) -> bytes:
     step = _step(payload)
     zstandard = _require("zstandard", "zstandard")
     data = bytes(payload)
-    # One shot into a buffer of the declared content size, or of ``step`` when
-    # undeclared (the Java client does not declare it): bounded either way.
-    # Anything unusual (several frames, a bigger output, corruption) goes to
-    # the streaming reader below, which decides.
-    try:
-        if zstandard.frame_content_size(data) > limit:
-            raise _too_big(limit)
-        return _ZSTD_ONE_SHOT().decompress(
-            data, max_output_size=min(step, limit), read_across_frames=True
-        )
-    except zstandard.ZstdError:
-        pass
+    inflated = _into(_require("cramjam", "cramjam").zstd, data, step, limit)
+    if inflated is not None:
+        return inflated
     out: list[bytes] = []
     size = 0
     try:
@@ -318,11 +328,6 @@ def _unzstd(payload, magic: int, limit: int) -> bytes:
     except zstandard.ZstdError as err:
         raise DecompressionError(f"zstd: {err}") from err
     return b"".join(out)
-
-
-@functools.cache
-def _ZSTD_ONE_SHOT():
-    return _require("zstandard", "zstandard").ZstdDecompressor()
 
 
 def _zstd(data: bytes, magic: int) -> bytes:
