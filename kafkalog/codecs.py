@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import importlib
 import struct
+import threading
 import zlib
 from typing import Callable
 
@@ -52,20 +53,6 @@ def _step(payload) -> int:
     return min(_CHUNK, max(64 * 1024, 8 * len(payload)))
 
 
-def _into(codec, data, step: int, limit: int) -> bytes | None:
-    """One call into a buffer of ``min(step, limit)`` bytes (cramjam), or None.
-
-    cramjam reads every frame and fails, rather than truncating, when the
-    buffer is too small, the input is cut short or is not the format. On any
-    failure the caller's streaming decoder runs instead and decides: it reads
-    past ``step`` up to ``limit`` and words the error.
-    """
-    out = bytearray(min(step, limit))
-    try:
-        n = codec.decompress_into(data, out)
-    except Exception:  # cramjam.DecompressionError and friends: let the streamer decide
-        return None
-    return bytes(memoryview(out)[:n])
 
 #: Codec ids each magic may use: zstd arrived with v2 (Kafka 2.1).
 CODECS_BY_MAGIC = {
@@ -270,9 +257,6 @@ def _unlz4(payload, magic: int, limit: int) -> bytes:
     data = bytes(payload)
     if magic == 0:
         data = fix_kafka_v0_lz4_header(data)
-    inflated = _into(_require("cramjam", "cramjam").lz4, data, step, limit)
-    if inflated is not None:
-        return inflated
     out: list[bytes] = []
     size = 0
     try:
@@ -309,13 +293,10 @@ def _unzstd(payload, magic: int, limit: int) -> bytes:
     step = _step(payload)
     zstandard = _require("zstandard", "zstandard")
     data = bytes(payload)
-    inflated = _into(_require("cramjam", "cramjam").zstd, data, step, limit)
-    if inflated is not None:
-        return inflated
     out: list[bytes] = []
     size = 0
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+        reader = _zstd_context().stream_reader(data, read_across_frames=True)
         with reader:
             while True:
                 chunk = reader.read(min(step, limit - size + 1))
@@ -328,6 +309,17 @@ def _unzstd(payload, magic: int, limit: int) -> bytes:
     except zstandard.ZstdError as err:
         raise DecompressionError(f"zstd: {err}") from err
     return b"".join(out)
+
+
+_local = threading.local()
+
+
+def _zstd_context():
+    """This thread's ZstdDecompressor: making one costs more than a small batch."""
+    dctx = getattr(_local, "zstd", None)
+    if dctx is None:
+        dctx = _local.zstd = _require("zstandard", "zstandard").ZstdDecompressor()
+    return dctx
 
 
 def _zstd(data: bytes, magic: int) -> bytes:
