@@ -121,23 +121,34 @@ class _Columns:
     every one of them again and again).
     """
 
-    __slots__ = ("schema", "cols", "rows", "nbytes", "header_keys", "header_values")
+    __slots__ = ("schema", "cols", "rows", "nbytes", "header_keys", "header_values",
+                 "run_ends", "per_run")
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
+        # records: the _LINEAGE columns hold one value per batch, ending at run_ends
+        self.per_run = frozenset(_LINEAGE) if schema is RECORDS_SCHEMA else frozenset()
         self._reset()
 
     def _reset(self) -> None:
         self.cols: list[list] = [[] for _ in self.schema]
         self.header_keys: list[str] = []
         self.header_values: list[bytes | None] = []
+        self.run_ends: list[int] = []
         self.rows = 0
         self.nbytes = 0
 
     def flush(self) -> pa.RecordBatch:
         arrays = []
-        for field, values in zip(self.schema, self.cols):
-            if field.type == TIMESTAMP:
+        run_ends = pa.array(self.run_ends, pa.int32()) if self.per_run else None
+        for i, (field, values) in enumerate(zip(self.schema, self.cols)):
+            if i in self.per_run:
+                if not values:
+                    arrays.append(pa.array([], field.type))
+                    continue
+                runs = pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(values, field.type))
+                arrays.append(pc.run_end_decode(runs))
+            elif field.type == TIMESTAMP:
                 ints = pa.array(values, type=pa.int64())
                 ints = pc.if_else(pc.equal(ints, -1), pa.scalar(None, pa.int64()), ints)
                 arrays.append(ints.cast(TIMESTAMP))
@@ -157,6 +168,11 @@ class _Columns:
         return pa.ListArray.from_arrays(offsets, items, type=HEADERS)
 
 
+#: Records-table columns that are the same for every record of a batch: kept
+#: once per batch and expanded at flush (run-end decoding, in Arrow's C++).
+_LINEAGE = (2, 6, 7, 8, 9, 10, 11, 12, 14, 15, 16)
+
+
 def _add_records(c: _Columns, b: Batch) -> None:
     recs = b.records
     n = len(recs)
@@ -164,7 +180,6 @@ def _add_records(c: _Columns, b: Batch) -> None:
     cols = c.cols
     cols[0].extend(offsets)
     cols[1].extend(timestamps)
-    cols[2].extend([b.timestamp_type] * n)
     cols[3].extend(keys)
     cols[4].extend(values)
     cols[5].extend(map(len, headers))
@@ -173,13 +188,6 @@ def _add_records(c: _Columns, b: Batch) -> None:
             for key, value in hs:
                 c.header_keys.append(key)
                 c.header_values.append(value)
-    cols[6].extend([b.position] * n)
-    cols[7].extend([b.base_offset] * n)
-    cols[8].extend([b.last_offset] * n)
-    cols[9].extend([b.magic] * n)
-    cols[10].extend([b.compression] * n)
-    cols[11].extend([b.producer_id] * n)
-    cols[12].extend([b.producer_epoch] * n)
     seq = b.base_sequence
     if seq is None:
         cols[13].extend([None] * n)
@@ -188,10 +196,13 @@ def _add_records(c: _Columns, b: Batch) -> None:
     else:
         base = b.base_offset
         cols[13].extend([increment_sequence(seq, o - base) for o in offsets])
-    cols[14].extend([b.partition_leader_epoch] * n)
-    cols[15].extend([b.is_transactional] * n)
-    cols[16].extend([b.crc_valid] * n)
+    lineage = (b.timestamp_type, b.position, b.base_offset, b.last_offset, b.magic,
+               b.compression, b.producer_id, b.producer_epoch, b.partition_leader_epoch,
+               b.is_transactional, b.crc_valid)
+    for i, v in zip(_LINEAGE, lineage):
+        cols[i].append(v)
     c.rows += n
+    c.run_ends.append(c.rows)
     c.nbytes += b.size
 
 
