@@ -1,4 +1,6 @@
-"""Decode throughput: kafkalog (pure Python) next to kafka-python, one run, one core.
+"""Decode throughput: kafkalog's pure-Python decoder next to kafka-python, one run, one core.
+
+(The compiled fast path, aiokafka and the floor are in bench_fast.py.)
 
 Writes the segments it measures with kafka-python's own batch builder (so the
 input does not come from our writer), then times, best of --repeat runs:
@@ -23,6 +25,8 @@ import platform
 import random
 import time
 from pathlib import Path
+
+os.environ.setdefault("KAFKALOG_PURE_PYTHON", "1")  # this benchmark is about the pure-Python decoder
 
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Callable, TextIO
 
-from . import __version__
+from . import __version__, _accel
 from .errors import KafkaLogError, SourceError
 from .indexes import (
     base_offset_of,
@@ -252,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 nothing wrong, 1 findings reported (output complete), "
         "2 usage or I/O error.",
     )
-    parser.add_argument("--version", action="version", version=f"kafkalog {__version__}")
+    parser.add_argument("--version", action="version", version=f"kafkalog {__version__} ("
+                        + ("compiled fast path" if _accel.active() else "pure Python") + ")")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     dump = sub.add_parser(
