@@ -282,34 +282,25 @@ def stream(
     findings = wanted.get("findings")
     emitted = set()
     for item in scan(source, _sink=sink, **options):
-        if isinstance(item, FastRun):
+        if isinstance(item, FastRun):  # batches the compiled sink took whole
             if item.rows:
                 _add_rows(batches, item.rows)
-                if batches.rows >= max_rows:
-                    emitted.add("batches")
-                    yield "batches", batches.flush()
-            if records.rows >= max_rows or records.nbytes >= max_bytes:
-                emitted.add("records")
-                yield "records", records.flush()
-            continue
-        if isinstance(item, Finding):
+        elif isinstance(item, Finding):
             if findings is not None:
                 _add_finding(findings, item)
-            continue
-        if batches is not None:
-            _add_batch(batches, item)
-            if batches.rows >= max_rows:
-                emitted.add("batches")
-                yield "batches", batches.flush()
-        if item.records:
-            if item.is_control:
-                if markers is not None:
-                    _add_markers(markers, item)
-            elif records is not None:
-                add_records(item)
-        if records is not None and (records.rows >= max_rows or records.nbytes >= max_bytes):
-            emitted.add("records")
-            yield "records", records.flush()
+        else:
+            if batches is not None:
+                _add_batch(batches, item)
+            if item.records:
+                if item.is_control:
+                    if markers is not None:
+                        _add_markers(markers, item)
+                elif records is not None:
+                    add_records(item)
+        for name, cols in wanted.items():
+            if cols.rows >= max_rows or cols.nbytes >= max_bytes:
+                emitted.add(name)
+                yield name, cols.flush()
     for name, cols in wanted.items():
         if cols.rows or name not in emitted:
             yield name, cols.flush()
