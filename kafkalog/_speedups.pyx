@@ -96,6 +96,7 @@ def crc32c(const uint8_t[::1] data, bint software=False):
 
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 cdef int64_t INT64_MAX = 0x7FFFFFFFFFFFFFFF
 cdef int64_t INT64_MIN = -INT64_MAX - 1
@@ -154,66 +155,49 @@ cdef class _Buf:
         return self.data.slice(0, self.n)
 
 
-cdef class _Bits:
-    """A growable Arrow validity bitmap (bit set = valid)."""
-
-    cdef _Buf b
-    cdef Py_ssize_t count
-
-    def __cinit__(self):
-        self.b = _Buf()
-        self.count = 0
-
-    cdef inline int put(self, bint valid) except -1:
-        cdef Py_ssize_t i = self.count
-        if (i & 7) == 0:
-            self.b.reserve(1)
-            self.b.p[i >> 3] = 0
-            self.b.n += 1
-        if valid:
-            self.b.p[i >> 3] |= <char>(1 << (i & 7))
-        else:  # a rollback may have left a set bit here
-            self.b.p[i >> 3] &= <char>~(1 << (i & 7))
-        self.count += 1
-        return 0
-
-    cdef object buffer(self):
-        return self.b.buffer()
-
-
 cdef class _Binary:
-    """Offsets (int32), data and validity of a binary or string column."""
+    """Offsets (int32) and data of a binary or string column, and its nulls.
+
+    Nulls are rare, so their row numbers are listed (``nulls``, int32) and
+    the validity bitmap is made at :meth:`array` time, only if there are any.
+    """
 
     cdef _Buf offsets
     cdef _Buf data
-    cdef _Bits valid
+    cdef _Buf nulls
+    cdef public Py_ssize_t count
 
     def __cinit__(self):
         self.offsets = _Buf()
         self.data = _Buf()
-        self.valid = _Bits()
+        self.nulls = _Buf()
+        self.count = 0
         self.offsets.reserve(4)
         self.offsets.put_i32(0)
 
-    cdef inline int put(self, const uint8_t* src, Py_ssize_t length) except -1:
-        # length -1: null
-        self.offsets.reserve(4)
-        if length < 0:
-            self.offsets.put_i32(<int32_t>self.data.n)
-            self.valid.put(False)
-            return 0
-        if length > 0:
-            self.data.reserve(length)
-            memcpy(self.data.p + self.data.n, src, length)
-            self.data.n += length
-        self.offsets.put_i32(<int32_t>self.data.n)
-        self.valid.put(True)
+    cdef int put(self, const uint8_t* src, Py_ssize_t length) except -1:
+        # one value (length -1: null), through the same cursor as the hot loop
+        cdef _Out o
+        _open(self, &o, 1, length if length > 0 else 0)
+        _put(&o, src, length)
+        _commit(self, &o)
         return 0
 
     cdef object array(self, type_, Py_ssize_t n):
-        return pa.Array.from_buffers(
-            type_, n, [self.valid.buffer(), self.offsets.buffer(), self.data.buffer()]
-        )
+        cdef Py_ssize_t k, row, nnulls = self.nulls.n // 4
+        cdef const int32_t* nulls = <const int32_t*>self.nulls.p
+        cdef _Buf bits
+        validity = None
+        if nnulls:
+            bits = _Buf()
+            bits.reserve(n // 8 + 1)
+            memset(bits.p, 0xFF, n // 8 + 1)
+            bits.n = (n + 7) // 8
+            for k in range(nnulls):
+                row = nulls[k]
+                bits.p[row >> 3] &= <char>~(1 << (row & 7))
+            validity = bits.buffer()
+        return pa.Array.from_buffers(type_, n, [validity, self.offsets.buffer(), self.data.buffer()])
 
 
 cdef inline int _varint(const uint8_t* d, Py_ssize_t end, Py_ssize_t* pos, int max_bytes,
@@ -311,28 +295,27 @@ cdef struct _Out:
     # a write cursor into a _Binary: nothing is visible until _commit
     int32_t* offsets  # entry i + 1 is written for value i
     char* data
-    uint8_t* bits
+    int32_t* nulls  # row numbers of null values
     Py_ssize_t nvals
+    Py_ssize_t nnulls
     int32_t ndata
 
 
 cdef inline int _open(_Binary col, _Out* o, Py_ssize_t values, Py_ssize_t data) except -1:
     col.offsets.reserve(4 * values)
     col.data.reserve(data)
-    col.valid.b.reserve(values // 8 + 2)
+    col.nulls.reserve(4 * values)
     o.offsets = <int32_t*>col.offsets.p
     o.data = col.data.p
-    o.bits = <uint8_t*>col.valid.b.p
-    o.nvals = col.valid.count
+    o.nulls = <int32_t*>col.nulls.p
+    o.nvals = col.count
+    o.nnulls = col.nulls.n // 4
     o.ndata = <int32_t>col.data.n
     return 0
 
 
 cdef inline void _put(_Out* o, const uint8_t* src, int64_t length) noexcept nogil:
     cdef Py_ssize_t i = o.nvals
-    cdef uint8_t bit = 1 << (i & 7)
-    if (i & 7) == 0:
-        o.bits[i >> 3] = 0
     cdef char* dst
     if length >= 0:
         dst = o.data + o.ndata
@@ -341,9 +324,9 @@ cdef inline void _put(_Out* o, const uint8_t* src, int64_t length) noexcept nogi
         else:
             memcpy(dst, src, length)
         o.ndata += <int32_t>length
-        o.bits[i >> 3] |= bit
     else:
-        o.bits[i >> 3] &= ~bit
+        o.nulls[o.nnulls] = <int32_t>i
+        o.nnulls += 1
     o.offsets[i + 1] = o.ndata
     o.nvals = i + 1
 
@@ -351,8 +334,8 @@ cdef inline void _put(_Out* o, const uint8_t* src, int64_t length) noexcept nogi
 cdef inline void _commit(_Binary col, _Out* o) noexcept:
     col.offsets.n = 4 * (o.nvals + 1)
     col.data.n = o.ndata
-    col.valid.count = o.nvals
-    col.valid.b.n = (o.nvals + 7) >> 3
+    col.nulls.n = 4 * o.nnulls
+    col.count = o.nvals
 
 
 cdef struct Run:
@@ -644,7 +627,7 @@ cdef class RecordColumns:
             for hkey, hvalue in r.headers:
                 _put_py_bytes(self.hkey, hkey.encode("utf-8"))
                 _put_py_bytes(self.hvalue, hvalue)
-            self.hlist.put_i32(<int32_t>self.hkey.valid.count)
+            self.hlist.put_i32(<int32_t>self.hkey.count)
             self.offset.put_i64(r.offset)
             self.ts.put_i64(-1 if r.timestamp is None else r.timestamp)
         self._add_run(
@@ -658,87 +641,114 @@ cdef class RecordColumns:
         self.nbytes += batch.size
 
     def flush(self):
+        """The rows held so far as one RecordBatch; starts afresh.
+
+        Batch lineage is one value per batch (run) here and becomes a column
+        by run-end decoding in Arrow's C++; only the sequence (it follows the
+        offset) and the timestamp validity (-1 is null) are made row by row.
+        """
         cdef Py_ssize_t n = self.rows, nruns = self.runs.n // sizeof(Run)
-        cdef Py_ssize_t i, j, row = 0
+        cdef Py_ssize_t i, j, m = 0, row = 0
         cdef Run* runs = <Run*>self.runs.p
         cdef Run r
         cdef const int64_t* offsets = <const int64_t*>self.offset.p
         cdef const int64_t* tss = <const int64_t*>self.ts.p
-        cdef _Buf position = _Buf(), base_off = _Buf(), last_off = _Buf(), producer_id = _Buf()
-        cdef _Buf producer_epoch = _Buf(), sequence = _Buf(), leader_epoch = _Buf()
+        cdef bint all_v2 = True
+        cdef _Buf ends = _Buf(), position = _Buf(), base_off = _Buf(), last_off = _Buf()
+        cdef _Buf producer_id = _Buf(), producer_epoch = _Buf(), leader_epoch = _Buf()
         cdef _Buf magic = _Buf(), codec = _Buf(), ts_type = _Buf(), txn = _Buf(), crc = _Buf()
-        cdef _Buf v2 = _Buf(), ts_valid = _Buf()
-        cdef int64_t *p_pos, *p_base, *p_last, *p_pid
-        cdef int32_t *p_seq, *p_epoch
-        cdef int16_t *p_pepoch
-        cdef int8_t *p_magic, *p_codec, *p_tstype, *p_txn, *p_crc
-        cdef uint8_t *p_v2, *p_tsv
-        for b in (position, base_off, last_off, producer_id):
-            (<_Buf>b).reserve(8 * n); (<_Buf>b).n = 8 * n
-        sequence.reserve(4 * n); sequence.n = 4 * n
-        leader_epoch.reserve(4 * n); leader_epoch.n = 4 * n
-        producer_epoch.reserve(2 * n); producer_epoch.n = 2 * n
-        for b in (magic, codec, ts_type, txn, crc):
-            (<_Buf>b).reserve(n); (<_Buf>b).n = n
-        for b in (v2, ts_valid):
-            (<_Buf>b).reserve(n // 8 + 1); (<_Buf>b).n = (n + 7) // 8
-            memset((<_Buf>b).p, 0, n // 8 + 1)
-        p_pos = <int64_t*>position.p; p_base = <int64_t*>base_off.p
-        p_last = <int64_t*>last_off.p; p_pid = <int64_t*>producer_id.p
-        p_seq = <int32_t*>sequence.p; p_epoch = <int32_t*>leader_epoch.p
-        p_pepoch = <int16_t*>producer_epoch.p
-        p_magic = <int8_t*>magic.p; p_codec = <int8_t*>codec.p; p_tstype = <int8_t*>ts_type.p
-        p_txn = <int8_t*>txn.p; p_crc = <int8_t*>crc.p
-        p_v2 = <uint8_t*>v2.p; p_tsv = <uint8_t*>ts_valid.p
+        cdef _Buf run_v2 = _Buf(), sequence = _Buf(), row_v2 = _Buf(), ts_valid = _Buf()
+        cdef int32_t* p_seq
+        cdef uint8_t* p_tsv
+        cdef uint8_t* p_rv2
+        for b in (ends, position, base_off, last_off, producer_id, producer_epoch, leader_epoch,
+                  magic, codec, ts_type, txn, crc):
+            (<_Buf>b).reserve(8 * nruns + 8)
+        run_v2.reserve(nruns // 8 + 1)
+        memset(run_v2.p, 0, nruns // 8 + 1)
+        for i in range(nruns):
+            r = runs[i]
+            if r.count == 0:
+                continue  # an empty batch adds no rows (run ends must increase)
+            row += r.count
+            (<int32_t*>ends.p)[m] = <int32_t>row
+            (<int64_t*>position.p)[m] = r.position
+            (<int64_t*>base_off.p)[m] = r.base_offset
+            (<int64_t*>last_off.p)[m] = r.last_offset
+            (<int64_t*>producer_id.p)[m] = r.producer_id
+            (<int16_t*>producer_epoch.p)[m] = r.producer_epoch
+            (<int32_t*>leader_epoch.p)[m] = r.leader_epoch
+            (<int8_t*>magic.p)[m] = r.magic
+            (<int8_t*>codec.p)[m] = r.codec
+            (<int8_t*>ts_type.p)[m] = r.ts_type
+            (<uint8_t*>txn.p)[m] = r.txn
+            (<int8_t*>crc.p)[m] = r.crc
+            if r.v2:
+                run_v2.p[m >> 3] |= <char>(1 << (m & 7))
+            else:
+                all_v2 = False
+            m += 1
+        ends.n = 4 * m; position.n = base_off.n = last_off.n = producer_id.n = 8 * m
+        producer_epoch.n = 2 * m; leader_epoch.n = 4 * m
+        magic.n = codec.n = ts_type.n = txn.n = crc.n = m
+        run_v2.n = (m + 7) // 8
+        # row by row: the sequence follows each record's offset; -1 timestamps are null
+        sequence.reserve(4 * n + 4); sequence.n = 4 * n
+        ts_valid.reserve(n // 8 + 1); ts_valid.n = (n + 7) // 8
+        memset(ts_valid.p, 0, n // 8 + 1)
+        p_seq = <int32_t*>sequence.p
+        p_tsv = <uint8_t*>ts_valid.p
+        if not all_v2:  # v0/v1 rows have no producer sequence: null
+            row_v2.reserve(n // 8 + 1); row_v2.n = (n + 7) // 8
+            memset(row_v2.p, 0, n // 8 + 1)
+        p_rv2 = <uint8_t*>row_v2.p
+        row = 0
         for i in range(nruns):
             r = runs[i]
             for j in range(row, row + r.count):
-                p_pos[j] = r.position
-                p_base[j] = r.base_offset
-                p_last[j] = r.last_offset
-                p_pid[j] = r.producer_id
-                p_pepoch[j] = r.producer_epoch
-                p_epoch[j] = r.leader_epoch
                 p_seq[j] = <int32_t>_sequence(r.base_sequence, offsets[j] - r.base_offset)
-                p_magic[j] = r.magic
-                p_codec[j] = r.codec
-                p_tstype[j] = r.ts_type
-                p_txn[j] = r.txn
-                p_crc[j] = r.crc
-                if r.v2:
-                    p_v2[j >> 3] |= 1 << (j & 7)
+                if r.v2 and not all_v2:
+                    p_rv2[j >> 3] |= <uint8_t>(1 << (j & 7))
             row += r.count
         for j in range(n):
             if tss[j] != -1:
-                p_tsv[j >> 3] |= 1 << (j & 7)
+                p_tsv[j >> 3] |= <uint8_t>(1 << (j & 7))
+
         i8, i16, i32, i64 = pa.int8(), pa.int16(), pa.int32(), pa.int64()
+        run_ends = pa.Array.from_buffers(i32, m, [None, ends.buffer()])
+        v2_bits = run_v2.buffer()
+
+        def expand(values):
+            if n == 0:
+                return values.slice(0, 0)
+            return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, values))
+
         fields = list(self.schema)
         headers_type = fields[5].type
         items = pa.StructArray.from_arrays(
-            [self.hkey.array(pa.string(), self.hkey.valid.count),
-             self.hvalue.array(pa.binary(), self.hvalue.valid.count)],
+            [self.hkey.array(pa.string(), self.hkey.count),
+             self.hvalue.array(pa.binary(), self.hvalue.count)],
             fields=list(headers_type.value_type),
         )
-        v2_bits = v2.buffer()
         arrays = [
             pa.Array.from_buffers(i64, n, [None, self.offset.buffer()]),
             pa.Array.from_buffers(fields[1].type, n, [ts_valid.buffer(), self.ts.buffer()]),
-            _strings(p_tstype, n, _TS_NAMES),
+            expand(_strings(<const int8_t*>ts_type.p, m, _TS_NAMES)),
             self.key.array(pa.binary(), n),
             self.value.array(pa.binary(), n),
             pa.ListArray.from_arrays(pa.Array.from_buffers(i32, n + 1, [None, self.hlist.buffer()]),
                                      items, type=headers_type),
-            pa.Array.from_buffers(i64, n, [None, position.buffer()]),
-            pa.Array.from_buffers(i64, n, [None, base_off.buffer()]),
-            pa.Array.from_buffers(i64, n, [None, last_off.buffer()]),
-            pa.Array.from_buffers(i8, n, [None, magic.buffer()]),
-            _strings(p_codec, n, _CODEC_NAMES),
-            pa.Array.from_buffers(i64, n, [v2_bits, producer_id.buffer()]),
-            pa.Array.from_buffers(i16, n, [v2_bits, producer_epoch.buffer()]),
-            pa.Array.from_buffers(i32, n, [v2_bits, sequence.buffer()]),
-            pa.Array.from_buffers(i32, n, [v2_bits, leader_epoch.buffer()]),
-            pa.Array.from_buffers(pa.uint8(), n, [None, txn.buffer()]).cast(pa.bool_()),
-            CRC_VALID.take(pa.Array.from_buffers(i8, n, [None, crc.buffer()])),
+            expand(pa.Array.from_buffers(i64, m, [None, position.buffer()])),
+            expand(pa.Array.from_buffers(i64, m, [None, base_off.buffer()])),
+            expand(pa.Array.from_buffers(i64, m, [None, last_off.buffer()])),
+            expand(pa.Array.from_buffers(i8, m, [None, magic.buffer()])),
+            expand(_strings(<const int8_t*>codec.p, m, _CODEC_NAMES)),
+            expand(pa.Array.from_buffers(i64, m, [v2_bits, producer_id.buffer()])),
+            expand(pa.Array.from_buffers(i16, m, [v2_bits, producer_epoch.buffer()])),
+            pa.Array.from_buffers(i32, n, [None if all_v2 else row_v2.buffer(), sequence.buffer()]),
+            expand(pa.Array.from_buffers(i32, m, [v2_bits, leader_epoch.buffer()])),
+            expand(pa.Array.from_buffers(pa.uint8(), m, [None, txn.buffer()]).cast(pa.bool_())),
+            expand(CRC_VALID.take(pa.Array.from_buffers(i8, m, [None, crc.buffer()]))),
         ]
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
