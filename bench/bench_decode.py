@@ -32,6 +32,7 @@ from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 import kafkalog
+from clients import consume
 
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -64,17 +65,7 @@ def make_segment(path: Path, n_records: int, codec: str, per_batch: int = 200) -
 
 
 def kafka_python(data: bytes) -> int:
-    n = 0
-    mr = MemoryRecords(data)
-    while True:
-        b = mr.next_batch()
-        if b is None:
-            return n
-        if not b.validate_crc():
-            raise SystemExit("kafka-python: CRC mismatch in the benchmark file")
-        for r in b:
-            r.offset, r.timestamp, r.key, r.value, r.headers
-            n += 1
+    return consume(MemoryRecords, "kafka-python", data)
 
 
 def kafkalog_batches(path: Path) -> int:

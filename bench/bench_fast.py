@@ -69,6 +69,7 @@ from kafka.record import MemoryRecords as KafkaPythonMemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 import kafkalog
+from clients import consume
 
 try:
     from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
@@ -208,31 +209,11 @@ def kafkalog_pure(path: Path, data: bytes, codec: str):
 
 
 def kafka_python(path: Path, data: bytes, codec: str) -> int:
-    n = 0
-    mr = KafkaPythonMemoryRecords(data)
-    while True:
-        b = mr.next_batch()
-        if b is None:
-            return n
-        if not b.validate_crc():
-            raise SystemExit("kafka-python: CRC mismatch in the benchmark file")
-        for r in b:
-            r.offset, r.timestamp, r.key, r.value, r.headers
-            n += 1
+    return consume(KafkaPythonMemoryRecords, "kafka-python", data)
 
 
 def aiokafka(path: Path, data: bytes, codec: str) -> int:
-    n = 0
-    mr = AioMemoryRecords(data)
-    while True:
-        b = mr.next_batch()
-        if b is None:
-            return n
-        if not b.validate_crc():
-            raise SystemExit("aiokafka: CRC mismatch in the benchmark file")
-        for r in b:
-            r.offset, r.timestamp, r.key, r.value, r.headers
-            n += 1
+    return consume(AioMemoryRecords, "aiokafka", data)
 
 
 def _floor_decompressor(codec: str):
