@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from . import codecs
+
 try:
     from . import _speedups
 except ImportError:  # not built (no compiler at install time): pure Python only
@@ -30,23 +32,21 @@ class FastSink:
     framed; ``full`` says the caller should flush before more is added.
     """
 
-    def __init__(self, schema, want_batch_rows: bool, max_rows: int) -> None:
-        from . import codecs
-
+    def __init__(self, schema, want_batch_rows: bool, max_rows: int, max_bytes: int) -> None:
         self.columns = _speedups.RecordColumns(schema)
         self.add_v2 = self.columns.add_v2
         self._want_rows = want_batch_rows
         self._max_rows = max_rows
-        self._decompress = codecs.decompress
+        self._max_bytes = max_bytes
 
     @property
     def full(self) -> bool:
-        return self.columns.rows >= self._max_rows
+        return self.columns.rows >= self._max_rows or self.columns.nbytes >= self._max_bytes
 
     def run(self, buf, pos, base, verify_crc, limits, prev_last):
         rows = [] if self._want_rows else None
         new_pos, prev_last = self.columns.scan_run(
-            buf, buf, pos, base, verify_crc, limits, prev_last, self._decompress, rows,
-            self._max_rows,
+            buf, buf, pos, base, verify_crc, limits, prev_last, codecs.decompress, rows,
+            self._max_rows, self._max_bytes,
         )
         return new_pos, prev_last, rows

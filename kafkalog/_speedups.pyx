@@ -523,7 +523,7 @@ cdef class RecordColumns:
 
     def scan_run(self, buf, const uint8_t[::1] view, Py_ssize_t pos, int64_t base,
                  bint verify_crc, limits, object prev_last, object decompress, list rows,
-                 Py_ssize_t stop_rows):
+                 Py_ssize_t stop_rows, Py_ssize_t stop_bytes):
         """Consume consecutive *regular* v2 data batches from ``pos``.
 
         Regular: plausible size that fits, magic 2, not a control batch, a
@@ -532,8 +532,8 @@ cdef class RecordColumns:
         first entry that is anything else is left to the Python reader, which
         then reports findings exactly as it always does. Returns
         ``(new_pos, prev_last)``; appends one batches-table row per batch to
-        ``rows`` (unless ``rows`` is None). Stops once ``stop_rows`` rows are
-        held, so the caller can flush.
+        ``rows`` (unless ``rows`` is None). Stops once ``stop_rows`` rows or
+        ``stop_bytes`` bytes of batches are held, so the caller can flush.
         """
         cdef Py_ssize_t n = view.shape[0], size, end, count
         cdef const uint8_t* d = &view[0] if n > 0 else NULL
@@ -552,7 +552,7 @@ cdef class RecordColumns:
         cdef const uint8_t[::1] inflated
         if has_prev:
             prev = prev_last
-        while pos + 17 < n and self.rows < stop_rows:
+        while pos + 17 < n and self.rows < stop_rows and self.nbytes < stop_bytes:
             h = d + pos
             size = kl_be32(h + 8)
             end = pos + 12 + size

@@ -271,7 +271,7 @@ def stream(
     if "records" in wanted and _accel.active():
         # compiled: runs of regular v2 batches go from the bytes into Arrow
         # buffers; the entries it leaves are read in Python and added as objects
-        sink = _accel.FastSink(RECORDS_SCHEMA, "batches" in wanted, max_rows)
+        sink = _accel.FastSink(RECORDS_SCHEMA, "batches" in wanted, max_rows, max_bytes)
         wanted["records"] = sink.columns
         add_records = sink.columns.add_batch
     else:

@@ -151,3 +151,17 @@ def test_install_without_compiler_falls_back(tmp_path):
     assert "the compiled fast path could not be built" in p.stderr
     assert "installing the pure-Python decoder only" in p.stderr
     assert not list((tmp_path / "lib").rglob("*.so"))
+
+
+@pytest.mark.parametrize("pure", [True, False])
+def test_streamed_record_batches_respect_max_bytes(pure):
+    # 50 batches of 4 records of 100 kB: chunks must flush by bytes, not only by rows
+    data = b"".join(
+        encode_v2_batch(i * 4, [WriteRecord(b"k", bytes([i]) * 100_000) for _ in range(4)])
+        for i in range(50))
+    with pure_python(pure):
+        chunks = [rb for _, rb in kafkalog.stream(data, tables=("records",), max_bytes=1_000_000)]
+    assert sum(rb.num_rows for rb in chunks) == 200
+    # a chunk closes once it holds max_bytes of batches: at most one batch (~400 kB) over
+    assert max(rb.nbytes for rb in chunks) < 1_000_000 + 500_000
+    assert len(chunks) >= 14
