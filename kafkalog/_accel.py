@@ -38,12 +38,16 @@ class FastSink:
         self._want_rows = want_batch_rows
         self._max_rows = max_rows
         self._max_bytes = max_bytes
+        self._sized = False
 
     @property
     def full(self) -> bool:
         return self.columns.rows >= self._max_rows or self.columns.nbytes >= self._max_bytes
 
     def run(self, buf, pos, base, verify_crc, limits, prev_last):
+        if not self._sized:  # a chunk holds at most max_bytes (plus a batch) of input
+            self.columns.expect(min(len(buf) - pos, self._max_bytes) + (1 << 16))
+            self._sized = True
         rows = [] if self._want_rows else None
         new_pos, prev_last = self.columns.scan_run(
             buf, buf, pos, base, verify_crc, limits, prev_last, codecs.decompress, rows,
