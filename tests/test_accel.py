@@ -165,3 +165,31 @@ def test_streamed_record_batches_respect_max_bytes(pure):
     # a chunk closes once it holds max_bytes of batches: at most one batch (~400 kB) over
     assert max(rb.nbytes for rb in chunks) < 1_000_000 + 500_000
     assert len(chunks) >= 14
+
+
+@needs_compiled
+@pytest.mark.parametrize("path", FILES[:6], ids=IDS[:6])
+def test_compiled_crc32c_and_its_table_twin_match_the_crc32c_package(path):
+    # the fast path's CRC-32C (SSE4.2 where the CPU has it, else a table) and
+    # its table twin agree with the crc32c package on every batch's CRC range
+    from crc32c import crc32c
+
+    from kafkalog import _speedups
+
+    data = path.read_bytes()
+    for b in kafkalog.iter_batches(data):
+        covered = data[b.position + 21 : b.end]
+        expected = crc32c(covered)
+        assert _speedups.crc32c(covered) == expected == b.crc
+        assert _speedups.crc32c(covered, software=True) == expected
+
+
+@needs_compiled
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 63, 64, 65, 4096, 100_003])
+def test_compiled_crc32c_at_length_edges(size):
+    from crc32c import crc32c
+
+    from kafkalog import _speedups
+
+    data = bytes((i * 131 + 7) & 0xFF for i in range(size))
+    assert _speedups.crc32c(data) == _speedups.crc32c(data, software=True) == crc32c(data)
