@@ -331,6 +331,18 @@ cdef inline void _put(_Out* o, const uint8_t* src, int64_t length) noexcept nogi
     o.nvals = i + 1
 
 
+cdef inline int _nullable(const uint8_t* d, Py_ssize_t end, Py_ssize_t* pos, _Out* o) noexcept nogil:
+    """A varint length (-1: null) and that many bytes, into ``o``; -1 where
+    the length is malformed or runs past ``end``."""
+    cdef int64_t n
+    if _vi(d, end, pos, 5, &n) < 0 or n < -1 or pos[0] + n > end:
+        return -1
+    _put(o, d + pos[0], n)
+    if n > 0:
+        pos[0] += n
+    return 0
+
+
 cdef inline void _commit(_Binary col, _Out* o) noexcept:
     col.offsets.n = 4 * (o.nvals + 1)
     col.data.n = o.ndata
@@ -464,7 +476,7 @@ cdef class RecordColumns:
         are committed only when the whole batch parsed.
         """
         cdef Py_ssize_t pos = 0, record_end, i, h, max_headers = end // 2 + 1
-        cdef int64_t length, ts_delta, offset_delta, n, hcount, hk, hv
+        cdef int64_t length, ts_delta, offset_delta, hcount, hk
         cdef int64_t* off_out
         cdef int64_t* ts_out
         cdef int32_t* hl_out
@@ -499,16 +511,8 @@ cdef class RecordColumns:
             if (ts_delta > 0 and base_timestamp > INT64_MAX - ts_delta) or \
                     (ts_delta < 0 and base_timestamp < INT64_MIN - ts_delta):
                 return -1
-            if _vi(d, record_end, &pos, 5, &n) < 0 or n < -1 or pos + n > record_end:
+            if _nullable(d, record_end, &pos, &key) < 0 or _nullable(d, record_end, &pos, &value) < 0:
                 return -1
-            _put(&key, d + pos, n)
-            if n > 0:
-                pos += n
-            if _vi(d, record_end, &pos, 5, &n) < 0 or n < -1 or pos + n > record_end:
-                return -1
-            _put(&value, d + pos, n)
-            if n > 0:
-                pos += n
             if _vi(d, record_end, &pos, 5, &hcount) < 0 or hcount < 0 \
                     or hcount * 2 > record_end - pos:
                 return -1
@@ -518,11 +522,8 @@ cdef class RecordColumns:
                     return -1
                 _put(&hkey, d + pos, hk)
                 pos += hk
-                if _vi(d, record_end, &pos, 5, &hv) < 0 or hv < -1 or pos + hv > record_end:
+                if _nullable(d, record_end, &pos, &hvalue) < 0:
                     return -1
-                _put(&hvalue, d + pos, hv)
-                if hv > 0:
-                    pos += hv
             if pos != record_end:
                 return -1
             hl_out[i] = <int32_t>hkey.nvals

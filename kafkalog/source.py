@@ -26,7 +26,6 @@ class View:
     buf: memoryview  # the bytes to decode (the byte range only)
     base: int  # absolute position of buf[0] in the source
     name: str  # file name, or "<bytes>"
-    total_size: int  # size of the whole source
     #: ``done(pos)``: the reader will not need ``buf[:pos]`` again (it may,
     #: and then it is read again); a mapped file gives those pages back.
     done: Callable[[int], None] = lambda pos: None
@@ -48,7 +47,7 @@ def open_source(source, byte_range=None) -> Iterator[View]:
     if isinstance(source, (bytes, bytearray, memoryview)):
         buf = memoryview(source).cast("B")
         start, end = _range(len(buf), byte_range)
-        yield View(buf[start:end], start, "<bytes>", len(buf))
+        yield View(buf[start:end], start, "<bytes>")
         return
     if isinstance(source, (str, os.PathLike)):
         name = os.fspath(source)
@@ -80,7 +79,7 @@ def open_source(source, byte_range=None) -> Iterator[View]:
             raise SourceError(f"{name} is not opened in binary mode")
         buf = memoryview(data)
         start, end = _range(len(buf), byte_range)
-        yield View(buf[start:end], start, name, len(buf))
+        yield View(buf[start:end], start, name)
         return
     raise SourceError(
         f"cannot decode a {type(source).__name__}: pass a path, bytes, memoryview or binary file"
@@ -95,7 +94,7 @@ def _map_file(f, name: str, byte_range) -> Iterator[View]:
         raise SourceError(f"cannot stat {name}: {err.strerror or err}") from err
     start, end = _range(size, byte_range)
     if size == 0:
-        yield View(memoryview(b""), 0, name, 0)
+        yield View(memoryview(b""), 0, name)
         return
     try:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -114,7 +113,7 @@ def _map_file(f, name: str, byte_range) -> Iterator[View]:
             released[0] = stop
 
     try:
-        yield View(whole[start:end], start, name, size, done)
+        yield View(whole[start:end], start, name, done)
     finally:
         try:
             whole.release()

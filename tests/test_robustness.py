@@ -504,35 +504,30 @@ def _bomb_records_prefix() -> bytes:
     return s.varint(body_len) + b"\x00\x00\x00\x01" + s.varint(BOMB)
 
 
-def _gzip_bomb() -> bytes:
-    c = zlib.compressobj(9, zlib.DEFLATED, 31)
-    out = [c.compress(_bomb_records_prefix())]
+def _stream_bomb(c, head: bytes = b"") -> bytes:
+    """The bomb's records streamed through compressor ``c`` (compress/flush)."""
+    out = [head, c.compress(_bomb_records_prefix())]
     for _ in range(BOMB // len(CHUNK)):
         out.append(c.compress(CHUNK))
     out.append(c.compress(b"\x00") + c.flush())
     return b"".join(out)
+
+
+def _gzip_bomb() -> bytes:
+    return _stream_bomb(zlib.compressobj(9, zlib.DEFLATED, 31))
 
 
 def _zstd_bomb() -> bytes:
     import zstandard
 
-    c = zstandard.ZstdCompressor(level=3, write_content_size=False).compressobj()
-    out = [c.compress(_bomb_records_prefix())]
-    for _ in range(BOMB // len(CHUNK)):
-        out.append(c.compress(CHUNK))
-    out.append(c.compress(b"\x00") + c.flush())
-    return b"".join(out)
+    return _stream_bomb(zstandard.ZstdCompressor(level=3, write_content_size=False).compressobj())
 
 
 def _lz4_bomb() -> bytes:
     import lz4.frame
 
     c = lz4.frame.LZ4FrameCompressor()
-    out = [c.begin(), c.compress(_bomb_records_prefix())]
-    for _ in range(BOMB // len(CHUNK)):
-        out.append(c.compress(CHUNK))
-    out.append(c.compress(b"\x00") + c.flush())
-    return b"".join(out)
+    return _stream_bomb(c, c.begin())
 
 
 def _snappy_bomb() -> bytes:
