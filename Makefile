@@ -22,10 +22,11 @@ demo: venv
 	$(BIN)/python -m kafkalog.demo demo-output
 
 # The suite runs twice: on the compiled fast path (which the install must have
-# built) and on the pure-Python reference (KAFKALOG_PURE_PYTHON=1).
+# built) and on the pure-Python reference (KAFKALOG_PURE_PYTHON=1); the pipeline
+# tests (Spark, S3, Airflow, browser) do not depend on the decoder path and run once.
 test: venv
 	KAFKALOG_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider
-	KAFKALOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+	KAFKALOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not pipeline"
 
 # Benchmark-only dependencies (aiokafka) are installed here, not by venv.
 bench: venv

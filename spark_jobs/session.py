@@ -1,0 +1,42 @@
+"""The SparkSession every job builds: the same settings in tests, the demo and production."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: settings every session gets (a caller's ``conf`` overrides them)
+DEFAULTS = {
+    # partition columns stay strings: dt=2026-11-20 is not a date, topic=007 is not an int
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.adaptive.enabled": "true",
+}
+
+
+def build_session(app_name: str, master: str | None = None, conf: dict | None = None):
+    """A SparkSession; ``master`` None leaves it to spark-submit (or ``local[*]``)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # not under spark-submit (which sets the master): the embedded default
+        builder = builder.master(master := "local[*]")
+    settings = dict(DEFAULTS)
+    if master is not None and master.startswith("local"):
+        settings["spark.ui.enabled"] = "false"
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    settings.update(conf or {})
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+

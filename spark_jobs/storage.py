@@ -1,0 +1,277 @@
+"""One interface over the two kinds of root the pipeline reads and writes.
+
+A root is a local directory or ``s3://bucket/prefix``. S3 goes through boto3
+(there are no ``s3a://`` jars here): the endpoint and credentials come from the
+standard AWS environment variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``) or from an explicit
+:class:`S3Config`, which is small and picklable so that executors can rebuild
+the client themselves: segment bytes never pass through the driver.
+
+Keys are always ``/``-separated and relative to the root.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple
+
+_TOKEN_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def run_token(run_id: str) -> str:
+    """A file-name-safe, unique form of ``run_id`` (see docs/tables.md)."""
+    if not run_id:
+        raise ValueError("a run id must not be empty")
+    safe = _TOKEN_SAFE.sub("_", run_id)
+    if safe == run_id:
+        return safe
+    return f"{safe}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
+
+
+class ObjectInfo(NamedTuple):
+    key: str  # relative to the root
+    size: int
+    etag: str | None  # S3 ETag (quotes stripped); None for local files
+    mtime: dt.datetime  # UTC
+
+
+@dataclass(frozen=True)
+class S3Config:
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    session_token: str | None = None
+
+    @classmethod
+    def from_env(cls, endpoint_url: str | None = None) -> "S3Config":
+        """Endpoint and credentials as this process sees them (resolved once, on the driver)."""
+        import boto3
+
+        session = boto3.session.Session()
+        creds = session.get_credentials()
+        frozen = creds.get_frozen_credentials() if creds is not None else None
+        return cls(
+            endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL"),
+            region=session.region_name or "us-east-1",
+            access_key=frozen.access_key if frozen else None,
+            secret_key=frozen.secret_key if frozen else None,
+            session_token=frozen.token if frozen else None,
+        )
+
+    def client(self):
+        return _client(self)
+
+
+_CLIENTS: dict = {}
+
+
+def _client(cfg: S3Config):
+    client = _CLIENTS.get(cfg)
+    if client is None:
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.client(
+            "s3",
+            endpoint_url=cfg.endpoint_url,
+            region_name=cfg.region,
+            aws_access_key_id=cfg.access_key,
+            aws_secret_access_key=cfg.secret_key,
+            aws_session_token=cfg.session_token,
+            config=Config(retries={"max_attempts": 8, "mode": "adaptive"},
+                          max_pool_connections=16),
+        )
+        _CLIENTS[cfg] = client
+    return client
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith("s3://")
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    rest = uri[len("s3://"):]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise ValueError(f"{uri!r} names no bucket")
+    return bucket, prefix.strip("/")
+
+
+def join(root: str, key: str) -> str:
+    return root.rstrip("/") + "/" + key.lstrip("/") if key else root
+
+
+class StorageError(RuntimeError):
+    """A root could not be listed, read or written; the message says which and why."""
+
+
+class LocalStore:
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root[len("file://"):] if root.startswith("file://") else root)
+
+    def uri(self, key: str = "") -> str:
+        return os.path.join(self.root, key) if key else self.root
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.root, key)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        top = os.path.join(self.root, prefix)
+        if os.path.isfile(top):
+            st = os.stat(top)
+            yield ObjectInfo(prefix, st.st_size, None, _utc(st.st_mtime))
+            return
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            for name in sorted(filenames):
+                full = os.path.join(dirpath, name)
+                st = os.stat(full)
+                rel = os.path.relpath(full, self.root).replace(os.sep, "/")
+                yield ObjectInfo(rel, st.st_size, None, _utc(st.st_mtime))
+
+    def exists(self, key: str) -> bool:
+        return os.path.exists(self.path(key))
+
+    def stat(self, key: str) -> ObjectInfo:
+        st = os.stat(self.path(key))
+        return ObjectInfo(key, st.st_size, None, _utc(st.st_mtime))
+
+    def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        with open(self.path(key), "rb") as f:
+            f.seek(start)
+            return f.read() if end is None else f.read(end - start)
+
+    def write(self, key: str, data: bytes) -> None:
+        full = self.path(key)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        tmp = f"{full}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, full)
+
+    def copy(self, src_key: str, dst_key: str) -> None:
+        dst = self.path(dst_key)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(self.path(src_key), dst + ".tmp")
+        os.replace(dst + ".tmp", dst)
+
+    def delete(self, keys) -> None:
+        for key in keys:
+            try:
+                os.remove(self.path(key))
+            except FileNotFoundError:
+                pass
+
+    def delete_prefix(self, prefix: str) -> None:
+        top = self.path(prefix)
+        if os.path.isdir(top):
+            shutil.rmtree(top)
+        elif os.path.exists(top):
+            os.remove(top)
+
+
+class S3Store:
+    def __init__(self, root: str, config: S3Config | None = None):
+        self.bucket, self.prefix = split_s3(root)
+        self.config = config or S3Config.from_env()
+
+    @property
+    def client(self):
+        return self.config.client()
+
+    def uri(self, key: str = "") -> str:
+        base = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        return f"{base}/{key}" if key else base
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        full = self._key(prefix)
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
+                for obj in page.get("Contents", ()):
+                    yield ObjectInfo(obj["Key"][strip:], obj["Size"],
+                                     obj.get("ETag", "").strip('"') or None,
+                                     obj["LastModified"].astimezone(dt.timezone.utc))
+        except Exception as err:
+            raise StorageError(f"cannot list {self.uri(prefix)}: {_why(err)}") from err
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.stat(key)
+            return True
+        except StorageError:
+            return False
+
+    def stat(self, key: str) -> ObjectInfo:
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as err:
+            raise StorageError(f"cannot stat {self.uri(key)}: {_why(err)}") from err
+        return ObjectInfo(key, head["ContentLength"], head.get("ETag", "").strip('"') or None,
+                          head["LastModified"].astimezone(dt.timezone.utc))
+
+    def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        if end is not None and end <= start:
+            return b""
+        extra = {}
+        if start or end is not None:
+            extra["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key), **extra)
+            return resp["Body"].read()
+        except Exception as err:
+            raise StorageError(f"cannot read {self.uri(key)} [{start}, {end}): {_why(err)}") from err
+
+    def write(self, key: str, data: bytes) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        except Exception as err:
+            raise StorageError(f"cannot write {self.uri(key)}: {_why(err)}") from err
+
+    def copy(self, src_key: str, dst_key: str) -> None:
+        try:
+            self.client.copy({"Bucket": self.bucket, "Key": self._key(src_key)},
+                             self.bucket, self._key(dst_key))
+        except Exception as err:
+            raise StorageError(f"cannot copy {self.uri(src_key)}: {_why(err)}") from err
+
+    def delete(self, keys) -> None:
+        keys = [self._key(k) for k in keys]
+        for i in range(0, len(keys), 1000):
+            chunk = keys[i:i + 1000]
+            try:
+                self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True})
+            except Exception as err:
+                raise StorageError(f"cannot delete under {self.uri()}: {_why(err)}") from err
+
+    def delete_prefix(self, prefix: str) -> None:
+        self.delete([o.key for o in self.list(prefix)])
+
+
+def open_store(root: str, config: S3Config | None = None) -> LocalStore | S3Store:
+    """The store for ``root`` (``s3://bucket/prefix`` or a local path)."""
+    return S3Store(root, config) if is_s3(root) else LocalStore(root)
+
+
+def _utc(ts: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc)
+
+
+def _why(err: Exception) -> str:
+    response = getattr(err, "response", None)
+    if isinstance(response, dict) and "Error" in response:
+        e = response["Error"]
+        return f"{e.get('Code')}: {e.get('Message') or ''}".rstrip(": ")
+    return f"{type(err).__name__}: {err}"
