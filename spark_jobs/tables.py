@@ -23,7 +23,7 @@ def table_files(store, name: str, run_token: str | None = None) -> list[str]:
         base = posixpath.basename(obj.key)
         if not base.endswith(".parquet"):
             continue
-        if run_token is not None and not base.startswith(run_token + "-") \
+        if run_token is not None and not base.startswith(run_token + "~") \
                 and base != run_token + ".parquet":
             continue
         keys.append(obj.key)
