@@ -1,0 +1,11 @@
+"""The "Data quality" view of kafkalog's warehouse in the Airflow 3 UI.
+
+- :mod:`.data`: reads ``W/dq_results/*.parquet`` and ``W/data_docs/<token>/`` (pyarrow, no Spark);
+- :mod:`.svg`: server-side SVG charts; :mod:`.pages`: the HTML;
+- :mod:`.app`: the FastAPI app Airflow mounts (``fastapi_apps``), authenticated by Airflow's
+  auth manager; :mod:`.links`: the "Data quality report" operator extra link.
+
+The plugin class itself is in ``plugins/kafkalog_quality_plugin.py``; this package is kept out of
+Airflow's plugin scan by ``plugins/.airflowignore`` and imported as a normal package (Airflow
+puts the plugins folder on ``sys.path``).
+"""

@@ -1,0 +1,152 @@
+"""The FastAPI app of the Data quality view, mounted by Airflow's api-server under ``URL_PREFIX``.
+
+Routes (relative to the prefix):
+
+=====================================  ============================================================
+``GET /``                              runs, newest first, with verdict counts and the charts
+``GET /runs/{token}``                  one run: its checks, per topic-partition results, details
+``GET /runs/{token}/docs/{path}``      that run's Data Docs, read from the warehouse (local or S3)
+``GET /api/runs``                      the runs list as JSON
+``GET /api/runs/{token}``              one run as JSON (summary, checks, every result row)
+``GET /api/series``                    the charts' figures as JSON
+=====================================  ============================================================
+
+Authentication: Airflow does not authenticate plugin apps (a mounted app inherits none of
+the core API's dependencies), so every route here asks Airflow's configured auth manager
+itself. The caller is the user of the ``Authorization: Bearer <JWT>`` header (from
+``POST /auth/token``) or of the UI's session cookie; an HTML request without one is
+redirected to the auth manager's login page (and back), an API request gets 401. The user
+must be allowed to see the website and to read the DAG runs of one of ``DAG_IDS``; else 403.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from . import data, pages
+
+URL_PREFIX = "/kafkalog-quality"
+#: the DAGs whose quality task writes dq_results (see plugins/README.md)
+DAG_IDS = ("kafka_segments_nightly", "kafka_segments_backfill")
+
+
+class _LoginRequired(Exception):
+    def __init__(self, login_url: str):
+        self.login_url = login_url
+
+
+async def _airflow_user(request: Request):
+    """The caller as Airflow's auth manager sees them, authorized to read the pipeline's runs."""
+    from fastapi.security import HTTPAuthorizationCredentials
+
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import (
+        AccessView, DagAccessEntity, DagDetails)
+    from airflow.api_fastapi.core_api.security import get_user
+
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    bearer = (HTTPAuthorizationCredentials(scheme=scheme, credentials=credentials.strip())
+              if scheme.lower() == "bearer" and credentials.strip() else None)
+    try:
+        user = await get_user(request, None, bearer)
+    except HTTPException as err:
+        if err.status_code in (401, 403) and bearer is None and _wants_html(request):
+            raise _LoginRequired(get_auth_manager().get_url_login(next_url=str(request.url)))
+        raise
+    manager = get_auth_manager()
+    allowed = manager.is_authorized_view(access_view=AccessView.WEBSITE, user=user) and any(
+        manager.is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN,
+                                  details=DagDetails(id=dag_id), user=user)
+        for dag_id in DAG_IDS)
+    if not allowed:
+        raise HTTPException(status_code=403, detail="not allowed to read the pipeline's DAG runs")
+    return user
+
+
+def _wants_html(request: Request) -> bool:
+    """Pages get a login redirect, the JSON API a status code."""
+    path, root = request.scope.get("path", ""), request.scope.get("root_path", "")
+    local = path[len(root):] if root and path.startswith(root) else path
+    return not (local == "/api" or local.startswith("/api/"))
+
+
+def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI:
+    """The app. ``root`` fixes the warehouse (else it is resolved per request, see data.warehouse_root).
+
+    ``authenticate=False`` serves without asking Airflow (only for use outside an api-server,
+    e.g. embedding the views elsewhere behind another gate); the plugin always authenticates.
+    """
+    deps = [Depends(_airflow_user)] if authenticate else []
+    app = FastAPI(title="kafkalog data quality", dependencies=deps, docs_url=None,
+                  redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(_LoginRequired)
+    async def _login(request: Request, exc: _LoginRequired):
+        return RedirectResponse(exc.login_url, status_code=307)
+
+    @app.exception_handler(data.WarehouseNotConfigured)
+    async def _unconfigured(request: Request, exc: data.WarehouseNotConfigured):
+        if _wants_html(request):
+            return HTMLResponse(pages.message_page("Data quality", str(exc), _base(request)),
+                                status_code=503)
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    def warehouse() -> data.Warehouse:
+        return data.Warehouse(root or data.warehouse_root())
+
+    @app.get("/", response_class=HTMLResponse)
+    def index(request: Request):
+        wh = warehouse()
+        return HTMLResponse(pages.index_page(wh.runs(), _base(request), wh.root))
+
+    @app.get("/runs/{token}", response_class=HTMLResponse)
+    def run_view(request: Request, token: str):
+        run = warehouse().run(token)
+        if run is None:
+            return HTMLResponse(pages.message_page(
+                "No such run", f"no data-quality results for run {token!r} in this warehouse",
+                _base(request)), status_code=404)
+        return HTMLResponse(pages.run_page(run, _base(request)))
+
+    @app.get("/runs/{token}/docs")
+    def docs_root(token: str):
+        return RedirectResponse("docs/index.html", status_code=307)
+
+    @app.get("/runs/{token}/docs/{path:path}")
+    def docs(token: str, path: str):
+        try:
+            body = warehouse().read_doc(token, path or "index.html")
+        except FileNotFoundError:
+            raise HTTPException(status_code=404, detail=f"no Data Docs file {path!r} for {token!r}")
+        media = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        # Data Docs are someone's HTML and scripts: run them in an opaque origin, so they
+        # cannot call Airflow's API with the viewer's session.
+        return Response(body, media_type=media, headers={
+            "Content-Security-Policy": "sandbox allow-scripts allow-popups allow-forms",
+            "X-Content-Type-Options": "nosniff"})
+
+    @app.get("/api/runs")
+    def api_runs():
+        wh = warehouse()
+        return {"warehouse": wh.root, "runs": [r.summary_json() for r in wh.runs()]}
+
+    @app.get("/api/runs/{token}")
+    def api_run(token: str):
+        run = warehouse().run(token)
+        if run is None:
+            raise HTTPException(status_code=404, detail=f"no data-quality results for {token!r}")
+        return run.as_json()
+
+    @app.get("/api/series")
+    def api_series():
+        return data.series(warehouse().runs())
+
+    return app
+
+
+def _base(request: Request) -> str:
+    """The app's mount point as the browser sees it (``root_path`` is set by the mount)."""
+    return request.scope.get("root_path", "") or "/"

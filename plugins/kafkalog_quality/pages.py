@@ -1,0 +1,169 @@
+"""HTML pages of the Data quality view: plain server-rendered HTML, no script, no CDN.
+
+Every page carries ``<base href>`` = the app's mount point, so links are relative to it and
+work behind a path prefix, directly or inside Airflow's embedded-view iframe.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from html import escape
+from urllib.parse import quote
+
+from . import data, svg
+
+STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px 24px;color:#1f2328}
+h1{font-size:20px;margin:0 0 12px}h2{font-size:16px;margin:20px 0 8px}
+table{border-collapse:collapse;margin:8px 0 16px}
+th,td{border-bottom:1px solid #e1e4e8;padding:4px 10px;text-align:left;vertical-align:top}
+th{background:#f6f8fa;font-weight:600}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+.verdict,.status{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:12px}
+.verdict-pass,.status-pass{background:#dafbe1;color:#116329}
+.verdict-warn,.status-warn{background:#fff8c5;color:#7d4e00}
+.verdict-fail,.status-fail{background:#ffebe9;color:#a40e26}
+.verdict-error,.verdict-empty,.status-other{background:#eaeef2;color:#424a53}
+tr.row-fail td{background:#fff5f5}tr.row-warn td{background:#fffdf0}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #e1e4e8;border-radius:6px;background:#fff}
+pre{margin:4px 0;white-space:pre-wrap;font-size:12px}summary{cursor:pointer;color:#0969da}
+.muted{color:#656d76}.error{color:#a40e26}nav a{margin-right:12px}
+"""
+
+
+def _page(title: str, base: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<base href=\"{escape(base.rstrip('/') + '/')}\">"
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
+        f"<body>{body}</body></html>"
+    )
+
+
+def _when(value: dt.datetime | None) -> str:
+    return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
+
+
+def _short_when(value: dt.datetime | None, fallback: str) -> str:
+    return value.astimezone(dt.timezone.utc).strftime("%m-%d %H:%M") if value else fallback[:14]
+
+
+def _status_class(status: str) -> str:
+    return f"status-{status}" if status in data.STATUSES else "status-other"
+
+
+def run_href(token: str) -> str:
+    return f"runs/{quote(token)}"
+
+
+def docs_href(token: str) -> str:
+    return f"runs/{quote(token)}/docs/index.html"
+
+
+def charts(runs: list[data.Run]) -> str:
+    """The three charts over runs, as inline SVG."""
+    s = data.series(runs)
+    ordered = list(reversed(runs))
+    labels = [_short_when(r.checked_at, r.token) for r in ordered]
+    names = [r.run_id for r in ordered]
+    return "".join([
+        svg.bar_chart("chart-crc", "CRC failures per run", labels,
+                      {"crc failures": s["crc_failures"]}, tooltips=names,
+                      colors={"crc failures": "#d1495b"}),
+        svg.bar_chart("chart-gaps", "Offset gaps by cause", labels, s["gaps_by_cause"],
+                      tooltips=names, legend=True),
+        svg.bar_chart("chart-timestamps", "Timestamp regressions per run", labels,
+                      {"timestamp regressions": s["timestamp_regressions"]}, tooltips=names,
+                      colors={"timestamp regressions": "#30638e"}),
+    ])
+
+
+def index_page(runs: list[data.Run], base: str, root: str) -> str:
+    rows = []
+    for run in runs:
+        counts = run.counts
+        docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}">Data Docs</a>'
+                if run.has_docs else '<span class="muted">—</span>')
+        note = f'<div class="error">{escape(run.error)}</div>' if run.error else ""
+        rows.append(
+            f'<tr class="run row-{escape(run.verdict)}" data-token="{escape(run.token)}" '
+            f'data-run-id="{escape(run.run_id)}" data-verdict="{escape(run.verdict)}">'
+            f'<td><a class="run-link" href="{escape(run_href(run.token))}">{escape(run.run_id)}</a>{note}</td>'
+            f"<td>{_when(run.checked_at)}</td>"
+            f'<td class="num count-pass">{counts["pass"]}</td>'
+            f'<td class="num count-warn">{counts["warn"]}</td>'
+            f'<td class="num count-fail">{counts["fail"]}</td>'
+            f'<td><span class="verdict verdict-{escape(run.verdict)}">{escape(run.verdict)}</span></td>'
+            f"<td>{docs}</td></tr>")
+    table = (
+        '<table id="runs"><thead><tr><th>Run</th><th>Checked at</th><th class="num">pass</th>'
+        '<th class="num">warn</th><th class="num">fail</th><th>Verdict</th><th>Data Docs</th>'
+        f'</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        if runs else '<p id="no-runs" class="muted">No data-quality results in this warehouse yet.</p>')
+    body = (
+        "<h1>Data quality</h1>"
+        f'<p class="muted">Warehouse <code>{escape(root)}</code> · {len(runs)} run(s) · '
+        '<a href="api/runs">JSON</a></p>'
+        f'<section class="charts" id="charts">{charts(runs)}</section>'
+        f"<h2>Runs</h2>{table}"
+    )
+    return _page("Data quality", base, body)
+
+
+def _details_cell(details) -> str:
+    if details is None:
+        return '<span class="muted">—</span>'
+    text = details if isinstance(details, str) else json.dumps(details, indent=2, sort_keys=True)
+    short = details if isinstance(details, str) else json.dumps(details, sort_keys=True)
+    if len(short) <= 80:
+        return f"<code>{escape(short)}</code>"
+    return (f"<details><summary>{escape(short[:77])}…</summary>"
+            f"<pre>{escape(text)}</pre></details>")
+
+
+def run_page(run: data.Run, base: str) -> str:
+    counts = run.counts
+    docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}">Data Docs of this run</a>'
+            if run.has_docs else '<span class="muted">no Data Docs for this run</span>')
+    parts = [
+        '<nav><a href="./">← all runs</a>'
+        f'<a href="api/runs/{escape(quote(run.token))}">JSON</a></nav>',
+        f'<h1>Run <span id="run-id">{escape(run.run_id)}</span> '
+        f'<span id="verdict" class="verdict verdict-{escape(run.verdict)}">{escape(run.verdict)}</span></h1>',
+        f'<p>Checked at {_when(run.checked_at)} · '
+        + " · ".join(f'<span class="count-{escape(k)}">{v} {escape(k)}</span>' for k, v in counts.items())
+        + f" · {docs}</p>",
+    ]
+    if run.error:
+        parts.append(f'<p class="error">This run\'s results could not be read: {escape(run.error)}</p>')
+    for check in run.checks():
+        rows = []
+        for r in check["rows"]:
+            rows.append(
+                f'<tr class="result row-{escape(r.status)}" data-topic="{escape(r.topic or "")}" '
+                f'data-partition="{"" if r.partition is None else r.partition}" '
+                f'data-status="{escape(r.status)}">'
+                f'<td>{escape(r.topic or "—")}</td>'
+                f'<td class="num">{"—" if r.partition is None else r.partition}</td>'
+                f'<td><span class="status {_status_class(r.status)}">{escape(r.status)}</span></td>'
+                f'<td>{escape(r.severity or "—")}</td>'
+                f'<td class="num">{"—" if r.observed is None else r.observed}</td>'
+                f'<td class="num">{"—" if r.failed is None else r.failed}</td>'
+                f"<td>{_details_cell(r.details)}</td></tr>")
+        summary = ", ".join(f"{n} {escape(s)}" for s, n in sorted(check["counts"].items()))
+        parts.append(
+            f'<section class="check" data-check="{escape(check["check"])}" '
+            f'data-status="{escape(check["status"])}">'
+            f'<h2>{escape(check["check"])} '
+            f'<span class="status {_status_class(check["status"])}">{escape(check["status"])}</span></h2>'
+            f'<p class="muted">severity {escape(", ".join(check["severity"]) or "—")} · {summary} · '
+            f'{check["failed"]} failed in total</p>'
+            '<table><thead><tr><th>Topic</th><th class="num">Partition</th><th>Status</th>'
+            '<th>Severity</th><th class="num">Observed</th><th class="num">Failed</th>'
+            f'<th>Details</th></tr></thead><tbody>{"".join(rows)}</tbody></table></section>')
+    return _page(f"Data quality · {run.run_id}", base, "".join(parts))
+
+
+def message_page(title: str, message: str, base: str) -> str:
+    return _page(title, base, f'<nav><a href="./">← all runs</a></nav><h1>{escape(title)}</h1>'
+                              f'<p class="error" id="message">{escape(message)}</p>')
