@@ -1,0 +1,519 @@
+"""The Data quality plugin without a server: loading dq_results, charts, pages, the extra link.
+
+Every expectation is computed from the rows the test writes (``scenario``), never typed in.
+The pages are served by the plugin's own FastAPI app through Starlette's test client, with
+authentication off (the api-server test, test_plugin_ui.py, covers Airflow's auth manager).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+# Airflow reads AIRFLOW_HOME at import: never let a test touch ~/airflow.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafkalog-plugin-airflow-"))
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spark_jobs import schemas, storage
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGINS = REPO / "plugins"
+sys.path.insert(0, str(PLUGINS))
+
+from kafkalog_quality import data, pages, svg  # noqa: E402
+from kafkalog_quality.app import URL_PREFIX, create_app  # noqa: E402
+
+pytestmark = pytest.mark.pipeline
+
+PARTITIONS = [("orders", 0), ("orders", 1), ("payments", 0)]
+CAUSES = ("compaction", "aborted_txn", "missing_segment")
+# check name -> status of a row that found something (a row that found nothing passes)
+CHECKS = {"crc_valid": "fail", "offset_gaps": "warn", "timestamp_regressions": "warn",
+          "row_count": "pass"}
+
+
+# ---- writing a warehouse ------------------------------------------------------------------
+
+
+def scenario(seed: int = 7) -> list[dict]:
+    """Three runs a day apart; the second has CRC failures (so it fails), the third only warns."""
+    rng = random.Random(seed)
+    start = dt.datetime(2026, 11, 18, 2, 30, tzinfo=dt.timezone.utc)
+    runs = []
+    for i, run_id in enumerate(["scheduled__2026-11-18T00:00:00+00:00",
+                                "scheduled__2026-11-19T00:00:00+00:00",
+                                "manual__2026-11-20T09:15:00+00:00"]):
+        checked_at = start + dt.timedelta(days=i, minutes=rng.randrange(60))
+        rows = []
+        for check, bad_status in CHECKS.items():
+            for topic, partition in PARTITIONS:
+                observed = rng.randrange(1000, 5000)
+                failed, details = 0, {}
+                if check == "crc_valid" and i == 1:
+                    failed = rng.randrange(1, 9)
+                elif check == "offset_gaps" and i > 0:
+                    by_cause = {c: rng.randrange(0, 4) for c in CAUSES}
+                    failed = sum(by_cause.values())
+                    details = {"by_cause": by_cause, "first_gap": rng.randrange(10**6)}
+                elif check == "timestamp_regressions" and i == 2 and partition == 0:
+                    failed = rng.randrange(1, 5)
+                    details = {"examples": [{"offset": rng.randrange(10**6), "delta_ms": -rng.randrange(1, 10**5)}
+                                            for _ in range(4)]}
+                rows.append({
+                    "run_id": run_id, "check": check, "topic": topic, "partition": partition,
+                    "status": bad_status if failed else "pass",
+                    "severity": "error" if bad_status == "fail" else "warning",
+                    "observed": observed, "failed": failed, "details": json.dumps(details),
+                    "checked_at": checked_at,
+                })
+        runs.append({"run_id": run_id, "checked_at": checked_at, "rows": rows})
+    return runs
+
+
+def write_run(store, run: dict, *, docs: bool = True) -> str:
+    """Write one run's dq_results file (and Data Docs with an asset); return its token."""
+    token = storage.run_token(run["run_id"])
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(run["rows"], schema=schemas.DQ_RESULTS), sink)
+    store.write(f"dq_results/{token}.parquet", sink.getvalue().to_pybytes())
+    if docs:
+        store.write(f"data_docs/{token}/index.html", docs_html(run["run_id"]).encode())
+        store.write(f"data_docs/{token}/static/styles.css", docs_css(run["run_id"]).encode())
+    return token
+
+
+def docs_html(run_id: str) -> str:
+    return (f'<!DOCTYPE html><html><head><link rel="stylesheet" href="static/styles.css"></head>'
+            f'<body><h1 id="gx-docs">Data Docs of {run_id}</h1></body></html>')
+
+
+def docs_css(run_id: str) -> str:
+    return f"/* {run_id} */ h1 {{ color: #123456; }}"
+
+
+def write_warehouse(root: str) -> list[dict]:
+    store = storage.open_store(root)
+    runs = scenario()
+    for run in runs:
+        run["token"] = write_run(store, run)
+    return runs
+
+
+def expected_counts(run: dict) -> dict:
+    c = Counter(r["status"] for r in run["rows"])
+    return {s: c.get(s, 0) for s in ("fail", "warn", "pass")}
+
+
+def expected_verdict(run: dict) -> str:
+    c = expected_counts(run)
+    return "fail" if c["fail"] else "warn" if c["warn"] else "pass"
+
+
+def expected_series(runs: list[dict]) -> dict:
+    oldest_first = sorted(runs, key=lambda r: r["checked_at"])
+    crc = [sum(r["failed"] for r in run["rows"] if r["check"] == "crc_valid") for run in oldest_first]
+    ts = [sum(r["failed"] for r in run["rows"] if r["check"] == "timestamp_regressions")
+          for run in oldest_first]
+    gaps: dict[str, list[int]] = {}
+    for i, run in enumerate(oldest_first):
+        for r in run["rows"]:
+            if r["check"] == "offset_gaps":
+                for cause, n in json.loads(r["details"]).get("by_cause", {}).items():
+                    gaps.setdefault(cause, [0] * len(runs))[i] += n
+    return {"crc": crc, "ts": ts, "gaps": gaps}
+
+
+# ---- reading HTML back ---------------------------------------------------------------------
+
+
+class Element:
+    def __init__(self, tag, attrs):
+        self.tag, self.attrs, self.text = tag, dict(attrs), ""
+        self.classes = set((self.attrs.get("class") or "").split())
+
+
+class Dom(HTMLParser):
+    """Every element with its attributes and its text (including descendants' text)."""
+
+    VOID = {"meta", "link", "br", "img", "input", "base", "hr", "col", "rect", "line"}
+
+    def __init__(self, html: str):
+        super().__init__(convert_charrefs=True)
+        self.elements: list[Element] = []
+        self._open: list[Element] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        el = Element(tag, attrs)
+        self.elements.append(el)
+        if tag not in self.VOID:
+            self._open.append(el)
+
+    def handle_startendtag(self, tag, attrs):
+        self.elements.append(Element(tag, attrs))
+
+    def handle_endtag(self, tag):
+        for i in range(len(self._open) - 1, -1, -1):
+            if self._open[i].tag == tag:
+                del self._open[i:]
+                break
+
+    def handle_data(self, text):
+        for el in self._open:
+            el.text += text
+
+    def find(self, tag=None, cls=None, **attrs) -> list[Element]:
+        out = []
+        for el in self.elements:
+            if tag and el.tag != tag:
+                continue
+            if cls and cls not in el.classes:
+                continue
+            if any(el.attrs.get(k.replace("_", "-")) != v for k, v in attrs.items()):
+                continue
+            out.append(el)
+        return out
+
+    def one(self, tag=None, cls=None, **attrs) -> Element:
+        found = self.find(tag, cls, **attrs)
+        assert len(found) == 1, f"expected one {tag}.{cls} {attrs}, found {len(found)}"
+        return found[0]
+
+
+# ---- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    root = str(tmp_path / "warehouse")
+    return root, write_warehouse(root)
+
+
+@pytest.fixture
+def client(warehouse):
+    from fastapi.testclient import TestClient
+
+    root, _ = warehouse
+    return TestClient(create_app(authenticate=False, root=root), root_path=URL_PREFIX)
+
+
+# ---- data ----------------------------------------------------------------------------------
+
+
+def test_runs_newest_first_with_counts_and_verdicts(warehouse):
+    root, runs = warehouse
+    loaded = data.Warehouse(root).runs()
+    newest_first = sorted(runs, key=lambda r: r["checked_at"], reverse=True)
+    assert [r.token for r in loaded] == [r["token"] for r in newest_first]
+    for got, want in zip(loaded, newest_first):
+        assert got.run_id == want["run_id"]
+        assert got.checked_at == want["checked_at"]
+        assert got.counts == expected_counts(want)
+        assert got.verdict == expected_verdict(want)
+        assert got.has_docs
+        assert len(got.results) == len(want["rows"])
+    assert {r.verdict for r in loaded} == {"pass", "fail", "warn"}  # the scenario covers all three
+
+
+def test_one_run_keeps_every_row_and_parses_details(warehouse):
+    root, runs = warehouse
+    want = runs[1]
+    run = data.Warehouse(root).run(want["token"])
+    got = sorted((r.check, r.topic, r.partition, r.status, r.failed, r.observed, json.dumps(r.details))
+                 for r in run.results)
+    assert got == sorted((r["check"], r["topic"], r["partition"], r["status"], r["failed"],
+                          r["observed"], json.dumps(json.loads(r["details"]))) for r in want["rows"])
+    checks = {c["check"]: c for c in run.checks()}
+    assert set(checks) == set(CHECKS)
+    for name, check in checks.items():
+        rows = [r for r in want["rows"] if r["check"] == name]
+        assert check["failed"] == sum(r["failed"] for r in rows)
+        assert check["counts"] == dict(Counter(r["status"] for r in rows))
+        assert [(r.topic, r.partition) for r in check["rows"]] == sorted(PARTITIONS)
+
+
+def test_unknown_or_unsafe_tokens_are_not_runs(warehouse):
+    root, _ = warehouse
+    wh = data.Warehouse(root)
+    assert wh.run("no-such-run") is None
+    for token in ["..", ".", "a/b", "../warehouse", ""]:
+        assert wh.run(token) is None
+
+
+def test_series_are_the_sums_of_the_rows(warehouse):
+    root, runs = warehouse
+    s = data.series(data.Warehouse(root).runs())
+    want = expected_series(runs)
+    assert [r["run_id"] for r in s["runs"]] == [r["run_id"] for r in sorted(runs, key=lambda r: r["checked_at"])]
+    assert s["crc_failures"] == want["crc"]
+    assert s["timestamp_regressions"] == want["ts"]
+    assert s["gaps_by_cause"] == want["gaps"]
+    assert sum(want["crc"]) > 0 and sum(want["ts"]) > 0 and want["gaps"]  # the scenario is not empty
+
+
+def test_gap_rows_without_by_cause_count_as_unspecified():
+    row = data.Result("r", "offset_gaps", "t", 0, "warn", "warning", 10, 4, {"other": 1}, None)
+    assert data.gap_causes(row) == {data.UNSPECIFIED_CAUSE: 4}
+    row = data.Result("r", "offset_gaps", "t", 0, "warn", "warning", 10, 4, {"by_cause": {"a": "2", "b": None}}, None)
+    assert data.gap_causes(row) == {"a": 2}
+    assert [data.check_kind(n) for n in ["crc_valid", "batch_CRC", "offset_gaps", "timestamp_regressions",
+                                         "timestamp_not_null", "row_count"]] == \
+        ["crc", "crc", "gaps", "timestamps", None, None]
+
+
+def test_unreadable_file_is_an_error_run_not_a_broken_page(warehouse, client):
+    root, runs = warehouse
+    storage.open_store(root).write("dq_results/broken.parquet", b"not parquet at all")
+    loaded = {r.token: r for r in data.Warehouse(root).runs()}
+    assert loaded["broken"].verdict == "error" and loaded["broken"].error
+    assert len(loaded) == len(runs) + 1
+    page = client.get("/")
+    assert page.status_code == 200
+    assert Dom(page.text).one("tr", data_token="broken").attrs["data-verdict"] == "error"
+
+
+def test_changed_file_is_read_again(warehouse):
+    root, runs = warehouse
+    wh = data.Warehouse(root)
+    before = wh.run(runs[0]["token"])
+    changed = dict(runs[0], rows=[dict(r, status="fail", failed=1) for r in runs[0]["rows"]])
+    write_run(storage.open_store(root), changed, docs=False)
+    after = wh.run(runs[0]["token"])
+    assert before.verdict == expected_verdict(runs[0]) != "fail"
+    assert after.counts["fail"] == len(changed["rows"])
+
+
+# ---- charts --------------------------------------------------------------------------------
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def test_bar_chart_is_svg_whose_bars_carry_the_values():
+    rng = random.Random(3)
+    labels = [f"run {i}" for i in range(7)]
+    series = {"a": [rng.randrange(0, 40) for _ in labels], "b": [rng.randrange(0, 40) for _ in labels]}
+    series["a"][2] = series["b"][2] = 0  # an empty bar
+    root = ET.fromstring(svg.bar_chart("c1", "T <&>", labels, series))
+    assert root.tag == SVG_NS + "svg" and root.get("id") == "c1"
+    assert int(root.get("data-total")) == sum(map(sum, series.values()))
+    bars = root.findall(SVG_NS + "g[@class='bar']")
+    assert len(bars) == len(labels)
+    unit = None
+    for i, bar in enumerate(bars):
+        rects = bar.findall(SVG_NS + "rect")
+        assert {r.get("data-series"): int(r.get("data-value")) for r in rects} == \
+            {k: v[i] for k, v in series.items() if v[i]}
+        assert int(bar.get("data-total")) == series["a"][i] + series["b"][i]
+        for r in rects:  # heights are proportional to the values
+            per = float(r.get("height")) / int(r.get("data-value"))
+            unit = unit or per
+            assert per == pytest.approx(unit, rel=0.02)
+    assert not bars[2].findall(SVG_NS + "rect")
+    assert {g.get("data-series") for g in root.findall(SVG_NS + "g[@class='legend-item']")} == {"a", "b"}
+    assert root.find(SVG_NS + "title").text == "T <&>"
+
+
+def test_bar_chart_axis_covers_the_tallest_bar():
+    for top in [0, 1, 3, 4, 5, 9, 17, 99, 101, 12345]:
+        chart = ET.fromstring(svg.bar_chart("c", "t", ["x"], {"s": [top]}))
+        ticks = [int(t.text) for t in chart.findall(SVG_NS + "text") if t.get("text-anchor") == "end"
+                 and t.text.isdigit()]
+        assert max(ticks) >= top and min(ticks) == 0
+        assert len(ticks) <= 6
+    empty = svg.bar_chart("e", "t", [], {})
+    assert "no runs yet" in empty
+    with pytest.raises(ValueError):
+        svg.bar_chart("x", "t", ["a", "b"], {"s": [1]})
+
+
+# ---- pages ---------------------------------------------------------------------------------
+
+
+def test_index_page_lists_runs_with_charts_and_links(warehouse, client):
+    root, runs = warehouse
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    dom = Dom(page.text)
+    assert dom.one("base").attrs["href"] == URL_PREFIX + "/"
+    rows = dom.find("tr", cls="run")
+    newest_first = sorted(runs, key=lambda r: r["checked_at"], reverse=True)
+    assert [r.attrs["data-run-id"] for r in rows] == [r["run_id"] for r in newest_first]
+    for row, run in zip(rows, newest_first):
+        assert row.attrs["data-verdict"] == expected_verdict(run)
+        assert f"row-{expected_verdict(run)}" in row.classes
+    for status in ("pass", "warn", "fail"):
+        cells = [int(c.text) for c in dom.find("td", cls=f"count-{status}")]
+        assert cells == [expected_counts(r)[status] for r in newest_first]
+    assert [a.attrs["href"] for a in dom.find("a", cls="run-link")] == \
+        [f"runs/{r['token']}" for r in newest_first]
+    assert [a.attrs["href"] for a in dom.find("a", cls="docs-link")] == \
+        [f"runs/{r['token']}/docs/index.html" for r in newest_first]
+    want = expected_series(runs)
+    assert int(dom.one("svg", id="chart-crc").attrs["data-total"]) == sum(want["crc"])
+    assert int(dom.one("svg", id="chart-timestamps").attrs["data-total"]) == sum(want["ts"])
+    assert int(dom.one("svg", id="chart-gaps").attrs["data-total"]) == sum(map(sum, want["gaps"].values()))
+    assert {g.attrs["data-series"] for g in dom.find("g", cls="legend-item")} >= set(want["gaps"])
+    assert "<script" not in page.text and "http://" not in page.text.replace("http://www.w3.org", "")
+
+
+def test_run_page_shows_every_result_with_status_and_details(warehouse, client):
+    root, runs = warehouse
+    run = runs[2]
+    page = client.get(f"/runs/{run['token']}")
+    assert page.status_code == 200
+    dom = Dom(page.text)
+    assert dom.one(id="run-id").text == run["run_id"]
+    assert dom.one(id="verdict").text == expected_verdict(run)
+    sections = dom.find("section", cls="check")
+    assert sorted(s.attrs["data-check"] for s in sections) == sorted(CHECKS)
+    results = dom.find("tr", cls="result")
+    assert len(results) == len(run["rows"])
+    by_key = Counter((r.attrs["data-topic"], r.attrs["data-partition"], r.attrs["data-status"]) for r in results)
+    assert by_key == Counter((r["topic"], str(r["partition"]), r["status"]) for r in run["rows"])
+    status_badges = Counter(s.text for s in dom.find("span", cls="status") if s.text in ("pass", "warn", "fail"))
+    assert status_badges["warn"] >= sum(1 for r in run["rows"] if r["status"] == "warn")
+    for r in run["rows"]:  # details: short JSON inline, long JSON in a <details> element
+        d = json.loads(r["details"])
+        if d:
+            assert json.dumps(d, sort_keys=True)[:40] in page.text.replace("&quot;", '"')
+    assert dom.find("details")  # the timestamp examples are long
+    assert dom.one("a", cls="docs-link").attrs["href"] == f"runs/{run['token']}/docs/index.html"
+
+
+def test_unknown_run_is_404_page(client):
+    page = client.get("/runs/nope")
+    assert page.status_code == 404 and "nope" in Dom(page.text).one(id="message").text
+
+
+def test_data_docs_are_served_from_the_warehouse(warehouse, client, tmp_path):
+    root, runs = warehouse
+    (tmp_path / "secret.txt").write_text("outside the warehouse")
+    for run in runs:
+        page = client.get(f"/runs/{run['token']}/docs/index.html")
+        assert page.status_code == 200 and page.text == docs_html(run["run_id"])
+        assert page.headers["content-type"].startswith("text/html")
+        assert page.headers["content-security-policy"].startswith("sandbox")
+        css = client.get(f"/runs/{run['token']}/docs/static/styles.css")
+        assert css.status_code == 200 and css.text == docs_css(run["run_id"])
+        assert css.headers["content-type"].startswith("text/css")
+    token = runs[0]["token"]
+    assert client.get(f"/runs/{token}/docs", follow_redirects=False).headers["location"] == "docs/index.html"
+    for bad in ["../../../secret.txt", "%2e%2e/%2e%2e/%2e%2e/secret.txt", "static/../../x", "missing.html"]:
+        resp = client.get(f"/runs/{token}/docs/{bad}")
+        assert resp.status_code == 404 and "outside the warehouse" not in resp.text
+
+
+def test_json_api_matches_the_pages(warehouse, client):
+    root, runs = warehouse
+    body = client.get("/api/runs").json()
+    assert body["warehouse"] == root
+    newest_first = sorted(runs, key=lambda r: r["checked_at"], reverse=True)
+    assert [(r["run_id"], r["verdict"], r["counts"]) for r in body["runs"]] == \
+        [(r["run_id"], expected_verdict(r), expected_counts(r)) for r in newest_first]
+    one = client.get(f"/api/runs/{runs[1]['token']}").json()
+    assert len(one["results"]) == len(runs[1]["rows"])
+    assert {c["check"]: c["failed"] for c in one["checks"]} == \
+        {c: sum(r["failed"] for r in runs[1]["rows"] if r["check"] == c) for c in CHECKS}
+    assert client.get("/api/runs/nope").status_code == 404
+    s = client.get("/api/series").json()
+    want = expected_series(runs)
+    assert (s["crc_failures"], s["timestamp_regressions"], s["gaps_by_cause"]) == (want["crc"], want["ts"], want["gaps"])
+
+
+def test_empty_and_unconfigured_warehouse(tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    empty = TestClient(create_app(authenticate=False, root=str(tmp_path / "empty")))
+    dom = Dom(empty.get("/").text)
+    assert dom.one(id="no-runs") and not dom.find("tr", cls="run")
+    monkeypatch.delenv(data.ENV, raising=False)
+    monkeypatch.delenv("AIRFLOW_VAR_KAFKALOG_WAREHOUSE", raising=False)
+    unset = TestClient(create_app(authenticate=False))
+    assert unset.get("/").status_code == 503 and data.ENV in unset.get("/").text
+    assert unset.get("/api/runs").status_code == 503
+    monkeypatch.setenv(data.ENV, str(tmp_path / "from-env"))
+    write_run(storage.open_store(str(tmp_path / "from-env")), scenario()[0])
+    assert [r["run_id"] for r in unset.get("/api/runs").json()["runs"]] == [scenario()[0]["run_id"]]
+    # the Airflow Variable wins over the environment variable
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKALOG_WAREHOUSE", str(tmp_path / "from-variable"))
+    assert data.warehouse_root() == str(tmp_path / "from-variable")
+    assert unset.get("/api/runs").json()["runs"] == []
+
+
+def test_s3_warehouse(s3_bucket):
+    from fastapi.testclient import TestClient
+
+    root = f"s3://{s3_bucket}/wh"
+    runs = write_warehouse(root)
+    app = TestClient(create_app(authenticate=False, root=root))
+    body = app.get("/api/runs").json()
+    newest_first = sorted(runs, key=lambda r: r["checked_at"], reverse=True)
+    assert [(r["token"], r["verdict"], r["has_docs"]) for r in body["runs"]] == \
+        [(r["token"], expected_verdict(r), True) for r in newest_first]
+    for run in runs:
+        assert app.get(f"/runs/{run['token']}/docs/index.html").text == docs_html(run["run_id"])
+        assert app.get(f"/runs/{run['token']}/docs/static/styles.css").text == docs_css(run["run_id"])
+    assert app.get(f"/runs/{runs[0]['token']}/docs/nothing.html").status_code == 404
+    dom = Dom(app.get("/").text)
+    assert [r.attrs["data-token"] for r in dom.find("tr", cls="run")] == [r["token"] for r in newest_first]
+
+
+# ---- the extra link and the plugin as Airflow loads it ------------------------------------
+
+
+def test_report_link_points_to_the_runs_page(warehouse, client):
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from kafkalog_quality.links import QUALITY_TASK_ID, DataQualityReportLink
+
+    root, runs = warehouse
+    link = DataQualityReportLink()
+    assert link.name == "Data quality report"
+    with DAG("kafka_segments_nightly", schedule=None) as nightly:
+        check = EmptyOperator(task_id=QUALITY_TASK_ID)
+        other = EmptyOperator(task_id="decode")
+    with DAG("some_other_dag", schedule=None):
+        foreign = EmptyOperator(task_id=QUALITY_TASK_ID)
+    for run in runs:
+        key = TaskInstanceKey(nightly.dag_id, check.task_id, run["run_id"], 1, -1)
+        url = link.get_link(check, ti_key=key)
+        assert url == f"{URL_PREFIX}/runs/{storage.run_token(run['run_id'])}"
+        page = client.get(url[len(URL_PREFIX):])
+        assert page.status_code == 200 and Dom(page.text).one(id="run-id").text == run["run_id"]
+        assert link.get_link(other, ti_key=key._replace(task_id="decode")) == ""
+        assert link.get_link(foreign, ti_key=key._replace(dag_id="some_other_dag")) == ""
+
+
+def test_airflow_lists_the_plugin(tmp_path):
+    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path / "airflow"),
+               AIRFLOW__CORE__PLUGINS_FOLDER=str(PLUGINS), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__CORE__DAGS_FOLDER=str(tmp_path / "dags"))
+    out = subprocess.run([str(Path(sys.executable).parent / "airflow"), "plugins", "--output", "json"],
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    plugins = {p["name"]: p for p in json.loads(out.stdout[out.stdout.index("["):])}
+    plugin = plugins["kafkalog_quality"]
+    assert plugin["source"].endswith("kafkalog_quality_plugin.py")
+    assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == [URL_PREFIX]
+    [view] = plugin["external_views"]
+    assert (view["name"], view["destination"], view["url_route"]) == ("Data quality", "nav", "data-quality")
+    assert view["href"] == URL_PREFIX.lstrip("/") + "/"
+    assert any("DataQualityReportLink" in link for link in plugin["global_operator_extra_links"])
+    # the package's modules are not scanned as plugins of their own (plugins/.airflowignore)
+    assert set(plugins) == {"kafkalog_quality"}
+    assert "Failed to import" not in out.stderr
