@@ -1,7 +1,8 @@
 """kafkalog: decode (and write) Kafka's on-disk log format.
 
 The public API is this module's ``__all__``. Everything takes a ``source``:
-a path, bytes/bytearray/memoryview, or a binary file object.
+a path, bytes/bytearray/memoryview, a binary file object, or a
+:class:`Slice` (bytes that start at a known position of a larger segment).
 
     >>> import kafkalog
     >>> for batch in kafkalog.iter_batches("00000000000000000000.log"):
@@ -49,7 +50,8 @@ from .indexes import (
     verify_time_index,
 )
 from ._accel import ACCELERATED
-from .log_reader import scan
+from .log_reader import first_entry, scan
+from .source import Slice
 from .model import Batch, Control, Finding, Header, Limits, Record
 
 __version__ = "0.1.0"
@@ -92,6 +94,7 @@ __all__ = [
     "MARKERS_SCHEMA",
     "RECORDS_SCHEMA",
     "Record",
+    "Slice",
     "SourceError",
     "Tables",
     "TimeIndexEntry",
@@ -99,6 +102,7 @@ __all__ = [
     "batches_table",
     "decode",
     "findings",
+    "first_entry",
     "findings_table",
     "iter_batches",
     "iter_record_batches",

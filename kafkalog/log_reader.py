@@ -84,6 +84,21 @@ def scan(
         yield from _scan(view.buf, view.base, verify_crc, limits, _sink, view.done)
 
 
+def first_entry(source, *, limits: Limits | None = None,
+                byte_range: tuple[int, int | None] | None = None) -> int | None:
+    """Absolute position of the first entry in ``source`` (or its byte range) that verifies.
+
+    An entry verifies when its magic and size are plausible, it fits, and its
+    CRC matches. Used to find a batch boundary from an arbitrary position, e.g.
+    when splitting a segment whose ``.index`` cannot be trusted. None if no
+    entry verifies.
+    """
+    limits = limits or DEFAULT_LIMITS
+    with open_source(source, byte_range) as view:
+        q = _resync(view.buf, 0, len(view.buf), limits)
+        return None if q is None else view.base + q
+
+
 def _scan(buf, base: int, verify_crc: bool, limits: Limits, sink=None,
           done=None) -> Iterator[Batch | Finding]:
     n = len(buf)

@@ -13,7 +13,7 @@ import mmap
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from .errors import SourceError
 
@@ -31,6 +31,17 @@ class View:
     done: Callable[[int], None] = lambda pos: None
 
 
+class Slice(NamedTuple):
+    """Bytes that sit at position ``base`` of a larger segment (e.g. from a ranged GET).
+
+    Decoding a Slice reports positions in the whole segment; a ``byte_range``
+    passed with it is in those absolute positions too.
+    """
+
+    data: bytes | bytearray | memoryview
+    base: int
+
+
 def _range(total: int, byte_range) -> tuple[int, int]:
     if byte_range is None:
         return 0, total
@@ -44,6 +55,19 @@ def _range(total: int, byte_range) -> tuple[int, int]:
 @contextmanager
 def open_source(source, byte_range=None) -> Iterator[View]:
     """Yield a :class:`View` of ``source``; close what was opened afterwards."""
+    if isinstance(source, Slice):
+        buf = memoryview(source.data).cast("B")
+        lo = source.base
+        if byte_range is None:
+            yield View(buf, lo, "<slice>")
+            return
+        start, end = byte_range
+        end = lo + len(buf) if end is None else end
+        if not (lo <= start <= end <= lo + len(buf)):
+            raise SourceError(f"byte range {start}..{end} is outside the slice "
+                              f"{lo}..{lo + len(buf)}")
+        yield View(buf[start - lo:end - lo], start, "<slice>")
+        return
     if isinstance(source, (bytes, bytearray, memoryview)):
         buf = memoryview(source).cast("B")
         start, end = _range(len(buf), byte_range)

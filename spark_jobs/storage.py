@@ -156,6 +156,13 @@ class LocalStore:
             f.write(data)
         os.replace(tmp, full)
 
+    def put_file(self, key: str, local_path: str) -> None:
+        """Move a finished local file into the store under ``key``."""
+        full = self.path(key)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        shutil.move(local_path, full + ".tmp")
+        os.replace(full + ".tmp", full)
+
     def copy(self, src_key: str, dst_key: str) -> None:
         dst = self.path(dst_key)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -239,6 +246,14 @@ class S3Store:
         except Exception as err:
             raise StorageError(f"cannot write {self.uri(key)}: {_why(err)}") from err
 
+    def put_file(self, key: str, local_path: str) -> None:
+        """Upload a finished local file (multipart when large), then remove it."""
+        try:
+            self.client.upload_file(local_path, self.bucket, self._key(key))
+        except Exception as err:
+            raise StorageError(f"cannot write {self.uri(key)}: {_why(err)}") from err
+        os.remove(local_path)
+
     def copy(self, src_key: str, dst_key: str) -> None:
         try:
             self.client.copy({"Bucket": self.bucket, "Key": self._key(src_key)},
@@ -258,6 +273,15 @@ class S3Store:
 
     def delete_prefix(self, prefix: str) -> None:
         self.delete([o.key for o in self.list(prefix)])
+
+
+def open_object(uri: str, config: S3Config | None = None):
+    """``(store, key)`` for one object's full URI (``s3://bucket/key`` or a local path)."""
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        return S3Store(f"s3://{bucket}", config), key
+    path = os.path.abspath(uri[len("file://"):] if uri.startswith("file://") else uri)
+    return LocalStore(os.path.dirname(path)), os.path.basename(path)
 
 
 def open_store(root: str, config: S3Config | None = None) -> LocalStore | S3Store:

@@ -1,0 +1,840 @@
+"""Decode Kafka segment snapshots into the warehouse tables (docs/tables.md).
+
+    spark-submit spark_jobs/decode_segments.py --input URI --output W --run-id ID
+
+The driver only lists objects, reads the ledger and (for big segments) the
+``.index`` files, and plans tasks; executors fetch segment bytes themselves
+(local files, or boto3 ranged GETs), decode them with ``kafkalog`` into Arrow
+and write Parquet into ``W/_staging/<run_token>``. Partitions whose offsets may
+already be in the warehouse (or appear twice in this run) are deduplicated in
+Spark; two copies of one offset with different content give a ``divergence``
+finding. Then the staged run is published into ``W`` (unless ``--no-publish``).
+
+The planning and task functions are pure and importable; ``main(argv)`` wires
+them to a SparkSession.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import struct
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from spark_jobs import publish as publishing
+from spark_jobs import schemas, storage, tables
+
+#: ``<topic>-<partition>/<20-digit base offset>.log`` at any depth
+SEGMENT_RE = re.compile(r"(?:^|/)(?P<topic>[^/]+)-(?P<partition>\d+)/(?P<base>\d{20})\.log$")
+DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
+DEFAULT_SLACK = 1024 * 1024
+DEFAULT_MAX_RAW = 64 * 1024 * 1024
+#: findings whose byte range is kept verbatim in ``findings.raw``
+RAW_KINDS = frozenset({"crc_mismatch", "corrupt_batch", "skipped_bytes", "truncated_tail",
+                       "decompression_error", "unknown_codec", "limit_exceeded"})
+PENDING = "_pending"
+_OFFSET_SIZE_MAGIC = struct.Struct(">qiiB")  # offset, size, (leader epoch | crc), magic
+
+
+# ---------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class Segment:
+    uri: str
+    topic: str
+    partition: int
+    base_offset: int
+    size: int
+    etag: str | None = None
+    mtime: str | None = None  # ISO-8601 UTC
+    index_uri: str | None = None
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.topic, self.partition, self.base_offset)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One executor task: the entries of ``uri`` that start in [start, end)."""
+
+    task: int
+    uri: str
+    topic: str
+    partition: int
+    base_offset: int
+    size: int
+    etag: str | None
+    mtime: str | None
+    start: int
+    end: int
+    mode: str = "decode"  # decode | resume
+    split: bool = False  # start is an .index position: find the entry boundary at or after it
+    pending: bool = False  # output may overlap the warehouse or this run: deduplicate
+    verify_position: int | None = None  # resume: the last ingested batch's position ...
+    verify_crc: int | None = None  # ... and its stored CRC
+    covered_end: int | None = None  # resume: the end of the prefix earlier runs ingested
+    same_object: bool = False  # resume: size (and etag, where known) as when it was ingested
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Task":
+        return cls(**json.loads(text))
+
+
+@dataclass
+class Coverage:
+    """What earlier runs ingested of one segment: its prefix [0, end) and that prefix's last batch."""
+
+    end: int
+    last_batch_position: int
+    last_batch_crc: int
+    last_offset: int | None
+    run_id: str
+    object_size: int
+    etag: str | None
+
+
+def parse_segment_key(key: str) -> tuple[str, int, int] | None:
+    m = SEGMENT_RE.search(key)
+    if m is None:
+        return None
+    return m["topic"], int(m["partition"]), int(m["base"])
+
+
+def discover(input_uri: str, config: storage.S3Config | None = None) -> list[Segment]:
+    """Every segment under a directory/prefix, or listed by a JSON manifest."""
+    if input_uri.endswith(".json"):
+        return _from_manifest(input_uri, config)
+    store = storage.open_store(input_uri, config)
+    objects = {o.key: o for o in store.list("")}
+    segments = []
+    for key, obj in objects.items():
+        parsed = parse_segment_key(key)
+        if parsed is None:
+            continue
+        index_key = key[:-len(".log")] + ".index"
+        segments.append(Segment(
+            uri=store.uri(key), topic=parsed[0], partition=parsed[1], base_offset=parsed[2],
+            size=obj.size, etag=obj.etag, mtime=obj.mtime.isoformat(),
+            index_uri=store.uri(index_key) if index_key in objects else None))
+    return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri))
+
+
+def _from_manifest(uri: str, config) -> list[Segment]:
+    store, key = storage.open_object(uri, config)
+    try:
+        doc = json.loads(store.read(key))
+        entries = doc["segments"] if isinstance(doc, dict) else doc
+    except (ValueError, KeyError, TypeError) as err:
+        raise SystemExit(f"decode_segments: {uri} is not a segment manifest "
+                         f'({{"segments": [...]}}): {err}') from err
+    segments = []
+    for entry in entries:
+        entry = {"uri": entry} if isinstance(entry, str) else dict(entry)
+        seg_uri = entry["uri"]
+        parsed = parse_segment_key(seg_uri)
+        if parsed is None:
+            raise SystemExit(f"decode_segments: {seg_uri} in {uri} is not "
+                             "<topic>-<partition>/<20-digit base offset>.log")
+        seg_store, seg_key = storage.open_object(seg_uri, config)
+        if entry.get("size") is None:
+            info = seg_store.stat(seg_key)
+            entry.update(size=info.size, etag=info.etag, mtime=info.mtime.isoformat())
+        index_uri = entry.get("index")
+        if index_uri is None and entry["size"] > 0:
+            index_key = seg_key[:-len(".log")] + ".index"
+            if seg_store.exists(index_key):
+                index_uri = seg_store.uri(index_key) if storage.is_s3(seg_uri) \
+                    else seg_store.path(index_key)
+        segments.append(Segment(seg_uri, parsed[0], parsed[1], parsed[2], int(entry["size"]),
+                                entry.get("etag"), _iso(entry.get("mtime")), index_uri))
+    return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri))
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if isinstance(value, dt.datetime) else value
+
+
+def coverage_from_ledger(ledger: pa.Table, runs: set[str]) -> dict[tuple, Coverage]:
+    """Per segment (topic, partition, base offset): the longest prefix one of ``runs`` ingested.
+
+    A run's rows for one segment prove the prefix [0, end) only when they chain
+    from byte 0 without a hole (split tasks end where the next one starts).
+    """
+    rows = [r for r in ledger.to_pylist() if r["run_id"] in runs and r["action"] != "failed"]
+    by_run: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_run.setdefault((r["topic"], r["partition"], r["segment_base_offset"], r["run_id"],
+                           r["segment"]), []).append(r)
+    best: dict[tuple, Coverage] = {}
+    for (topic, partition, base, run_id, _), parts in by_run.items():
+        parts.sort(key=lambda r: r["byte_start"])
+        if parts[0]["byte_start"] != 0:
+            continue
+        ok = all(a["byte_end"] == b["byte_start"] for a, b in zip(parts, parts[1:]))
+        last = parts[-1]
+        if not ok or last["last_batch_position"] is None:
+            continue
+        cov = Coverage(last["end_position"], last["last_batch_position"], last["last_batch_crc"],
+                       max((p["last_offset"] for p in parts if p["last_offset"] is not None),
+                           default=None), run_id, last["object_size"], last["etag"])
+        key = (topic, partition, base)
+        if key not in best or cov.end > best[key].end:
+            best[key] = cov
+    return best
+
+
+def ledger_ranges(ledger: pa.Table, exclude_run: str) -> dict[tuple, list[tuple[int, int]]]:
+    """Per (topic, partition): the offset ranges published runs ingested."""
+    out: dict[tuple, list] = {}
+    for r in ledger.to_pylist():
+        if r["run_id"] == exclude_run or r["first_offset"] is None:
+            continue
+        out.setdefault((r["topic"], r["partition"]), []).append((r["first_offset"], r["last_offset"]))
+    return out
+
+
+def split_points(segment: Segment, index_positions: list[int], split_bytes: int) -> list[int]:
+    """Batch-aligned start positions (from ``.index``) about ``split_bytes`` apart, 0 first."""
+    points = [0]
+    for pos in sorted(set(index_positions)):
+        if 0 < pos < segment.size and pos - points[-1] >= split_bytes:
+            points.append(pos)
+    return points
+
+
+def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
+         published: dict[tuple, list[tuple[int, int]]], index_positions: dict[str, list[int]],
+         split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Task]:
+    """Tasks for ``segments``: skip or resume what the ledger proves ingested, split big ones.
+
+    A topic-partition is *pending* (its output is deduplicated) when an offset
+    range this run may produce can meet one the warehouse already holds, or
+    another copy in this run (two brokers' replicas, two snapshots).
+    """
+    by_tp: dict[tuple, list[Segment]] = {}
+    for s in segments:
+        by_tp.setdefault((s.topic, s.partition), []).append(s)
+    tasks: list[Task] = []
+    for tp, segs in sorted(by_tp.items()):
+        bases = sorted({s.base_offset for s in segs})
+        ranges, drafts = [], []
+        for s in segs:
+            later = [b for b in bases if b > s.base_offset]
+            hi = later[0] - 1 if later else None
+            cov = coverage.get(s.key)
+            common = dict(uri=s.uri, topic=s.topic, partition=s.partition,
+                          base_offset=s.base_offset, size=s.size, etag=s.etag, mtime=s.mtime)
+            if cov is not None and s.size >= cov.end:
+                lo = s.base_offset if cov.last_offset is None else cov.last_offset + 1
+                same = s.size == cov.object_size and (
+                    s.etag is None or cov.etag is None or s.etag == cov.etag)
+                drafts.append([dict(common, start=s.size if same else cov.end, end=s.size,
+                                    mode="resume", verify_position=cov.last_batch_position,
+                                    verify_crc=cov.last_batch_crc, covered_end=cov.end,
+                                    same_object=same)])
+            else:
+                lo = s.base_offset
+                points = split_points(s, index_positions.get(s.index_uri or "", []), split_bytes)
+                ends = points[1:] + [s.size]
+                drafts.append([dict(common, start=a, end=b, split=a > 0)
+                               for a, b in zip(points, ends)])
+            ranges.append((lo, hi))
+        pending = _overlaps(ranges) or any(
+            _meets(r, (a, b)) for r in ranges for (a, b) in published.get(tp, ()))
+        for group in drafts:
+            for d in group:
+                tasks.append(Task(task=0, pending=pending, **d))
+    # biggest first, so the long tasks start early
+    tasks.sort(key=lambda t: (-(t.end - t.start), t.uri, t.start))
+    return [replace(t, task=i) for i, t in enumerate(tasks)]
+
+
+def _meets(a: tuple, b: tuple) -> bool:
+    a_lo, a_hi = a
+    b_lo, b_hi = b
+    a_hi = float("inf") if a_hi is None else a_hi
+    b_hi = float("inf") if b_hi is None else b_hi
+    return a_lo <= b_hi and b_lo <= a_hi
+
+
+def _overlaps(ranges: list[tuple]) -> bool:
+    return any(_meets(a, b) for i, a in enumerate(ranges) for b in ranges[i + 1:])
+
+
+# ---------------------------------------------------------------- executor side
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every executor task needs (picklable)."""
+
+    run_id: str
+    prefix: str  # file-name prefix of this submission: <run_token>[~c<chunk>]
+    staging: str  # staging root of the run
+    s3: storage.S3Config | None
+    max_raw: int = DEFAULT_MAX_RAW
+    slack: int = DEFAULT_SLACK
+    ingested_at: str = ""
+
+
+class PartWriter:
+    """Parquet files of one task, one per table and Hive partition, moved into the store at the end."""
+
+    def __init__(self, ctx: Context, part: str, root: str):
+        self.ctx = ctx
+        self.part = part
+        self.root = root
+        self.tmp = tempfile.mkdtemp(prefix="kafkalog-")
+        self.writers: dict[str, tuple[pq.ParquetWriter, str]] = {}
+        self.rows: dict[str, int] = {}
+
+    def write(self, table: str, directory: str, batch: pa.RecordBatch | pa.Table) -> None:
+        if batch.num_rows == 0:
+            return
+        key = f"{directory}/{self.ctx.prefix}~{self.part}.parquet"
+        entry = self.writers.get(key)
+        if entry is None:
+            local = os.path.join(self.tmp, f"{len(self.writers)}.parquet")
+            entry = (pq.ParquetWriter(local, schemas.TABLES[table], compression="snappy"), local)
+            self.writers[key] = entry
+        if isinstance(batch, pa.RecordBatch):
+            entry[0].write_batch(batch)
+        else:
+            entry[0].write_table(batch)
+        self.rows[table] = self.rows.get(table, 0) + batch.num_rows
+
+    def commit(self) -> list[str]:
+        store = storage.open_store(self.root, self.ctx.s3)
+        keys = []
+        for key, (writer, local) in self.writers.items():
+            writer.close()
+            store.put_file(key, local)
+            keys.append(key)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return keys
+
+    def abort(self) -> None:
+        for writer, _ in self.writers.values():
+            writer.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.writers.clear()
+        self.rows.clear()
+
+
+def _lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.Table:
+    n = batch.num_rows
+    cols = {"partition": pa.array([task.partition] * n, pa.int32())}
+    for name in batch.schema.names:
+        cols[name] = batch.column(name)
+    cols["segment"] = pa.array([task.uri] * n, pa.string())
+    cols["segment_base_offset"] = pa.array([task.base_offset] * n, pa.int64())
+    cols["run_id"] = pa.array([ctx.run_id] * n, pa.string())
+    target = schemas.TABLES[table]
+    return pa.table({name: cols[name] for name in target.names}).cast(target)
+
+
+def _day_partitions(ts: pa.ChunkedArray | pa.Array) -> list[tuple[str, pa.Array | None]]:
+    """``[(dt, mask)]`` for the rows of ``ts``; mask None means every row."""
+    days = pc.floor(pc.divide(ts.cast(pa.int64()).cast(pa.float64()), 86_400_000.0)) \
+        .cast(pa.int64())
+    unique = pc.unique(days).to_pylist()
+    if len(unique) == 1:
+        d = unique[0]
+        return [("none" if d is None else _day(d), None)]
+    out = []
+    for d in unique:
+        mask = pc.is_null(days) if d is None else pc.fill_null(pc.equal(days, d), False)
+        out.append(("none" if d is None else _day(d), mask))
+    return out
+
+
+def _day(days: int) -> str:
+    return (dt.date(1970, 1, 1) + dt.timedelta(days=days)).isoformat()
+
+
+def _records_out(writer: PartWriter, rows: pa.Table, topic: str, root: str) -> None:
+    for day, mask in _day_partitions(rows.column("timestamp")):
+        chunk = rows if mask is None else rows.filter(mask)
+        writer.write("records", f"{root}records/topic={topic}/dt={day}", chunk)
+
+
+def _object_source(task: Task, ctx: Context):
+    store, key = storage.open_object(task.uri, ctx.s3)
+    if isinstance(store, storage.LocalStore):
+        path = store.path(key)
+        return lambda lo, hi: (path, (lo, hi))
+    import kafkalog
+
+    return lambda lo, hi: (kafkalog.Slice(store.read(key, lo, hi), lo), None)
+
+
+def _prefix_still_there(task: Task, ctx: Context) -> bool:
+    """Whether the last batch an earlier run ingested is still at its position, same CRC."""
+    store, key = storage.open_object(task.uri, ctx.s3)
+    head = store.read(key, task.verify_position, task.verify_position + 21)
+    if len(head) < 21:
+        return False
+    _offset, _size, epoch_or_crc, magic = _OFFSET_SIZE_MAGIC.unpack_from(head)
+    if magic == 2:
+        stored = struct.unpack_from(">I", head, 17)[0]
+    elif magic in (0, 1):
+        stored = epoch_or_crc & 0xFFFFFFFF
+    else:
+        return False
+    return stored == task.verify_crc
+
+
+def run_task(task: Task, ctx: Context) -> dict:
+    """Decode one task into staged Parquet; return its ledger row (plus ``pending``)."""
+    import kafkalog
+
+    row = dict(run_id=ctx.run_id, segment=task.uri, topic=task.topic, partition=task.partition,
+               segment_base_offset=task.base_offset, object_size=task.size, etag=task.etag,
+               mtime=dt.datetime.fromisoformat(task.mtime) if task.mtime else None,
+               byte_start=task.start, byte_end=task.end, end_position=task.start,
+               first_offset=None, last_offset=None, last_batch_position=None,
+               last_batch_crc=None, records=0, batches=0, findings=0, action="decoded",
+               ingested_at=dt.datetime.fromisoformat(ctx.ingested_at), pending=task.pending)
+    extra_findings = []
+    start = task.start
+    if task.mode == "resume":
+        try:
+            same = _prefix_still_there(task, ctx)
+        except storage.StorageError as err:
+            return _failed(row, task, ctx, str(err))
+        if same and task.same_object:
+            row.update(action="unchanged", byte_start=0, end_position=task.covered_end,
+                       last_batch_position=task.verify_position, last_batch_crc=task.verify_crc)
+            return row
+        if same:
+            row["action"] = "resumed"
+        else:
+            start = 0
+            row.update(action="redecoded", byte_start=0, pending=True)
+            extra_findings.append(dict(
+                kind="segment_changed", position=task.verify_position,
+                end=task.verify_position, message=(
+                    f"the batch an earlier run ingested at position {task.verify_position} "
+                    f"(crc {task.verify_crc:#010x}) is no longer there: the segment was "
+                    "rewritten (compaction, truncation); decoded again from the start"),
+                base_offset=None, last_offset=None, bytes=None, raw=None))
+    root = ctx.staging.rstrip("/") + "/" + (PENDING + "/" if row["pending"] else "")
+    part = f"t{task.task:05d}"
+    writer = PartWriter(ctx, part, ctx.staging)
+    fetch = _object_source(task, ctx)
+    slack = ctx.slack
+    try:
+        while True:
+            lo = start
+            hi = min(task.size, task.end + slack) if task.split or task.end < task.size \
+                else task.size
+            stats = _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings,
+                                   kafkalog)
+            if stats is None:  # a finding reaches the window's end: read further and redo
+                writer.abort()
+                slack *= 4
+                continue
+            break
+    except storage.StorageError as err:
+        writer.abort()
+        return _failed(row, task, ctx, str(err))
+    writer.commit()
+    row.update(stats)
+    return row
+
+
+def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings, kafkalog):
+    source, byte_range = fetch(lo, hi)
+    owned_end = task.end
+    if task.split and lo > 0:
+        first = kafkalog.first_entry(source, byte_range=byte_range)
+        if first is None or first >= owned_end:
+            return _empty_stats(task)  # every entry here starts in the previous task's range
+        if first != lo:
+            lo = first
+            byte_range = None if byte_range is None else (first, hi)
+            if byte_range is None:
+                source = kafkalog.Slice(memoryview(source.data)[first - source.base:], first)
+    stats = _empty_stats(task)
+    raw_source = source
+    topic = task.topic
+    last_batch = None
+    for name, batch in kafkalog.stream(source, byte_range=byte_range):
+        pos_col = {"records": "batch_position", "markers": "batch_position"}.get(name, "position")
+        if batch.num_rows and pc.max(batch.column(pos_col)).as_py() >= owned_end:
+            batch = batch.filter(pc.less(batch.column(pos_col), owned_end))
+        if name == "records":
+            good = batch.filter(batch.column("crc_valid")) \
+                if not pc.all(batch.column("crc_valid")).as_py() else batch
+            rows = _lineage(good, "records", task, ctx)  # crc_valid is not a records column
+            _records_out(writer, rows, topic, root)
+            stats["records"] += rows.num_rows
+        elif name == "batches":
+            if batch.num_rows == 0:
+                continue
+            ends = pc.add(batch.column("position"), batch.column("size").cast(pa.int64()))
+            stats["batches"] += batch.num_rows
+            stats["end_position"] = max(stats["end_position"], pc.max(ends).as_py())
+            last_i = batch.num_rows - 1
+            last_batch = (batch.column("position")[last_i].as_py(), batch.column("crc")[last_i].as_py())
+            offs = batch.column("base_offset")
+            lows = pc.min(offs).as_py()
+            highs = pc.max(batch.column("last_offset")).as_py()
+            stats["first_offset"] = lows if stats["first_offset"] is None \
+                else min(stats["first_offset"], lows)
+            stats["last_offset"] = highs if stats["last_offset"] is None \
+                else max(stats["last_offset"], highs)
+            writer.write("batches", f"{root}batches/topic={topic}", _lineage(batch, "batches", task, ctx))
+        elif name == "markers":
+            writer.write("markers", f"{root}markers/topic={topic}", _lineage(batch, "markers", task, ctx))
+        else:  # findings
+            if batch.num_rows == 0:
+                continue
+            ends = batch.column("end").to_pylist()
+            starts = batch.column("position").to_pylist()
+            if hi < task.size and any(e >= hi and p < owned_end for p, e in zip(starts, ends)):
+                return None
+            raws = [_raw(raw_source, byte_range, p, e, ctx.max_raw) if k in RAW_KINDS else None
+                    for k, p, e in zip(batch.column("kind").to_pylist(), starts, ends)]
+            messages = [m if r is not None or k not in RAW_KINDS else
+                        f"{m} (raw bytes not kept: {e - p} bytes exceed --max-raw-bytes)"
+                        for m, r, k, p, e in zip(batch.column("message").to_pylist(), raws,
+                                                 batch.column("kind").to_pylist(), starts, ends)]
+            batch = pa.RecordBatch.from_arrays(
+                [batch.column(n) if n != "message" else pa.array(messages, pa.string())
+                 for n in batch.schema.names] + [pa.array(raws, pa.binary())],
+                names=batch.schema.names + ["raw"])
+            stats["findings"] += batch.num_rows
+            writer.write("findings", f"{root}findings/topic={topic}", _lineage(batch, "findings", task, ctx))
+    if extra_findings:
+        fb = pa.RecordBatch.from_pylist(extra_findings, schema=pa.schema(
+            [f for f in schemas.FINDINGS if f.name in extra_findings[0]]))
+        stats["findings"] += fb.num_rows
+        writer.write("findings", f"{root}findings/topic={topic}", _lineage(fb, "findings", task, ctx))
+    if last_batch is not None:
+        stats["last_batch_position"], stats["last_batch_crc"] = last_batch
+    return stats
+
+
+def _empty_stats(task: Task) -> dict:
+    return dict(records=0, batches=0, findings=0, first_offset=None, last_offset=None,
+                end_position=task.start, last_batch_position=None, last_batch_crc=None)
+
+
+def _raw(source, byte_range, position: int, end: int, max_raw: int) -> bytes | None:
+    if end - position > max_raw:
+        return None
+    import kafkalog
+
+    if isinstance(source, kafkalog.Slice):
+        lo = source.base
+        return bytes(memoryview(source.data)[max(position - lo, 0):end - lo])
+    with open(source, "rb") as f:
+        f.seek(position)
+        return f.read(end - position)
+
+
+def _failed(row: dict, task: Task, ctx: Context, why: str) -> dict:
+    """A segment that cannot be read: a ``fetch_error`` finding, and a ledger row that proves nothing."""
+    writer = PartWriter(ctx, f"t{task.task:05d}", ctx.staging)
+    fb = pa.RecordBatch.from_pylist([dict(
+        kind="fetch_error", position=task.start, end=task.end,
+        message=f"cannot read {task.uri} [{task.start}, {task.end}): {why}",
+        base_offset=None, last_offset=None, bytes=task.end - task.start, raw=None)])
+    writer.write("findings", f"findings/topic={task.topic}", _lineage(fb, "findings", task, ctx))
+    writer.commit()
+    row.update(action="failed", findings=1)
+    return row
+
+
+# ---------------------------------------------------------------- Spark side
+
+
+def run_tasks(spark, tasks: list[Task], ctx: Context) -> list[dict]:
+    """Run every task on the executors (one Spark task each); their ledger rows come back."""
+    if not tasks:
+        return []
+    sc = spark.sparkContext
+    specs = sc.parallelize([(t.to_json(),) for t in tasks], numSlices=len(tasks))
+    df = spark.createDataFrame(specs, "spec string")
+
+    def decode(batches):
+        for b in batches:
+            out = [json.dumps(run_task(Task.from_json(s), ctx), default=_json_default)
+                   for s in b.column("spec").to_pylist()]
+            yield pa.RecordBatch.from_arrays([pa.array(out, pa.string())], names=["row"])
+
+    return [json.loads(r.row) for r in df.mapInArrow(decode, "row string").collect()]
+
+
+def _json_default(value):
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def ledger_table(rows: list[dict]) -> pa.Table:
+    def ts(v):
+        return dt.datetime.fromisoformat(v) if isinstance(v, str) else v
+    clean = [{**{k: r.get(k) for k in schemas.LEDGER.names},
+              "mtime": ts(r.get("mtime")), "ingested_at": ts(r.get("ingested_at"))} for r in rows]
+    return pa.Table.from_pylist(clean, schema=schemas.LEDGER)
+
+
+def dedupe(existing, staged, pending, keys: list[str], order: list[str], content: list[str] | None):
+    """Rows of ``pending`` to keep, and (if ``content``) its copies that differ from the kept one.
+
+    Per key the first row wins in this order: the warehouse (``existing``),
+    this run's other staged rows (``staged``), then ``pending`` by ``order``.
+    Returns ``(keep, diverging)``; ``diverging`` has the losing copies with
+    ``_win_segment`` and ``_win_position`` of the kept row.
+    """
+    from pyspark.sql import Window, functions as F
+
+    cols = pending.columns
+    u = (existing.select(cols).withColumn("_src", F.lit(0))
+         .unionByName(staged.select(cols).withColumn("_src", F.lit(1)))
+         .unionByName(pending.select(cols).withColumn("_src", F.lit(2))))
+    w = Window.partitionBy(*keys).orderBy("_src", *order)
+    w_all = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    u = u.withColumn("_rank", F.row_number().over(w))
+    keep = u.where("_src = 2 AND _rank = 1").select(cols)
+    if content is None:
+        return keep, None
+    u = (u.withColumn("_h", F.xxhash64(*content))
+         .withColumn("_win_h", F.first("_h").over(w_all))
+         .withColumn("_win_segment", F.first("segment").over(w_all))
+         .withColumn("_win_position", F.first(order[-1]).over(w_all)))
+    diverging = u.where("_src = 2 AND _h != _win_h").select(*cols, "_win_segment", "_win_position")
+    return keep, diverging
+
+
+def divergence_findings(diverging, run_id: str):
+    """One ``divergence`` finding per losing copy of an offset (findings table's columns)."""
+    from pyspark.sql import functions as F
+
+    msg = F.format_string(
+        "offset %d of %s-%d has two different contents: this copy (%s, batch at %d) differs "
+        "from the one kept (%s, batch at %d)",
+        F.col("offset"), F.col("topic"), F.col("partition"), F.col("segment"),
+        F.col("batch_position"), F.col("_win_segment"), F.col("_win_position"))
+    return diverging.select(
+        "topic", "partition", F.lit("divergence").alias("kind"),
+        F.col("batch_position").alias("position"), F.col("batch_position").alias("end"),
+        msg.alias("message"), F.col("offset").alias("base_offset"),
+        F.col("offset").alias("last_offset"), F.lit(None).cast("long").alias("bytes"),
+        F.lit(None).cast("binary").alias("raw"), "segment", "segment_base_offset",
+        F.lit(run_id).alias("run_id"))
+
+
+def write_frame(df, table: str, ctx: Context, root: str, tag: str) -> None:
+    """Write a DataFrame of ``table`` rows (with ``topic``) into ``root``'s layout, from executors."""
+    from pyspark import TaskContext
+
+    file_schema = schemas.TABLES[table]
+
+    def write(batches):
+        part = f"{tag}{TaskContext.get().partitionId():05d}"
+        writer = PartWriter(ctx, part, root)
+        n = 0
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            t = pa.Table.from_batches([b])
+            for topic in pc.unique(t.column("topic")).to_pylist():
+                rows = t.filter(pc.equal(t.column("topic"), topic)).select(file_schema.names) \
+                    .cast(file_schema)
+                if table == "records":
+                    _records_out(writer, rows, topic, "")
+                else:
+                    writer.write(table, f"{table}/topic={topic}", rows)
+                n += rows.num_rows
+        writer.commit()
+        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["rows"])
+
+    df.repartition("topic", "partition").mapInArrow(write, "rows long").collect()
+
+
+def resolve_pending(spark, ctx: Context, warehouse: str, tps: set[tuple[str, int]]) -> int:
+    """Deduplicate the pending output against the warehouse and the run; returns divergences."""
+    from pyspark.sql import functions as F
+
+    pend_root = ctx.staging.rstrip("/") + "/" + PENDING
+    tp_df = F.broadcast(spark.createDataFrame(sorted(tps), "topic string, partition int"))
+    topics = sorted({t for t, _ in tps})
+
+    def scope(df, exclude_run: bool):
+        df = df.where(F.col("topic").isin(topics)).join(tp_df, ["topic", "partition"], "left_semi")
+        return df.where(F.col("run_id") != ctx.run_id) if exclude_run else df
+
+    def frames(table):
+        return (scope(tables.read_table(spark, warehouse, table, config=ctx.s3), True),
+                scope(tables.read_table(spark, ctx.staging, table, config=ctx.s3), False),
+                tables.read_table(spark, pend_root, table, config=ctx.s3))
+
+    e, s, p = frames("records")
+    keep, diverging = dedupe(e, s, p, ["topic", "partition", "offset"],
+                             ["segment", "batch_position"],
+                             ["timestamp", "key", "value", "headers"])
+    diverging = diverging.cache()
+    write_frame(keep, "records", ctx, ctx.staging, "d")
+    n_div = diverging.count()
+    e, s, p = frames("batches")
+    keep, _ = dedupe(e, s, p, ["topic", "partition", "base_offset", "last_offset", "crc"],
+                     ["segment", "position"], None)
+    write_frame(keep, "batches", ctx, ctx.staging, "d")
+    e, s, p = frames("markers")
+    keep, _ = dedupe(e, s, p, ["topic", "partition", "offset"], ["segment", "batch_position"], None)
+    write_frame(keep, "markers", ctx, ctx.staging, "d")
+    found = tables.read_table(spark, pend_root, "findings", config=ctx.s3)
+    found = found.select(*divergence_findings(diverging, ctx.run_id).columns)
+    write_frame(found.unionByName(divergence_findings(diverging, ctx.run_id)),
+                "findings", ctx, ctx.staging, "d")
+    diverging.unpersist()
+    storage.open_store(pend_root, ctx.s3).delete_prefix("")
+    return n_div
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="decode_segments.py",
+        description="Decode Kafka segment snapshots into partitioned Parquet tables "
+                    "(records, batches, markers, findings, ledger); see docs/tables.md.")
+    p.add_argument("--input", required=True,
+                   help="a local directory or s3://bucket/prefix holding <topic>-<partition>/"
+                        "<base offset>.log at any depth, or a JSON manifest of segment URIs")
+    p.add_argument("--output", required=True, help="the warehouse root (local path or s3://)")
+    p.add_argument("--run-id", required=True,
+                   help="this run's id; rerunning an id replaces exactly that run's output")
+    p.add_argument("--chunk-id", help="this submission is one chunk of the run (see docs/tables.md)")
+    p.add_argument("--no-publish", action="store_true",
+                   help="stop after staging (the DAG audits, then runs spark_jobs.publish)")
+    p.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL)")
+    p.add_argument("--split-bytes", type=int, default=DEFAULT_SPLIT_BYTES,
+                   help="split segments with an .index into tasks of about this many bytes "
+                        "(default %(default)s)")
+    p.add_argument("--max-raw-bytes", type=int, default=DEFAULT_MAX_RAW,
+                   help="keep at most this many raw bytes per finding (default %(default)s)")
+    p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    return p.parse_args(argv)
+
+
+def main(argv=None, spark=None) -> dict:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    t0 = time.time()
+    needs_s3 = any(storage.is_s3(u) for u in (args.input, args.output)) or args.s3_endpoint
+    s3 = storage.S3Config.from_env(args.s3_endpoint) if needs_s3 else None
+    token = storage.run_token(args.run_id)
+    prefix = token if args.chunk_id is None else f"{token}~c{storage.run_token(args.chunk_id)}"
+    warehouse = args.output.rstrip("/")
+    staging = f"{warehouse}/_staging/{token}"
+    ctx = Context(run_id=args.run_id, prefix=prefix, staging=staging, s3=s3,
+                  max_raw=args.max_raw_bytes,
+                  ingested_at=dt.datetime.now(dt.timezone.utc).isoformat())
+
+    # a rerun of this submission replaces what it staged before
+    staged = storage.open_store(staging, s3)
+    staged.delete([o.key for o in staged.list("") if o.key.endswith(".parquet")
+                   and os.path.basename(o.key).startswith(prefix + "~")])
+
+    segments = discover(args.input, s3)
+    wh = storage.open_store(warehouse, s3)
+    ledger = _read_ledger(wh)
+    coverage = coverage_from_ledger(ledger, trusted_runs(wh, args.run_id))
+    published = ledger_ranges(ledger, args.run_id)
+    index_positions = {s.index_uri: _index_positions(s.index_uri, s3) for s in segments
+                       if s.index_uri and s.size > args.split_bytes
+                       and s.key not in coverage}
+    tasks = plan(segments, coverage, published, index_positions, args.split_bytes)
+
+    own_session = spark is None
+    if own_session:
+        from spark_jobs.session import build_session
+
+        spark = build_session("kafkalog-decode-segments", master=args.master)
+    try:
+        rows = run_tasks(spark, tasks, ctx)
+        pending = {(r["topic"], r["partition"]) for r in rows if r["pending"]}
+        divergences = resolve_pending(spark, ctx, warehouse, pending) if pending else 0
+    finally:
+        if own_session and args.master is not None:
+            spark.stop()
+    ledger_out = ledger_table(rows)
+    if ledger_out.num_rows:
+        buf = pa.BufferOutputStream()
+        pq.write_table(ledger_out, buf)
+        staged.write(f"ledger/{prefix}~ledger.parquet", buf.getvalue().to_pybytes())
+    summary = {
+        "run_id": args.run_id, "chunk_id": args.chunk_id, "segments": len(segments),
+        "tasks": len(tasks), "bytes": sum(t.end - t.start for t in tasks),
+        "records": sum(r["records"] for r in rows), "batches": sum(r["batches"] for r in rows),
+        "findings": sum(r["findings"] for r in rows) + divergences, "divergences": divergences,
+        "actions": {a: sum(1 for r in rows if r["action"] == a)
+                    for a in sorted({r["action"] for r in rows})},
+        "pending_partitions": len(pending), "staging": staging,
+        "published": False, "seconds": None,
+    }
+    if not args.no_publish:
+        publishing.publish(warehouse, args.run_id, s3)
+        summary["published"] = True
+    summary["seconds"] = round(time.time() - t0, 3)
+    print(json.dumps(summary, sort_keys=True))
+    return summary
+
+
+def trusted_runs(store, run_id: str) -> set[str]:
+    """The published runs whose ledger may let ``run_id`` skip bytes.
+
+    A new run trusts every published run. A rerun trusts only the runs first
+    published before it was, so it decodes what it decoded the first time: a
+    later run may have skipped bytes because this run had ingested them.
+    """
+    first = {}
+    for obj in store.list("_runs/"):
+        if obj.key.endswith(".json"):
+            marker = json.loads(store.read(obj.key))
+            first[marker["run_id"]] = marker.get("first_published_at") or marker["published_at"]
+    if run_id not in first:
+        return set(first)
+    return {r for r, t in first.items() if t < first[run_id]}
+
+
+def _read_ledger(store) -> pa.Table:
+    parts = [tables.read_file(store, k, "ledger") for k in tables.table_files(store, "ledger")]
+    return pa.concat_tables(parts).select(schemas.LEDGER.names) if parts \
+        else schemas.LEDGER.empty_table()
+
+
+def _index_positions(index_uri: str, s3) -> list[int]:
+    """Positions of a ``.index`` file's entries (batch starts, as the broker recorded them)."""
+    import kafkalog
+
+    store, key = storage.open_object(index_uri, s3)
+    try:
+        index = kafkalog.read_offset_index(store.read(key), base_offset=0)
+    except (kafkalog.KafkaLogError, storage.StorageError):
+        return []  # no trustworthy index: the segment is one task
+    return [e.position for e in index.entries]
+
+
+if __name__ == "__main__":
+    main()
