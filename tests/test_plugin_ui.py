@@ -1,0 +1,298 @@
+"""The Data quality plugin in a real Airflow api-server, driven by Debian's headless Chromium.
+
+One api-server (temporary AIRFLOW_HOME, SQLite, all users admins) serves a warehouse written
+by the test: three runs from test_plugin.scenario() plus one for a real DAG run of a small
+``kafka_segments_nightly`` DAG (run with ``airflow dags test``), whose ``check_quality`` task
+carries the "Data quality report" link. A second api-server with a password user checks that
+the plugin's routes ask Airflow's auth manager. Chromium is started per page
+(``--dump-dom`` / ``--screenshot``); the DOM it prints is what the page rendered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote, urljoin
+
+import httpx
+import pytest
+
+from spark_jobs import storage
+from test_plugin import (PLUGINS, REPO, Dom, docs_html, expected_counts, expected_series,
+                         expected_verdict, scenario, write_run, write_warehouse)
+
+pytestmark = pytest.mark.pipeline
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+PREFIX = "/kafkalog-quality"
+DAG_ID = "kafka_segments_nightly"
+DAG_FILE = f'''
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG
+
+with DAG("{DAG_ID}", schedule=None, tags=["test"]):
+    BashOperator(task_id="decode", bash_command="true") >> BashOperator(
+        task_id="check_quality", bash_command="echo --run-id {{{{ run_id }}}}")
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def airflow_env(home: Path, warehouse: str, port: int, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__API_AUTH__JWT_SECRET": f"test-secret-{port}",
+        "KAFKALOG_WAREHOUSE": warehouse,
+    })
+    env.update(extra)
+    return env
+
+
+def run(args, env, timeout=180) -> subprocess.CompletedProcess:
+    out = subprocess.run([AIRFLOW, *args], env=env, cwd=REPO, capture_output=True, text=True,
+                         timeout=timeout)
+    assert out.returncode == 0, f"airflow {' '.join(args)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+class ApiServer:
+    """``airflow api-server`` on 127.0.0.1 in its own process group (stopped as a group)."""
+
+    def __init__(self, env: dict, port: int, log: Path):
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self.proc = subprocess.Popen(
+            [AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+            env=env, cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 150
+        while True:
+            if self.proc.poll() is not None:
+                self.stop()
+                pytest.fail(f"api-server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + "/api/v2/monitor/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"api-server not healthy after 150 s:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def stop(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        try:  # children left behind by the server, if any
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class Chromium:
+    def __init__(self, path: str, profile: Path):
+        self.path, self.profile = path, profile
+
+    def _run(self, url: str, *args: str) -> subprocess.CompletedProcess:
+        cmd = [self.path, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-dev-shm-usage", f"--user-data-dir={self.profile}",
+               "--virtual-time-budget=15000", *args, url]
+        out = subprocess.run(cmd, capture_output=True, timeout=120)
+        assert out.returncode == 0, out.stderr.decode(errors="replace")[-2000:]
+        return out
+
+    def dom(self, url: str) -> str:
+        return self._run(url, "--dump-dom").stdout.decode()
+
+    def screenshot(self, url: str, path: Path, size: str = "1400,1000") -> bytes:
+        self._run(url, f"--screenshot={path}", f"--window-size={size}", "--hide-scrollbars")
+        return path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory) -> Chromium:
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail("Debian's `chromium` is not installed: run `make browser` "
+                    "(apt-get update && apt-get install -y chromium)")
+    return Chromium(path, tmp_path_factory.mktemp("chromium-profile"))
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    base = tmp_path_factory.mktemp("plugin-ui")
+    home = base / "airflow"
+    (home / "dags").mkdir(parents=True)
+    (home / "dags" / "kafka_segments_nightly.py").write_text(DAG_FILE)
+    warehouse = str(base / "warehouse")
+    runs = write_warehouse(warehouse)
+    port = free_port()
+    env = airflow_env(home, warehouse, port)
+    run(["db", "migrate"], env)
+    run(["dags", "test", DAG_ID, "2026-11-21"], env, timeout=300)
+    out = run(["dags", "list-runs", DAG_ID, "--output", "json"], env).stdout
+    [dag_run] = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
+    # the quality job's results for that DAG run: rows of a failing run, under the real run id
+    template = scenario(seed=11)[1]
+    latest = max(r["checked_at"] for r in runs)
+    dag_run_results = {
+        "run_id": dag_run["run_id"], "checked_at": latest.replace(year=latest.year + 1),
+        "rows": [dict(r, run_id=dag_run["run_id"], checked_at=latest.replace(year=latest.year + 1))
+                 for r in template["rows"]]}
+    dag_run_results["token"] = write_run(storage.open_store(warehouse), dag_run_results)
+    runs.append(dag_run_results)
+    server = ApiServer(env, port, base / "api-server.log")
+    try:
+        token = httpx.get(server.url + "/auth/token", timeout=10).json()["access_token"]
+        yield {"url": server.url, "runs": runs, "dag_run": dag_run_results, "home": home,
+               "warehouse": warehouse, "headers": {"Authorization": f"Bearer {token}"},
+               "base": base}
+    finally:
+        server.stop()
+
+
+def newest_first(runs):
+    return sorted(runs, key=lambda r: r["checked_at"], reverse=True)
+
+
+def assert_png(data: bytes):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+
+
+def test_runs_page_in_chromium(site, chromium, tmp_path):
+    page_url = site["url"] + PREFIX + "/"
+    dom = Dom(chromium.dom(page_url))
+    rows = dom.find("tr", cls="run")
+    want = newest_first(site["runs"])
+    assert [r.attrs["data-run-id"] for r in rows] == [r["run_id"] for r in want]
+    verdicts = {r.attrs["data-run-id"]: r.attrs["data-verdict"] for r in rows}
+    assert verdicts == {r["run_id"]: expected_verdict(r) for r in want}
+    assert "fail" in verdicts.values()
+    for status in ("pass", "warn", "fail"):
+        assert [int(c.text) for c in dom.find("td", cls=f"count-{status}")] == \
+            [expected_counts(r)[status] for r in want]
+    series = expected_series(site["runs"])
+    crc = dom.one("svg", id="chart-crc")
+    assert int(crc.attrs["data-total"]) == sum(series["crc"]) > 0
+    assert len([g for g in dom.find("g", cls="bar")]) == 3 * len(want)  # three charts
+    assert int(dom.one("svg", id="chart-gaps").attrs["data-total"]) == \
+        sum(map(sum, series["gaps"].values()))
+    # the Data Docs link of the failing run, resolved as the browser does (<base href>)
+    failing = next(r for r in want if expected_verdict(r) == "fail")
+    row_index = [r["run_id"] for r in want].index(failing["run_id"])
+    href = dom.find("a", cls="docs-link")[row_index].attrs["href"]
+    docs_url = urljoin(urljoin(page_url, dom.one("base").attrs["href"]), href)
+    assert docs_url == f"{site['url']}{PREFIX}/runs/{failing['token']}/docs/index.html"
+    docs = Dom(chromium.dom(docs_url))
+    assert docs.one("h1", id="gx-docs").text == f"Data Docs of {failing['run_id']}"
+    raw = httpx.get(docs_url, headers=site["headers"], timeout=10)
+    assert raw.status_code == 200 and raw.text == docs_html(failing["run_id"])
+    shot = chromium.screenshot(page_url, tmp_path / "runs.png")
+    assert_png(shot)
+
+
+def test_run_page_in_chromium(site, chromium, tmp_path):
+    failing = next(r for r in newest_first(site["runs"]) if expected_verdict(r) == "fail")
+    url = f"{site['url']}{PREFIX}/runs/{quote(failing['token'])}"
+    dom = Dom(chromium.dom(url))
+    assert dom.one(id="run-id").text == failing["run_id"]
+    assert dom.one(id="verdict").attrs["class"].split() == ["verdict", "verdict-fail"]
+    results = dom.find("tr", cls="result")
+    assert len(results) == len(failing["rows"])
+    assert sum(1 for r in results if r.attrs["data-status"] == "fail") == \
+        sum(1 for r in failing["rows"] if r["status"] == "fail") > 0
+    assert all("row-fail" in r.classes for r in results if r.attrs["data-status"] == "fail")
+    failed_checks = {s.attrs["data-check"] for s in dom.find("section", cls="check")
+                     if s.attrs["data-status"] == "fail"}
+    assert failed_checks == {r["check"] for r in failing["rows"] if r["status"] == "fail"}
+    assert_png(chromium.screenshot(url, tmp_path / "run.png"))
+
+
+def test_embedded_in_the_airflow_ui(site, chromium, tmp_path):
+    plugins = httpx.get(site["url"] + "/api/v2/plugins", headers=site["headers"], timeout=10).json()
+    [ours] = [p for p in plugins["plugins"] if p["name"] == "kafkalog_quality"]
+    [view] = ours["external_views"]
+    assert (view["name"], view["url_route"], view["destination"]) == ("Data quality", "data-quality", "nav")
+    shell_url = f"{site['url']}/plugin/{view['url_route']}"
+    assert httpx.get(shell_url, timeout=10).status_code == 200
+    dom = Dom(chromium.dom(shell_url))
+    frame = dom.one("iframe", title="Data quality")
+    assert frame.attrs["src"] == view["href"]
+    base = dom.one("base").attrs["href"]
+    assert urljoin(urljoin(shell_url, base), frame.attrs["src"]) == f"{site['url']}{PREFIX}/"
+    assert any(a.text.strip() == "Data quality" for a in dom.find("a"))  # the nav entry
+    assert_png(chromium.screenshot(shell_url, tmp_path / "embedded.png"))
+
+
+def test_report_link_on_the_quality_task(site, chromium):
+    dag_run = site["dag_run"]
+    links = {}
+    for task_id in ("check_quality", "decode"):
+        resp = httpx.get(
+            f"{site['url']}/api/v2/dags/{DAG_ID}/dagRuns/{quote(dag_run['run_id'], safe='')}"
+            f"/taskInstances/{task_id}/links", headers=site["headers"], timeout=10)
+        assert resp.status_code == 200, resp.text
+        links[task_id] = resp.json()["extra_links"]
+    assert links["check_quality"]["Data quality report"] == f"{PREFIX}/runs/{storage.run_token(dag_run['run_id'])}"
+    assert not links["decode"]["Data quality report"]
+    dom = Dom(chromium.dom(site["url"] + links["check_quality"]["Data quality report"]))
+    assert dom.one(id="run-id").text == dag_run["run_id"]
+    assert dom.one(id="verdict").text == expected_verdict(dag_run)
+
+
+def test_routes_ask_airflows_auth_manager(site):
+    """A second api-server with a password user instead of all-admins."""
+    port = free_port()
+    env = airflow_env(site["home"], site["warehouse"], port,
+                      AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="False",
+                      AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="viewer:viewer",
+                      AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(site["base"] / "passwords.json"))
+    server = ApiServer(env, port, site["base"] / "api-server-auth.log")
+    try:
+        url = server.url + PREFIX
+        assert httpx.get(url + "/api/runs", timeout=10).status_code == 401
+        page = httpx.get(url + "/", timeout=10)
+        assert page.status_code == 307
+        assert page.headers["location"].startswith("/auth/login?next=")
+        assert httpx.get(f"{url}/runs/{site['runs'][0]['token']}/docs/index.html",
+                         timeout=10).status_code == 307
+        bad = httpx.get(url + "/api/runs", headers={"Authorization": "Bearer nonsense"}, timeout=10)
+        assert bad.status_code in (401, 403)
+        password = json.loads((site["base"] / "passwords.json").read_text())["viewer"]
+        token = httpx.post(server.url + "/auth/token", json={"username": "viewer", "password": password},
+                           timeout=10).json()["access_token"]
+        ok = httpx.get(url + "/api/runs", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        assert ok.status_code == 200
+        assert [r["run_id"] for r in ok.json()["runs"]] == [r["run_id"] for r in newest_first(site["runs"])]
+        cookie = httpx.get(url + "/", cookies={"_token": token}, timeout=10)
+        assert cookie.status_code == 200 and len(Dom(cookie.text).find("tr", cls="run")) == len(site["runs"])
+    finally:
+        server.stop()
