@@ -24,9 +24,14 @@ demo: venv
 # The suite runs twice: on the compiled fast path (which the install must have
 # built) and on the pure-Python reference (KAFKALOG_PURE_PYTHON=1); the pipeline
 # tests (Spark, S3, Airflow, browser) do not depend on the decoder path and run once.
-test: venv
+test: venv browser
 	KAFKALOG_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 	KAFKALOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not pipeline"
+
+# Debian's chromium for the browser tests (tests/test_plugin_ui.py); apt-get needs root.
+.PHONY: browser
+browser:
+	command -v chromium || (apt-get update && apt-get install -y chromium)
 
 # Benchmark-only dependencies (aiokafka) are installed here, not by venv.
 bench: venv
