@@ -1,0 +1,108 @@
+"""The great-expectations 1.x suites of the audit, and the run's Data Docs.
+
+The checks themselves are per-partition window SQL in
+``spark_jobs/quality/checks.py``; their output, one row per observation with
+the status the policy gave it, is the batch every suite validates. Each check
+has one suite with two ``UnexpectedRowsExpectation``\\ s over it: rows of
+status ``fail`` (severity critical) and rows of status ``warn`` (severity
+warning). Explained observations (status ``pass``) are listed in dq_results,
+never counted as unexpected.
+
+great_expectations is imported inside the functions (it takes seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+#: check -> what it asserts (shown in Data Docs)
+DESCRIPTIONS = {
+    "crc": "Every batch's stored CRC equals the CRC computed over its bytes.",
+    "offset_gaps": "Consecutive batches of each partition are contiguous, or the gap is explained "
+                   "(compaction, aborted transaction, retention, missing segment).",
+    "record_gaps": "Consecutive records of each partition are contiguous, or the missing offsets are "
+                   "control markers, compacted away, in excluded batches or in a batch-level gap.",
+    "record_count": "Each batch's record_count fits lastOffsetDelta + 1 and equals the records decoded.",
+    "duplicate_offsets": "No offset appears twice in a partition's records.",
+    "log_append_time": "LogAppendTime never goes back in offset order.",
+    "create_time": "CreateTime going back in offset order stays within the configured tolerance.",
+    "max_timestamp": "Each batch's max_timestamp is the largest of its records' timestamps.",
+    "divergence": "No two copies of one offset differ.",
+    "truncated_tail": "No segment ends in an incomplete entry (the newest segment of a live partition may).",
+    "decoder_findings": "The decoder found nothing unreadable (corrupt batches, skipped bytes, codec errors ...).",
+}
+
+COLUMNS = "topic, partition, class, first_offset, last_offset, offsets, value, segment, position, message"
+
+
+def unexpected_rows_query(check: str, status: str) -> str:
+    return (f"SELECT {COLUMNS} FROM {{batch}} "
+            f"WHERE check = '{check}' AND status = '{status}' ORDER BY topic, partition, first_offset")
+
+
+def build_suites(gx, checks):
+    """One ExpectationSuite per check (not yet added to a context)."""
+    import great_expectations.expectations as gxe
+
+    suites = []
+    for check in checks:
+        suite = gx.ExpectationSuite(name=f"kafka_{check}")
+        suite.add_expectation(gxe.UnexpectedRowsExpectation(
+            unexpected_rows_query=unexpected_rows_query(check, "fail"),
+            description=f"{DESCRIPTIONS[check]} Rows: observations the policy grades fail.",
+            severity="critical"))
+        suite.add_expectation(gxe.UnexpectedRowsExpectation(
+            unexpected_rows_query=unexpected_rows_query(check, "warn"),
+            description=f"{DESCRIPTIONS[check]} Rows: observations the policy grades warn.",
+            severity="warning"))
+        suites.append(suite)
+    return suites
+
+
+def validate(observations, run_id: str, checks, docs_dir: str | None = None):
+    """Validate ``observations`` with every check's suite; build Data Docs into
+    ``docs_dir`` (a new temporary folder if None). Returns
+    ``(summary {check: {"fail": n, "warn": n}}, docs_dir)``."""
+    import logging
+
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    docs_dir = docs_dir or tempfile.mkdtemp(prefix="dq-docs-")
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    ctx.add_data_docs_site("run_site", {
+        "class_name": "SiteBuilder",
+        "show_how_to_buttons": False,
+        "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                          "base_directory": os.path.abspath(docs_dir)},
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+    })
+    source = ctx.data_sources.add_spark("audit")
+    asset = source.add_dataframe_asset("observations")
+    whole = asset.add_batch_definition_whole_dataframe("run")
+    definitions = []
+    for suite in build_suites(gx, checks):
+        suite = ctx.suites.add(suite)
+        definitions.append(ctx.validation_definitions.add(
+            gx.ValidationDefinition(name=suite.name, data=whole, suite=suite)))
+    checkpoint = ctx.checkpoints.add(gx.Checkpoint(
+        name="kafka_audit", validation_definitions=definitions,
+        actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["run_site"])],
+        result_format={"result_format": "SUMMARY"}))
+    result = checkpoint.run(batch_parameters={"dataframe": observations},
+                            run_id=gx.RunIdentifier(run_name=run_id))
+    summary = {}
+    for vr in result.run_results.values():
+        check = vr.suite_name[len("kafka_"):]
+        counts = summary.setdefault(check, {})
+        for r in vr.results:
+            info = r.exception_info or {}
+            if info.get("raised_exception"):
+                raise RuntimeError(f"expectation of {check} raised: {info.get('exception_message')}")
+            query = r.expectation_config.kwargs["unexpected_rows_query"]
+            status = "fail" if "status = 'fail'" in query else "warn"
+            counts[status] = int(r.result.get("observed_value") or 0)
+    return summary, docs_dir

@@ -1,0 +1,118 @@
+"""The severity policy: what each kind of observation does to a check, per topic.
+
+A policy is ``{"checks": {...}, "topics": {pattern: {"compacted": bool, "checks": {...}}}}``
+(see ``expectations/policy.yaml``). :meth:`Policy.for_topic` deep-merges the
+overrides of every matching pattern (globs first, then the exact name) into
+the defaults. Severities are ``fail``, ``warn`` or ``pass``.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import os
+
+SEVERITIES = ("pass", "warn", "fail")
+RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "expectations", "policy.yaml")
+
+
+class PolicyError(ValueError):
+    """The policy file is malformed; the message names the key."""
+
+
+def worst(statuses) -> str:
+    out = "pass"
+    for s in statuses:
+        if s is not None and RANK[s] > RANK[out]:
+            out = s
+    return out
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (override or {}).items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _validate(node, where: str) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            key = f"{where}.{k}" if where else str(k)
+            if k in ("severity", "beyond_tolerance", "active_segment") or where.endswith(
+                    (".classes", ".kinds")):
+                if v not in SEVERITIES:
+                    raise PolicyError(f"{key}: {v!r} is not one of {', '.join(SEVERITIES)}")
+            else:
+                _validate(v, key)
+
+
+class Policy:
+    def __init__(self, doc: dict):
+        if not isinstance(doc, dict) or not isinstance(doc.get("checks"), dict):
+            raise PolicyError("a policy needs a `checks` mapping")
+        self.checks = doc["checks"]
+        self.topics = doc.get("topics") or {}
+        _validate(self.checks, "checks")
+        for pattern, over in self.topics.items():
+            if not isinstance(over, dict):
+                raise PolicyError(f"topics.{pattern}: expected a mapping")
+            _validate(over.get("checks") or {}, f"topics.{pattern}.checks")
+        self._cache: dict[str, dict] = {}
+
+    @classmethod
+    def load(cls, path: str | None = None) -> "Policy":
+        import yaml
+
+        with open(path or DEFAULT_PATH, encoding="utf-8") as f:
+            return cls(yaml.safe_load(f))
+
+    def for_topic(self, topic: str) -> dict:
+        """``{"compacted": bool, "checks": {...}}`` in effect for ``topic``."""
+        got = self._cache.get(topic)
+        if got is None:
+            merged = {"compacted": False, "checks": copy.deepcopy(self.checks)}
+            globs = [p for p in self.topics if p != topic and fnmatch.fnmatchcase(topic, p)]
+            exact = [topic] if topic in self.topics else []
+            for pattern in globs + exact:
+                merged = _merge(merged, self.topics[pattern])
+            got = self._cache[topic] = merged
+        return got
+
+    def check(self, topic: str, check: str) -> dict:
+        return self.for_topic(topic)["checks"].get(check) or {}
+
+    def severity(self, topic: str, check: str, kind: str | None = None) -> str:
+        """Severity of an observation of ``kind`` (a gap class, a finding kind) in ``check``."""
+        conf = self.check(topic, check)
+        if kind is not None:
+            table = conf.get("classes") or conf.get("kinds")
+            if table is not None:
+                return table.get(kind, table.get("other", table.get("unexplained", "fail")))
+            if kind == "beyond_tolerance":
+                return conf.get("beyond_tolerance", "fail")
+            if kind == "active_segment":
+                return conf.get("active_segment", conf.get("severity", "fail"))
+        return conf.get("severity", "fail")
+
+    def headline(self, topic: str, check: str) -> str:
+        """The severity a check reports when nothing was observed: its strictest setting."""
+        conf = self.check(topic, check)
+        table = conf.get("classes") or conf.get("kinds")
+        if table is not None:
+            return worst(table.values())
+        if check == "create_time" and conf.get("tolerance_ms") is not None:
+            return worst([conf.get("severity", "warn"), conf.get("beyond_tolerance", "fail")])
+        return conf.get("severity", "fail")
+
+    def compacted(self, topic: str) -> bool:
+        return bool(self.for_topic(topic).get("compacted"))
+
+    def tolerance_ms(self, topic: str):
+        return self.check(topic, "create_time").get("tolerance_ms")
