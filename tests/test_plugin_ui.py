@@ -83,7 +83,7 @@ class ApiServer:
             [AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
             env=env, cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 150
+        deadline = time.monotonic() + 240
         while True:
             if self.proc.poll() is not None:
                 self.stop()
@@ -95,7 +95,7 @@ class ApiServer:
                 pass
             if time.monotonic() > deadline:
                 self.stop()
-                pytest.fail(f"api-server not healthy after 150 s:\n{self.log_tail()}")
+                pytest.fail(f"api-server not healthy after 240 s:\n{self.log_tail()}")
             time.sleep(0.5)
 
     def log_tail(self) -> str:
@@ -158,22 +158,22 @@ def site(tmp_path_factory):
     env = airflow_env(home, warehouse, port)
     run(["db", "migrate"], env)
     run(["dags", "test", DAG_ID, "2026-11-21"], env, timeout=300)
-    out = run(["dags", "list-runs", DAG_ID, "--output", "json"], env).stdout
-    [dag_run] = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
-    # the quality job's results for that DAG run: rows of a failing run, under the real run id
-    template = scenario(seed=11)[1]
-    latest = max(r["checked_at"] for r in runs)
-    dag_run_results = {
-        "run_id": dag_run["run_id"], "checked_at": latest.replace(year=latest.year + 1),
-        "rows": [dict(r, run_id=dag_run["run_id"], checked_at=latest.replace(year=latest.year + 1))
-                 for r in template["rows"]]}
-    dag_run_results["token"] = write_run(storage.open_store(warehouse), dag_run_results)
-    runs.append(dag_run_results)
     server = ApiServer(env, port, base / "api-server.log")
     try:
         token = httpx.get(server.url + "/auth/token", timeout=10).json()["access_token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        listed = httpx.get(f"{server.url}/api/v2/dags/{DAG_ID}/dagRuns", headers=headers, timeout=10)
+        [dag_run] = listed.json()["dag_runs"]
+        # the quality job's results for that DAG run: rows of a failing run, under its run id
+        template = scenario(seed=11)[1]
+        later = max(r["checked_at"] for r in runs).replace(year=2027)
+        dag_run_results = {
+            "run_id": dag_run["dag_run_id"], "checked_at": later,
+            "rows": [dict(r, run_id=dag_run["dag_run_id"], checked_at=later) for r in template["rows"]]}
+        dag_run_results["token"] = write_run(storage.open_store(warehouse), dag_run_results)
+        runs.append(dag_run_results)
         yield {"url": server.url, "runs": runs, "dag_run": dag_run_results, "home": home,
-               "warehouse": warehouse, "headers": {"Authorization": f"Bearer {token}"},
+               "warehouse": warehouse, "headers": headers,
                "base": base}
     finally:
         server.stop()
