@@ -7,6 +7,7 @@ authentication off (the api-server test, test_plugin_ui.py, covers Airflow's aut
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -39,17 +40,19 @@ from kafkalog_quality.app import URL_PREFIX, create_app  # noqa: E402
 pytestmark = pytest.mark.pipeline
 
 PARTITIONS = [("orders", 0), ("orders", 1), ("payments", 0)]
-CAUSES = ("compaction", "aborted_txn", "missing_segment")
-# check name -> status of a row that found something (a row that found nothing passes)
-CHECKS = {"crc_valid": "fail", "offset_gaps": "warn", "timestamp_regressions": "warn",
-          "row_count": "pass"}
+# offset-gap causes as check_quality.py classifies them, with the status each one gets
+CAUSES = {"compaction": "pass", "aborted_txn": "pass", "missing_segment": "warn"}
+# check name (spark_jobs/quality/checks.py) -> status of a row that found something
+CHECKS = {"crc": "fail", "offset_gaps": "warn", "create_time": "warn", "log_append_time": "fail",
+          "record_count": "pass"}
 
 
 # ---- writing a warehouse ------------------------------------------------------------------
 
 
 def scenario(seed: int = 7) -> list[dict]:
-    """Three runs a day apart; the second has CRC failures (so it fails), the third only warns."""
+    """Three runs a day apart: the first passes, the second fails (CRC, broker timestamps),
+    the third only warns (a missing segment, producer timestamps)."""
     rng = random.Random(seed)
     start = dt.datetime(2026, 11, 18, 2, 30, tzinfo=dt.timezone.utc)
     runs = []
@@ -61,20 +64,30 @@ def scenario(seed: int = 7) -> list[dict]:
         for check, bad_status in CHECKS.items():
             for topic, partition in PARTITIONS:
                 observed = rng.randrange(1000, 5000)
-                failed, details = 0, {}
-                if check == "crc_valid" and i == 1:
+                failed, details, status = 0, {"classes": {}, "items": []}, "pass"
+                if check == "crc" and i == 1:
                     failed = rng.randrange(1, 9)
+                    details["classes"]["crc_mismatch"] = {"status": "fail", "items": failed, "offsets": 3 * failed}
                 elif check == "offset_gaps" and i > 0:
-                    by_cause = {c: rng.randrange(0, 4) for c in CAUSES}
-                    failed = sum(by_cause.values())
-                    details = {"by_cause": by_cause, "first_gap": rng.randrange(10**6)}
-                elif check == "timestamp_regressions" and i == 2 and partition == 0:
+                    for cause, cause_status in CAUSES.items():
+                        n = rng.randrange(0, 4)
+                        if n:
+                            details["classes"][cause] = {"status": cause_status, "items": n, "offsets": 7 * n}
+                            failed += n if cause_status != "pass" else 0
+                elif (check, i, partition) in (("create_time", 2, 0), ("log_append_time", 1, 1)):
                     failed = rng.randrange(1, 5)
-                    details = {"examples": [{"offset": rng.randrange(10**6), "delta_ms": -rng.randrange(1, 10**5)}
-                                            for _ in range(4)]}
+                    details["classes"]["regression"] = {"status": bad_status, "items": failed, "offsets": failed}
+                    details["regressions"] = failed
+                    details["max_step_back_ms"] = rng.randrange(1, 10**5)
+                    details["items"] = [{"class": "regression", "first_offset": rng.randrange(10**6),
+                                         "message": "timestamp went back"} for _ in range(3)]
+                if failed:
+                    status = bad_status
+                elif any(c["status"] == "warn" for c in details["classes"].values()):
+                    status = "warn"
                 rows.append({
                     "run_id": run_id, "check": check, "topic": topic, "partition": partition,
-                    "status": bad_status if failed else "pass",
+                    "status": status,
                     "severity": "error" if bad_status == "fail" else "warning",
                     "observed": observed, "failed": failed, "details": json.dumps(details),
                     "checked_at": checked_at,
@@ -124,15 +137,16 @@ def expected_verdict(run: dict) -> str:
 
 def expected_series(runs: list[dict]) -> dict:
     oldest_first = sorted(runs, key=lambda r: r["checked_at"])
-    crc = [sum(r["failed"] for r in run["rows"] if r["check"] == "crc_valid") for run in oldest_first]
-    ts = [sum(r["failed"] for r in run["rows"] if r["check"] == "timestamp_regressions")
-          for run in oldest_first]
+    crc = [sum(r["failed"] for r in run["rows"] if r["check"] == "crc") for run in oldest_first]
+    ts = {check: [sum(json.loads(r["details"]).get("regressions", 0) for r in run["rows"]
+                      if r["check"] == check) for run in oldest_first]
+          for check in ("log_append_time", "create_time")}
     gaps: dict[str, list[int]] = {}
     for i, run in enumerate(oldest_first):
         for r in run["rows"]:
             if r["check"] == "offset_gaps":
-                for cause, n in json.loads(r["details"]).get("by_cause", {}).items():
-                    gaps.setdefault(cause, [0] * len(runs))[i] += n
+                for cause, info in json.loads(r["details"])["classes"].items():
+                    gaps.setdefault(cause, [0] * len(runs))[i] += info["items"]
     return {"crc": crc, "ts": ts, "gaps": gaps}
 
 
@@ -261,17 +275,26 @@ def test_series_are_the_sums_of_the_rows(warehouse):
     assert s["crc_failures"] == want["crc"]
     assert s["timestamp_regressions"] == want["ts"]
     assert s["gaps_by_cause"] == want["gaps"]
-    assert sum(want["crc"]) > 0 and sum(want["ts"]) > 0 and want["gaps"]  # the scenario is not empty
+    assert sum(want["crc"]) > 0 and all(map(sum, want["ts"].values())) and want["gaps"]  # not empty
 
 
-def test_gap_rows_without_by_cause_count_as_unspecified():
-    row = data.Result("r", "offset_gaps", "t", 0, "warn", "warning", 10, 4, {"other": 1}, None)
-    assert data.gap_causes(row) == {data.UNSPECIFIED_CAUSE: 4}
-    row = data.Result("r", "offset_gaps", "t", 0, "warn", "warning", 10, 4, {"by_cause": {"a": "2", "b": None}}, None)
-    assert data.gap_causes(row) == {"a": 2}
-    assert [data.check_kind(n) for n in ["crc_valid", "batch_CRC", "offset_gaps", "timestamp_regressions",
-                                         "timestamp_not_null", "row_count"]] == \
-        ["crc", "crc", "gaps", "timestamps", None, None]
+def test_gap_causes_from_classes_else_by_cause_else_failed():
+    def row(details, failed=4):
+        return data.Result("r", "offset_gaps", "t", 0, "warn", "warning", 10, failed, details, None)
+
+    classes = {"compaction": {"status": "pass", "items": 5, "offsets": 9},
+               "missing_segment": {"status": "warn", "items": 2, "offsets": 3},
+               "retention": {"status": "pass", "items": 0, "offsets": 0}}
+    assert data.gap_causes(row({"classes": classes})) == {"compaction": 5, "missing_segment": 2}
+    assert data.gap_causes(row({"by_cause": {"a": "2", "b": None}})) == {"a": 2}
+    assert data.gap_causes(row({"other": 1})) == {data.UNSPECIFIED_CAUSE: 4}
+    assert data.gap_causes(row("not json", failed=0)) == {}
+    ts = data.Result("r", "create_time", "t", 0, "warn", "warning", 10, 0, {"regressions": 6}, None)
+    assert data.timestamp_regressions(ts) == 6
+    assert data.timestamp_regressions(dataclasses.replace(ts, details=None, failed=3)) == 3
+    assert [data.check_kind(n) for n in ["crc", "offset_gaps", "record_gaps", "create_time",
+                                         "log_append_time", "max_timestamp", "record_count"]] == \
+        ["crc", "gaps", None, "timestamps", "timestamps", None, None]
 
 
 def test_unreadable_file_is_an_error_run_not_a_broken_page(warehouse, client):
@@ -363,7 +386,7 @@ def test_index_page_lists_runs_with_charts_and_links(warehouse, client):
         [f"runs/{r['token']}/docs/index.html" for r in newest_first]
     want = expected_series(runs)
     assert int(dom.one("svg", id="chart-crc").attrs["data-total"]) == sum(want["crc"])
-    assert int(dom.one("svg", id="chart-timestamps").attrs["data-total"]) == sum(want["ts"])
+    assert int(dom.one("svg", id="chart-timestamps").attrs["data-total"]) == sum(map(sum, want["ts"].values()))
     assert int(dom.one("svg", id="chart-gaps").attrs["data-total"]) == sum(map(sum, want["gaps"].values()))
     assert {g.attrs["data-series"] for g in dom.find("g", cls="legend-item")} >= set(want["gaps"])
     assert "<script" not in page.text and "http://" not in page.text.replace("http://www.w3.org", "")
@@ -389,7 +412,7 @@ def test_run_page_shows_every_result_with_status_and_details(warehouse, client):
         d = json.loads(r["details"])
         if d:
             assert json.dumps(d, sort_keys=True)[:40] in page.text.replace("&quot;", '"')
-    assert dom.find("details")  # the timestamp examples are long
+    assert dom.find("details")  # the timestamp rows' details are long
     assert dom.one("a", cls="docs-link").attrs["href"] == f"runs/{run['token']}/docs/index.html"
 
 

@@ -40,12 +40,10 @@ DOCS_DIR = "data_docs"
 #: verdict order, worst first; a run's verdict is the worst status among its rows
 STATUSES = ("fail", "warn", "pass")
 
-# Which checks feed which chart. The quality job names its checks; the UI matches them
-# by these substrings of the lower-cased check name, so "crc_valid", "batch_crc" or
-# "crc_mismatch" all count as CRC checks (see plugins/README.md for the expected names).
-CRC_MARK = "crc"
-GAP_MARK = "gap"
-TIMESTAMP_MARKS = ("timestamp", "regress")
+# Which checks feed which chart: the check names of spark_jobs/quality/checks.py.
+CRC_CHECKS = ("crc",)
+GAP_CHECKS = ("offset_gaps",)
+TIMESTAMP_CHECKS = ("log_append_time", "create_time")
 _TOKEN = re.compile(r"[A-Za-z0-9._-]+")
 
 #: cause used for a gap row whose details carry no ``by_cause`` counts
@@ -286,61 +284,83 @@ def docs_key(token: str, path: str) -> str:
 
 
 def check_kind(check: str) -> str | None:
-    """``crc`` | ``gaps`` | ``timestamps`` | None for a check name (see the *_MARK constants)."""
-    name = check.lower()
-    if CRC_MARK in name:
+    """``crc`` | ``gaps`` | ``timestamps`` | None: which chart a check feeds."""
+    if check in CRC_CHECKS:
         return "crc"
-    if GAP_MARK in name:
+    if check in GAP_CHECKS:
         return "gaps"
-    if all(mark in name for mark in TIMESTAMP_MARKS):
+    if check in TIMESTAMP_CHECKS:
         return "timestamps"
     return None
 
 
+def _count(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def gap_causes(result: Result) -> dict[str, int]:
-    """Gap counts by cause from an offset-gap row: ``details["by_cause"]``, else its ``failed``."""
-    details = result.details
-    by_cause = details.get("by_cause") if isinstance(details, dict) else None
-    if isinstance(by_cause, dict):
+    """Gaps by cause of an offset-gap row.
+
+    ``details.classes`` = ``{cause: {"status", "items", "offsets"}}`` (check_quality.py): the
+    number of gaps (``items``) of every cause, explained ones included; else
+    ``details.by_cause`` = ``{cause: count}``; else the row's ``failed`` as ``unspecified``.
+    """
+    details = result.details if isinstance(result.details, dict) else {}
+    classes = details.get("classes")
+    if isinstance(classes, dict):
         out = {}
-        for cause, n in by_cause.items():
-            try:
-                out[str(cause)] = int(n)
-            except (TypeError, ValueError):
-                continue
+        for cause, info in classes.items():
+            n = _count(info.get("items") if isinstance(info, dict) else info)
+            if n:
+                out[str(cause)] = n
         return out
+    by_cause = details.get("by_cause")
+    if isinstance(by_cause, dict):
+        return {str(c): n for c, n in ((c, _count(v)) for c, v in by_cause.items()) if n}
     return {UNSPECIFIED_CAUSE: result.failed} if result.failed else {}
 
 
-def series(runs: list[Run]) -> dict:
-    """Chart data over runs, oldest first: CRC failures, gaps by cause, timestamp regressions.
+def timestamp_regressions(result: Result) -> int:
+    """``details.regressions`` of a timestamp row (every regression, warned or failed), else ``failed``."""
+    details = result.details if isinstance(result.details, dict) else {}
+    n = _count(details.get("regressions"))
+    return n if n is not None else (result.failed or 0)
 
-    Each count is the sum of ``failed`` (gaps: of ``details.by_cause``) over that run's rows of
-    the matching checks, all topic-partitions together. A run without such a check has 0.
+
+def series(runs: list[Run]) -> dict:
+    """Chart data over runs, oldest first, all topic-partitions of a run summed.
+
+    ``crc_failures``: ``failed`` of the CRC check; ``gaps_by_cause``: {cause: counts} of the
+    offset-gap check; ``timestamp_regressions``: {check: counts} of the timestamp checks.
+    A run without such a check counts 0.
     """
     ordered = list(reversed(runs))
-    crc, ts, gaps = [], [], []
+    crc, gaps, ts = [], [], []
     for run in ordered:
-        c = t = 0
+        c = 0
         g: Counter = Counter()
+        t: Counter = Counter()
         for r in run.results:
             kind = check_kind(r.check)
             if kind == "crc":
                 c += r.failed or 0
-            elif kind == "timestamps":
-                t += r.failed or 0
             elif kind == "gaps":
                 g.update(gap_causes(r))
+            elif kind == "timestamps":
+                t[r.check] += timestamp_regressions(r)
         crc.append(c)
-        ts.append(t)
         gaps.append(g)
+        ts.append(t)
     causes = sorted({cause for g in gaps for cause in g})
     return {
         "runs": [{"token": r.token, "run_id": r.run_id, "checked_at": _iso(r.checked_at)}
                  for r in ordered],
         "crc_failures": crc,
         "gaps_by_cause": {cause: [g.get(cause, 0) for g in gaps] for cause in causes},
-        "timestamp_regressions": ts,
+        "timestamp_regressions": {check: [t.get(check, 0) for t in ts] for check in TIMESTAMP_CHECKS},
     }
 
 

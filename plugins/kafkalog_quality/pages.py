@@ -73,8 +73,8 @@ def charts(runs: list[data.Run]) -> str:
         svg.bar_chart("chart-gaps", "Offset gaps by cause", labels, s["gaps_by_cause"],
                       tooltips=names, legend=True),
         svg.bar_chart("chart-timestamps", "Timestamp regressions per run", labels,
-                      {"timestamp regressions": s["timestamp_regressions"]}, tooltips=names,
-                      colors={"timestamp regressions": "#30638e"}),
+                      s["timestamp_regressions"], tooltips=names, legend=True,
+                      colors={"log_append_time": "#30638e", "create_time": "#66a182"}),
     ])
 
 
