@@ -1,0 +1,708 @@
+"""docker/: the deployment, checked statically (no Docker engine runs here).
+
+What can be checked without an engine is checked against the real thing: the compose file is
+loaded with PyYAML and its wiring followed (images, environment, depends_on, ports, variables);
+the Dockerfile is parsed and every COPY source looked up in the repository and against
+.dockerignore; every Airflow command line is parsed by this Airflow's own CLI parser and every
+AIRFLOW__* variable looked up in its configuration reference; the Spark classes are looked up
+in pyspark's jars; and airflow-init.sh runs for real against a SQLite metadata database, after
+which the provider's SparkSubmitHook resolves the connection it created.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER = ROOT / "docker"
+COMPOSE = DOCKER / "compose.yaml"
+DOCKERFILE = DOCKER / "Dockerfile"
+ENV_EXAMPLE = DOCKER / ".env.example"
+VENV_BIN = Path(sys.executable).parent
+
+AIRFLOW_SERVICES = {"airflow-init", "airflow-apiserver", "airflow-scheduler",
+                    "airflow-dag-processor", "airflow-triggerer"}
+SPARK_SERVICES = {"spark-master", "spark-worker"}
+REQUIRED_SERVICES = AIRFLOW_SERVICES | SPARK_SERVICES | {"postgres", "minio", "minio-init"}
+#: the Airflow 3 components and the subcommand each must run
+COMPONENTS = {"airflow-apiserver": "api-server", "airflow-scheduler": "scheduler",
+              "airflow-dag-processor": "dag-processor", "airflow-triggerer": "triggerer"}
+DEPENDS_CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+def load_compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def services() -> dict:
+    return load_compose()["services"]
+
+
+def env_of(service: dict) -> dict:
+    env = service.get("environment") or {}
+    if isinstance(env, list):  # KEY=VALUE form
+        env = dict(item.split("=", 1) for item in env)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
+def argv(command) -> list[str]:
+    return shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
+
+
+_VAR = re.compile(r"\$(\$|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\})")
+
+
+def interpolate(value: str, env: dict) -> str:
+    """Compose's interpolation: ${X}, ${X:-default}, ${X-default}, ${X:?error}, $$."""
+    def sub(m):
+        if m.group(1) == "$":
+            return "$"
+        name, op, arg = m.group(2), m.group(3), m.group(4)
+        val = env.get(name)
+        if op in (":-", ":?"):
+            missing = not val
+        else:
+            missing = val is None
+        if missing and op in (":-", "-"):
+            return arg
+        if missing and op in (":?", "?"):
+            raise KeyError(f"{name}: {arg}")
+        return val or ""
+    return _VAR.sub(sub, value)
+
+
+def compose_variables(text: str) -> dict[str, str | None]:
+    """Every ${NAME...} the compose file reads from its environment -> its operator."""
+    return {m.group(2): m.group(3) for m in _VAR.finditer(text) if m.group(1) != "$"}
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, sep, value = line.partition("=")
+            assert sep, f"{path.name}: not NAME=VALUE: {line!r}"
+            out[name.strip()] = value.strip()
+    return out
+
+
+def generated_env(tmp_path: Path) -> dict[str, str]:
+    out = tmp_path / "generated.env"
+    proc = subprocess.run([sys.executable, str(DOCKER / "gen-env.py"), str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return read_env_file(out)
+
+
+def parse_dockerfile(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comment lines dropped."""
+    instructions, pending = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#") or (not line and not pending):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line = pending + line
+        pending = ""
+        if line.strip():
+            keyword, _, rest = line.strip().partition(" ")
+            instructions.append((keyword.upper(), rest.strip()))
+    assert not pending, "Dockerfile ends inside a continued line"
+    return instructions
+
+
+def stages(instructions) -> list[dict]:
+    """The Dockerfile's stages: base, name and their instructions."""
+    out = []
+    for keyword, rest in instructions:
+        if keyword == "FROM":
+            words = rest.split()
+            words = [w for w in words if not w.startswith("--")]
+            out.append({"base": words[0],
+                        "name": words[2] if len(words) > 2 and words[1].upper() == "AS" else None,
+                        "body": []})
+        else:
+            assert out, f"{keyword} before the first FROM"
+            out[-1]["body"].append((keyword, rest))
+    return out
+
+
+def copy_args(rest: str) -> tuple[dict, list[str], str]:
+    """Options, sources and destination of a COPY."""
+    words = shlex.split(rest)
+    options = {}
+    while words and words[0].startswith("--"):
+        key, _, value = words.pop(0)[2:].partition("=")
+        options[key] = value
+    if words and words[0].startswith("["):
+        words = json.loads(" ".join(words))
+    return options, words[:-1], words[-1]
+
+
+def stage_env(stage: dict) -> dict[str, str]:
+    env = {}
+    for keyword, rest in stage["body"]:
+        if keyword == "ENV":
+            for word in shlex.split(rest):
+                name, _, value = word.partition("=")
+                env[name] = value
+    return env
+
+
+def dockerignore_patterns() -> list[str]:
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+
+
+def _pattern_regex(pattern: str) -> re.Pattern:
+    pattern = pattern.strip("/")
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out)
+
+
+def ignored(path: str, patterns: list[str]) -> bool:
+    """Docker's rule: a pattern excludes a path it matches, or a path under a directory it
+    matches; patterns apply in order and a later ``!pattern`` brings a path back."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    excluded = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        regex = _pattern_regex(pattern[1:] if negate else pattern)
+        if any(regex.fullmatch(p) for p in prefixes):
+            excluded = not negate
+    return excluded
+
+
+def clean_airflow_env(tmp_path: Path, extra: dict | None = None) -> dict:
+    """An environment for the venv's airflow with a throwaway AIRFLOW_HOME and nothing of ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    home = tmp_path / "airflow-home"
+    home.mkdir(exist_ok=True)
+    env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}")
+    env.update(extra or {})
+    return env
+
+
+def run_python(code: str, env: dict, timeout: int = 180) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=env["AIRFLOW_HOME"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def init_script_airflow_commands() -> list[list[str]]:
+    out = []
+    for line in (DOCKER / "airflow-init.sh").read_text().splitlines():
+        words = shlex.split(line, comments=True) if line.strip() else []
+        if words and words[0] == "airflow":
+            # the command ends where the shell's redirections and operators begin
+            end = next((i for i, w in enumerate(words) if re.match(r"\d?>|\|\||&&|\||;", w)),
+                       len(words))
+            out.append(words[1:end])
+    return out
+
+
+# ---- compose: structure ----------------------------------------------------------------------
+
+def test_compose_has_every_service_and_declares_its_volumes():
+    data = load_compose()
+    assert isinstance(data, dict) and isinstance(data.get("services"), dict)
+    svc = data["services"]
+    assert REQUIRED_SERVICES <= set(svc), REQUIRED_SERVICES - set(svc)
+    declared = set(data.get("volumes") or {})
+    for name, s in svc.items():
+        for volume in s.get("volumes") or []:
+            source = volume.split(":")[0] if isinstance(volume, str) else volume.get("source")
+            if not source.startswith((".", "/", "~")):
+                assert source in declared, f"{name} mounts undeclared volume {source}"
+    # the data that must survive a restart is on named volumes
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in svc["postgres"]["volumes"])
+    assert any(v.endswith(":/data") for v in svc["minio"]["volumes"])
+    assert "/data" in argv(svc["minio"]["command"])
+
+
+def test_every_build_uses_the_dockerfile_with_the_repository_as_context():
+    svc = services()
+    built = {name: s for name, s in svc.items() if "build" in s}
+    assert AIRFLOW_SERVICES | SPARK_SERVICES <= set(built)
+    for name, s in built.items():
+        build = s["build"]
+        context = (COMPOSE.parent / build["context"]).resolve()
+        assert context == ROOT, f"{name}: build context {context} is not the repository root"
+        dockerfile = context / build.get("dockerfile", "Dockerfile")
+        assert dockerfile.resolve() == DOCKERFILE.resolve() and DOCKERFILE.is_file(), name
+    # one image for Airflow and Spark alike
+    images = {s["image"] for s in built.values()}
+    assert len(images) == 1, images
+
+
+def test_airflow_services_share_the_image_and_the_common_environment():
+    svc = services()
+    envs = {name: env_of(svc[name]) for name in AIRFLOW_SERVICES}
+    first = envs["airflow-scheduler"]
+    for name, env in envs.items():
+        assert svc[name]["image"] == svc["airflow-scheduler"]["image"], name
+        assert env == first, f"{name} differs from the scheduler's environment"
+    env = first
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
+    assert 1 <= int(env["AIRFLOW__CORE__PARALLELISM"]) <= 8
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://airflow-apiserver:8080/execution/"
+    assert re.fullmatch(r"postgresql\+psycopg2://airflow:\$\{POSTGRES_PASSWORD:\?[^}]*\}@postgres:5432/airflow",
+                        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    for secret in ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
+                   "AIRFLOW__CORE__FERNET_KEY"):
+        assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]*\}", env[secret]), f"{secret} must come from .env"
+    assert env["KAFKALOG_WAREHOUSE"] == "s3://warehouse/kafka"
+    assert env["KAFKALOG_SNAPSHOT_BUCKET"] == "kafka-snapshots"
+    assert env["AWS_ENDPOINT_URL"] == "http://minio:9000"
+    assert env["AWS_ACCESS_KEY_ID"].startswith("${") and env["AWS_SECRET_ACCESS_KEY"].startswith("${")
+
+
+def test_spark_services_get_the_s3_and_python_settings_of_the_airflow_side():
+    svc = services()
+    airflow_env = env_of(svc["airflow-scheduler"])
+    shared = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+              "AWS_DEFAULT_REGION", "PYSPARK_PYTHON", "KAFKALOG_WAREHOUSE")
+    for name in SPARK_SERVICES:
+        env = env_of(svc[name])
+        for key in shared:
+            assert env.get(key) == airflow_env[key], f"{name}: {key}"
+
+
+def test_buckets_the_pipeline_reads_are_created_by_minio_init():
+    svc = services()
+    env = env_of(svc["airflow-scheduler"])
+    script = "\n".join(argv(svc["minio-init"]["entrypoint"]) + argv(svc["minio-init"]["command"]))
+    made = set(re.findall(r"mc mb (?:--ignore-existing )?local/([a-z0-9.-]+)", script))
+    warehouse_bucket = env["KAFKALOG_WAREHOUSE"].removeprefix("s3://").split("/")[0]
+    assert {warehouse_bucket, env["KAFKALOG_SNAPSHOT_BUCKET"]} <= made
+    # the pipeline's key is the one minio-init creates
+    init_env = env_of(svc["minio-init"])
+    assert env["AWS_ACCESS_KEY_ID"] == init_env["KAFKALOG_S3_ACCESS_KEY"]
+    assert env["AWS_SECRET_ACCESS_KEY"] == init_env["KAFKALOG_S3_SECRET_KEY"]
+    assert 'mc admin user add local "$$KAFKALOG_S3_ACCESS_KEY"' in COMPOSE.read_text()
+
+
+def test_depends_on_is_wired_and_acyclic():
+    svc = services()
+    graph = {}
+    for name, s in svc.items():
+        deps = s.get("depends_on") or {}
+        if isinstance(deps, list):
+            deps = {d: {"condition": "service_started"} for d in deps}
+        graph[name] = set(deps)
+        for dep, spec in deps.items():
+            assert dep in svc, f"{name} depends on unknown service {dep}"
+            condition = spec.get("condition", "service_started")
+            assert condition in DEPENDS_CONDITIONS, (name, dep, condition)
+            if condition == "service_healthy":
+                assert "healthcheck" in svc[dep], f"{name} waits for {dep} to be healthy; it has no healthcheck"
+            if condition == "service_completed_successfully":
+                assert str(svc[dep].get("restart", "no")) == "no", f"{dep} is one-shot: restart must be no"
+    # the order that matters
+    assert svc["airflow-init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in COMPONENTS:
+        assert svc[name]["depends_on"]["airflow-init"]["condition"] == "service_completed_successfully"
+    assert svc["minio-init"]["depends_on"]["minio"]["condition"] == "service_healthy"
+    assert "spark-master" in svc["spark-worker"]["depends_on"]
+    # no cycle: peel off services whose dependencies are all started
+    remaining = dict(graph)
+    while remaining:
+        ready = [n for n, deps in remaining.items() if not deps & set(remaining)]
+        assert ready, f"depends_on cycle among {sorted(remaining)}"
+        for n in ready:
+            del remaining[n]
+
+
+def test_long_running_services_have_healthchecks_on_their_own_ports():
+    svc = services()
+    for name in ("postgres", "minio", "airflow-apiserver", "airflow-scheduler",
+                 "airflow-dag-processor", "airflow-triggerer", "spark-master", "spark-worker"):
+        test = svc[name].get("healthcheck", {}).get("test")
+        assert test and test[0] in ("CMD", "CMD-SHELL"), name
+    api = argv(svc["airflow-apiserver"]["command"])
+    api_port = api[api.index("--port") + 1]
+    assert f"http://localhost:{api_port}/api/v2/monitor/health" in " ".join(svc["airflow-apiserver"]["healthcheck"]["test"])
+    master = argv(svc["spark-master"]["command"])
+    ui_port = master[master.index("--webui-port") + 1]
+    assert f"http://localhost:{ui_port}/" in " ".join(svc["spark-master"]["healthcheck"]["test"])
+    # the scheduler's health server is on (its healthcheck asks it)
+    assert env_of(svc["airflow-scheduler"])["AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK"] == "True"
+    assert "localhost:8974/health" in " ".join(svc["airflow-scheduler"]["healthcheck"]["test"])
+
+
+def _published(service: dict) -> dict[int, int]:
+    """container port -> host port."""
+    out = {}
+    for port in service.get("ports") or []:
+        if isinstance(port, dict):
+            out[int(port["target"])] = int(port["published"])
+        else:
+            parts = str(port).split("/")[0].split(":")
+            out[int(parts[-1])] = int(parts[-2])
+    return out
+
+
+def test_ui_and_endpoint_ports_are_published_without_clashes():
+    svc = services()
+    api = argv(svc["airflow-apiserver"]["command"])
+    assert int(api[api.index("--port") + 1]) in _published(svc["airflow-apiserver"])
+    master = argv(svc["spark-master"]["command"])
+    assert int(master[master.index("--port") + 1]) in _published(svc["spark-master"])
+    assert int(master[master.index("--webui-port") + 1]) in _published(svc["spark-master"])
+    assert 9000 in _published(svc["minio"])
+    host_ports = [hp for s in svc.values() for hp in _published(s).values()]
+    assert len(host_ports) == len(set(host_ports)), f"a host port is published twice: {host_ports}"
+    # workers publish nothing, so --scale spark-worker=N cannot clash
+    assert not _published(svc["spark-worker"])
+
+
+def test_every_compose_variable_is_in_the_env_example_and_gen_env_fills_the_required(tmp_path):
+    text = COMPOSE.read_text()
+    variables = compose_variables(text)
+    example = read_env_file(ENV_EXAMPLE)
+    assert set(variables) <= set(example), set(variables) - set(example)
+    # the example holds placeholders only: no secret value is committed
+    for name, value in example.items():
+        if re.search(r"PASSWORD|SECRET|FERNET", name):
+            assert value == "", f"{name} has a value in .env.example"
+    env = generated_env(tmp_path)
+    assert set(env) == set(example)
+    required = [n for n, op in variables.items() if op == ":?"]
+    assert required
+    for name in required:
+        assert env[name], f"{name} is required by compose.yaml and still empty"
+        assert re.fullmatch(r"[A-Za-z0-9_=-]+", env[name]), f"{name} needs quoting somewhere"
+    from cryptography.fernet import Fernet
+    Fernet(env["AIRFLOW_FERNET_KEY"].encode())  # raises on a malformed key
+    assert len(env["MINIO_ROOT_PASSWORD"]) >= 8 and len(env["KAFKALOG_S3_SECRET_KEY"]) >= 8
+    # the whole file interpolates with them, and fails without them
+    interpolate(text, env)
+    with pytest.raises(KeyError, match="POSTGRES_PASSWORD"):
+        interpolate(text, {**env, "POSTGRES_PASSWORD": ""})
+    # never overwrites an existing file (Postgres and MinIO already hold those secrets)
+    out = tmp_path / "generated.env"
+    before = out.read_text()
+    proc = subprocess.run([sys.executable, str(DOCKER / "gen-env.py"), str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and out.read_text() == before
+
+
+# ---- Dockerfile ------------------------------------------------------------------------------
+
+def test_dockerfile_stages_base_image_and_copy_sources():
+    parsed = stages(parse_dockerfile(DOCKERFILE.read_text()))
+    names = set()
+    for stage in parsed:
+        assert stage["base"] in names or stage["base"] == "python:3.11-slim-bookworm", stage["base"]
+        for keyword, rest in stage["body"]:
+            if keyword in ("COPY", "ADD"):
+                assert keyword == "COPY", "ADD fetches and unpacks: use COPY"
+                options, sources, _ = copy_args(rest)
+                if "from" in options:
+                    assert options["from"] in names, f"COPY --from={options['from']}: no such stage"
+                    continue
+                assert sources
+                for source in sources:
+                    assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
+        if stage["name"]:
+            names.add(stage["name"])
+    assert parsed[-1]["base"] == "python:3.11-slim-bookworm"
+
+
+def _runs(stage) -> str:
+    return "\n".join(rest for keyword, rest in stage["body"] if keyword == "RUN")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _lock() -> dict[str, str]:
+    lines = (ROOT / "requirements.lock").read_text().splitlines()
+    return dict(ln.split("==", 1) for ln in lines if "==" in ln and not ln.startswith("#"))
+
+
+def test_dockerfile_installs_from_the_lock_then_the_package_with_every_module():
+    parsed = stages(parse_dockerfile(DOCKERFILE.read_text()))
+    build = next(s for s in parsed if re.search(r"pip install[^\n]*--no-deps \.", _runs(s)))
+    copied, order = set(), []
+    for keyword, rest in build["body"]:
+        if keyword == "COPY":
+            _, sources, _ = copy_args(rest)
+            copied |= {s.rstrip("/") for s in sources}
+        if keyword == "RUN" and "pip install" in rest:
+            order.append((rest, set(copied)))
+    deps_run, deps_copied = next((r, c) for r, c in order if "-r requirements.txt" in r)
+    assert re.search(r"pip install (.* )?-c requirements\.lock (.* )?-r requirements\.txt", deps_run)
+    assert {"requirements.txt", "requirements.lock"} <= deps_copied
+    locked = {_norm(name) for name in _lock()}
+    for extra in re.findall(r"-r (\S+)", deps_run):
+        assert (ROOT / extra).is_file(), extra
+        for line in (ROOT / extra).read_text().splitlines():
+            line = line.split("#")[0].strip()
+            if line:
+                name = _norm(re.match(r"[A-Za-z0-9._-]+", line).group())
+                assert name in locked or "==" in line, f"{extra}: {line} is neither locked nor pinned"
+    pkg_run, pkg_copied = next((r, c) for r, c in order if "--no-deps ." in r)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    needed = set(project["tool"]["setuptools"]["packages"]) | {"pyproject.toml", "setup.py",
+                                                                project["project"]["readme"]}
+    assert needed <= pkg_copied, f"not copied before pip install .: {needed - pkg_copied}"
+    # the compiled path must really be there (setup.py would silently fall back)
+    assert "import kafkalog._speedups" in pkg_run
+    assert re.search(r"apt-get install[^\n]* gcc", _runs(build))
+
+
+def test_dockerfile_keeps_the_pyspark_client_guard_and_the_lock_pins_both_alike():
+    text = DOCKERFILE.read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    guard = "pyspark.__version__ == m.version('pyspark') == m.version('pyspark-client')"
+    assert guard in makefile.replace("\\\n\t\t", "")
+    final = stages(parse_dockerfile(text))[-1]
+    assert guard in _runs(final), "the final image must check pyspark against pyspark-client"
+    lock = _lock()
+    assert lock["pyspark"] == lock["pyspark-client"]
+
+
+def test_dockerfile_runtime_has_java_17_pyspark_python_and_airflow_layout():
+    parsed = stages(parse_dockerfile(DOCKERFILE.read_text()))
+    final = parsed[-1]
+    runs = _runs(final)
+    assert re.search(r"apt-get install[^\n]*\bopenjdk-17-jre-headless\b", runs)
+    env = stage_env(final)
+    # PYSPARK_PYTHON is the python of the venv the build stage made and the final stage copied
+    venvs = set(re.findall(r"python -m venv (\S+)", "\n".join(_runs(s) for s in parsed)))
+    copied_venvs = {dest.rstrip("/") for k, r in final["body"] if k == "COPY"
+                    for opts, srcs, dest in [copy_args(r)] if "from" in opts}
+    venv = (venvs & copied_venvs).pop()
+    assert env["PYSPARK_PYTHON"] == f"{venv}/bin/python"
+    assert env["PATH"].startswith(f"{venv}/bin:")
+    for name in SPARK_SERVICES | AIRFLOW_SERVICES:
+        assert env_of(services()[name])["PYSPARK_PYTHON"] == env["PYSPARK_PYTHON"], name
+    # dags and plugins where Airflow looks by default; the jobs beside them
+    home = env["AIRFLOW_HOME"]
+    dests = {}
+    for keyword, rest in final["body"]:
+        if keyword == "COPY":
+            opts, sources, dest = copy_args(rest)
+            for source in sources:
+                dests[source.rstrip("/")] = dest.rstrip("/")
+    assert dests["dags"] == f"{home}/dags"
+    assert dests["plugins"] == f"{home}/plugins"
+    assert dests["spark_jobs"] == f"{home}/spark_jobs"
+    assert dests["expectations"] == f"{home}/expectations"
+    # the DAGs find the job scripts through KAFKALOG_SPARK_JOBS_DIR
+    assert env_of(services()["airflow-scheduler"])["KAFKALOG_SPARK_JOBS_DIR"] == dests["spark_jobs"]
+    # airflow-init (the compose command) is the script, on PATH
+    assert dests["docker/airflow-init.sh"] == "/usr/local/bin/airflow-init"
+    assert argv(services()["airflow-init"]["command"]) == ["airflow-init"]
+    # every container starts through the entrypoint script
+    entrypoint = [json.loads(r) for k, r in final["body"] if k == "ENTRYPOINT"][-1]
+    assert entrypoint == [dests["docker/entrypoint.sh"]]
+    assert any(k == "USER" and r not in ("root", "0") for k, r in final["body"]), "runs as root"
+
+
+def test_dockerignore_keeps_local_artifacts_out_and_every_copied_file_in():
+    patterns = dockerignore_patterns()
+    for path in (".venv/bin/python", "demo-output/orders-0/00000000000000000000.log",
+                 "build/lib.linux-x86_64-cpython-311/kafkalog/x.py", "bench/out/run.json",
+                 "kafkalog/_speedups.cpython-311-x86_64-linux-gnu.so", "kafkalog/_speedups.c",
+                 ".git/HEAD", "docker/.env", "kafkalog/__pycache__/reader.cpython-311.pyc",
+                 "kafkalog.egg-info/PKG-INFO"):
+        assert ignored(path, patterns), f"{path} would be sent to the build"
+    sources = []
+    for stage in stages(parse_dockerfile(DOCKERFILE.read_text())):
+        for keyword, rest in stage["body"]:
+            if keyword == "COPY":
+                opts, srcs, _ = copy_args(rest)
+                if "from" not in opts:
+                    sources += [s.rstrip("/") for s in srcs]
+    files = subprocess.run(["git", "ls-files", "--", *sources], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    assert {"setup.py", "kafkalog/_speedups.pyx", "requirements.lock"} <= set(files)
+    kept_out = [f for f in files if ignored(f, patterns)]
+    assert not kept_out, f"COPY'd but excluded by .dockerignore: {kept_out[:10]}"
+
+
+def test_dockerignore_matcher_follows_dockers_rules():
+    # the checks above are only as good as this matcher
+    assert ignored("a.so", ["*.so"]) and not ignored("kafkalog/a.so", ["*.so"])
+    assert ignored("kafkalog/a.so", ["**/*.so"]) and ignored("a.so", ["**/*.so"])
+    assert ignored("build/x/y.py", ["build"]) and not ignored("kafkalog/build.py", ["build"])
+    assert not ignored("docs/keep.md", ["docs", "!docs/keep.md"])
+
+
+# ---- the commands are real -------------------------------------------------------------------
+
+def test_airflow_commands_parse_with_this_airflows_cli_and_options_exist(tmp_path):
+    svc = services()
+    commands = [argv(svc[name]["command"])[1:] for name in COMPONENTS]
+    assert [c[0] for c in commands] == list(COMPONENTS.values())
+    for s in svc.values():
+        test = (s.get("healthcheck") or {}).get("test") or []
+        if test[1:2] == ["airflow"]:
+            commands.append(test[2:])
+    init = init_script_airflow_commands()
+    assert ["db", "migrate"] in init
+    commands += init
+    options = sorted({k for name in AIRFLOW_SERVICES for k in env_of(svc[name])
+                      if k.startswith("AIRFLOW__")})
+    env = env_of(svc["airflow-scheduler"])
+    code = f"""
+import importlib, json
+from airflow.cli.cli_parser import get_parser
+from airflow.configuration import retrieve_configuration_description
+from airflow.api_fastapi.core_api.routes.public import public_router
+bad = []
+for cmd in {commands!r}:
+    try:
+        get_parser().parse_args(cmd)
+    except SystemExit as exc:
+        bad.append([cmd, exc.code])
+reference = retrieve_configuration_description(include_providers=True)
+unknown = []
+for name in {options!r}:
+    _, section, key = name.split("__", 2)
+    if key.lower() not in reference.get(section.lower(), {{}}).get("options", {{}}):
+        unknown.append(name)
+module, _, cls = {env["AIRFLOW__CORE__AUTH_MANAGER"]!r}.rpartition(".")
+getattr(importlib.import_module(module), cls)
+routes = [r.path for r in public_router.routes]
+print("RESULT " + json.dumps({{"bad": bad, "unknown": unknown, "routes": routes}}))
+"""
+    result = run_python(code, clean_airflow_env(tmp_path))
+    assert result["bad"] == []
+    assert result["unknown"] == []
+    assert "/api/v2/monitor/health" in result["routes"]
+
+
+def test_airflow_component_commands_run_with_help(tmp_path):
+    env = clean_airflow_env(tmp_path)
+    procs = {cmd: subprocess.Popen([str(VENV_BIN / "airflow"), *cmd.split(), "--help"], env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for cmd in [*COMPONENTS.values(), "db migrate"]}
+    for cmd, proc in procs.items():
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out[-2000:]
+        assert f"usage: airflow {cmd}" in out.lower(), out[:500]
+
+
+def test_entrypoint_keeps_an_explicit_spark_local_ip_and_never_picks_loopback():
+    import socket
+
+    script = str(DOCKER / "entrypoint.sh")
+    show = ["python", "-c", "import os, sys; print(repr(os.environ.get('SPARK_LOCAL_IP')), sys.argv[1:])",
+            "a b", "c"]
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP"}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    own = socket.gethostbyname(socket.gethostname())
+    out = subprocess.run(["bash", script, *show], env=env, capture_output=True, text=True,
+                         check=True, timeout=60).stdout.strip()
+    expected = None if own.startswith("127.") else own  # in a container: its network address
+    assert out == f"{expected!r} ['a b', 'c']"
+    out = subprocess.run(["bash", script, *show], env={**env, "SPARK_LOCAL_IP": "10.1.2.3"},
+                         capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    assert out == "'10.1.2.3' ['a b', 'c']"
+    # the command's exit status is the container's
+    assert subprocess.run(["bash", script, "sh", "-c", "exit 7"], env=env, timeout=60).returncode == 7
+
+
+def _pyspark_home() -> Path:
+    import importlib.util
+    return Path(importlib.util.find_spec("pyspark").origin).parent
+
+
+def test_spark_commands_name_classes_that_exist_in_pyspark():
+    svc = services()
+    master, worker = argv(svc["spark-master"]["command"]), argv(svc["spark-worker"]["command"])
+    home = _pyspark_home()
+    assert master[0] == worker[0] == "spark-class"
+    assert (home / "bin" / "spark-class").is_file() and (VENV_BIN / "spark-class").is_file()
+    assert master[1] == "org.apache.spark.deploy.master.Master"
+    assert worker[1] == "org.apache.spark.deploy.worker.Worker"
+    entries = set()
+    for jar in (home / "jars").glob("spark-*.jar"):
+        with zipfile.ZipFile(jar) as z:
+            entries.update(z.namelist())
+    for cls in (master[1], worker[1]):
+        assert cls.replace(".", "/") + ".class" in entries, cls
+    # the worker and Airflow's spark_default both go to the master's advertised address
+    host, port = master[master.index("--host") + 1], master[master.index("--port") + 1]
+    assert svc["spark-master"].get("hostname", "spark-master") == host and host in svc
+    url = f"spark://{host}:{port}"
+    assert worker[2] == url
+    assert env_of(svc["airflow-init"])["KAFKALOG_SPARK_MASTER"] == url
+
+
+@pytest.mark.slow
+def test_airflow_init_migrates_and_creates_connections_the_provider_resolves(tmp_path):
+    """Run docker/airflow-init.sh twice (a restart) with airflow-init's compose environment,
+    on SQLite instead of Postgres (no Postgres driver or server here)."""
+    svc = services()
+    values = generated_env(tmp_path)
+    env = {k: interpolate(v, values) for k, v in env_of(svc["airflow-init"]).items()}
+    env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{tmp_path}/airflow.db"
+    run_env = clean_airflow_env(tmp_path, env)
+    for attempt in (1, 2):
+        proc = subprocess.run(["bash", str(DOCKER / "airflow-init.sh")], env=run_env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"run {attempt}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+    code = """
+import json, os
+from sqlalchemy import select
+from airflow.models.connection import Connection
+from airflow.utils.session import create_session
+conns = {}
+with create_session() as session:
+    for c in session.scalars(select(Connection)):
+        conns[c.conn_id] = {"conn_type": c.conn_type, "host": c.host, "port": c.port,
+                            "login": c.login, "password": c.password, "extra": c.extra_dejson}
+spark = conns["spark_default"]
+os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({k: spark[k] for k in ("conn_type", "host", "port", "extra")})
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+resolved = SparkSubmitHook(conn_id="spark_default")._connection
+print("RESULT " + json.dumps({"conns": conns, "spark": resolved}))
+"""
+    result = run_python(code, run_env)
+    worker = argv(svc["spark-worker"]["command"])
+    assert result["spark"]["master"] == worker[2]
+    assert result["spark"]["deploy_mode"] == "client"
+    aws = result["conns"]["aws_default"]
+    assert aws["conn_type"] == "aws"
+    assert aws["extra"]["endpoint_url"] == env["AWS_ENDPOINT_URL"] == "http://minio:9000"
+    assert aws["login"] == values["KAFKALOG_S3_ACCESS_KEY"]
+    assert aws["password"] == values["KAFKALOG_S3_SECRET_KEY"]
