@@ -1,0 +1,99 @@
+"""Nightly: Kafka log segment snapshots in S3 -> audited Parquet tables.
+
+`plan` lists the night's snapshot (`s3://{bucket}/{template}`, template default
+`{prefix}/{snapshot_date}/`, snapshot date = the run's data interval start),
+groups segments into chunks balanced by bytes (a topic-partition stays in one
+chunk) and writes one manifest per chunk; `decode_chunk` runs the decode job on
+each chunk (dynamic task mapping, spark-submit on `spark_default`) into the
+run's staging area; `check_quality` audits the staged tables; `publish` moves
+them into the warehouse only if the audit passed, and emits the table Assets.
+
+Manual runs (Trigger with config): `date_from`/`date_to` (inclusive) replace the
+data interval's date, `topics` filters by comma-separated patterns, `reprocess`
+decodes segments again even when the ledger shows them ingested. Backfill:
+`airflow backfill create --dag-id kafka_segments_nightly --from-date ... --to-date ...`.
+Records are deduplicated against the warehouse, so reruns never duplicate them.
+Settings (Variables / environment), connections and usage: dags/README.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import Param, chain, dag, task
+
+from kafkalog_pipeline import settings, tasks
+from kafkalog_pipeline.assets import TABLE_ASSETS
+from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator
+
+RETRY_DELAY = dt.timedelta(seconds=int(settings.parse_time_setting("retry_delay_seconds")))
+
+default_args = {
+    "owner": "data-platform",
+    "retries": int(settings.parse_time_setting("retries")),
+    "retry_delay": RETRY_DELAY,
+    "retry_exponential_backoff": True,
+    "max_retry_delay": dt.timedelta(minutes=30),
+    "execution_timeout": dt.timedelta(hours=4),
+}
+
+
+@dag(
+    dag_id="kafka_segments_nightly",
+    description="Decode the nightly Kafka segment snapshot, audit it, publish it",
+    schedule=settings.parse_time_setting("schedule"),
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    max_active_runs=1,  # one run per warehouse at a time (docs/tables.md)
+    dagrun_timeout=dt.timedelta(hours=12),
+    default_args=default_args,
+    tags=["kafkalog", "kafka", "spark", "data-quality"],
+    doc_md=__doc__,
+    params={
+        "date_from": Param(None, type=["null", "string"], format="date",
+                           title="First snapshot date",
+                           description="Manual range (inclusive); empty: the run's data interval"),
+        "date_to": Param(None, type=["null", "string"], format="date",
+                         title="Last snapshot date",
+                         description="Empty: same as the first date"),
+        "topics": Param("*", type="string", title="Topics",
+                        description="Comma-separated patterns (fnmatch), * for all"),
+        "reprocess": Param(False, type="boolean", title="Reprocess",
+                           description="Decode segments again even if already ingested "
+                                       "(rows already in the warehouse are still not duplicated)"),
+    },
+)
+def kafka_segments_nightly():
+    @task(retries=3)
+    def plan(**context) -> list[list[str]]:
+        return tasks.plan_from_context(context)
+
+    decode_args = plan()
+
+    decode = KafkalogSparkSubmitOperator.partial(
+        task_id="decode_chunk",
+        application=settings.job_path(tasks.DECODE_JOB),
+        name="kafkalog-decode",
+        retries=3,
+        map_index_template="chunk {{ task.application_args[7] }}",
+    ).expand(application_args=decode_args)
+
+    check_quality = KafkalogSparkSubmitOperator(
+        task_id="check_quality",  # the UI plugin links this task id to the run's report
+        application=settings.job_path(tasks.QUALITY_JOB),
+        name="kafkalog-check-quality",
+        application_args=[
+            "--warehouse", "{{ ti.xcom_pull(task_ids='plan', key='warehouse') }}",
+            "--run-id", "{{ run_id }}",
+        ],
+        retries=1,  # a failed audit fails the same way again; one retry covers a Spark hiccup
+    )
+
+    @task(outlets=list(TABLE_ASSETS.values()), retries=3)
+    def publish(**context) -> dict:
+        return tasks.publish_from_context(context, TABLE_ASSETS.values())
+
+    chain(decode, check_quality, publish())
+
+
+kafka_segments_nightly()

@@ -1,0 +1,327 @@
+"""``python -m kafkalog_pipeline.demo run|ui|dagtest``: the pipeline end to end on one machine.
+
+``run`` (what ``make demo`` calls):
+
+1. writes sample snapshots for two nights with :mod:`kafkalog.writer`
+   (:mod:`kafkalog_pipeline.demo_data`) under ``OUT/snapshots``;
+2. serves them from a local S3 endpoint (a moto server on 127.0.0.1) in bucket
+   ``kafka-snapshots``, prefix ``snapshots``;
+3. runs the nightly DAG for both nights with embedded Airflow (SQLite metadata
+   DB in ``OUT/airflow``) and local Spark (``local[2]``), each night as
+   ``dag.test()`` in a child process (log in ``OUT/logs/``);
+4. prints where the tables and the data-quality report are, with row counts,
+   and whether they changed since the previous ``make demo``.
+
+``ui`` (``make ui``) serves the same data: moto again (its state is in memory),
+then Airflow's api-server, scheduler and dag-processor on 127.0.0.1, each in its
+own process group, stopped together on Ctrl-C. Log in as ``admin`` with the
+password printed at start (kept in ``OUT/airflow/simple_auth_manager_passwords.json.generated``).
+
+No credentials here are real: the moto server accepts any key, and the demo's
+connections are the environment variables ``AIRFLOW_CONN_*`` of the children.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import demo_data
+
+BUCKET = "kafka-snapshots"
+PREFIX = "snapshots"
+DAG_ID = "kafka_segments_nightly"
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TABLES = ("records", "batches", "markers", "findings", "ledger", "dq_results")
+
+
+# ------------------------------------------------------------------ environment
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dict[str, str]:
+    """The environment of every Airflow process of the demo (and its Spark jobs)."""
+    home = out / "airflow"
+    home.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        # connections by id, from the environment (fake keys: moto accepts any)
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+            {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}),
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
+            {"conn_type": "aws", "login": "demo", "password": "demo",
+             "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"}}),
+        # the pipeline's settings (Variables would win over these)
+        "KAFKALOG_WAREHOUSE": str(out / "warehouse"),
+        "KAFKALOG_SNAPSHOT_BUCKET": BUCKET,
+        "KAFKALOG_SNAPSHOT_PREFIX": PREFIX,
+        "KAFKALOG_CHUNK_BYTES": "4096",  # small on purpose: the demo plans several chunks
+        "KAFKALOG_MAX_CHUNKS": "3",
+        "KAFKALOG_RETRY_DELAY_SECONDS": "5",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO),
+    })
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        env.pop(k, None)
+    if api_port is not None:
+        env["AIRFLOW__API__PORT"] = str(api_port)
+        env["AIRFLOW__API__HOST"] = "127.0.0.1"
+        env["AIRFLOW__API__BASE_URL"] = f"http://127.0.0.1:{api_port}"
+        env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = f"http://127.0.0.1:{api_port}/execution/"
+    return env
+
+
+def start_s3(snapshots: Path):
+    """A moto server on 127.0.0.1 holding the snapshots; returns (server, endpoint URL)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="demo", aws_secret_access_key="demo")
+    n = demo_data.upload(snapshots, BUCKET, PREFIX, client)
+    print(f"S3 endpoint {endpoint}: {n} objects in s3://{BUCKET}/{PREFIX}/")
+    return server, endpoint
+
+
+def airflow(env, *args, **kwargs):
+    return subprocess.run([str(BIN / "airflow"), *args], env=env, **kwargs)
+
+
+def migrate(env, log_dir: Path) -> None:
+    with open(log_dir / "airflow-db-migrate.log", "w") as log:
+        rc = airflow(env, "db", "migrate", stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc:
+        raise SystemExit(f"airflow db migrate failed: see {log_dir / 'airflow-db-migrate.log'}")
+
+
+# ------------------------------------------------------------------ reporting
+def table_counts(warehouse: Path) -> dict:
+    """Row counts per published table (and records per topic), read with pyarrow."""
+    import pyarrow.parquet as pq
+
+    counts: dict = {}
+    for name in TABLES:
+        files = sorted((warehouse / name).rglob("*.parquet")) if (warehouse / name).is_dir() else []
+        counts[name] = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    per_topic = {}
+    records = warehouse / "records"
+    if records.is_dir():
+        for topic_dir in sorted(records.glob("topic=*")):
+            per_topic[topic_dir.name[6:]] = sum(
+                pq.ParquetFile(f).metadata.num_rows for f in topic_dir.rglob("*.parquet"))
+    counts["records_by_topic"] = per_topic
+    return counts
+
+
+def dq_summary(warehouse: Path, run_id: str) -> dict:
+    from spark_jobs.storage import run_token
+
+    token = run_token(run_id)
+    out = {"report": None, "results": None, "statuses": {}}
+    html = warehouse / "data_docs" / token / "index.html"
+    if html.exists():
+        out["report"] = str(html)
+    res = warehouse / "dq_results" / f"{token}.parquet"
+    if res.exists():
+        import pyarrow.parquet as pq
+
+        out["results"] = str(res)
+        for row in pq.read_table(res, columns=["status"]).to_pylist():
+            out["statuses"][row["status"]] = out["statuses"].get(row["status"], 0) + 1
+    return out
+
+
+# ------------------------------------------------------------------ dag test (child)
+def dagtest(date: str) -> int:
+    """Run the nightly DAG for snapshot ``date`` with ``dag.test()``; exit 0 iff it succeeded."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    if bag.import_errors:
+        print(f"DAG import errors: {bag.import_errors}", file=sys.stderr)
+        return 2
+    dag = bag.dags[DAG_ID]
+    logical = dt.datetime.fromisoformat(date).replace(hour=3, tzinfo=dt.timezone.utc)
+    # run_after = logical date: the run id is manual__<logical date>, the same on every
+    # demo run, so a rerun replaces that run's output instead of adding a new run
+    dr = dag.test(logical_date=logical, run_after=logical)
+    states = {ti.task_id + (f"[{ti.map_index}]" if ti.map_index >= 0 else ""): str(ti.state)
+              for ti in dr.get_task_instances()}
+    print(json.dumps({"run_id": dr.run_id, "state": str(dr.state), "tasks": states}))
+    return 0 if str(dr.state).endswith("success") else 1
+
+
+def run_night(env, date: str, log_dir: Path) -> dict:
+    log_path = log_dir / f"dag-test-{date}.log"
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.run([sys.executable, "-m", "kafkalog_pipeline.demo", "dagtest", date],
+                              env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+        log.write(proc.stdout)
+    last = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"run_id"')]
+    result = json.loads(last[-1]) if last else {"state": "failed", "tasks": {}, "run_id": None}
+    result["seconds"] = round(time.monotonic() - started, 1)
+    result["log"] = str(log_path)
+    result["ok"] = proc.returncode == 0
+    return result
+
+
+# ------------------------------------------------------------------ commands
+def cmd_run(out: Path) -> int:
+    out = out.resolve()
+    log_dir = out / "pipeline-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    snapshots = out / "snapshots"
+    for night in demo_data.write_nights(snapshots):
+        print(f"Wrote snapshot {night}")
+    server, endpoint = start_s3(snapshots)
+    try:
+        env = airflow_env(out, endpoint)
+        migrate(env, log_dir)
+        results = []
+        for date in demo_data.NIGHTS:
+            print(f"Running {DAG_ID} for snapshot {date} (log: {log_dir}/dag-test-{date}.log) ...",
+                  flush=True)
+            r = run_night(env, date, log_dir)
+            results.append(r)
+            tasks = ", ".join(f"{k}={v.rsplit('.', 1)[-1]}" for k, v in sorted(r["tasks"].items()))
+            print(f"  run {r['run_id']}: {r['state'].rsplit('.', 1)[-1]} in {r['seconds']} s ({tasks})")
+    finally:
+        server.stop()
+    return report(out, results)
+
+
+def report(out: Path, results: list[dict]) -> int:
+    warehouse = out / "warehouse"
+    counts = table_counts(warehouse)
+    print(f"\nWarehouse: {warehouse}")
+    for name in TABLES:
+        print(f"  {name:<11} {counts[name]:>6} rows   {warehouse / name}")
+    print("  records by topic: " + ", ".join(f"{t}={n}" for t, n in counts["records_by_topic"].items()))
+    for r in results:
+        if r.get("run_id"):
+            dq = dq_summary(warehouse, r["run_id"])
+            print(f"Data quality of {r['run_id']}: {dq['statuses'] or 'no results'}")
+            print(f"  report:  {dq['report'] or '(missing)'}")
+            print(f"  results: {dq['results'] or '(missing)'}")
+    previous_path = out / "demo-counts.json"
+    if previous_path.exists():
+        previous = json.loads(previous_path.read_text())
+        same = {k: previous.get(k) == counts[k] for k in ("records", "batches", "markers")}
+        print("Compared with the previous demo run: "
+              + ", ".join(f"{k} {'unchanged' if v else 'CHANGED'}" for k, v in same.items()))
+    ok = all(r["ok"] for r in results)
+    if ok:
+        previous_path.write_text(json.dumps(counts, indent=1))
+    print(f"Airflow home (SQLite metadata DB, task logs): {out / 'airflow'};  `make ui` to browse it")
+    if not ok:
+        print("A DAG run failed: see the logs above.", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def password_file(home: Path) -> tuple[Path, str]:
+    """The simple auth manager's password file, with a generated admin password."""
+    path = home / "simple_auth_manager_passwords.json.generated"
+    try:
+        password = json.loads(path.read_text())["admin"]
+    except (OSError, ValueError, KeyError):
+        password = secrets.token_urlsafe(12)
+        path.write_text(json.dumps({"admin": password}))
+    return path, password
+
+
+def cmd_ui(out: Path, port: int | None) -> int:
+    out = out.resolve()
+    snapshots = out / "snapshots"
+    if not snapshots.is_dir():
+        demo_data.write_nights(snapshots)
+    log_dir = out / "pipeline-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    server, endpoint = start_s3(snapshots)
+    port = port or free_port()
+    env = airflow_env(out, endpoint, api_port=port)
+    home = Path(env["AIRFLOW_HOME"])
+    pw_path, password = password_file(home)
+    env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(pw_path)
+    migrate(env, log_dir)
+    procs = []
+    try:
+        for component in (["api-server", "--host", "127.0.0.1", "--port", str(port)],
+                          ["scheduler"], ["dag-processor"]):
+            log = open(log_dir / f"airflow-{component[0]}.log", "a")
+            procs.append(subprocess.Popen([str(BIN / "airflow"), *component], env=env,
+                                          stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        print(f"\nAirflow UI: http://127.0.0.1:{port}/  user: admin  password: {password}")
+        print(f"(password file {pw_path}; logs in {log_dir}; Ctrl-C stops everything)")
+        while all(p.poll() is None for p in procs):
+            time.sleep(2)
+        print("an Airflow component exited: see its log in", log_dir, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kafkalog_pipeline.demo")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="generate, serve and process two nights")
+    run.add_argument("--out", default="demo-output")
+    ui = sub.add_parser("ui", help="start Airflow on 127.0.0.1 over the demo's data")
+    ui.add_argument("--out", default="demo-output")
+    ui.add_argument("--port", type=int, default=None)
+    test = sub.add_parser("dagtest", help=argparse.SUPPRESS)
+    test.add_argument("date")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return cmd_run(Path(args.out))
+    if args.command == "ui":
+        return cmd_ui(Path(args.out), args.port)
+    return dagtest(args.date)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

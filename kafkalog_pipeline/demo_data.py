@@ -1,0 +1,200 @@
+"""Sample snapshots for two nights, written with :mod:`kafkalog.writer`.
+
+``write_nights(root)`` leaves ``root/<YYYY-MM-DD>/<topic>-<partition>/...`` for
+:data:`NIGHTS`, as the nightly copy of a broker's log directory would:
+
+* ``orders-0``: a rolled segment (v2 in every codec, an idempotent producer)
+  and the *growing* active segment (preallocated indexes) holding a committed
+  transaction; on the second night the active segment has grown (night 1's
+  bytes are a prefix of night 2's).
+* ``orders-1``: transactions that commit and abort with their markers,
+  LogAppendTime, a compacted batch (offset gaps); a new segment rolls on night 2.
+* ``legacy-0``: a partition upgraded across versions: magic 0 (gzip, lz4),
+  magic 1 (snappy, LogAppendTime) and v2 in one segment (mixed magic).
+* ``payments-0`` / ``payments-1``: transactional producers (two commits, one abort).
+
+Injected faults, all on night 2, of the kinds a nightly copy really shows and
+that the severity policy (expectations/policy.yaml) warns about rather than
+fails on: the copy of ``orders-0``'s active segment caught a batch half
+written (``truncated_tail`` in the newest segment); ``payments-1``'s copy
+misses a segment between two others (an offset gap at a segment boundary:
+``missing_segment``); a ``payments-0`` producer sent a header key that is not
+UTF-8 (``invalid_header_key``).
+* a ``_SUCCESS`` marker and a ``README.txt`` beside the partitions (not segments:
+  the planner ignores them).
+
+Everything is deterministic (fixed timestamps, fixed content), so a second run
+writes the same bytes and the warehouse counts stay the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from kafkalog.writer import SegmentWriter, WriteRecord
+
+NIGHTS = ("2026-11-20", "2026-11-21")
+T0 = 1_795_132_800_000  # 2026-11-20T00:00:00Z
+HOUR = 3_600_000
+
+
+def _order(i: int, night: int) -> WriteRecord:
+    value = json.dumps({"order": i, "sku": f"sku-{i % 7}", "qty": i % 3 + 1}).encode()
+    return WriteRecord(f"customer-{i % 5}".encode(), value, headers=(("source", b"web"),),
+                       timestamp=T0 + night * 24 * HOUR + i * 1000)
+
+
+def _payment(i: int, ts: int) -> WriteRecord:
+    return WriteRecord(f"acct-{i % 4}".encode(),
+                       json.dumps({"payment": i, "cents": 100 * (i % 9 + 1)}).encode(),
+                       timestamp=ts)
+
+
+# ------------------------------------------------------------------ orders-0
+def _orders0_rolled(directory: Path) -> int:
+    with SegmentWriter(directory, 0, index_interval_bytes=256) as w:
+        i = 0
+        for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+            w.append([_order(i + k, 0) for k in range(6)], codec=codec)
+            i += 6
+        w.append([_order(i + k, 0) for k in range(4)], producer_id=1000, producer_epoch=0,
+                 base_sequence=0, codec="zstd")
+        return w.next_offset
+
+
+def _orders0_active(directory: Path, base: int, night: int) -> None:
+    """The active segment: night 0 writes the first part, night 1 the same bytes and more."""
+    with SegmentWriter(directory, base, index_interval_bytes=256,
+                       preallocate_bytes=1024) as w:
+        i = base
+        for n in range(night + 1):
+            w.append([_order(i + k, n) for k in range(5)], codec="lz4", producer_id=1000,
+                     producer_epoch=0, base_sequence=i - base + 4)
+            i += 5
+            w.append([_order(i + k, n) for k in range(3)], codec="gzip", producer_id=3000 + n,
+                     producer_epoch=1, base_sequence=0, transactional=True)
+            i += 3
+            w.append_marker(producer_id=3000 + n, producer_epoch=1, commit=True,
+                            coordinator_epoch=2, timestamp=T0 + n * 24 * HOUR + i * 1000)
+            i += 1
+        if night >= 1:
+            torn_at = w.position
+            w.append([_order(i + k, night) for k in range(4)], codec="zstd")
+            path = Path(w.path)
+    if night >= 1:
+        # the copy caught the broker writing: the newest batch is only half there
+        data = path.read_bytes()
+        path.write_bytes(data[: torn_at + (len(data) - torn_at) // 2])
+
+
+# ------------------------------------------------------------------ orders-1
+def _orders1(directory: Path, night: int) -> None:
+    with SegmentWriter(directory, 0, index_interval_bytes=512) as w:
+        i = 0
+        for commit in (True, False):
+            w.append([_order(i + k, 0) for k in range(4)], codec="snappy", producer_id=2000,
+                     producer_epoch=3, base_sequence=4 * (not commit), transactional=True)
+            i += 4
+            w.append_marker(producer_id=2000, producer_epoch=3, commit=commit,
+                            coordinator_epoch=7, timestamp=T0 + i * 1000)
+            i += 1
+        w.append([_order(i + k, 0) for k in range(3)], timestamp_type="LogAppendTime",
+                 log_append_time=T0 + HOUR)
+        i += 3
+        # what compaction leaves: deltas 0, 4, 9 of a batch that spanned 10 offsets
+        w.append([WriteRecord(b"customer-1", b"latest", offset_delta=0, timestamp=T0),
+                  WriteRecord(b"customer-2", None, offset_delta=4, timestamp=T0),  # tombstone
+                  WriteRecord(b"customer-3", b"", offset_delta=9, timestamp=T0)],
+                 codec="zstd")
+        rolled_at = w.next_offset
+    if night >= 1:
+        with SegmentWriter(directory, rolled_at, index_interval_bytes=512) as w:
+            w.append([_order(rolled_at + k, 1) for k in range(8)], codec="zstd")
+            w.append([_order(rolled_at + 8 + k, 1) for k in range(8)], codec="snappy")
+
+
+# ------------------------------------------------------------------ legacy-0
+def _legacy(directory: Path) -> None:
+    with SegmentWriter(directory, 0) as w:
+        msgs = [WriteRecord(f"k{n}".encode(), f"v0 message {n}".encode()) for n in range(4)]
+        w.append(msgs, magic=0, codec="gzip")
+        w.append(msgs[:2], magic=0, codec="lz4")
+        w.append([WriteRecord(b"k", b"plain v0 message")], magic=0)
+        w.append([WriteRecord(f"k{n}".encode(), f"v1 message {n}".encode(), timestamp=T0 + n)
+                  for n in range(3)], magic=1, codec="snappy")
+        w.append([WriteRecord(b"k", b"v1, stamped by the broker", timestamp=T0)], magic=1,
+                 codec="gzip", timestamp_type="LogAppendTime", log_append_time=T0 + 99)
+        w.append([WriteRecord(b"k", f"after the upgrade {n}".encode(), timestamp=T0 + n)
+                  for n in range(3)], codec="zstd")
+
+
+# ------------------------------------------------------------------ payments
+def _payments(directory: Path, partition: int, night: int) -> None:
+    with SegmentWriter(directory, 0, index_interval_bytes=256) as w:
+        i = 0
+        for txn in range(3):
+            pid = 5000 + partition
+            w.append([_payment(i + k, T0 + 2 * HOUR + i * 1000) for k in range(4)],
+                     codec="zstd", producer_id=pid, producer_epoch=0,
+                     base_sequence=i - txn, transactional=True)
+            i += 4
+            w.append_marker(producer_id=pid, producer_epoch=0, commit=txn != 1,
+                            coordinator_epoch=1, timestamp=T0 + 2 * HOUR + i * 1000)
+            i += 1
+        rolled_at = w.next_offset
+    if night < 1:
+        return
+    ts = T0 + 26 * HOUR
+    if partition == 0:
+        # a producer sent a header key that is not UTF-8 (kept, flagged: invalid_header_key)
+        with SegmentWriter(directory, rolled_at, index_interval_bytes=256) as w:
+            w.append([_payment(rolled_at + k, ts) for k in range(5)], codec="gzip")
+            w.append([_payment(rolled_at + 5 + k, ts)._replace(headers=((b"\xfftrace", b"1"),))
+                      for k in range(3)], codec="lz4")
+        return
+    # partition 1: the copy missed a segment between two others (offsets 15..24)
+    for base, codec in ((rolled_at, "gzip"), (rolled_at + 10, "lz4")):
+        with SegmentWriter(directory, base, index_interval_bytes=256) as w:
+            w.append([_payment(base + k, ts) for k in range(10)], codec=codec)
+    for name in os.listdir(directory):
+        if name.startswith(f"{rolled_at:020d}."):
+            os.remove(directory / name)
+
+
+def write_night(root: Path, night: int) -> Path:
+    """Write snapshot ``night`` (0 or 1) under ``root/<date>/``; return that directory."""
+    out = root / NIGHTS[night]
+    if out.exists():
+        shutil.rmtree(out)
+    base = _orders0_rolled(out / "orders-0")
+    _orders0_active(out / "orders-0", base, night)
+    _orders1(out / "orders-1", night)
+    _legacy(out / "legacy-0")
+    _payments(out / "payments-0", 0, night)
+    _payments(out / "payments-1", 1, night)
+    (out / "_SUCCESS").write_bytes(b"")
+    (out / "README.txt").write_text("nightly copy of the broker log directories\n")
+    return out
+
+
+def write_nights(root) -> list[Path]:
+    root = Path(root)
+    return [write_night(root, n) for n in range(len(NIGHTS))]
+
+
+def upload(root, bucket: str, prefix: str, client) -> int:
+    """Upload ``root/<date>/...`` to ``s3://bucket/prefix/<date>/...``; return the object count."""
+    root = Path(root)
+    try:
+        client.create_bucket(Bucket=bucket)
+    except client.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    n = 0
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        key = f"{prefix.strip('/')}/{path.relative_to(root).as_posix()}".lstrip("/")
+        client.upload_file(str(path), bucket, key)
+        n += 1
+    return n

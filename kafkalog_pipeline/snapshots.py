@@ -1,0 +1,270 @@
+"""Find a night's snapshot segments in S3 and plan them into chunks balanced by bytes.
+
+A snapshot is what the nightly copy leaves under
+``s3://{bucket}/{template}``, the template (default ``{prefix}/{snapshot_date}/``)
+filled with the snapshot date; below it, one directory per partition as a broker
+names them (``<topic>-<partition>/``) holding ``<20-digit base offset>.log``
+segments and their index files. Only ``.log`` objects are work; the decode job
+finds the index siblings itself.
+
+Pure functions (no Airflow): :func:`snapshot_prefix`, :func:`snapshot_dates`,
+:func:`parse_segment_key`, :func:`plan_chunks`; :func:`list_segments` talks to
+S3 through a boto3 paginator and turns the errors that retrying cannot fix
+(missing bucket, bad credentials) into :class:`PermanentS3Error`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import heapq
+import math
+import posixpath
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)$")
+_SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})\.log$")
+
+#: S3 error codes no retry can fix
+PERMANENT_CODES = frozenset({
+    "NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+    "AllAccessDisabled", "InvalidBucketName", "ExpiredToken", "InvalidToken",
+    "AuthorizationHeaderMalformed", "AccountProblem", "403", "404",
+})
+
+MAX_DATES = 366
+
+
+class PermanentS3Error(RuntimeError):
+    """The snapshot location cannot be listed and retrying will not help."""
+
+
+class TransientS3Error(RuntimeError):
+    """Listing failed in a way a retry may fix (network, throttling, 5xx)."""
+
+
+@dataclass(frozen=True, order=True)
+class Segment:
+    topic: str
+    partition: int
+    snapshot_date: str
+    base_offset: int
+    uri: str
+    size: int
+    etag: str | None = None
+
+    def manifest_entry(self) -> dict:
+        return {"uri": self.uri, "size": self.size, "etag": self.etag}
+
+
+@dataclass
+class Chunk:
+    chunk_id: int
+    bytes: int = 0
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {"chunk_id": self.chunk_id, "bytes": self.bytes,
+                "segments": len(self.segments),
+                "partitions": [f"{t}-{p}" for t, p in self.partitions]}
+
+    def manifest(self) -> dict:
+        return {"segments": [s.manifest_entry() for s in self.segments],
+                "chunk_id": self.chunk_id}
+
+
+# ------------------------------------------------------------------ dates
+def _date(value) -> dt.date:
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.timezone.utc).date() if value.tzinfo else value.date()
+    if isinstance(value, dt.date):
+        return value
+    try:
+        return dt.date.fromisoformat(str(value).strip()[:10])
+    except ValueError:
+        raise ValueError(f"{value!r} is not a date (YYYY-MM-DD)") from None
+
+
+def snapshot_dates(date_from=None, date_to=None, *, interval_start=None, logical_date=None,
+                   run_after=None) -> list[str]:
+    """The snapshot dates a run covers, as ``YYYY-MM-DD`` strings.
+
+    A manual range (``date_from``/``date_to``, inclusive; one of them alone means
+    that single date) wins; otherwise the UTC date of the data interval's start,
+    else of the logical date, else of ``run_after`` (manual runs without a
+    logical date).
+    """
+    if date_from or date_to:
+        first = _date(date_from or date_to)
+        last = _date(date_to or date_from)
+        if last < first:
+            raise ValueError(f"date range ends ({last}) before it starts ({first})")
+        n = (last - first).days + 1
+        if n > MAX_DATES:
+            raise ValueError(f"date range of {n} days is longer than {MAX_DATES}")
+        return [(first + dt.timedelta(days=i)).isoformat() for i in range(n)]
+    for value in (interval_start, logical_date, run_after):
+        if value is not None:
+            return [_date(value).isoformat()]
+    raise ValueError("no snapshot date: the run has no data interval, logical date or range")
+
+
+def snapshot_prefix(template: str, prefix: str, snapshot_date: str) -> str:
+    """The key prefix of one night's snapshot: ``template`` filled in, ending in ``/``.
+
+    Placeholders: ``{prefix}``, ``{snapshot_date}`` (YYYY-MM-DD), ``{yyyy}``,
+    ``{mm}``, ``{dd}``, ``{compact_date}`` (YYYYMMDD).
+    """
+    d = _date(snapshot_date)
+    try:
+        filled = template.format(prefix=prefix.strip("/"), snapshot_date=d.isoformat(),
+                                 yyyy=f"{d.year:04d}", mm=f"{d.month:02d}", dd=f"{d.day:02d}",
+                                 compact_date=d.strftime("%Y%m%d"))
+    except (KeyError, IndexError, ValueError) as err:
+        raise ValueError(f"snapshot template {template!r} cannot be filled: {err}") from None
+    if d.isoformat() not in filled and d.strftime("%Y%m%d") not in filled \
+            and f"{d.year:04d}" not in filled:
+        raise ValueError(f"snapshot template {template!r} does not use the snapshot date")
+    filled = re.sub(r"/+", "/", filled).lstrip("/")
+    return filled if filled.endswith("/") else filled + "/"
+
+
+def topic_matcher(patterns: str | Iterable[str] | None):
+    """A predicate over topic names from comma-separated fnmatch patterns ('' or '*' = all)."""
+    if patterns is None:
+        items = []
+    elif isinstance(patterns, str):
+        items = [p.strip() for p in patterns.split(",")]
+    else:
+        items = [str(p).strip() for p in patterns]
+    items = [p for p in items if p]
+    if not items or "*" in items:
+        return lambda topic: True
+    return lambda topic: any(fnmatch.fnmatchcase(topic, p) for p in items)
+
+
+# ------------------------------------------------------------------ listing
+def parse_segment_key(key: str, prefix: str) -> tuple[str, int, int] | None:
+    """(topic, partition, base offset) of a ``.log`` key under ``prefix``, else None."""
+    if not key.startswith(prefix):
+        return None
+    rest = key[len(prefix):]
+    directory, name = posixpath.split(rest)
+    m = _SEGMENT_FILE.match(name)
+    if not m:
+        return None
+    d = _PARTITION_DIR.match(posixpath.basename(directory))
+    if not d:
+        return None
+    return d["topic"], int(d["partition"]), int(m["base"])
+
+
+def s3_client(access):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", config=Config(retries={"max_attempts": 4, "mode": "standard"},
+                                            connect_timeout=10, read_timeout=60),
+                        **access.boto3_kwargs())
+
+
+def classify(err: Exception, where: str) -> Exception:
+    """A :class:`PermanentS3Error` or :class:`TransientS3Error` saying what went wrong."""
+    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+
+    if isinstance(err, (NoCredentialsError, PartialCredentialsError)):
+        return PermanentS3Error(f"cannot list {where}: no usable AWS credentials ({err}); "
+                                "set the aws_default connection or AWS_ACCESS_KEY_ID/"
+                                "AWS_SECRET_ACCESS_KEY")
+    if isinstance(err, ClientError):
+        error = err.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        msg = error.get("Message") or ""
+        if code == "NoSuchBucket":
+            return PermanentS3Error(f"cannot list {where}: the bucket does not exist ({code})")
+        if code in PERMANENT_CODES:
+            return PermanentS3Error(f"cannot list {where}: access refused ({code}: {msg}); "
+                                    "check the credentials of the aws_default connection "
+                                    "or the AWS_* environment")
+        return TransientS3Error(f"cannot list {where}: {code}: {msg}")
+    return TransientS3Error(f"cannot list {where}: {type(err).__name__}: {err}")
+
+
+def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
+                  client=None) -> tuple[list[Segment], int]:
+    """Every ``.log`` segment under each snapshot date's prefix.
+
+    ``prefixes`` maps snapshot date -> key prefix. Returns the segments (sorted
+    by topic, partition, date, base offset) and the number of objects ignored
+    (not a segment, or a topic the filter leaves out).
+    """
+    client = client or s3_client(access)
+    keep = topic_matcher(topics)
+    segments: list[Segment] = []
+    ignored = 0
+    paginator = client.get_paginator("list_objects_v2")
+    for date, prefix in sorted(prefixes.items()):
+        where = f"s3://{bucket}/{prefix}"
+        try:
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+                for obj in page.get("Contents", ()):
+                    parsed = parse_segment_key(obj["Key"], prefix)
+                    if parsed is None or not keep(parsed[0]):
+                        ignored += 1
+                        continue
+                    topic, partition, base = parsed
+                    segments.append(Segment(
+                        topic=topic, partition=partition, snapshot_date=date,
+                        base_offset=base, uri=f"s3://{bucket}/{obj['Key']}",
+                        size=int(obj["Size"]),
+                        etag=(obj.get("ETag") or "").strip('"') or None))
+        except Exception as err:
+            raise classify(err, where) from err
+    segments.sort()
+    return segments, ignored
+
+
+# ------------------------------------------------------------------ planning
+def plan_chunks(segments: Iterable[Segment], *, target_bytes: int,
+                max_chunks: int) -> list[Chunk]:
+    """Group segments into chunks balanced by bytes, each topic-partition in one chunk.
+
+    The number of chunks is ``ceil(total / target_bytes)``, at most
+    ``max_chunks`` and at most the number of partitions. Partitions are placed
+    largest first on the lightest chunk (LPT); ties break on the name so the
+    plan is the same for the same input. Empty chunks are dropped; chunk ids
+    are 0..n-1 in order of the chunks' first partition.
+    """
+    if target_bytes <= 0 or max_chunks <= 0:
+        raise ValueError("target_bytes and max_chunks must be positive")
+    by_tp: dict[tuple[str, int], list[Segment]] = {}
+    for s in segments:
+        by_tp.setdefault((s.topic, s.partition), []).append(s)
+    if not by_tp:
+        return []
+    sizes = {tp: sum(s.size for s in segs) for tp, segs in by_tp.items()}
+    total = sum(sizes.values())
+    n = max(1, min(max_chunks, len(by_tp), math.ceil(total / target_bytes)))
+    heap = [(0, i) for i in range(n)]
+    bins: list[list[tuple[str, int]]] = [[] for _ in range(n)]
+    for tp in sorted(by_tp, key=lambda tp: (-sizes[tp], tp)):
+        load, i = heapq.heappop(heap)
+        bins[i].append(tp)
+        heapq.heappush(heap, (load + sizes[tp], i))
+    groups = sorted((sorted(b) for b in bins if b), key=lambda b: b[0])
+    chunks = []
+    for k, tps in enumerate(groups):
+        chunk = Chunk(chunk_id=k, partitions=tps)
+        for tp in tps:
+            segs = sorted(by_tp[tp], key=lambda s: (s.snapshot_date, s.base_offset, s.uri))
+            chunk.segments.extend(segs)
+            chunk.bytes += sizes[tp]
+        chunks.append(chunk)
+    return chunks
+
+
+def segment_dict(s: Segment) -> dict:
+    return asdict(s)

@@ -1,0 +1,183 @@
+"""What the nightly DAG's Python tasks do: plan a run, publish it.
+
+Each function takes plain values (the DAG passes them from the task context) and
+returns small, JSON-able summaries: XCom carries paths and counts, never data.
+
+Idempotency: a run is keyed by its ``run_id``. Planning first clears the run's
+staging area (``W/_staging/<run_token>``), so a rerun of the whole run starts
+from nothing; the decode job names its staged files after the run and chunk,
+and publish replaces exactly that run's published files (docs/tables.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from . import settings, snapshots
+
+log = logging.getLogger(__name__)
+
+DECODE_JOB = "decode_segments.py"
+QUALITY_JOB = "check_quality.py"
+
+
+def manifest_key(token: str, chunk_id: int) -> str:
+    return f"_staging/{token}/_manifests/chunk-{chunk_id}.json"
+
+
+def ingested_segments(store, *, exclude_run_id: str | None = None) -> set[tuple]:
+    """(topic, partition, base offset, size, etag) of every segment in the published ledger.
+
+    Rows of ``exclude_run_id`` do not count: a rerun of a run plans what it planned before.
+    """
+    import io
+
+    import pyarrow.parquet as pq
+
+    from spark_jobs.tables import table_files
+
+    cols = ["run_id", "topic", "partition", "segment_base_offset", "object_size", "etag",
+            "action"]
+    done = set()
+    for key in table_files(store, "ledger"):
+        table = pq.read_table(io.BytesIO(store.read(key)), columns=cols)
+        for row in table.to_pylist():
+            if row["run_id"] == exclude_run_id or row["action"] == "failed":
+                continue
+            done.add((row["topic"], row["partition"], row["segment_base_offset"],
+                      row["object_size"], row["etag"]))
+    return done
+
+
+def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = False,
+             warehouse: str | None = None, bucket: str | None = None,
+             prefix: str | None = None, template: str | None = None,
+             access: settings.S3Access | None = None) -> dict:
+    """List the snapshot(s), plan chunks, write one manifest per chunk.
+
+    Unless ``reprocess``, segments the published ledger shows as already ingested
+    with the same size and ETag by another run are left out (nothing new in
+    them); with ``reprocess`` every listed segment is decoded again (the decode
+    job still drops rows already published, so nothing is duplicated).
+
+    Returns ``{"warehouse", "run_id", "dates", "prefixes", "chunks": [summary...],
+    "segments", "bytes", "ignored", "decode_args": [[argv...], ...]}``;
+    ``decode_args`` is empty when there is nothing to decode.
+    Raises :class:`settings.SettingError` / :class:`snapshots.PermanentS3Error`
+    for what no retry fixes, :class:`snapshots.TransientS3Error` otherwise.
+    """
+    from spark_jobs import storage
+
+    warehouse = warehouse or settings.get("warehouse", required=True)
+    bucket = bucket or settings.get("snapshot_bucket", required=True)
+    prefix = prefix if prefix is not None else settings.get("snapshot_prefix")
+    template = template or settings.get("snapshot_template")
+    access = access or settings.s3_access()
+    target = settings.get_int("chunk_bytes")
+    max_chunks = settings.get_int("max_chunks")
+
+    prefixes = {d: snapshots.snapshot_prefix(template, prefix or "", d) for d in dates}
+    log.info("run %s: snapshot dates %s under s3://%s (%r), topics %r, reprocess=%s",
+             run_id, dates, bucket, access, topics, reprocess)
+    segments, ignored = snapshots.list_segments(bucket, prefixes, access, topics=topics)
+
+    token = storage.run_token(run_id)
+    store = storage.open_store(warehouse, access.storage_config()
+                               if storage.is_s3(warehouse) else None)
+    listed = len(segments)
+    if not reprocess:
+        done = ingested_segments(store, exclude_run_id=run_id)
+        segments = [s for s in segments
+                    if (s.topic, s.partition, s.base_offset, s.size, s.etag) not in done]
+    chunks = snapshots.plan_chunks(segments, target_bytes=target, max_chunks=max_chunks)
+    # a rerun of the whole run starts clean: nothing staged by an earlier attempt survives
+    store.delete_prefix(f"_staging/{token}")
+    decode_args = []
+    for chunk in chunks:
+        key = manifest_key(token, chunk.chunk_id)
+        store.write(key, json.dumps(chunk.manifest(), indent=1).encode())
+        args = ["--input", store.uri(key), "--output", warehouse, "--run-id", run_id,
+                "--chunk-id", str(chunk.chunk_id), "--no-publish"]
+        if access.endpoint_url:
+            args += ["--s3-endpoint", access.endpoint_url]
+        decode_args.append(args)
+        log.info("chunk %d: %d segments, %d bytes, partitions %s", chunk.chunk_id,
+                 len(chunk.segments), chunk.bytes, ", ".join(chunk.summary()["partitions"]))
+    return {
+        "warehouse": warehouse,
+        "run_id": run_id,
+        "dates": dates,
+        "prefixes": [f"s3://{bucket}/{p}" for p in prefixes.values()],
+        "chunks": [c.summary() for c in chunks],
+        "segments": len(segments),
+        "already_ingested": listed - len(segments),
+        "bytes": sum(s.size for s in segments),
+        "ignored": ignored,
+        "decode_args": decode_args,
+    }
+
+
+def publish_run(*, warehouse: str, run_id: str, access: settings.S3Access | None = None):
+    """Publish run ``run_id``'s staged tables into ``warehouse`` (after the audit passed)."""
+    from spark_jobs import publish, storage
+
+    access = access or settings.s3_access()
+    config = access.storage_config() if storage.is_s3(warehouse) else None
+    return publish.publish(warehouse, run_id, config)
+
+
+# ------------------------------------------------------------ Airflow glue
+def _airflow_errors():
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    return AirflowFailException, AirflowSkipException
+
+
+def plan_from_context(context) -> list[list[str]]:
+    """The ``plan`` task: resolve the run's dates from its context, plan, push a summary.
+
+    Returns one spark-submit argument list per chunk (what the decode task maps
+    over). Permanent problems (settings, a missing bucket, refused credentials,
+    a bad date range) fail the task without retries; an empty snapshot skips
+    the rest of the run.
+    """
+    fail, skip = _airflow_errors()
+    params = context.get("params") or {}
+    dag_run = context.get("dag_run")
+    try:
+        dates = snapshots.snapshot_dates(
+            params.get("date_from"), params.get("date_to"),
+            interval_start=context.get("data_interval_start"),
+            logical_date=context.get("logical_date"),
+            run_after=getattr(dag_run, "run_after", None))
+        summary = plan_run(run_id=context["run_id"], dates=dates,
+                           topics=params.get("topics"), reprocess=bool(params.get("reprocess")))
+    except (settings.SettingError, snapshots.PermanentS3Error, ValueError) as err:
+        raise fail(str(err)) from err
+    ti = context["ti"]
+    ti.xcom_push(key="warehouse", value=summary["warehouse"])
+    ti.xcom_push(key="plan", value={k: v for k, v in summary.items() if k != "decode_args"})
+    if not summary["decode_args"]:
+        raise skip(f"nothing to decode for {', '.join(dates)}: {summary['segments']} new "
+                   f"segments under {', '.join(summary['prefixes'])} "
+                   f"({summary['already_ingested']} already ingested, "
+                   f"{summary['ignored']} other objects)")
+    log.info("planned %d chunks, %d segments, %d bytes", len(summary["chunks"]),
+             summary["segments"], summary["bytes"])
+    return summary["decode_args"]
+
+
+def publish_from_context(context, assets) -> dict:
+    """The ``publish`` task: publish the audited run, annotate the table assets' events."""
+    ti = context["ti"]
+    warehouse = ti.xcom_pull(task_ids="plan", key="warehouse")
+    plan = ti.xcom_pull(task_ids="plan", key="plan") or {}
+    run_id = context["run_id"]
+    result = publish_run(warehouse=warehouse, run_id=run_id)
+    extra = {"warehouse": warehouse, "run_id": run_id, "dates": plan.get("dates", [])}
+    outlet_events = context.get("outlet_events")
+    if outlet_events is not None:
+        for asset in assets:
+            outlet_events[asset].extra = dict(extra)
+    return {**extra, "published": result if isinstance(result, (dict, list, str, int)) else None}

@@ -1,0 +1,245 @@
+"""The nightly DAG: import and parse time, policy, planning, and ``dag.test()`` end to end.
+
+Real pieces only: a temporary Airflow home with a SQLite metadata DB, the moto S3
+server of conftest (127.0.0.1), sample snapshots written with kafkalog.writer
+(kafkalog_pipeline.demo_data), local Spark through spark-submit (``local[2]``).
+Expected counts are computed here from the snapshot files with the decoder
+itself (``kafkalog.decode``), never typed in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DAGS = REPO / "dags"
+DAG_ID = "kafka_segments_nightly"
+
+# Airflow reads its configuration at import: set it before anything imports airflow.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafkalog-dags-airflow-"))
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__PARALLELISM"] = "2"
+os.environ.setdefault("KAFKALOG_RETRY_DELAY_SECONDS", "1")
+
+from kafkalog_pipeline import snapshots  # noqa: E402  (no Airflow import)
+
+pytestmark = pytest.mark.pipeline
+
+
+# ------------------------------------------------------------------ import, parse, policy
+def test_dagbag_imports_without_errors_in_under_a_second():
+    """Parse in a fresh interpreter (Airflow already imported, as in the dag-processor)."""
+    code = (
+        "import time, json\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        "t = time.perf_counter()\n"
+        f"bag = DagBag(dag_folder={str(DAGS)!r})\n"
+        "elapsed = time.perf_counter() - t\n"
+        "print(json.dumps({'errors': {k: str(v) for k, v in bag.import_errors.items()},"
+        " 'dags': sorted(bag.dags), 'seconds': elapsed,"
+        " 'heavy': sorted(m for m in __import__('sys').modules"
+        " if m.split('.')[0] in ('pyspark', 'great_expectations', 'boto3', 'moto'))}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ), timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["errors"] == {}
+    assert DAG_ID in result["dags"]
+    assert result["seconds"] < 1.0, result
+    assert result["heavy"] == [], "the DAG file must not import Spark, GX, boto3 at parse time"
+
+
+@pytest.fixture(scope="module")
+def dag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    return bag.dags[DAG_ID]
+
+
+def test_policy_owner_retries_tags(dag):
+    assert "kafkalog" in dag.tags and len(dag.tags) >= 2
+    assert dag.max_active_runs == 1
+    assert dag.catchup is False
+    for task in dag.tasks:
+        assert task.owner not in ("", "airflow"), task.task_id
+        assert task.retries >= 1, task.task_id
+        assert task.retry_exponential_backoff, task.task_id
+        assert task.execution_timeout is not None, task.task_id
+    # the S3 listing and the Spark submissions retry more than once
+    assert dag.get_task("plan").retries >= 2
+    assert dag.get_task("decode_chunk").retries >= 2
+
+
+def test_wiring_write_audit_publish(dag):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from kafkalog_pipeline.assets import TABLE_ASSETS
+
+    plan, decode = dag.get_task("plan"), dag.get_task("decode_chunk")
+    check, publish = dag.get_task("check_quality"), dag.get_task("publish")
+    assert decode.upstream_task_ids == {"plan"}
+    assert check.upstream_task_ids == {"decode_chunk"}
+    assert publish.upstream_task_ids == {"check_quality"}
+    assert publish.trigger_rule == "all_success"  # no audit pass, no publish
+    # decode is mapped over the plan's output, spark-submit on spark_default
+    assert decode.operator_class.__mro__.__contains__(SparkSubmitOperator)
+    assert set(decode.expand_input.value) == {"application_args"}
+    assert decode.partial_kwargs["application"].endswith("spark_jobs/decode_segments.py")
+    assert isinstance(check, SparkSubmitOperator) and check._conn_id == "spark_default"
+    assert check.application.endswith("spark_jobs/check_quality.py")
+    assert "{{ run_id }}" in check.application_args
+    assert {a.name for a in publish.outlets} == {a.name for a in TABLE_ASSETS.values()}
+    assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess"}
+    assert plan.retries >= 1
+
+
+# ------------------------------------------------------------------ planning (pure)
+def _segments(rng: random.Random, n_tp: int) -> list[snapshots.Segment]:
+    out = []
+    for t in range(n_tp):
+        topic, partition = f"t{t % 3}", t
+        for base in range(rng.randrange(1, 4)):
+            out.append(snapshots.Segment(topic, partition, "2026-11-20", base * 100,
+                                         f"s3://b/p/t{t % 3}-{t}/{base * 100:020d}.log",
+                                         rng.randrange(1, 10_000), None))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_plan_chunks_keeps_partitions_together_and_balances(seed):
+    rng = random.Random(seed)
+    segs = _segments(rng, rng.randrange(1, 30))
+    target, max_chunks = rng.randrange(1_000, 40_000), rng.randrange(1, 8)
+    chunks = snapshots.plan_chunks(segs, target_bytes=target, max_chunks=max_chunks)
+    # every segment exactly once
+    planned = [s for c in chunks for s in c.segments]
+    assert sorted(planned) == sorted(segs)
+    # a topic-partition lives in exactly one chunk
+    owner = {}
+    for c in chunks:
+        for s in c.segments:
+            assert owner.setdefault((s.topic, s.partition), c.chunk_id) == c.chunk_id
+    sizes = {}
+    for s in segs:
+        sizes[(s.topic, s.partition)] = sizes.get((s.topic, s.partition), 0) + s.size
+    total = sum(sizes.values())
+    n = min(max_chunks, len(sizes), -(-total // target))
+    assert len(chunks) == max(1, n)
+    assert [c.chunk_id for c in chunks] == list(range(len(chunks)))
+    assert all(c.bytes == sum(s.size for s in c.segments) for c in chunks)
+    # greedy largest-first bound: no chunk exceeds the mean by more than one partition
+    assert max(c.bytes for c in chunks) <= total / len(chunks) + max(sizes.values())
+    # the same input gives the same plan
+    again = snapshots.plan_chunks(list(reversed(segs)), target_bytes=target, max_chunks=max_chunks)
+    assert [c.summary() for c in again] == [c.summary() for c in chunks]
+
+
+def test_snapshot_dates_and_prefix():
+    d = dt.datetime(2026, 11, 20, 3, tzinfo=dt.timezone.utc)
+    assert snapshots.snapshot_dates(interval_start=d) == ["2026-11-20"]
+    assert snapshots.snapshot_dates(logical_date=None, run_after=d) == ["2026-11-20"]
+    assert snapshots.snapshot_dates("2026-11-19", "2026-11-21", interval_start=d) == [
+        "2026-11-19", "2026-11-20", "2026-11-21"]
+    assert snapshots.snapshot_dates(None, "2026-11-19") == ["2026-11-19"]
+    with pytest.raises(ValueError, match="before it starts"):
+        snapshots.snapshot_dates("2026-11-21", "2026-11-19")
+    assert snapshots.snapshot_prefix("{prefix}/{snapshot_date}/", "/snaps/", "2026-11-20") \
+        == "snaps/2026-11-20/"
+    assert snapshots.snapshot_prefix("{prefix}/y={yyyy}/m={mm}/d={dd}", "s", "2026-01-02") \
+        == "s/y=2026/m=01/d=02/"
+    with pytest.raises(ValueError, match="does not use the snapshot date"):
+        snapshots.snapshot_prefix("{prefix}/latest/", "s", "2026-11-20")
+    with pytest.raises(ValueError, match="cannot be filled"):
+        snapshots.snapshot_prefix("{prefix}/{day}/", "s", "2026-11-20")
+    keep = snapshots.topic_matcher("orders*, legacy")
+    assert [t for t in ("orders", "orders-eu", "legacy", "payments") if keep(t)] == [
+        "orders", "orders-eu", "legacy"]
+
+
+# ------------------------------------------------------------------ S3 listing (moto)
+def _expected_segments(root: Path, date: str) -> list[tuple]:
+    out = []
+    for log in sorted((root / date).glob("*/*.log")):
+        topic, _, partition = log.parent.name.rpartition("-")
+        out.append((topic, int(partition), int(log.stem), log.stat().st_size))
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def snapshot_root(tmp_path_factory):
+    from kafkalog_pipeline import demo_data
+
+    root = tmp_path_factory.mktemp("snapshots")
+    demo_data.write_nights(root)
+    return root
+
+
+def _client(endpoint):
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint)
+
+
+def test_list_segments_with_paginator(s3_endpoint, s3_bucket, snapshot_root):
+    from kafkalog_pipeline import demo_data, settings
+
+    demo_data.upload(snapshot_root, s3_bucket, "snaps", _client(s3_endpoint))
+    access = settings.S3Access(endpoint_url=s3_endpoint)
+    # a page size of 3 makes the paginator fetch many pages
+    client = _client(s3_endpoint)
+    real = client.get_paginator
+
+    class SmallPages:
+        def __init__(self, name):
+            self.inner = real(name)
+
+        def paginate(self, **kw):
+            return self.inner.paginate(**kw, PaginationConfig={"PageSize": 3})
+
+    client.get_paginator = SmallPages
+    for date in demo_data.NIGHTS:
+        segs, ignored = snapshots.list_segments(
+            s3_bucket, {date: f"snaps/{date}/"}, access, client=client)
+        assert sorted((s.topic, s.partition, s.base_offset, s.size) for s in segs) \
+            == _expected_segments(snapshot_root, date)
+        n_files = sum(1 for p in (snapshot_root / date).rglob("*") if p.is_file())
+        assert ignored == n_files - len(segs)  # index files, _SUCCESS, README.txt
+        assert all(s.uri.startswith(f"s3://{s3_bucket}/snaps/{date}/") for s in segs)
+    only = snapshots.list_segments(s3_bucket, {"2026-11-21": "snaps/2026-11-21/"}, access,
+                                   topics="pay*")[0]
+    assert {s.topic for s in only} == {"payments"}
+
+
+def test_missing_bucket_is_permanent_and_clear(s3_endpoint):
+    from kafkalog_pipeline import settings
+
+    access = settings.S3Access(endpoint_url=s3_endpoint)
+    with pytest.raises(snapshots.PermanentS3Error, match="bucket does not exist"):
+        snapshots.list_segments("no-such-bucket-here", {"d": "p/2026-11-20/"}, access)
+
+
+def test_unreachable_endpoint_is_transient():
+    from kafkalog_pipeline import settings
+
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    access = settings.S3Access(endpoint_url=f"http://127.0.0.1:{port}", region="us-east-1",
+                               access_key="x", secret_key="y")
+    with pytest.raises(snapshots.TransientS3Error, match="cannot list"):
+        snapshots.list_segments("b", {"d": "p/2026-11-20/"}, access)
