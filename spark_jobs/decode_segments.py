@@ -170,31 +170,48 @@ def _iso(value) -> str | None:
     return value.isoformat() if isinstance(value, dt.datetime) else value
 
 
-def coverage_from_ledger(ledger: pa.Table, runs: set[str]) -> dict[tuple, Coverage]:
-    """Per segment (topic, partition, base offset): the longest prefix one of ``runs`` ingested.
+def coverage_from_ledger(ledger: pa.Table, runs: list[str]) -> dict[tuple, Coverage]:
+    """Per segment (topic, partition, base offset): the prefix ``runs`` proved ingested.
 
-    A run's rows for one segment prove the prefix [0, end) only when they chain
-    from byte 0 without a hole (split tasks end where the next one starts).
+    ``runs`` are the trusted runs in the order they were first published. A
+    run's rows for a segment start a prefix when they chain from byte 0 without
+    a hole (split tasks end where the next one starts); a later ``resumed`` row
+    extends the prefix it starts at; ``unchanged`` rows leave it as it is.
     """
-    rows = [r for r in ledger.to_pylist() if r["run_id"] in runs and r["action"] != "failed"]
-    by_run: dict[tuple, list[dict]] = {}
+    order = {r: i for i, r in enumerate(runs)}
+    rows = [r for r in ledger.to_pylist() if r["run_id"] in order and r["action"] != "failed"]
+    by_seg: dict[tuple, dict[str, list[dict]]] = {}
     for r in rows:
-        by_run.setdefault((r["topic"], r["partition"], r["segment_base_offset"], r["run_id"],
-                           r["segment"]), []).append(r)
+        key = (r["topic"], r["partition"], r["segment_base_offset"])
+        by_seg.setdefault(key, {}).setdefault(r["run_id"], []).append(r)
     best: dict[tuple, Coverage] = {}
-    for (topic, partition, base, run_id, _), parts in by_run.items():
-        parts.sort(key=lambda r: r["byte_start"])
-        if parts[0]["byte_start"] != 0:
-            continue
-        ok = all(a["byte_end"] == b["byte_start"] for a, b in zip(parts, parts[1:]))
-        last = parts[-1]
-        if not ok or last["last_batch_position"] is None:
-            continue
-        cov = Coverage(last["end_position"], last["last_batch_position"], last["last_batch_crc"],
-                       max((p["last_offset"] for p in parts if p["last_offset"] is not None),
-                           default=None), run_id, last["object_size"], last["etag"])
-        key = (topic, partition, base)
-        if key not in best or cov.end > best[key].end:
+    for key, per_run in by_seg.items():
+        cov = None
+        for run_id in sorted(per_run, key=order.get):
+            parts = sorted(per_run[run_id], key=lambda r: r["byte_start"])
+            last = parts[-1]
+            chained = all(a["byte_end"] == b["byte_start"] for a, b in zip(parts, parts[1:]))
+            if not chained:
+                continue
+            if last["last_batch_position"] is None:  # nothing complete was read
+                if cov is not None and parts[0]["byte_start"] == cov.end:
+                    cov = replace(cov, object_size=last["object_size"], etag=last["etag"])
+                continue
+            last_offset = max((p["last_offset"] for p in parts if p["last_offset"] is not None),
+                              default=None)
+            if parts[0]["byte_start"] == 0 and parts[0]["action"] != "unchanged":
+                cov = Coverage(last["end_position"], last["last_batch_position"],
+                               last["last_batch_crc"], last_offset, run_id,
+                               last["object_size"], last["etag"])
+            elif cov is not None and parts[0]["action"] == "resumed" \
+                    and parts[0]["byte_start"] == cov.end:
+                cov = Coverage(last["end_position"], last["last_batch_position"],
+                               last["last_batch_crc"],
+                               last_offset if last_offset is not None else cov.last_offset,
+                               run_id, last["object_size"], last["etag"])
+            elif cov is not None and parts[0]["action"] == "unchanged":
+                cov = replace(cov, object_size=last["object_size"], etag=last["etag"])
+        if cov is not None:
             best[key] = cov
     return best
 
@@ -416,7 +433,7 @@ def run_task(task: Task, ctx: Context) -> dict:
     if task.mode == "resume":
         try:
             same = _prefix_still_there(task, ctx)
-        except storage.StorageError as err:
+        except (storage.StorageError, OSError) as err:
             return _failed(row, task, ctx, str(err))
         if same and task.same_object:
             row.update(action="unchanged", byte_start=0, end_position=task.covered_end,
@@ -434,7 +451,7 @@ def run_task(task: Task, ctx: Context) -> dict:
                     f"(crc {task.verify_crc:#010x}) is no longer there: the segment was "
                     "rewritten (compaction, truncation); decoded again from the start"),
                 base_offset=None, last_offset=None, bytes=None, raw=None))
-    root = ctx.staging.rstrip("/") + "/" + (PENDING + "/" if row["pending"] else "")
+    root = PENDING + "/" if row["pending"] else ""  # key prefix inside the staging root
     part = f"t{task.task:05d}"
     writer = PartWriter(ctx, part, ctx.staging)
     fetch = _object_source(task, ctx)
@@ -451,7 +468,7 @@ def run_task(task: Task, ctx: Context) -> dict:
                 slack *= 4
                 continue
             break
-    except storage.StorageError as err:
+    except (storage.StorageError, kafkalog.SourceError, OSError) as err:
         writer.abort()
         return _failed(row, task, ctx, str(err))
     writer.commit()
@@ -801,7 +818,7 @@ def main(argv=None, spark=None) -> dict:
     return summary
 
 
-def trusted_runs(store, run_id: str) -> set[str]:
+def trusted_runs(store, run_id: str) -> list[str]:
     """The published runs whose ledger may let ``run_id`` skip bytes.
 
     A new run trusts every published run. A rerun trusts only the runs first
@@ -813,9 +830,10 @@ def trusted_runs(store, run_id: str) -> set[str]:
         if obj.key.endswith(".json"):
             marker = json.loads(store.read(obj.key))
             first[marker["run_id"]] = marker.get("first_published_at") or marker["published_at"]
+    ordered = sorted(first, key=lambda r: (first[r], r))
     if run_id not in first:
-        return set(first)
-    return {r for r, t in first.items() if t < first[run_id]}
+        return ordered
+    return [r for r in ordered if first[r] < first[run_id]]
 
 
 def _read_ledger(store) -> pa.Table:

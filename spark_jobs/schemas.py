@@ -91,6 +91,12 @@ def read_schema(name: str) -> pa.Schema:
     return pa.schema(list(schema) + extra)
 
 
+def spark_arrow_schema(name: str) -> pa.Schema:
+    """:func:`read_schema` with the types Spark's Arrow exchange takes (timestamps in µs)."""
+    return pa.schema([pa.field(f.name, pa.timestamp("us", tz="UTC"))
+                      if pa.types.is_timestamp(f.type) else f for f in read_schema(name)])
+
+
 def spark_schema(name: str):
     from pyspark.sql.pandas.types import from_arrow_schema
 

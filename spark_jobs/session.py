@@ -19,7 +19,9 @@ DEFAULTS = {
 def build_session(app_name: str, master: str | None = None, conf: dict | None = None):
     """A SparkSession; ``master`` None leaves it to spark-submit (or ``local[*]``)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if master is None or master.startswith("local"):
+        # embedded Spark stays on loopback; on a cluster the driver must be reachable
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)

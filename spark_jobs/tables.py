@@ -65,7 +65,7 @@ def read_table(spark, root: str, name: str, *, run_id: str | None = None,
               .parquet(*[store.path(k) for k in keys]))
         return df.select(*sschema.names)
     cfg = store.config
-    arrow_schema = schemas.read_schema(name)
+    arrow_schema = schemas.spark_arrow_schema(name)
 
     def fetch(batches):
         s = storage.open_store(root, cfg)

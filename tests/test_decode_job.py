@@ -1,0 +1,318 @@
+"""The decode job (spark_jobs/decode_segments.py) on generated snapshots and the real corpus.
+
+Expected rows come from decoding each segment file on its own with
+``kafkalog.decode`` (itself checked against kafka-python in test_corpus and
+test_interop); the job must reproduce them exactly through planning, splitting,
+executors, deduplication and publish.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+import kafkalog
+from kafkalog.writer import SegmentWriter, WriteRecord
+from spark_jobs import decode_segments as job
+from spark_jobs import storage, tables
+
+from test_corpus import CORPUS
+
+pytestmark = pytest.mark.pipeline
+
+T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
+DAY = 86_400_000
+
+
+def rec(i: int, topic: str = "orders", tag: str = "") -> WriteRecord:
+    return WriteRecord(f"k{i % 7}".encode(), f"{topic} {i}{tag}".encode(),
+                       headers=(("n", str(i).encode()),), timestamp=T0 + i * 3_600_000)
+
+
+def write_partition(directory: Path, base: int, n_batches: int, *, per_batch: int = 5,
+                    codecs=("none", "gzip", "snappy", "lz4", "zstd"), txn: bool = False,
+                    topic: str = "orders", tag: str = "", index_interval: int = 512) -> Path:
+    with SegmentWriter(directory, base, index_interval_bytes=index_interval) as w:
+        for b in range(n_batches):
+            i = w.next_offset
+            w.append([rec(i + k, topic, tag) for k in range(per_batch)],
+                     codec=codecs[b % len(codecs)])
+        if txn:
+            for commit in (True, False):
+                i = w.next_offset
+                w.append([rec(i + k, topic, tag) for k in range(3)], producer_id=77,
+                         producer_epoch=1, base_sequence=0 if commit else 3, transactional=True)
+                w.append_marker(producer_id=77, producer_epoch=1, commit=commit,
+                                coordinator_epoch=2, timestamp=T0)
+        return Path(w.path)
+
+
+def snapshot(root: Path) -> Path:
+    """A broker log dir: two topics, three partitions, every codec, a transaction, damage."""
+    write_partition(root / "broker-1" / "orders-0", 0, 12, txn=True)
+    write_partition(root / "broker-1" / "orders-1", 0, 7, topic="orders")
+    write_partition(root / "broker-2" / "payments.v2-0", 0, 6, topic="payments.v2",
+                    codecs=("zstd",))
+    # damage payments: flip a byte inside the third batch, tear the tail
+    log = root / "broker-2" / "payments.v2-0" / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    third = list(kafkalog.iter_batches(bytes(data)))[2]
+    data[third.position + third.size - 2] ^= 0x11
+    log.write_bytes(bytes(data[:-9]))
+    return root
+
+
+def expected_records(logs) -> set[tuple]:
+    """(topic, partition, offset, key, value) of every CRC-valid data record."""
+    out = set()
+    for log in logs:
+        topic, partition, _ = job.parse_segment_key(str(log))
+        r = kafkalog.decode(str(log)).records
+        for row in r.to_pylist():
+            if row["crc_valid"]:
+                out.add((topic, partition, row["offset"], row["key"], row["value"]))
+    return out
+
+
+def read_local(wh: Path, name: str) -> pa.Table:
+    files = glob.glob(str(wh / name / "**" / "*.parquet"), recursive=True)
+    if not files:
+        return pa.table({})
+    return ds.dataset(files, format="parquet", partitioning="hive",
+                      partition_base_dir=str(wh / name)).to_table()
+
+
+def got_records(wh: Path) -> list[tuple]:
+    t = read_local(wh, "records")
+    return [(r["topic"], r["partition"], r["offset"], r["key"], r["value"]) for r in t.to_pylist()]
+
+
+def run(spark, src, out, run_id, *extra) -> dict:
+    return job.main(["--input", str(src), "--output", str(out), "--run-id", run_id, *extra],
+                    spark=spark)
+
+
+def test_snapshot_tables_hold_exactly_what_the_segments_hold(spark, tmp_path):
+    src = snapshot(tmp_path / "snap")
+    logs = sorted(src.rglob("*.log"))
+    wh = tmp_path / "wh"
+    summary = run(spark, src, wh, "night-1")
+    got = got_records(wh)
+    assert len(got) == len(set(got))  # every record once
+    assert set(got) == expected_records(logs)
+    assert summary["records"] == len(got)
+
+    batches = read_local(wh, "batches")
+    want_batches = sum(kafkalog.decode(str(p)).batches.num_rows for p in logs)
+    assert batches.num_rows == want_batches
+    assert not all(batches.column("crc_valid").to_pylist())  # the flipped byte is there
+    markers = read_local(wh, "markers").to_pylist()
+    assert sorted(m["control_type"] for m in markers) == ["ABORT", "COMMIT"]
+    assert {m["topic"] for m in markers} == {"orders"}
+
+    findings = read_local(wh, "findings").to_pylist()
+    want = {(f["kind"], f["position"]) for p in logs for f in kafkalog.decode(str(p)).findings.to_pylist()}
+    assert {(f["kind"], f["position"]) for f in findings} == want
+    crc = [f for f in findings if f["kind"] == "crc_mismatch"]
+    assert crc and all(f["topic"] == "payments.v2" and f["partition"] == 0 for f in crc)
+    # the damaged batch is kept losslessly: its exact bytes are in findings.raw
+    data = (src / "broker-2" / "payments.v2-0" / "00000000000000000000.log").read_bytes()
+    for f in crc:
+        assert f["raw"] == data[f["position"]:f["end"]]
+    assert any(f["kind"] == "truncated_tail" for f in findings)
+
+    # lineage and partitioning
+    r = read_local(wh, "records")
+    assert set(r.column("run_id").to_pylist()) == {"night-1"}
+    assert all(s.endswith("00000000000000000000.log") for s in set(r.column("segment").to_pylist()))
+    days = {str(d) for d in r.column("dt").to_pylist()}
+    assert "2025-11-21" in days and len(days) > 1  # records an hour apart span days
+    ledger = read_local(wh, "ledger")
+    assert ledger.num_rows == 3 and set(ledger.column("action").to_pylist()) == {"decoded"}
+    assert json.loads((wh / "_runs" / "night-1.json").read_text())["run_id"] == "night-1"
+    assert not list((wh / "_staging").glob("*"))
+
+
+def test_reruns_and_overlapping_snapshots_add_no_duplicates(spark, tmp_path):
+    full = tmp_path / "full"
+    write_partition(full / "orders-0", 0, 10, per_batch=4)
+    seg = full / "orders-0" / "00000000000000000000.log"
+    batches = list(kafkalog.iter_batches(str(seg)))
+    # night 1: the active segment as it was mid-write: 6 batches and a torn seventh
+    n1 = tmp_path / "n1" / "orders-0"
+    n1.mkdir(parents=True)
+    cut = batches[6].position + 30
+    (n1 / seg.name).write_bytes(seg.read_bytes()[:cut])
+    # night 2: the segment grew to 10 batches and rolled; a new segment started
+    n2 = tmp_path / "n2"
+    shutil.copytree(full, n2)
+    write_partition(n2 / "orders-0", 40, 3, per_batch=4)
+    wh = tmp_path / "wh"
+
+    s1 = run(spark, tmp_path / "n1", wh, "night-1")
+    assert s1["actions"] == {"decoded": 1} and s1["records"] == 24
+    s2 = run(spark, n2, wh, "night-2")
+    assert s2["actions"] == {"decoded": 1, "resumed": 1}
+    assert s2["records"] == 16 + 12  # only the new bytes were decoded
+    want = expected_records(sorted(n2.rglob("*.log")))
+    assert sorted(got_records(wh)) == sorted(want)
+
+    # night 2 again (same run id): replaces exactly its own output
+    s2b = run(spark, n2, wh, "night-2")
+    assert s2b["records"] == s2["records"]
+    assert sorted(got_records(wh)) == sorted(want)
+    # night 1 again, after night 2 relied on it: still the same tables
+    run(spark, tmp_path / "n1", wh, "night-1")
+    assert sorted(got_records(wh)) == sorted(want)
+    # a third night with nothing new decodes nothing and adds nothing
+    s3 = run(spark, n2, wh, "night-3")
+    assert s3["actions"] == {"unchanged": 2} and s3["records"] == 0
+    # a backfill of an old snapshot under a new run id: every offset is already there
+    s4 = run(spark, tmp_path / "n1", wh, "backfill-night-1")
+    assert s4["pending_partitions"] == 1 and s4["divergences"] == 0
+    assert sorted(got_records(wh)) == sorted(want)
+    assert len(read_local(wh, "batches")) == len(kafkalog.decode(str(seg)).batches) + 3
+
+
+def test_two_copies_with_different_content_give_divergence(spark, tmp_path):
+    # two brokers' replicas of orders-0: the same offsets, but one value differs
+    write_partition(tmp_path / "snap" / "b1" / "orders-0", 0, 4, per_batch=3)
+    write_partition(tmp_path / "snap" / "b2" / "orders-0", 0, 4, per_batch=3)
+    other = tmp_path / "other"
+    write_partition(other, 0, 4, per_batch=3, tag=" (rewritten)")
+    b2 = tmp_path / "snap" / "b2" / "orders-0" / "00000000000000000000.log"
+    ours = list(kafkalog.iter_batches(str(b2)))
+    theirs = (other / "00000000000000000000.log").read_bytes()
+    data = bytearray(b2.read_bytes())
+    # replace the last batch of b2 with the rewritten one (same offsets, other values)
+    last = ours[-1]
+    their_last = list(kafkalog.iter_batches(theirs))[-1]
+    data[last.position:] = theirs[their_last.position:]
+    b2.write_bytes(bytes(data))
+    wh = tmp_path / "wh"
+    s = run(spark, tmp_path / "snap", wh, "r1")
+    assert s["pending_partitions"] == 1
+    got = got_records(wh)
+    assert len(got) == len(set((t, p, o) for t, p, o, _, _ in got)) == 12
+    div = [f for f in read_local(wh, "findings").to_pylist() if f["kind"] == "divergence"]
+    assert sorted(f["base_offset"] for f in div) == [9, 10, 11]
+    assert all("b2/orders-0" in f["message"] or "b1/orders-0" in f["message"] for f in div)
+
+
+def test_big_segments_split_at_index_positions_give_identical_tables(spark, tmp_path):
+    src = tmp_path / "snap"
+    write_partition(src / "orders-0", 0, 60, per_batch=20, index_interval=1024)
+    seg = src / "orders-0" / "00000000000000000000.log"
+    assert os.path.getsize(seg) > 20_000
+    whole = tmp_path / "whole"
+    run(spark, src, whole, "r")
+    split = tmp_path / "split"
+    s = run(spark, src, split, "r", "--split-bytes", "4096")
+    assert s["tasks"] > 4
+    assert sorted(got_records(split)) == sorted(got_records(whole))
+    # an .index whose positions do not fall on batch starts changes nothing either
+    index = seg.with_suffix(".index")
+    entries = bytearray(index.read_bytes())
+    for i in range(0, len(entries), 8):
+        pos = int.from_bytes(entries[i + 4:i + 8], "big")
+        entries[i + 4:i + 8] = (pos + 17 if pos else 0).to_bytes(4, "big")
+    index.write_bytes(bytes(entries))
+    skewed = tmp_path / "skewed"
+    s = run(spark, src, skewed, "r", "--split-bytes", "4096")
+    assert s["tasks"] > 4
+    assert sorted(got_records(skewed)) == sorted(got_records(whole))
+    assert read_local(skewed, "findings").num_rows == 0
+    assert read_local(skewed, "batches").num_rows == 60
+
+
+def test_real_corpus(spark, tmp_path):
+    src = tmp_path / "corpus"
+    logs = sorted(CORPUS.rglob("*.log"))
+    assert logs
+    for i, log in enumerate(logs):
+        dest = src / f"corpus.{log.parent.name.replace('+', '.')}-{i}"
+        dest.mkdir(parents=True)
+        shutil.copy(log, dest / log.name)
+    wh = tmp_path / "wh"
+    s = run(spark, src, wh, "corpus")
+    copied = sorted(src.rglob("*.log"))
+    assert sorted(got_records(wh)) == sorted(expected_records(copied))
+    assert s["segments"] == len(logs)
+    want_markers = sum(kafkalog.decode(str(p)).markers.num_rows for p in copied)
+    assert read_local(wh, "markers").num_rows == want_markers
+    want_findings = sum(kafkalog.decode(str(p)).findings.num_rows for p in copied)
+    assert read_local(wh, "findings").num_rows == want_findings
+
+
+def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint):
+    import boto3
+
+    src = snapshot(tmp_path / "snap")
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    for path in src.rglob("*"):
+        if path.is_file():
+            key = f"snapshots/2026-11-20/{path.relative_to(src).as_posix()}"
+            client.upload_file(str(path), s3_bucket, key)
+    local = tmp_path / "wh"
+    run(spark, src, local, "r1")
+    wh = f"s3://{s3_bucket}/warehouse"
+    s = run(spark, f"s3://{s3_bucket}/snapshots/2026-11-20", wh, "r1")
+    assert s["published"]
+    cfg = storage.S3Config.from_env()
+    remote = tables.read_table(spark, wh, "records", config=cfg)
+    got = sorted((r.topic, r.partition, r.offset, bytes(r.key), bytes(r.value))
+                 for r in remote.collect())
+    assert got == sorted(got_records(local))
+    f = tables.read_table(spark, wh, "findings", config=cfg).collect()
+    assert sorted((x.kind, x.position) for x in f) == sorted(
+        (x["kind"], x["position"]) for x in read_local(local, "findings").to_pylist())
+    # a manifest naming two of the segments, as one chunk of a run
+    manifest = {"segments": [f"s3://{s3_bucket}/snapshots/2026-11-20/broker-1/orders-{p}/"
+                             "00000000000000000000.log" for p in (0, 1)]}
+    client.put_object(Bucket=s3_bucket, Key="m/chunk-0.json", Body=json.dumps(manifest).encode())
+    wh2 = f"s3://{s3_bucket}/wh2"
+    s = run(spark, f"s3://{s3_bucket}/m/chunk-0.json", wh2, "r2", "--chunk-id", "0", "--no-publish")
+    assert s["segments"] == 2 and not s["published"]
+    staged = [o.key for o in storage.open_store(wh2, cfg).list("_staging/r2/records/")]
+    assert staged and all(os.path.basename(k).startswith("r2~c0~") for k in staged)
+
+
+def test_missing_object_is_a_finding_not_a_crash(spark, tmp_path):
+    src = tmp_path / "snap"
+    log = write_partition(src / "orders-0", 0, 2)
+    manifest = tmp_path / "m.json"
+    gone = str(src / "gone-0" / "00000000000000000000.log")
+    manifest.write_text(json.dumps({"segments": [str(log), {"uri": gone, "size": 100}]}))
+    wh = tmp_path / "wh"
+    s = run(spark, manifest, wh, "r")
+    assert s["actions"] == {"decoded": 1, "failed": 1}
+    f = read_local(wh, "findings").to_pylist()
+    assert [x["kind"] for x in f] == ["fetch_error"] and "gone-0" in f[0]["message"]
+
+
+def test_transaction_status_labels_committed_aborted_open(spark, tmp_path):
+    src = tmp_path / "snap"
+    with SegmentWriter(src / "t-0", 0) as w:
+        w.append([rec(0)])  # plain
+        for commit in (True, False):
+            w.append([rec(1), rec(2)], producer_id=5, producer_epoch=0, transactional=True,
+                     base_sequence=0 if commit else 2)
+            w.append_marker(producer_id=5, producer_epoch=0, commit=commit, coordinator_epoch=1,
+                            timestamp=T0)
+        w.append([rec(3)], producer_id=5, producer_epoch=0, transactional=True, base_sequence=4)
+    wh = tmp_path / "wh"
+    run(spark, src, wh, "r")
+    records = tables.read_table(spark, str(wh), "records")
+    markers = tables.read_table(spark, str(wh), "markers")
+    status = {r.offset: r.txn_status for r in
+              tables.transaction_status(records, markers).collect()}
+    assert status == {0: None, 1: "committed", 2: "committed", 4: "aborted", 5: "aborted",
+                      7: "open"}
+    assert sorted(r.offset for r in tables.read_committed(records, markers).collect()) == [0, 1, 2]
