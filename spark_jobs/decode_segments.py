@@ -855,4 +855,8 @@ def _index_positions(index_uri: str, s3) -> list[int]:
 
 
 if __name__ == "__main__":
-    main()
+    # run the importable module's main: functions shipped to executors are then
+    # pickled by reference to spark_jobs.decode_segments, not by value from __main__
+    from spark_jobs import decode_segments
+
+    decode_segments.main()

@@ -316,3 +316,86 @@ def test_transaction_status_labels_committed_aborted_open(spark, tmp_path):
     assert status == {0: None, 1: "committed", 2: "committed", 4: "aborted", 5: "aborted",
                       7: "open"}
     assert sorted(r.offset for r in tables.read_committed(records, markers).collect()) == [0, 1, 2]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(predicate, what: str, timeout: float = 90) -> None:
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_same_tables_on_a_standalone_cluster(spark, tmp_path):
+    """A real Spark standalone master and worker (from the pyspark package) on 127.0.0.1."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    bin_dir = Path(sys.executable).parent
+    src = snapshot(tmp_path / "snap")
+    local = tmp_path / "local"
+    run(spark, src, local, "r1", "--split-bytes", "2048")
+
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"))
+    port, ui, wui = _free_port(), _free_port(), _free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    logs = open(tmp_path / "cluster.log", "wb")
+    procs = [subprocess.Popen(
+        [str(bin_dir / "spark-class"), "org.apache.spark.deploy.master.Master",
+         "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
+        env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True)]
+    try:
+        def master_json():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
+                    return json.loads(r.read())
+            except OSError:
+                return None
+
+        _wait_for(lambda: master_json() is not None, "the Spark master")
+        procs.append(subprocess.Popen(
+            [str(bin_dir / "spark-class"), "org.apache.spark.deploy.worker.Worker", master_url,
+             "--host", "127.0.0.1", "--cores", "2", "--memory", "2g", "--webui-port", str(wui)],
+            env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True))
+        _wait_for(lambda: (master_json() or {}).get("aliveworkers", 0) >= 1, "a Spark worker")
+        cluster = tmp_path / "cluster"
+        job_file = Path(job.__file__)
+        out = subprocess.run(
+            [str(bin_dir / "spark-submit"), "--master", master_url,
+             "--conf", "spark.executor.memory=1g", "--conf", "spark.ui.enabled=false",
+             str(job_file), "--input", str(src), "--output", str(cluster), "--run-id", "r1",
+             "--split-bytes", "2048"],
+            env=env, capture_output=True, text=True, timeout=300)
+        errors = [l for l in out.stderr.splitlines() if "ERROR" in l or "Error" in l or "rror:" in l]
+        assert out.returncode == 0, "\n".join(errors[-30:]) + out.stdout[-2000:]
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        assert summary["published"] and summary["tasks"] > 3
+        apps = master_json()["completedapps"] + master_json()["activeapps"]
+        assert any(a["name"] == "kafkalog-decode-segments" for a in apps)
+    finally:
+        for p in reversed(procs):
+            os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=30)
+        logs.close()
+    assert sorted(got_records(cluster)) == sorted(got_records(local))
+    for name in ("batches", "markers", "findings"):
+        a, b = read_local(cluster, name), read_local(local, name)
+        key = ["topic", "partition", "position" if name != "markers" else "offset"]
+        assert a.sort_by([(k, "ascending") for k in key]).drop_columns(["segment"]).equals(
+            b.sort_by([(k, "ascending") for k in key]).drop_columns(["segment"])), name
