@@ -44,6 +44,8 @@ DEFAULT_MAX_RAW = 64 * 1024 * 1024
 RAW_KINDS = frozenset({"crc_mismatch", "corrupt_batch", "skipped_bytes", "truncated_tail",
                        "decompression_error", "unknown_codec", "limit_exceeded"})
 PENDING = "_pending"
+#: Parquet's own dictionary fallback handles both repeated and unique values
+PARQUET_OPTIONS = dict(compression="snappy")
 _OFFSET_SIZE_MAGIC = struct.Struct(">qiiB")  # offset, size, (leader epoch | crc), magic
 
 
@@ -328,7 +330,7 @@ class PartWriter:
         entry = self.writers.get(key)
         if entry is None:
             local = os.path.join(self.tmp, f"{len(self.writers)}.parquet")
-            entry = (pq.ParquetWriter(local, schemas.TABLES[table], compression="snappy"), local)
+            entry = (pq.ParquetWriter(local, schemas.TABLES[table], **PARQUET_OPTIONS), local)
             self.writers[key] = entry
         if isinstance(batch, pa.RecordBatch):
             entry[0].write_batch(batch)
@@ -355,15 +357,16 @@ class PartWriter:
 
 
 def _lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.Table:
+    """``batch`` (a kafkalog table's rows) with the warehouse table's lineage columns."""
     n = batch.num_rows
-    cols = {"partition": pa.array([task.partition] * n, pa.int32())}
-    for name in batch.schema.names:
-        cols[name] = batch.column(name)
-    cols["segment"] = pa.array([task.uri] * n, pa.string())
-    cols["segment_base_offset"] = pa.array([task.base_offset] * n, pa.int64())
-    cols["run_id"] = pa.array([ctx.run_id] * n, pa.string())
+    cols = {name: batch.column(name) for name in batch.schema.names}
+    cols["partition"] = pa.repeat(pa.scalar(task.partition, pa.int32()), n)
+    cols["segment"] = pa.repeat(pa.scalar(task.uri, pa.string()), n)
+    cols["segment_base_offset"] = pa.repeat(pa.scalar(task.base_offset, pa.int64()), n)
+    cols["run_id"] = pa.repeat(pa.scalar(ctx.run_id, pa.string()), n)
     target = schemas.TABLES[table]
-    return pa.table({name: cols[name] for name in target.names}).cast(target)
+    out = pa.table([cols[name] for name in target.names], names=target.names)
+    return out if out.schema == target else out.cast(target)
 
 
 def _day_partitions(ts: pa.ChunkedArray | pa.Array) -> list[tuple[str, pa.Array | None]]:
@@ -584,19 +587,23 @@ def _failed(row: dict, task: Task, ctx: Context, why: str) -> dict:
 
 
 def run_tasks(spark, tasks: list[Task], ctx: Context) -> list[dict]:
-    """Run every task on the executors (one Spark task each); their ledger rows come back."""
+    """Run every task on the executors (one Spark task each); their ledger rows come back.
+
+    The specs travel in the function's closure and each Spark partition of a
+    ``range`` picks its own, so every task is exactly one Spark task (largest
+    first) without shipping rows from the driver through the JVM.
+    """
     if not tasks:
         return []
-    sc = spark.sparkContext
-    specs = sc.parallelize([(t.to_json(),) for t in tasks], numSlices=len(tasks))
-    df = spark.createDataFrame(specs, "spec string")
+    specs = [t.to_json() for t in tasks]
 
     def decode(batches):
         for b in batches:
-            out = [json.dumps(run_task(Task.from_json(s), ctx), default=_json_default)
-                   for s in b.column("spec").to_pylist()]
+            out = [json.dumps(run_task(Task.from_json(specs[i]), ctx), default=_json_default)
+                   for i in b.column(0).to_pylist()]
             yield pa.RecordBatch.from_arrays([pa.array(out, pa.string())], names=["row"])
 
+    df = spark.range(0, len(specs), 1, numPartitions=len(specs))
     return [json.loads(r.row) for r in df.mapInArrow(decode, "row string").collect()]
 
 
@@ -788,10 +795,15 @@ def main(argv=None, spark=None) -> dict:
         from spark_jobs.session import build_session
 
         spark = build_session("kafkalog-decode-segments", master=args.master)
+    timings = {"plan": time.time() - t0}
     try:
+        t1 = time.time()
         rows = run_tasks(spark, tasks, ctx)
+        timings["decode"] = time.time() - t1
         pending = {(r["topic"], r["partition"]) for r in rows if r["pending"]}
+        t1 = time.time()
         divergences = resolve_pending(spark, ctx, warehouse, pending) if pending else 0
+        timings["deduplicate"] = time.time() - t1
     finally:
         if own_session and args.master is not None:
             spark.stop()
@@ -811,9 +823,12 @@ def main(argv=None, spark=None) -> dict:
         "published": False, "seconds": None,
     }
     if not args.no_publish:
+        t1 = time.time()
         publishing.publish(warehouse, args.run_id, s3)
+        timings["publish"] = time.time() - t1
         summary["published"] = True
     summary["seconds"] = round(time.time() - t0, 3)
+    summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     print(json.dumps(summary, sort_keys=True))
     return summary
 

@@ -34,7 +34,7 @@ def publish(warehouse: str, run_id: str, config: storage.S3Config | None = None)
         wh.delete(old)
         mine = [k for k in staged if k[len(staging_key) + 1:].split("/", 1)[0] == name]
         for key in mine:
-            wh.copy(key, key[len(staging_key) + 1:])
+            wh.move(key, key[len(staging_key) + 1:])
         counts[name] = len(mine)
     now = dt.datetime.now(dt.timezone.utc).isoformat()
     marker_key = f"_runs/{token}.json"

@@ -169,6 +169,11 @@ class LocalStore:
         shutil.copyfile(self.path(src_key), dst + ".tmp")
         os.replace(dst + ".tmp", dst)
 
+    def move(self, src_key: str, dst_key: str) -> None:
+        dst = self.path(dst_key)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.replace(self.path(src_key), dst)
+
     def delete(self, keys) -> None:
         for key in keys:
             try:
@@ -260,6 +265,11 @@ class S3Store:
                              self.bucket, self._key(dst_key))
         except Exception as err:
             raise StorageError(f"cannot copy {self.uri(src_key)}: {_why(err)}") from err
+
+    def move(self, src_key: str, dst_key: str) -> None:
+        """A server-side copy, then the source is deleted (S3 has no rename)."""
+        self.copy(src_key, dst_key)
+        self.delete([src_key])
 
     def delete(self, keys) -> None:
         keys = [self._key(k) for k in keys]

@@ -168,7 +168,7 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
         JOIN seg s ON s.topic = w.topic AND s.partition = w.partition AND s.segment = w.segment
         LEFT JOIN seg ps ON ps.topic = w.topic AND ps.partition = w.partition AND ps.segment = w.prev_segment
         WHERE w.pseudo = 0 AND w.prev_end IS NOT NULL AND w.base_offset > w.prev_end + 1
-        """, b=batches, prior=prior)
+        """, b=batches, prior=prior).localCheckpoint()  # few rows, read four times below
 
     return _select(_sql(spark, """
         WITH g AS (SELECT * FROM {g}),
@@ -276,7 +276,7 @@ def batch_kinds(batches):
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)""", b=dedup_batches(batches))
 
 
-def record_gaps(records, batches):
+def record_gaps(records, batches, kinds=None):
     """Gaps between consecutive data records of each partition, split by cause.
 
     A gap between records r1 (batch P) and r2 (batch N) is made of: the tail of
@@ -322,7 +322,7 @@ def record_gaps(records, batches):
               named_struct('part', 'unexplained', 'n', n_data - p_data),
               named_struct('part', 'batch_gap', 'n', (n_base - p_last - 1) - (n_span - p_span)))
             END) t
-        """, r=records, k=batch_kinds(batches))
+        """, r=records, k=batch_kinds(batches) if kinds is None else kinds)
     return _select(_sql(spark, """
         SELECT 'record_gaps' AS check, topic, partition, part AS class, lo AS first_offset,
                hi AS last_offset, SUM(n) AS offsets, CAST(NULL AS bigint) AS value,
@@ -337,7 +337,7 @@ def record_gaps(records, batches):
         GROUP BY topic, partition, lo, hi, part""", p=parts))
 
 
-def record_counts(records, batches):
+def record_counts(records, batches, kinds=None):
     """Per data batch: record_count within lastOffsetDelta + 1, the records
     table holding exactly record_count distinct offsets, all inside the batch."""
     return _select(_sql(records.sparkSession, """
@@ -366,7 +366,7 @@ def record_counts(records, batches):
           FROM j WHERE lo < base_offset OR hi > last_offset)
         SELECT 'record_count' AS check, topic, partition, class, base_offset AS first_offset, last_offset,
                excess AS offsets, CAST(NULL AS bigint) AS value, segment, position, message
-        FROM v""", r=records, k=batch_kinds(batches)))
+        FROM v""", r=records, k=batch_kinds(batches) if kinds is None else kinds))
 
 
 def duplicate_offsets(records):
@@ -479,7 +479,7 @@ def newest_segments(batches, ledger):
 
 
 # ------------------------------------------------------------------ policy
-def apply_policy(observations, policy: Policy, topics):
+def apply_policy(observations, policy: Policy, topics, finding_kinds=()):
     """``observations`` with ``severity`` and ``status`` from ``policy``
     (per check, class and topic)."""
     spark = observations.sparkSession
@@ -501,8 +501,7 @@ def apply_policy(observations, policy: Policy, topics):
     kinds = set()
     for t in topics:
         kinds |= set((policy.check(t, "decoder_findings").get("kinds") or {}))
-    kinds |= {r[0] for r in observations.where("check = 'decoder_findings'")
-              .select("class").distinct().collect()}
+    kinds |= set(finding_kinds)
     classes["decoder_findings"] = sorted(kinds - {"other"})
     for t in topics:
         for check, names in classes.items():
@@ -529,11 +528,12 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None):
     compacted = [t for t in topics if policy.compacted(t)]
     tol = spark.createDataFrame(tolerances(policy, topics) or [("\u0000", 0)],
                                 "topic string, tolerance_ms bigint")
+    kinds = batch_kinds(b).cache()
     parts = [
         crc_failures(b, f),
         offset_gaps(b, m, f, prior=prior, ledger=l, compacted_topics=compacted),
-        record_gaps(r, b),
-        record_counts(r, b),
+        record_gaps(r, b, kinds),
+        record_counts(r, b, kinds),
         duplicate_offsets(r),
         log_append_time_regressions(b),
         create_time_regressions(r, tol),
@@ -543,4 +543,5 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None):
     out = parts[0]
     for p in parts[1:]:
         out = out.unionByName(p)
-    return apply_policy(out, policy, topics), topics
+    finding_kinds = [row[0] for row in f.select("kind").distinct().collect()]
+    return apply_policy(out, policy, topics, finding_kinds), topics
