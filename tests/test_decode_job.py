@@ -399,3 +399,71 @@ def test_same_tables_on_a_standalone_cluster(spark, tmp_path):
         key = ["topic", "partition", "position" if name != "markers" else "offset"]
         assert a.sort_by([(k, "ascending") for k in key]).drop_columns(["segment"]).equals(
             b.sort_by([(k, "ascending") for k in key]).drop_columns(["segment"])), name
+
+
+def _seg(base=0, size=1000, uri=None, topic="t", partition=0, etag=None, index=None):
+    uri = uri or f"/s/{topic}-{partition}/{base:020d}.log"
+    return job.Segment(uri, topic, partition, base, size, etag, None, index)
+
+
+def _ledger(rows):
+    full = []
+    for r in rows:
+        row = {n: None for n in job.schemas.LEDGER.names}
+        row.update(topic="t", partition=0, segment_base_offset=0, records=1, batches=1,
+                   findings=0, action="decoded")
+        row.update(r)
+        full.append(row)
+    return pa.Table.from_pylist(full, schema=job.schemas.LEDGER)
+
+
+def test_plan_skips_resumes_splits_and_marks_overlaps():
+    ledger = _ledger([
+        dict(run_id="a", byte_start=0, byte_end=400, end_position=400, first_offset=0,
+             last_offset=9, last_batch_position=300, last_batch_crc=7, object_size=1000,
+             etag="e1"),
+        dict(run_id="a", byte_start=400, byte_end=1000, end_position=900, first_offset=10,
+             last_offset=19, last_batch_position=800, last_batch_crc=8, object_size=1000,
+             etag="e1"),
+    ])
+    cov = job.coverage_from_ledger(ledger, ["a"])
+    assert cov[("t", 0, 0)].end == 900 and cov[("t", 0, 0)].last_offset == 19
+    published = job.ledger_ranges(ledger, "b")
+    # same object: a verify-only task; grown: resume from 900; a new rolled segment: decode
+    same = job.plan([_seg(size=1000, etag="e1")], cov, published, {})
+    assert [(t.mode, t.same_object, t.covered_end, t.pending) for t in same] == \
+        [("resume", True, 900, False)]
+    grown = job.plan([_seg(size=5000, etag="e2"), _seg(base=40, size=10)], cov, published, {})
+    assert sorted((t.base_offset, t.mode, t.start, t.pending) for t in grown) == \
+        [(0, "resume", 900, False), (40, "decode", 0, False)]
+    # a rewritten (smaller) segment may repeat published offsets: pending
+    shrunk = job.plan([_seg(size=500)], cov, published, {})
+    assert [(t.mode, t.start, t.pending) for t in shrunk] == [("decode", 0, True)]
+    # two replicas of one partition in one run: pending, even with an empty ledger
+    twins = job.plan([_seg(uri="/b1/t-0/00000000000000000000.log"),
+                      _seg(uri="/b2/t-0/00000000000000000000.log")], {}, {}, {})
+    assert [t.pending for t in twins] == [True, True]
+    # a big segment is split at index positions, starts flagged for boundary checks
+    big = _seg(size=10_000, index="/s/t-0/00000000000000000000.index")
+    tasks = job.plan([big], {}, {}, {big.index_uri: list(range(0, 10_000, 512))}, 3000)
+    assert sorted((t.start, t.end, t.split) for t in tasks) == \
+        [(0, 3072, False), (3072, 6144, True), (6144, 9216, True), (9216, 10_000, True)]
+
+
+def test_coverage_chains_resumed_rows_and_drops_broken_chains():
+    base = dict(first_offset=0, last_offset=9, last_batch_crc=1, etag=None)
+    ledger = _ledger([
+        dict(base, run_id="a", byte_start=0, byte_end=500, end_position=480,
+             last_batch_position=400, object_size=500),
+        dict(base, run_id="b", byte_start=480, byte_end=900, end_position=900,
+             last_batch_position=850, object_size=900, first_offset=10, last_offset=20,
+             action="resumed"),
+        dict(base, run_id="c", byte_start=0, byte_end=900, end_position=900,
+             last_batch_position=850, object_size=900, action="unchanged"),
+    ])
+    cov = job.coverage_from_ledger(ledger, ["a", "b", "c"])[("t", 0, 0)]
+    assert (cov.end, cov.last_batch_position, cov.last_offset) == (900, 850, 20)
+    # without run a, b's resumed row proves nothing (it starts at 480)
+    assert job.coverage_from_ledger(ledger, ["b", "c"]) == {}
+    # a rerun of a trusts only what came before it: nothing
+    assert job.coverage_from_ledger(ledger, []) == {}
