@@ -89,7 +89,8 @@ class Finding:
     """Something wrong (or worth knowing) found while decoding.
 
     ``position``/``end`` are the absolute byte range in the source the finding
-    is about (``end`` exclusive). ``kind`` is one of :data:`FINDING_KINDS`.
+    is about (``end`` exclusive). ``kind`` is one of :data:`FINDING_KINDS`
+    (segments) or :data:`INDEX_FINDING_KINDS` (index files).
     """
 
     kind: str
@@ -124,6 +125,12 @@ FINDING_KINDS = (
     "offset_regression",  # a batch starts at or below the previous batch's last offset
     "invalid_header_key",  # a record header key that is not UTF-8 (kept, escaped)
     "corrupt_control_record",  # control batch whose record key/value cannot be read
+)
+
+#: Findings of the index readers and verifiers (kafkalog.indexes), not of segments.
+INDEX_FINDING_KINDS = (
+    "index_partial_entry",  # file size not a multiple of the entry size
+    "index_mismatch",  # an entry that does not match the .log beside it
 )
 
 

@@ -123,3 +123,20 @@ def test_verify_time_index_against_a_real_log():
     found = kafkalog.verify_time_index(idx, LOG)
     assert [f.kind for f in found] == ["index_mismatch"]
     assert "max timestamp" in found[0].message
+
+
+def test_index_findings_use_the_documented_kinds(tmp_path):
+    from kafkalog.model import INDEX_FINDING_KINDS
+
+    from kafkalog.writer import SegmentWriter, WriteRecord
+
+    with SegmentWriter(tmp_path, 0, index_interval_bytes=1) as w:
+        for i in range(3):
+            w.append([WriteRecord(b"k", b"v" * 50, timestamp=1000 + i)])
+    index = tmp_path / "00000000000000000000.index"
+    data = bytearray(index.read_bytes())
+    data[-1] ^= 1  # the last entry points one byte off
+    index.write_bytes(bytes(data) + b"\x00\x01")  # and a partial entry at the end
+    idx = kafkalog.read_offset_index(index)
+    found = list(idx.findings) + kafkalog.verify_offset_index(idx, tmp_path / "00000000000000000000.log")
+    assert {f.kind for f in found} == set(INDEX_FINDING_KINDS)
