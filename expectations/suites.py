@@ -1,12 +1,13 @@
 """The great-expectations 1.x suites of the audit, and the run's Data Docs.
 
 The checks themselves are per-partition window SQL in
-``spark_jobs/quality/checks.py``; their output, one row per observation with
-the status the policy gave it, is the batch every suite validates. Each check
-has one suite with two ``UnexpectedRowsExpectation``\\ s over it: rows of
-status ``fail`` (severity critical) and rows of status ``warn`` (severity
-warning). Explained observations (status ``pass``) are listed in dq_results,
-never counted as unexpected.
+``spark_jobs/quality/checks.py``. Their observations, graded by the policy and
+summarized per check × topic-partition × class × status
+(``spark_jobs.quality.results.verdicts``: counts and an example message), are
+the batch every suite validates. Each check has one suite with two
+``UnexpectedRowsExpectation``\\ s: the partitions and classes graded ``fail``
+(severity critical) and those graded ``warn`` (severity warning). Explained
+observations (status ``pass``) are listed in dq_results, never unexpected.
 
 great_expectations is imported inside the functions (it takes seconds).
 """
@@ -33,12 +34,12 @@ DESCRIPTIONS = {
     "decoder_findings": "The decoder found nothing unreadable (corrupt batches, skipped bytes, codec errors ...).",
 }
 
-COLUMNS = "topic, partition, class, first_offset, last_offset, offsets, value, segment, position, message"
+COLUMNS = "topic, partition, class, items, offsets, max_value, example"
 
 
 def unexpected_rows_query(check: str, status: str) -> str:
     return (f"SELECT {COLUMNS} FROM {{batch}} "
-            f"WHERE check = '{check}' AND status = '{status}' ORDER BY topic, partition, first_offset")
+            f"WHERE check = '{check}' AND status = '{status}'")
 
 
 def build_suites(gx, checks):
@@ -60,8 +61,8 @@ def build_suites(gx, checks):
     return suites
 
 
-def validate(observations, run_id: str, checks, docs_dir: str | None = None):
-    """Validate ``observations`` with every check's suite; build Data Docs into
+def validate(verdicts, run_id: str, checks, docs_dir: str | None = None):
+    """Validate ``verdicts`` with every check's suite; build Data Docs into
     ``docs_dir`` (a new temporary folder if None). Returns
     ``(summary {check: {"fail": n, "warn": n}}, docs_dir)``."""
     import logging
@@ -81,7 +82,7 @@ def validate(observations, run_id: str, checks, docs_dir: str | None = None):
         "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
     })
     source = ctx.data_sources.add_spark("audit")
-    asset = source.add_dataframe_asset("observations")
+    asset = source.add_dataframe_asset("verdicts")
     whole = asset.add_batch_definition_whole_dataframe("run")
     definitions = []
     for suite in build_suites(gx, checks):
@@ -92,7 +93,7 @@ def validate(observations, run_id: str, checks, docs_dir: str | None = None):
         name="kafka_audit", validation_definitions=definitions,
         actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["run_site"])],
         result_format={"result_format": "SUMMARY"}))
-    result = checkpoint.run(batch_parameters={"dataframe": observations},
+    result = checkpoint.run(batch_parameters={"dataframe": verdicts},
                             run_id=gx.RunIdentifier(run_name=run_id))
     summary = {}
     for vr in result.run_results.values():

@@ -65,8 +65,9 @@ def load_tables(spark, warehouse: str, run_id: str, staged: str | None, config):
 
 
 def audit(spark, warehouse: str, run_id: str, *, policy: Policy, staging: str | None = None,
-          config=None, docs: bool = True, out=sys.stdout):
+          config=None, docs: bool = True, out=None):
     """Run the audit; return the dq_results rows (also written to ``warehouse``)."""
+    out = out or sys.stdout
     from spark_jobs.tables import read_table
 
     store = storage.open_store(warehouse, config)
@@ -75,33 +76,32 @@ def audit(spark, warehouse: str, run_id: str, *, policy: Policy, staging: str | 
     tables = load_tables(spark, warehouse, run_id, staged, config)
     published_ledger = read_table(spark, warehouse, "ledger", config=config)
     prior = qc.prior_ends(published_ledger, tables["ledger"], run_id)
-    observations, topics = qc.run_checks(tables, policy, run_id, prior=prior)
-    observations = observations.cache()
-    try:
-        units = results.partition_units(tables)
-        if not units:
-            raise LookupError(f"run {run_id!r} has no rows in {staged or warehouse}")
-        classes, items = results.summarize(observations)
-        rows = results.build_rows(run_id, units, classes, items, policy)
-        key = results.write(store, run_id, rows)
-        print(f"check_quality: {len(rows)} results of run {run_id} "
-              f"({'staged at ' + staged if staged else 'published'}) -> {store.uri(key)}", file=out)
-        if docs:
-            publish_docs(store, observations, run_id, list(qc.CHECKS), out=out)
-    finally:
-        observations.unpersist()
+    units = results.partition_units(tables)
+    if not units:
+        raise LookupError(f"run {run_id!r} has no rows in {staged or warehouse}")
+    observations, _ = qc.run_checks(tables, policy, run_id, prior=prior)
+    # computed once: everything below reads the materialized rows
+    observations = observations.localCheckpoint()
+    classes, items = results.summarize(observations)
+    rows = results.build_rows(run_id, units, classes, items, policy)
+    key = results.write(store, run_id, rows)
+    print(f"check_quality: {len(rows)} results of run {run_id} "
+          f"({'staged at ' + staged if staged else 'published'}) -> {store.uri(key)}", file=out)
+    if docs:
+        verdicts = results.verdicts(spark, classes, items)
+        publish_docs(store, verdicts, run_id, list(qc.CHECKS), out=out)
     return rows
 
 
-def publish_docs(store, observations, run_id: str, checks, out=sys.stdout) -> str:
-    """Validate with the GX suites, build Data Docs in a temp folder, upload them
+def publish_docs(store, verdicts, run_id: str, checks, out=None) -> str:
+    """Validate ``verdicts`` (results.verdicts) with the GX suites, build Data Docs in a temp folder, upload them
     to ``data_docs/<run_token>/`` (replacing a previous upload)."""
     import shutil
 
     from expectations import suites
 
     prefix = f"data_docs/{storage.run_token(run_id)}"
-    summary, docs_dir = suites.validate(observations, run_id, checks)
+    summary, docs_dir = suites.validate(verdicts, run_id, checks)
     try:
         if not os.path.exists(os.path.join(docs_dir, "index.html")):
             raise RuntimeError(f"great-expectations wrote no index.html into {docs_dir}")
@@ -114,12 +114,13 @@ def publish_docs(store, observations, run_id: str, checks, out=sys.stdout) -> st
                     store.write(f"{prefix}/{rel}", f.read())
     finally:
         shutil.rmtree(docs_dir, ignore_errors=True)
-    print(f"check_quality: Data Docs -> {store.uri(prefix + '/index.html')}", file=out)
+    print(f"check_quality: Data Docs -> {store.uri(prefix + '/index.html')}", file=out or sys.stdout)
     return prefix + "/index.html"
 
 
-def report(rows, out=sys.stderr) -> int:
+def report(rows, out=None) -> int:
     """Print failing and warning results; 1 if any failed, else 0."""
+    out = out or sys.stderr
     failed = [r for r in rows if r["status"] == "fail"]
     warned = [r for r in rows if r["status"] == "warn"]
     for label, group in (("FAIL", failed), ("WARN", warned)):

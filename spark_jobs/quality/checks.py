@@ -524,7 +524,9 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None):
     ``findings``, ``ledger``): observations with severity and status."""
     b, r, m, f, l = (tables[n] for n in ("batches", "records", "markers", "findings", "ledger"))
     spark = b.sparkSession
-    topics = sorted({row[0] for df in (b, r, f, l) for row in df.select("topic").distinct().collect()})
+    topics = sorted(row[0] for row in b.select("topic").union(r.select("topic"))
+                    .union(f.select("topic")).union(l.select("topic")).distinct().collect()
+                    if row[0] is not None)
     compacted = [t for t in topics if policy.compacted(t)]
     tol = spark.createDataFrame(tolerances(policy, topics) or [("\u0000", 0)],
                                 "topic string, tolerance_ms bigint")

@@ -115,3 +115,19 @@ def write(store, run_id: str, rows: list[dict]) -> str:
     pq.write_table(to_table(rows), buf)
     store.write(key, buf.getvalue())
     return key
+
+
+VERDICT_COLUMNS = ("check string, topic string, partition int, class string, status string, "
+                   "severity string, items bigint, offsets bigint, max_value bigint, example string")
+
+
+def verdicts(spark, classes, items):
+    """One row per check × topic-partition × class × status (counts and one
+    example message): the small table the great-expectations suites validate."""
+    example = {}
+    for it in items:
+        example.setdefault((it.check, it.topic, it.partition, it["class"], it.status), it.message)
+    rows = [(c.check, c.topic, c.partition, c["class"], c.status, c.severity, c.items, c.offsets,
+             c.max_value, example.get((c.check, c.topic, c.partition, c["class"], c.status)))
+            for c in classes]
+    return spark.createDataFrame(rows, VERDICT_COLUMNS)

@@ -1,0 +1,553 @@
+"""The data-quality audit (spark_jobs/check_quality.py, spark_jobs/quality, expectations/).
+
+Staged runs are made the way the pipeline makes them: segments written with
+kafkalog.writer (compaction gaps, transactions and markers, LogAppendTime,
+delete horizons, damaged bytes), decoded with kafkalog.decode, laid out as
+docs/tables.md says by :func:`stage` below. Each fault is injected in its own
+topic, so one audit run shows which check caught which fault.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+import posixpath
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import kafkalog
+from kafkalog.writer import SegmentWriter, WriteRecord
+from spark_jobs import schemas, storage
+from spark_jobs.quality import checks as qc
+from spark_jobs.quality.policy import Policy
+
+pytestmark = pytest.mark.pipeline
+
+T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
+EARLIER = dt.datetime(2025, 11, 20, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2025, 11, 21, 6, tzinfo=dt.timezone.utc)
+
+
+# ------------------------------------------------------------------ staging
+def recs(n, ts=T0, step=1000):
+    return [WriteRecord(b"k%d" % i, b"v%d" % i, timestamp=ts + i * step) for i in range(n)]
+
+
+def decode_partition(logdir, topic: str, partition: int, run_id: str, *, ingested_at=NOW,
+                     snapshot="s3://snap/2025-11-21") -> dict[str, pa.Table]:
+    """Decode every .log of ``logdir`` into the five tables of docs/tables.md."""
+    out = {n: [] for n in ("records", "batches", "markers", "findings", "ledger")}
+    for name in sorted(os.listdir(logdir)):
+        if not name.endswith(".log"):
+            continue
+        path = os.path.join(logdir, name)
+        base = int(name[:20])
+        uri = f"{snapshot}/{topic}-{partition}/{name}"
+        t = kafkalog.decode(path)
+        n_rows = {k: getattr(t, k).num_rows for k in ("records", "batches", "markers", "findings")}
+
+        def lineage(table, schema):
+            n = table.num_rows
+            cols = {c: table.column(c) for c in table.column_names}
+            cols["partition"] = pa.array([partition] * n, pa.int32())
+            cols["segment"] = pa.array([uri] * n, pa.string())
+            cols["segment_base_offset"] = pa.array([base] * n, pa.int64())
+            cols["run_id"] = pa.array([run_id] * n, pa.string())
+            if "raw" in schema.names and "raw" not in cols:
+                cols["raw"] = pa.nulls(n, pa.binary())
+            return pa.table({f.name: pc.cast(cols[f.name], f.type) for f in schema}, schema=schema)
+
+        records = t.records.filter(pc.field("crc_valid"))
+        out["records"].append(lineage(records, schemas.RECORDS))
+        out["batches"].append(lineage(t.batches, schemas.BATCHES))
+        out["markers"].append(lineage(t.markers, schemas.MARKERS))
+        out["findings"].append(lineage(t.findings, schemas.FINDINGS))
+        offsets = t.batches.column("last_offset").to_pylist()
+        firsts = t.batches.column("base_offset").to_pylist()
+        out["ledger"].append(pa.Table.from_pylist([{
+            "run_id": run_id, "segment": uri, "topic": topic, "partition": partition,
+            "segment_base_offset": base, "object_size": os.path.getsize(path), "etag": None,
+            "mtime": ingested_at, "byte_start": 0, "byte_end": os.path.getsize(path),
+            "end_position": None, "first_offset": min(firsts) if firsts else None,
+            "last_offset": max(offsets) if offsets else None, "last_batch_position": None,
+            "last_batch_crc": None, "records": n_rows["records"], "batches": n_rows["batches"],
+            "findings": n_rows["findings"], "action": "decoded", "ingested_at": ingested_at,
+        }], schema=schemas.LEDGER))
+    tables = {k: pa.concat_tables(v) for k, v in out.items()}
+    tables["topic"] = topic
+    return tables
+
+
+def stage(root: str, run_id: str, parts: list[dict], *, published: bool = False) -> None:
+    """Write decoded partitions under ``root`` (W/_staging/<token>/ unless ``published``)."""
+    store = storage.open_store(root)
+    token = storage.run_token(run_id)
+    prefix = "" if published else f"_staging/{token}/"
+
+    def put(key, table):
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        store.write(prefix + key, buf.getvalue())
+
+    for i, p in enumerate(parts):
+        topic = p["topic"]
+        for name in ("batches", "markers", "findings"):
+            put(f"{name}/topic={topic}/{token}~{i}.parquet", p[name])
+        put(f"ledger/{token}~{topic}-{i}.parquet", p["ledger"])
+        records = p["records"]
+        days = [("none" if ts is None else ts.strftime("%Y-%m-%d"))
+                for ts in records.column("timestamp").to_pylist()]
+        for day in sorted(set(days)):
+            mask = pa.array([d == day for d in days])
+            put(f"records/topic={topic}/dt={day}/{token}~{i}.parquet", records.filter(mask))
+
+
+def write_segments(directory, spec) -> str:
+    """``spec``: list of (base_offset, fn(writer)); returns the directory."""
+    for base, fill in spec:
+        with SegmentWriter(directory, base) as w:
+            fill(w)
+    return str(directory)
+
+
+def skip_to(offset):
+    """What the cleaner leaves when it drops whole batches: the next offset jumps."""
+    return lambda w: w.append_raw(b"", next_offset=offset)
+
+
+# -------------------------------------------------------------- scenarios
+def legit_parts(tmp, run_id):
+    """Topics whose gaps are all legitimate (plus one warning: a missing segment)."""
+    parts = []
+
+    def compact(w):
+        w.append(recs(3))                                          # 0..2
+        w.append([WriteRecord(b"a", b"1", offset_delta=0, timestamp=T0 + 5000),
+                  WriteRecord(b"b", None, offset_delta=4, timestamp=T0 + 5000),
+                  WriteRecord(b"c", b"", offset_delta=9, timestamp=T0 + 5000)])  # 3, 7, 12 of 3..12
+        skip_to(16)(w)                                             # batches 13..15 cleaned away
+        w.append(recs(2, T0 + 9000))                               # 16..17
+    parts.append(decode_partition(write_segments(tmp / "compact-0", [(0, compact)]),
+                                  "compact", 0, run_id))
+
+    def txn(w):
+        w.append(recs(2))                                          # 0..1
+        w.append(recs(2, T0 + 2000), producer_id=7, producer_epoch=0, base_sequence=0,
+                 transactional=True)                               # 2..3
+        w.append_marker(producer_id=7, producer_epoch=0, commit=True, timestamp=T0 + 4000)  # 4
+        w.append(recs(2, T0 + 5000))                               # 5..6
+        skip_to(9)(w)                                              # producer 8's aborted 7..8, cleaned
+        w.append_marker(producer_id=8, producer_epoch=0, commit=False, timestamp=T0 + 9000)  # 9
+        w.append(recs(1, T0 + 10000))                              # 10
+    parts.append(decode_partition(write_segments(tmp / "txn-0", [(0, txn)]), "txn", 0, run_id))
+
+    parts.append(decode_partition(write_segments(tmp / "boundary-0", [
+        (20, lambda w: w.append(recs(5, T0 + 20000))),             # 20..24 (0..5 in the previous run)
+        (25, lambda w: w.append(recs(5, T0 + 25000))),             # 25..29
+        (40, lambda w: w.append(recs(5, T0 + 40000))),             # 40..44: segment 30 not copied
+    ]), "boundary", 0, run_id))
+
+    def horizon(w):
+        # a cleaned batch whose baseTimestamp is the delete horizon, a day after its records
+        w.append(recs(3), delete_horizon_ms=T0 + 86_400_000)
+        w.append(recs(2, T0 + 3000))
+        w.append(recs(2, T0 + 60_000), timestamp_type="LogAppendTime", log_append_time=T0 + 70_000)
+        w.append(recs(2, T0 + 50_000), timestamp_type="LogAppendTime", log_append_time=T0 + 80_000)
+    parts.append(decode_partition(write_segments(tmp / "horizon-0", [(0, horizon)]),
+                                  "horizon", 0, run_id))
+    return parts
+
+
+def previous_run(tmp, run_id):
+    """The published run before: boundary-0 up to offset 5."""
+    return [decode_partition(write_segments(tmp / "prev-boundary-0", [
+        (0, lambda w: w.append(recs(6)))]), "boundary", 0, run_id, ingested_at=EARLIER,
+        snapshot="s3://snap/2025-11-20")]
+
+
+def faulty_parts(tmp, run_id):
+    """One injected fault per topic."""
+    parts = []
+
+    d = write_segments(tmp / "crc-0", [(0, lambda w: [w.append(recs(3)), w.append(recs(3, T0 + 3000)),
+                                                      w.append(recs(3, T0 + 6000))])])
+    log = os.path.join(d, "00000000000000000000.log")
+    data = bytearray(open(log, "rb").read())
+    second = list(kafkalog.iter_batches(bytes(data)))[1]
+    data[second.position + second.size - 2] ^= 0x20                # inside its last record
+    open(log, "wb").write(bytes(data))
+    parts.append(decode_partition(d, "crc", 0, run_id))
+
+    parts.append(decode_partition(write_segments(tmp / "gap-0", [(0, lambda w: [
+        w.append(recs(5)), skip_to(10)(w), w.append(recs(5, T0 + 10000))])]), "gap", 0, run_id))
+
+    parts.append(decode_partition(write_segments(tmp / "lat-0", [(0, lambda w: [
+        w.append(recs(2), timestamp_type="LogAppendTime", log_append_time=T0 + 10_000),
+        w.append(recs(2), timestamp_type="LogAppendTime", log_append_time=T0 + 4_000)])]),
+        "lat", 0, run_id))
+
+    parts.append(decode_partition(write_segments(tmp / "ct-0", [(0, lambda w: [
+        w.append([WriteRecord(b"k", b"v", timestamp=T0 + t) for t in (0, 1000, 500, 2000)]),
+        w.append([WriteRecord(b"k", b"v", timestamp=T0 - 8000)])])]), "ct", 0, run_id))
+
+    parts.append(decode_partition(write_segments(tmp / "maxts-0", [(0, lambda w: [
+        w.append(recs(3)), w.append(recs(3, T0 + 3000), max_timestamp=T0 + 99_000)])]),
+        "maxts", 0, run_id))
+
+    p = decode_partition(write_segments(tmp / "dup-0", [(0, lambda w: w.append(recs(4)))]),
+                         "dup", 0, run_id)
+    p["records"] = pa.concat_tables([p["records"], p["records"].slice(2, 1)])
+    parts.append(p)
+
+    p = decode_partition(write_segments(tmp / "div-0", [(0, lambda w: w.append(recs(4)))]),
+                         "div", 0, run_id)
+    seg = p["batches"].column("segment")[0].as_py()
+    p["findings"] = pa.concat_tables([p["findings"], pa.Table.from_pylist([{
+        "partition": 0, "kind": "divergence", "position": 0, "end": None,
+        "message": f"offset 2 differs between {seg} and s3://snap/2025-11-20/div-0/00000000000000000000.log",
+        "base_offset": 2, "last_offset": 2, "bytes": None, "raw": None, "segment": seg,
+        "segment_base_offset": 0, "run_id": run_id}], schema=schemas.FINDINGS)])
+    parts.append(p)
+
+    def torn(directory, base, cut):
+        log = os.path.join(directory, f"{base:020d}.log")
+        data = open(log, "rb").read()
+        open(log, "wb").write(data[: len(data) - cut])
+
+    d = write_segments(tmp / "tail-0", [
+        (0, lambda w: [w.append(recs(3)), w.append(recs(3, T0 + 3000))]),   # 0..5, 3..5 torn
+        (6, lambda w: w.append(recs(3, T0 + 6000)))])
+    torn(d, 0, 10)
+    parts.append(decode_partition(d, "tail", 0, run_id))
+
+    d = write_segments(tmp / "livetail-0", [
+        (0, lambda w: w.append(recs(3))),
+        (3, lambda w: [w.append(recs(3, T0 + 3000)), w.append(recs(3, T0 + 6000))])])
+    torn(d, 3, 10)                                                  # the newest segment: a live tail
+    parts.append(decode_partition(d, "livetail", 0, run_id))
+    return parts
+
+
+POLICY_OVERRIDES = """
+topics:
+  ct:
+    checks:
+      create_time: {tolerance_ms: 1000}
+"""
+
+
+@pytest.fixture(scope="module")
+def test_policy(tmp_path_factory):
+    import yaml
+
+    from spark_jobs.quality.policy import DEFAULT_PATH
+
+    doc = yaml.safe_load(open(DEFAULT_PATH))
+    doc["topics"].update(yaml.safe_load(POLICY_OVERRIDES)["topics"])
+    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def clean_parts(tmp, run_id):
+    """Nothing wrong: two adjacent segments, a committed transaction, LogAppendTime."""
+    def first(w):
+        w.append(recs(3), codec="zstd")                                        # 0..2
+        w.append(recs(2, T0 + 3000), producer_id=3, producer_epoch=0, base_sequence=0,
+                 transactional=True)                                           # 3..4
+        w.append_marker(producer_id=3, producer_epoch=0, commit=True, timestamp=T0 + 5000)  # 5
+
+    def second(w):
+        w.append(recs(2, T0 + 6000), timestamp_type="LogAppendTime", log_append_time=T0 + 7000)
+        w.append(recs(2, T0 + 8000), timestamp_type="LogAppendTime", log_append_time=T0 + 9000)
+    return [decode_partition(write_segments(tmp / "clean-0", [(0, first), (6, second)]),
+                             "clean", 0, run_id)]
+
+
+def staged_tables(spark, W, run_id):
+    from spark_jobs import check_quality as cq
+    from spark_jobs.tables import read_table
+
+    store = storage.open_store(W)
+    tables = cq.load_tables(spark, W, run_id, cq.staging_root(store, W, storage.run_token(run_id), None),
+                            None)
+    prior = qc.prior_ends(read_table(spark, W, "ledger"), tables["ledger"], run_id)
+    return tables, prior
+
+
+def observed(spark, W, run_id, policy):
+    tables, prior = staged_tables(spark, W, run_id)
+    obs, _ = qc.run_checks(tables, policy, run_id, prior=prior)
+    return sorted(tuple(r) for r in obs.select(
+        "topic", "check", "class", "first_offset", "last_offset", "offsets", "value", "status").collect())
+
+
+@pytest.fixture(scope="module")
+def legit_w(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("legit")
+    W = str(tmp / "w")
+    stage(W, "prev", previous_run(tmp, "prev"), published=True)
+    stage(W, "nightly 2025-11-21", legit_parts(tmp, "nightly 2025-11-21"))
+    return W
+
+
+@pytest.fixture(scope="module")
+def faulty_w(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("faulty")
+    W = str(tmp / "w")
+    stage(W, "faulty", faulty_parts(tmp, "faulty"))
+    return W
+
+
+# ------------------------------------------------------------------ checks
+def test_legitimate_gaps_are_explained(spark, legit_w):
+    got = observed(spark, legit_w, "nightly 2025-11-21", Policy.load())
+    assert got == sorted([
+        # topic, check, class, first, last, offsets, value, status
+        ("boundary", "offset_gaps", "retention", 6, 19, 14, None, "pass"),
+        ("boundary", "offset_gaps", "missing_segment", 30, 39, 10, None, "warn"),
+        ("boundary", "record_gaps", "batch_gap", 30, 39, 10, None, "pass"),
+        ("compact", "offset_gaps", "compaction", 13, 15, 3, None, "pass"),
+        ("compact", "record_gaps", "compaction", 4, 6, 3, None, "pass"),
+        ("compact", "record_gaps", "compaction", 8, 11, 4, None, "pass"),
+        ("compact", "record_gaps", "batch_gap", 13, 15, 3, None, "pass"),
+        ("txn", "offset_gaps", "aborted_txn", 7, 8, 2, None, "pass"),
+        ("txn", "record_gaps", "control_marker", 4, 4, 1, None, "pass"),
+        ("txn", "record_gaps", "control_marker", 7, 9, 1, None, "pass"),
+        ("txn", "record_gaps", "batch_gap", 7, 9, 2, None, "pass"),
+        # horizon: the delete-horizon batch's first_timestamp (a day later) is not read as a time
+    ])
+
+
+def test_each_fault_is_caught(spark, faulty_w, test_policy):
+    got = observed(spark, faulty_w, "faulty", Policy.load(test_policy))
+    assert got == sorted([
+        ("crc", "crc", "crc_mismatch", 3, 5, 1, None, "fail"),
+        ("crc", "record_gaps", "excluded_batch", 3, 5, 3, None, "pass"),
+        ("ct", "create_time", "regression", 2, 2, 1, 500, "warn"),          # within 1000 ms
+        ("ct", "create_time", "beyond_tolerance", 4, 4, 1, 10000, "fail"),
+        ("div", "divergence", "divergence", 2, 2, 1, None, "fail"),
+        ("dup", "duplicate_offsets", "duplicate", 2, 2, 2, None, "fail"),
+        ("gap", "offset_gaps", "unexplained", 5, 9, 5, None, "fail"),
+        ("gap", "record_gaps", "batch_gap", 5, 9, 5, None, "pass"),
+        ("lat", "log_append_time", "regression", 2, 3, 1, 6000, "fail"),
+        ("livetail", "truncated_tail", "active_segment", None, None, 1, 86, "warn"),
+        ("maxts", "max_timestamp", "mismatch", 3, 5, 1, 94000, "fail"),
+        ("tail", "offset_gaps", "unreadable_bytes", 3, 5, 3, None, "fail"),
+        ("tail", "record_gaps", "batch_gap", 3, 5, 3, None, "pass"),
+        ("tail", "truncated_tail", "truncated_tail", None, None, 1, 86, "fail"),
+    ])
+
+
+def test_crc_failure_names_where(spark, faulty_w):
+    tables, _ = staged_tables(spark, faulty_w, "faulty")
+    got = [tuple(r) for r in qc.crc_failures(tables["batches"], tables["findings"])
+           .select("topic", "partition", "segment", "position", "first_offset").collect()]
+    assert got == [("crc", 0, "s3://snap/2025-11-21/crc-0/00000000000000000000.log", 96, 3)]
+
+
+def test_record_count_against_last_offset_delta(spark):
+    """A batch that declares more records than its offsets span, and one whose
+    records are not all in the table."""
+    b = spark.createDataFrame([
+        ("t", 0, 0, 4, 9, True, "ok", False, "s", 0),      # 9 records in 5 offsets
+        ("t", 0, 5, 9, 5, True, "ok", False, "s", 100),    # 5 declared, 4 in the table
+    ], "topic string, partition int, base_offset long, last_offset long, record_count int, "
+       "crc_valid boolean, status string, is_control boolean, segment string, position long")
+    r = spark.createDataFrame([("t", 0, o, 0 if o < 5 else 5) for o in (0, 1, 2, 3, 4, 5, 6, 7, 8)],
+                              "topic string, partition int, offset long, batch_base_offset long")
+    got = sorted(tuple(x) for x in qc.record_counts(r, b).select(
+        "class", "first_offset", "last_offset", "offsets").collect())
+    assert got == [("count_exceeds_span", 0, 4, 4), ("records_missing", 0, 4, 4),
+                   ("records_missing", 5, 9, 1)]
+
+
+def test_windows_are_per_partition(spark):
+    """A regression across two partitions is not a regression."""
+    r = spark.createDataFrame([
+        ("t", 0, 0, dt.datetime(2025, 11, 21, 0, 0, 9), "CreateTime", "s0", 0),
+        ("t", 1, 0, dt.datetime(2025, 11, 21, 0, 0, 1), "CreateTime", "s1", 0),
+        ("t", 1, 1, dt.datetime(2025, 11, 21, 0, 0, 2), "CreateTime", "s1", 0),
+        ("u", 0, 0, dt.datetime(2025, 11, 21, 0, 0, 5), "CreateTime", "s2", 0),
+    ], "topic string, partition int, offset long, timestamp timestamp, timestamp_type string, "
+       "segment string, batch_position long")
+    assert qc.create_time_regressions(r).count() == 0
+    assert qc.duplicate_offsets(r).count() == 0
+
+
+# ------------------------------------------------------------------ policy
+def test_policy_overrides_per_topic(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("""
+checks:
+  crc: {severity: fail}
+  create_time: {severity: warn, tolerance_ms: null, beyond_tolerance: fail}
+  offset_gaps: {classes: {compaction: pass, unexplained: fail}}
+topics:
+  "metrics.*":
+    checks:
+      create_time: {tolerance_ms: 5000}
+      offset_gaps: {classes: {unexplained: warn}}
+  metrics.raw:
+    compacted: true
+    checks: {crc: {severity: warn}}
+""")
+    p = Policy.load(str(path))
+    assert (p.tolerance_ms("orders"), p.tolerance_ms("metrics.cpu"), p.tolerance_ms("metrics.raw")) \
+        == (None, 5000, 5000)
+    assert (p.severity("metrics.raw", "crc"), p.severity("metrics.cpu", "crc")) == ("warn", "fail")
+    assert p.severity("metrics.cpu", "offset_gaps", "unexplained") == "warn"
+    assert p.severity("orders", "offset_gaps", "unexplained") == "fail"
+    assert p.severity("metrics.cpu", "offset_gaps", "compaction") == "pass"
+    assert (p.compacted("metrics.raw"), p.compacted("metrics.cpu")) == (True, False)
+    assert p.headline("metrics.cpu", "create_time") == "fail"
+    assert p.headline("orders", "create_time") == "warn"
+    path.write_text("checks: {crc: {severity: maybe}}")
+    with pytest.raises(ValueError, match="crc.severity"):
+        Policy.load(str(path))
+
+
+# --------------------------------------------------------------- the job
+def dq_rows(root, run_id):
+    store = storage.open_store(root)
+    data = store.read(f"dq_results/{storage.run_token(run_id)}.parquet")
+    table = pq.read_table(io.BytesIO(data))
+    assert table.schema.equals(schemas.DQ_RESULTS, check_metadata=False)
+    return table.to_pylist()
+
+
+def test_job_fails_the_run_and_says_why(spark, faulty_w, test_policy, capsys):
+    from spark_jobs import check_quality
+
+    code = check_quality.main(["--warehouse", faulty_w, "--run-id", "faulty", "--policy", test_policy],
+                              spark=spark)
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "FAIL offset_gaps gap-0" in err and "must not be published" in err
+    rows = dq_rows(faulty_w, "faulty")
+    # one row per check x topic-partition
+    topics = ["crc", "ct", "div", "dup", "gap", "lat", "livetail", "maxts", "tail"]
+    assert sorted((r["topic"], r["check"]) for r in rows) == sorted(
+        (t, c) for t in topics for c in qc.CHECKS)
+    assert {r["run_id"] for r in rows} == {"faulty"}
+    not_pass = sorted((r["topic"], r["check"], r["status"], r["severity"], r["failed"])
+                      for r in rows if r["status"] != "pass")
+    assert not_pass == [
+        ("crc", "crc", "fail", "fail", 1),
+        ("ct", "create_time", "fail", "fail", 2),
+        ("div", "divergence", "fail", "fail", 1),
+        ("dup", "duplicate_offsets", "fail", "fail", 1),
+        ("gap", "offset_gaps", "fail", "fail", 1),
+        ("lat", "log_append_time", "fail", "fail", 1),
+        ("livetail", "truncated_tail", "warn", "warn", 1),
+        ("maxts", "max_timestamp", "fail", "fail", 1),
+        ("tail", "offset_gaps", "fail", "fail", 1),
+        ("tail", "truncated_tail", "fail", "fail", 1),
+    ]
+    ct = next(r for r in rows if (r["topic"], r["check"]) == ("ct", "create_time"))
+    details = json.loads(ct["details"])
+    assert (details["max_step_back_ms"], details["tolerance_ms"], details["regressions"]) == (10000, 1000, 2)
+    assert ct["observed"] == 5  # records
+    crc = next(r for r in rows if (r["topic"], r["check"]) == ("crc", "crc"))
+    item = json.loads(crc["details"])["items"][0]
+    assert (item["segment"], item["position"]) == ("s3://snap/2025-11-21/crc-0/00000000000000000000.log", 96)
+    docs = os.path.join(faulty_w, "data_docs", "faulty", "index.html")
+    assert os.path.getsize(docs) > 0
+    assert "kafka_offset_gaps" in open(docs, encoding="utf-8").read()
+
+
+def test_job_passes_explained_gaps(spark, legit_w, capsys):
+    from spark_jobs import check_quality
+
+    run_id = "nightly 2025-11-21"
+    argv = ["--warehouse", legit_w, "--run-id", run_id, "--no-docs"]
+    assert check_quality.main(argv, spark=spark) == 0
+    rows = dq_rows(legit_w, run_id)
+    assert sorted((r["topic"], r["check"], r["status"]) for r in rows if r["status"] != "pass") == [
+        ("boundary", "offset_gaps", "warn")]
+    compact = next(r for r in rows if (r["topic"], r["check"]) == ("compact", "offset_gaps"))
+    assert json.loads(compact["details"])["classes"] == {
+        "compaction": {"status": "pass", "items": 1, "offsets": 3}}
+    assert "WARN offset_gaps boundary-0" in capsys.readouterr().err
+    # a rerun replaces the run's results (same file, same rows)
+    assert check_quality.main(argv, spark=spark) == 0
+    assert len(dq_rows(legit_w, run_id)) == len(rows)
+    assert [k for k in os.listdir(os.path.join(legit_w, "dq_results"))] == \
+        [storage.run_token(run_id) + ".parquet"]
+
+
+def test_job_on_s3_clean_run(spark, s3_bucket, tmp_path):
+    from spark_jobs import check_quality
+
+    W = f"s3://{s3_bucket}/warehouse"
+    run_id = "scheduled__2025-11-21T00:00:00+00:00"
+    stage(W, run_id, clean_parts(tmp_path, run_id))
+    assert check_quality.main(["--warehouse", W, "--run-id", run_id], spark=spark) == 0
+    rows = dq_rows(W, run_id)
+    assert {(r["topic"], r["partition"]) for r in rows} == {("clean", 0)}
+    assert [(r["check"], r["status"]) for r in rows if r["status"] != "pass"] == []
+    by_check = {r["check"]: r for r in rows}
+    assert (by_check["crc"]["observed"], by_check["record_gaps"]["observed"]) == (5, 9)
+    store = storage.open_store(W)
+    token = storage.run_token(run_id)
+    html = store.read(f"data_docs/{token}/index.html").decode()
+    assert "kafka_crc" in html
+    assert any(k.startswith(f"data_docs/{token}/validations/") for k in (o.key for o in store.list("data_docs/")))
+
+
+def test_job_usage_errors(spark, tmp_path, capsys):
+    from spark_jobs import check_quality
+
+    assert check_quality.main(["--warehouse", str(tmp_path), "--run-id", "nothing", "--no-docs"],
+                              spark=spark) == 2
+    assert "has no rows" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("checks: {crc: {severity: sometimes}}")
+    assert check_quality.main(["--warehouse", str(tmp_path), "--run-id", "x", "--policy", str(bad)],
+                              spark=spark) == 2
+
+
+# ------------------------------------------------ with the decode job itself
+def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
+    """decode_segments.py --no-publish, check_quality.py, publish; the next
+    night starts above the last published offset (retention) and has a CRC flip."""
+    from spark_jobs import check_quality, publish
+    from spark_jobs import decode_segments as job
+
+    W = str(tmp_path / "w")
+    night1 = tmp_path / "snap1"
+
+    def with_txn(w):
+        w.append(recs(3, T0 + 10_000), producer_id=4, producer_epoch=0, base_sequence=0,
+                 transactional=True)                                            # 10..12
+        w.append_marker(producer_id=4, producer_epoch=0, commit=True, timestamp=T0 + 13_000)  # 13
+        w.append(recs(6, T0 + 14_000))                                          # 14..19
+    write_segments(night1 / "orders-0", [(0, lambda w: w.append(recs(10))), (10, with_txn)])
+    job.main(["--input", str(night1), "--output", W, "--run-id", "night-1", "--no-publish"], spark=spark)
+    assert check_quality.main(["--warehouse", W, "--run-id", "night-1", "--no-docs"], spark=spark) == 0
+    publish.publish(W, "night-1")
+
+    night2 = tmp_path / "snap2"
+    write_segments(night2 / "orders-0", [
+        (30, lambda w: w.append(recs(5, T0 + 30_000))),                          # 20..29 retained away
+        (35, lambda w: [w.append(recs(5, T0 + 35_000)), w.append(recs(5, T0 + 40_000))])])
+    log = night2 / "orders-0" / f"{35:020d}.log"
+    data = bytearray(log.read_bytes())
+    data[-3] ^= 0x01                                                             # the batch 40..44
+    log.write_bytes(bytes(data))
+    job.main(["--input", str(night2), "--output", W, "--run-id", "night-2", "--no-publish"], spark=spark)
+    capsys.readouterr()
+    assert check_quality.main(["--warehouse", W, "--run-id", "night-2", "--no-docs"], spark=spark) == 1
+    assert "FAIL crc orders-0" in capsys.readouterr().err
+    rows = {r["check"]: r for r in dq_rows(W, "night-2")}
+    assert {c: r["status"] for c, r in rows.items() if r["status"] != "pass"} == {"crc": "fail"}
+    gaps = json.loads(rows["offset_gaps"]["details"])
+    assert [(i["class"], i["first_offset"], i["last_offset"]) for i in gaps["items"]] == [
+        ("retention", 20, 29)]
+    crc = json.loads(rows["crc"]["details"])["items"][0]
+    assert (crc["first_offset"], crc["segment"]) == (40, str(log))
