@@ -89,13 +89,17 @@ def audit(spark, warehouse: str, run_id: str, *, policy: Policy, staging: str | 
           f"({'staged at ' + staged if staged else 'published'}) -> {store.uri(key)}", file=out)
     if docs:
         verdicts = results.verdicts(spark, classes, items)
-        publish_docs(store, verdicts, run_id, list(qc.CHECKS), out=out)
+        summary = publish_docs(store, verdicts, run_id, list(qc.CHECKS), out=out)
+        gx_failed = {c for c, n in summary.items() if n.get("fail")}
+        if gx_failed != {r["check"] for r in rows if r["status"] == "fail"}:
+            raise RuntimeError(f"great-expectations disagrees with dq_results: {sorted(gx_failed)}")
     return rows
 
 
 def publish_docs(store, verdicts, run_id: str, checks, out=None) -> str:
-    """Validate ``verdicts`` (results.verdicts) with the GX suites, build Data Docs in a temp folder, upload them
-    to ``data_docs/<run_token>/`` (replacing a previous upload)."""
+    """Validate ``verdicts`` (results.verdicts) with the GX suites, build Data Docs in a temp
+    folder, upload them to ``data_docs/<run_token>/`` (replacing a previous upload); return the
+    suites' summary ``{check: {"fail": n, "warn": n}}``."""
     import shutil
 
     from expectations import suites
@@ -114,8 +118,10 @@ def publish_docs(store, verdicts, run_id: str, checks, out=None) -> str:
                     store.write(f"{prefix}/{rel}", f.read())
     finally:
         shutil.rmtree(docs_dir, ignore_errors=True)
-    print(f"check_quality: Data Docs -> {store.uri(prefix + '/index.html')}", file=out or sys.stdout)
-    return prefix + "/index.html"
+    failed = sorted(c for c, n in summary.items() if n.get("fail"))
+    print(f"check_quality: great-expectations: {len(summary)} suites, failed: {', '.join(failed) or 'none'}; "
+          f"Data Docs -> {store.uri(prefix + '/index.html')}", file=out or sys.stdout)
+    return summary
 
 
 def report(rows, out=None) -> int:

@@ -584,3 +584,32 @@ def test_real_corpus_passes(spark, tmp_path):
            for by in [{x["check"]: x["observed"] for x in rows
                        if (x["topic"], x["partition"]) == (r["topic"], r["partition"])}]}
     assert got == expected
+
+
+BATCH_COLS = ("topic string, partition int, base_offset long, last_offset long, record_count int, "
+              "is_control boolean, has_delete_horizon boolean, segment string, "
+              "segment_base_offset long, position long")
+
+
+def test_gap_rules_for_holes_between_segments(spark):
+    """A hole between two segment files: missing (nothing known), unreadable (the
+    ledger lists a segment there, or a fetch_error names one), compaction (the
+    policy declares the topic compacted)."""
+    def batches(topic):
+        return [(topic, 0, 0, 4, 5, False, False, "s/0.log", 0, 0),
+                (topic, 0, 20, 24, 5, False, False, "s/20.log", 20, 0)]
+    b = spark.createDataFrame(batches("lost") + batches("listed") + batches("fetch")
+                              + batches("compacted"), BATCH_COLS)
+    markers = spark.createDataFrame([], "topic string, partition int, offset long, producer_id long, "
+                                        "control_type string")
+    findings = spark.createDataFrame(
+        [("fetch", 0, "fetch_error", 0, 10, "s/10.log", 10)],
+        "topic string, partition int, kind string, position long, bytes long, segment string, "
+        "segment_base_offset long")
+    ledger = spark.createDataFrame([("listed", 0, "s/10.log", 10)],
+                                   "topic string, partition int, segment string, segment_base_offset long")
+    got = sorted(tuple(r) for r in qc.offset_gaps(b, markers, findings, ledger=ledger,
+                                                   compacted_topics=["compacted"])
+                 .select("topic", "class", "first_offset", "last_offset").collect())
+    assert got == [("compacted", "compaction", 5, 19), ("fetch", "unreadable_bytes", 5, 19),
+                   ("listed", "unreadable_bytes", 5, 19), ("lost", "missing_segment", 5, 19)]

@@ -68,10 +68,21 @@ class Policy:
 
     @classmethod
     def load(cls, path: str | None = None) -> "Policy":
+        """The policy at ``path``; by default ``expectations/policy.yaml`` (read
+        as package data, so that it is found in a ``--py-files`` zip too)."""
         import yaml
 
-        with open(path or DEFAULT_PATH, encoding="utf-8") as f:
-            return cls(yaml.safe_load(f))
+        if path is None:
+            from importlib import resources
+
+            text = resources.files("expectations").joinpath("policy.yaml").read_text("utf-8")
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        try:
+            return cls(yaml.safe_load(text))
+        except yaml.YAMLError as err:
+            raise PolicyError(f"{path or DEFAULT_PATH}: {err}") from err
 
     def for_topic(self, topic: str) -> dict:
         """``{"compacted": bool, "checks": {...}}`` in effect for ``topic``."""
