@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo ui test bench clean
 
 venv: $(STAMP)
 
@@ -20,6 +20,11 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml setup.py kafkalog/_s
 
 demo: venv
 	$(BIN)/python -m kafkalog.demo demo-output
+	$(BIN)/python -m kafkalog_pipeline.demo run --out demo-output
+
+# Airflow (api-server, scheduler, dag-processor) on 127.0.0.1 over the demo's data; Ctrl-C stops it.
+ui: venv
+	$(BIN)/python -m kafkalog_pipeline.demo ui --out demo-output
 
 # The suite runs twice: on the compiled fast path (which the install must have
 # built) and on the pure-Python reference (KAFKALOG_PURE_PYTHON=1); the pipeline

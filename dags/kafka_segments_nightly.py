@@ -72,17 +72,18 @@ def kafka_segments_nightly():
 
     decode = KafkalogSparkSubmitOperator.partial(
         task_id="decode_chunk",
-        application=settings.job_path(tasks.DECODE_JOB),
+        application=settings.spark_entry(),  # runs spark_jobs.decode_segments (first arg)
         name="kafkalog-decode",
         retries=3,
-        map_index_template="chunk {{ task.application_args[7] }}",
+        map_index_template="chunk {{ task.application_args[8] }}",
     ).expand(application_args=decode_args)
 
     check_quality = KafkalogSparkSubmitOperator(
         task_id="check_quality",  # the UI plugin links this task id to the run's report
-        application=settings.job_path(tasks.QUALITY_JOB),
+        application=settings.spark_entry(),
         name="kafkalog-check-quality",
         application_args=[
+            tasks.QUALITY_JOB,
             "--warehouse", "{{ ti.xcom_pull(task_ids='plan', key='warehouse') }}",
             "--run-id", "{{ run_id }}",
         ],

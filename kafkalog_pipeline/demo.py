@@ -100,9 +100,12 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
 
 def start_s3(snapshots: Path):
     """A moto server on 127.0.0.1 holding the snapshots; returns (server, endpoint URL)."""
+    import logging
+
     import boto3
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per S3 request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()

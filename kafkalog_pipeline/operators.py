@@ -21,6 +21,7 @@ class KafkalogSparkSubmitOperator(SparkSubmitOperator):
 
     def __init__(self, *, aws_conn_id: str = settings.AWS_CONN_ID, **kwargs) -> None:
         kwargs.setdefault("conn_id", settings.SPARK_CONN_ID)
+        kwargs.setdefault("conf", settings.spark_conf())
         super().__init__(**kwargs)
         self.aws_conn_id = aws_conn_id
 

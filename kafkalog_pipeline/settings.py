@@ -16,6 +16,7 @@ environment variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -42,6 +43,11 @@ PARSE_TIME: dict[str, tuple[str, str]] = {
     "schedule": ("KAFKALOG_NIGHTLY_SCHEDULE", "0 3 * * *"),
     "retry_delay_seconds": ("KAFKALOG_RETRY_DELAY_SECONDS", "60"),
     "retries": ("KAFKALOG_RETRIES", "2"),
+    # JSON object of Spark properties for every spark-submit (--conf); small shuffles suit
+    # nightly snapshots on a few cores: Spark's default of 200 partitions per shuffle makes
+    # the audit's many small queries crawl
+    "spark_conf": ("KAFKALOG_SPARK_CONF",
+                   '{"spark.sql.shuffle.partitions": "8", "spark.default.parallelism": "4"}'),
 }
 
 AWS_CONN_ID = "aws_default"
@@ -55,6 +61,18 @@ class SettingError(RuntimeError):
 def parse_time_setting(name: str) -> str:
     env, default = PARSE_TIME[name]
     return os.environ.get(env) or default
+
+
+def spark_conf() -> dict[str, str]:
+    """Spark properties for spark-submit, from ``KAFKALOG_SPARK_CONF`` (read at parse time)."""
+    raw = parse_time_setting("spark_conf")
+    try:
+        conf = json.loads(raw)
+    except ValueError as err:
+        raise SettingError(f"KAFKALOG_SPARK_CONF is not JSON: {err}") from None
+    if not isinstance(conf, dict):
+        raise SettingError("KAFKALOG_SPARK_CONF must be a JSON object")
+    return {str(k): str(v) for k, v in conf.items()}
 
 
 def get(name: str, *, required: bool = False) -> str | None:
@@ -177,12 +195,14 @@ def spark_env(access: S3Access) -> dict[str, str]:
         "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1",
         # spark-submit is found on this PATH (the venv's bin first)
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+        # the jobs import this checkout's packages, expectations/ included (not installed)
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH"))
+                                      if p),
     }
     env.update(access.env())
     return env
 
 
-def job_path(name: str) -> str:
-    """Absolute path of a Spark job script (``spark_jobs/<name>``)."""
-    base = os.environ.get("KAFKALOG_SPARK_JOBS_DIR") or str(REPO_ROOT / "spark_jobs")
-    return os.path.join(base, name)
+def spark_entry() -> str:
+    """Absolute path of the script spark-submit runs (it calls a ``spark_jobs`` module's main)."""
+    return str(Path(__file__).resolve().with_name("spark_entry.py"))

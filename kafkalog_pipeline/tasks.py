@@ -18,8 +18,9 @@ from . import settings, snapshots
 
 log = logging.getLogger(__name__)
 
-DECODE_JOB = "decode_segments.py"
-QUALITY_JOB = "check_quality.py"
+#: what spark-submit runs: kafkalog_pipeline/spark_entry.py, then the job's module
+DECODE_JOB = "spark_jobs.decode_segments"
+QUALITY_JOB = "spark_jobs.check_quality"
 
 
 def manifest_key(token: str, chunk_id: int) -> str:
@@ -97,7 +98,7 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     for chunk in chunks:
         key = manifest_key(token, chunk.chunk_id)
         store.write(key, json.dumps(chunk.manifest(), indent=1).encode())
-        args = ["--input", store.uri(key), "--output", warehouse, "--run-id", run_id,
+        args = [DECODE_JOB, "--input", store.uri(key), "--output", warehouse, "--run-id", run_id,
                 "--chunk-id", str(chunk.chunk_id), "--no-publish"]
         if access.endpoint_url:
             args += ["--s3-endpoint", access.endpoint_url]

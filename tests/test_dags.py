@@ -97,10 +97,13 @@ def test_wiring_write_audit_publish(dag):
     # decode is mapped over the plan's output, spark-submit on spark_default
     assert decode.operator_class.__mro__.__contains__(SparkSubmitOperator)
     assert set(decode.expand_input.value) == {"application_args"}
-    assert decode.partial_kwargs["application"].endswith("spark_jobs/decode_segments.py")
+    assert decode.partial_kwargs["application"].endswith("kafkalog_pipeline/spark_entry.py")
     assert isinstance(check, SparkSubmitOperator) and check._conn_id == "spark_default"
-    assert check.application.endswith("spark_jobs/check_quality.py")
-    assert "{{ run_id }}" in check.application_args
+    assert check.application.endswith("kafkalog_pipeline/spark_entry.py")
+    assert check.application_args[0] == "spark_jobs.check_quality"
+    assert check.application_args[1:] == [
+        "--warehouse", "{{ ti.xcom_pull(task_ids='plan', key='warehouse') }}",
+        "--run-id", "{{ run_id }}"]
     assert {a.name for a in publish.outlets} == {a.name for a in TABLE_ASSETS.values()}
     assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess"}
     assert plan.retries >= 1

@@ -1,0 +1,33 @@
+"""The application spark-submit runs: ``spark_entry.py MODULE ARGS...`` calls ``MODULE.main(ARGS)``.
+
+Running a job by importing its module (rather than as the ``__main__`` script)
+keeps two things right whatever the job file looks like: package-relative
+imports work (``from . import storage``), and functions shipped to executors
+are pickled by reference to their module instead of by value from ``__main__``.
+Only modules under ``spark_jobs.`` are accepted. The exit status is ``main``'s
+integer result (0 for anything else), or 1 with the traceback if it raised.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+# run as a script, this file's folder leads sys.path: keep its module names from shadowing others
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+
+def main(argv: list[str]) -> int:
+    if not argv or not argv[0].startswith("spark_jobs."):
+        print("usage: spark_entry.py spark_jobs.<job> [ARGS...]", file=sys.stderr)
+        return 2
+    module = importlib.import_module(argv[0])
+    sys.argv = [module.__file__, *argv[1:]]
+    result = module.main(argv[1:])
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
