@@ -20,10 +20,10 @@ import json
 import os
 import sys
 
-from . import storage
-from .quality import checks as qc
-from .quality import results
-from .quality.policy import Policy, PolicyError
+from spark_jobs import storage
+from spark_jobs.quality import checks as qc
+from spark_jobs.quality import results
+from spark_jobs.quality.policy import Policy, PolicyError
 
 TABLES = ("records", "batches", "markers", "findings", "ledger")
 
@@ -165,4 +165,7 @@ def main(argv=None, spark=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # as a script (spark-submit spark_jobs/check_quality.py ...): run the importable module
+    from spark_jobs import check_quality
+
+    sys.exit(check_quality.main())

@@ -13,7 +13,6 @@ import datetime as dt
 import io
 import json
 import os
-import posixpath
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -176,7 +176,7 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
           SELECT g.topic, g.partition, g.lo, FIRST(f.kind) AS kind, FIRST(f.segment) AS f_segment,
                  FIRST(f.position) AS f_position, SUM(COALESCE(f.bytes, 0)) AS f_bytes
           FROM g JOIN {f} f ON f.topic = g.topic AND f.partition = g.partition
-          WHERE f.kind IN ('corrupt_batch', 'skipped_bytes', 'truncated_tail', 'fetch_error')
+          WHERE f.kind IN (""" + ", ".join(f"'{k}'" for k in UNREADABLE_KINDS) + """)
             AND ((f.segment = g.segment AND f.position < g.position
                   AND (g.prev_segment <> g.segment OR g.prev_position IS NULL OR f.position > g.prev_position))
                  OR (f.segment = g.prev_segment AND g.prev_segment <> g.segment AND f.position > g.prev_position)
