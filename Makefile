@@ -44,6 +44,7 @@ bench: venv
 	$(BIN)/python bench/bench_fast.py
 	$(BIN)/python bench/bench_decode.py
 	$(BIN)/python bench/bench_memory.py
+	$(BIN)/python bench/bench_job.py
 
 clean:
 	rm -rf $(VENV) demo-output build *.egg-info
