@@ -1,0 +1,312 @@
+"""``dag.test()`` of the nightly DAG end to end: moto S3 on 127.0.0.1, local Spark, SQLite.
+
+Two nights of snapshots (kafkalog_pipeline.demo_data) are uploaded to the moto
+server; the DAG runs for each night, then again (same run id: idempotent), then
+as a manual run over both dates with ``reprocess`` (a new run id: deduplicated).
+Expected record counts come from decoding the snapshot files here with
+``kafkalog.decode`` and taking the distinct (topic, partition, offset) of records
+whose batch CRC is valid; the warehouse is read with pyarrow.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DAGS = REPO / "dags"
+DAG_ID = "kafka_segments_nightly"
+
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafkalog-dags-airflow-"))
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__PARALLELISM"] = "2"
+os.environ.setdefault("KAFKALOG_RETRY_DELAY_SECONDS", "1")
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
+
+NIGHTS = ("2026-11-20", "2026-11-21")
+
+
+# ------------------------------------------------------------------ expectations
+def expected_records(root: Path, dates) -> dict[str, set]:
+    """topic -> {(partition, offset)} of the data records in the snapshots of ``dates``."""
+    import kafkalog
+
+    out: dict[str, set] = {}
+    for date in dates:
+        for log in sorted((root / date).glob("*/*.log")):
+            topic, _, partition = log.parent.name.rpartition("-")
+            t = kafkalog.decode(log).records
+            for offset, ok in zip(t.column("offset").to_pylist(), t.column("crc_valid").to_pylist()):
+                if ok:
+                    out.setdefault(topic, set()).add((int(partition), offset))
+    return out
+
+
+def warehouse_rows(warehouse: Path, name: str, columns=None) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    rows = []
+    for f in sorted((warehouse / name).rglob("*.parquet")):
+        parts = dict(p.split("=", 1) for p in f.relative_to(warehouse / name).parts[:-1])
+        for row in pq.read_table(f, columns=columns).to_pylist():
+            rows.append({**parts, **row})
+    return rows
+
+
+def record_keys(warehouse: Path) -> list[tuple]:
+    return [(r["topic"], r["partition"], r["offset"])
+            for r in warehouse_rows(warehouse, "records", ["partition", "offset"])]
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def airflow_db():
+    from airflow.configuration import conf
+    from airflow.utils import db
+
+    conf.set("core", "dags_folder", str(DAGS))
+    db.resetdb()
+    yield
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
+    """Snapshots in a fresh bucket, a fresh warehouse, settings and connections in the env."""
+    import uuid
+
+    import boto3
+
+    from kafkalog_pipeline import demo_data
+
+    root = tmp_path_factory.mktemp("snapshots")
+    demo_data.write_nights(root)
+    bucket = f"snap-{uuid.uuid4().hex[:10]}"
+    demo_data.upload(root, bucket, "nightly", boto3.client("s3", endpoint_url=s3_endpoint))
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    env = {
+        "KAFKALOG_WAREHOUSE": str(warehouse),
+        "KAFKALOG_SNAPSHOT_BUCKET": bucket,
+        "KAFKALOG_SNAPSHOT_PREFIX": "nightly",
+        "KAFKALOG_CHUNK_BYTES": "3000",
+        "KAFKALOG_MAX_CHUNKS": "2",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+            {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}),
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
+            {"conn_type": "aws", "login": "testing", "password": "testing",
+             "extra": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}}),
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield {"root": root, "bucket": bucket, "warehouse": warehouse, "endpoint": s3_endpoint}
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def dag(pipeline):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    return bag.dags[DAG_ID]
+
+
+#: every param, as the trigger form sends them: dag.test() in one process otherwise carries
+#: one run's conf over into the next run's params
+DEFAULT_CONF = {"date_from": None, "date_to": None, "topics": "*", "reprocess": False}
+
+
+def run(dag, date=None, conf=None):
+    """One dag.test() run; returns (run_id, state, {task: state})."""
+    conf = {**DEFAULT_CONF, **(conf or {})}
+    if date is not None:
+        logical = dt.datetime.fromisoformat(date).replace(hour=3, tzinfo=dt.timezone.utc)
+        dr = dag.test(logical_date=logical, run_after=logical, run_conf=conf)
+    else:  # a manual run without a logical date (Airflow 3), e.g. from the trigger form
+        dr = dag.test(logical_date=None, run_after=dt.datetime(2026, 11, 22, 9, tzinfo=dt.timezone.utc),
+                      run_conf=conf)
+    states = {}
+    for ti in dr.get_task_instances():
+        states.setdefault(ti.task_id, []).append(str(ti.state).rsplit(".", 1)[-1].lower())
+    return dr.run_id, str(dr.state).rsplit(".", 1)[-1].lower(), states
+
+
+# ------------------------------------------------------------------ the test
+def test_two_nights_rerun_and_manual_reprocess(dag, pipeline):
+    from spark_jobs.storage import run_token
+
+    wh, root = pipeline["warehouse"], pipeline["root"]
+
+    # night 1
+    run_id, state, tasks = run(dag, NIGHTS[0])
+    assert state == "success", tasks
+    assert len(tasks["decode_chunk"]) == 2 and set(tasks["decode_chunk"]) == {"success"}
+    assert tasks["check_quality"] == ["success"] and tasks["publish"] == ["success"]
+    want = expected_records(root, NIGHTS[:1])
+    keys = record_keys(wh)
+    assert len(keys) == len(set(keys))
+    assert {t: {(p, o) for tt, p, o in keys if tt == t} for t in {k[0] for k in keys}} == want
+    token1 = run_token(run_id)
+    assert (wh / "_runs" / f"{token1}.json").exists()
+    assert not (wh / "_staging" / token1).exists()
+    assert (wh / "data_docs" / token1 / "index.html").exists()
+
+    # night 2: rolled segments seen on night 1 are not decoded again, new bytes are
+    run_id2, state, tasks = run(dag, NIGHTS[1])
+    assert state == "success", tasks
+    want = expected_records(root, NIGHTS)
+    keys = record_keys(wh)
+    assert len(keys) == len(set(keys)), "duplicate records after night 2"
+    assert {t: {(p, o) for tt, p, o in keys if tt == t} for t in {k[0] for k in keys}} == want
+    ledger2 = [r for r in warehouse_rows(wh, "ledger") if r["run_id"] == run_id2]
+    assert ledger2, "night 2 decoded nothing"
+    assert not any(r["segment"].endswith("legacy-0/00000000000000000000.log") for r in ledger2), \
+        "an unchanged segment was planned again"
+    counts = {name: len(warehouse_rows(wh, name)) for name in ("records", "batches", "markers")}
+
+    # the same night again: same run id, same output, nothing duplicated
+    again, state, tasks = run(dag, NIGHTS[1])
+    assert again == run_id2 and state == "success", tasks
+    assert {name: len(warehouse_rows(wh, name)) for name in counts} == counts
+
+    # a manual run over both dates, reprocessing everything: a new run id, still no duplicates
+    manual, state, tasks = run(dag, None, {"date_from": NIGHTS[0], "date_to": NIGHTS[1],
+                                           "topics": "*", "reprocess": True})
+    assert state == "success", tasks
+    assert manual not in (run_id, run_id2)
+    keys = record_keys(wh)
+    assert len(keys) == len(set(keys)) == counts["records"]
+    assert {name: len(warehouse_rows(wh, name)) for name in counts} == counts
+
+    # a manual run for one topic without reprocess: everything is already ingested: clean skip
+    _, state, tasks = run(dag, None, {"date_from": NIGHTS[1], "topics": "orders"})
+    assert state == "success" and tasks["plan"] == ["skipped"], tasks
+    assert tasks["publish"] == ["skipped"]
+
+
+def test_empty_snapshot_is_a_clean_skip(dag, pipeline):
+    run_id, state, tasks = run(dag, "2026-11-25")  # nothing was copied that night
+    assert state == "success", tasks
+    assert tasks["plan"] == ["skipped"] and tasks["check_quality"] == ["skipped"]
+    assert tasks["publish"] == ["skipped"]
+
+
+def plan_error(date: str) -> str:
+    """The plan task's code path outside Airflow's runner: the exception it raises."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from kafkalog_pipeline import tasks
+
+    logical = dt.datetime.fromisoformat(date).replace(hour=3, tzinfo=dt.timezone.utc)
+    with pytest.raises(AirflowFailException) as err:
+        tasks.plan_from_context({"params": dict(DEFAULT_CONF), "run_id": "probe",
+                                 "data_interval_start": logical, "ti": None})
+    return str(err.value)
+
+
+def test_missing_bucket_fails_the_plan_task_without_retries(dag, pipeline, monkeypatch):
+    monkeypatch.setenv("KAFKALOG_SNAPSHOT_BUCKET", "this-bucket-does-not-exist")
+    run_id, state, tasks = run(dag, "2026-11-26")
+    assert state == "failed"
+    assert tasks["plan"] == ["failed"]
+    assert tasks["publish"] == ["upstream_failed"]
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run_id,
+                                                   task_id="plan").one()
+        assert ti.try_number == 1  # AirflowFailException: no retry for a missing bucket
+    assert plan_error("2026-11-26") == (
+        "cannot list s3://this-bucket-does-not-exist/nightly/2026-11-26/: "
+        "the bucket does not exist (NoSuchBucket)")
+
+
+def test_failed_audit_holds_publish_back(dag, pipeline, tmp_path):
+    """A CRC mismatch fails the audit (expectations/policy.yaml): the run is not published."""
+    import boto3
+
+    from kafkalog.writer import SegmentWriter, WriteRecord
+
+    night = tmp_path / "2026-11-27" / "audit-0"
+    with SegmentWriter(night, 0) as w:
+        for n in range(3):
+            w.append([WriteRecord(b"k", f"v{n}-{i}".encode(), timestamp=1_795_132_800_000 + i)
+                      for i in range(5)], codec="gzip")
+        log = Path(w.path)
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    log.write_bytes(bytes(data))
+    client = boto3.client("s3", endpoint_url=pipeline["endpoint"])
+    for f in night.iterdir():
+        client.upload_file(str(f), pipeline["bucket"], f"nightly/2026-11-27/audit-0/{f.name}")
+
+    from spark_jobs.storage import run_token
+
+    run_id, state, tasks = run(dag, "2026-11-27")
+    assert state == "failed"
+    assert tasks["decode_chunk"] == ["success"]
+    assert tasks["check_quality"] == ["failed"]
+    assert tasks["publish"] == ["upstream_failed"]
+    wh = pipeline["warehouse"]
+    assert not (wh / "_runs" / f"{run_token(run_id)}.json").exists()
+    assert not any(r["run_id"] == run_id for r in warehouse_rows(wh, "records", ["run_id"]))
+    # the audit's results are there for the report
+    assert (wh / "dq_results" / f"{run_token(run_id)}.parquet").exists()
+
+
+@pytest.fixture
+def authenticating_s3():
+    """A second moto server that checks credentials (INITIAL_NO_AUTH_ACTION_COUNT=0)."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    moto = Path(sys.executable).parent / "moto_server"
+    proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)],
+                            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url + "/moto-api/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+def test_bad_credentials_fail_the_plan_task_clearly(dag, pipeline, authenticating_s3,
+                                                    monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
+        {"conn_type": "aws", "login": "AKIAWRONGWRONGWRONG", "password": "wrong-secret",
+         "extra": {"endpoint_url": authenticating_s3, "region_name": "us-east-1"}}))
+    run_id, state, tasks = run(dag, "2026-11-20")
+    assert state == "failed" and tasks["plan"] == ["failed"], tasks
+    assert tasks["decode_chunk"] == ["upstream_failed"]
+    message = plan_error("2026-11-20")
+    assert message.startswith(f"cannot list s3://{pipeline['bucket']}/nightly/2026-11-20/: "
+                              "access refused (InvalidAccessKeyId")
+    assert "check the credentials of the aws_default connection" in message
