@@ -278,6 +278,12 @@ def cmd_ui(out: Path, port: int | None) -> int:
     pw_path, password = password_file(home)
     env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(pw_path)
     migrate(env, log_dir)
+
+    def stop(signum, frame):  # SIGTERM / SIGHUP stop everything like Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
     procs = []
     try:
         for component in (["api-server", "--host", "127.0.0.1", "--port", str(port)],
