@@ -93,13 +93,14 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
                     if (s.topic, s.partition, s.base_offset, s.size, s.etag) not in done]
     chunks = snapshots.plan_chunks(segments, target_bytes=target, max_chunks=max_chunks)
     # a rerun of the whole run starts clean: nothing staged by an earlier attempt survives
-    store.delete_prefix(f"_staging/{token}")
+    store.delete_prefix(f"_staging/{token}/")
     decode_args = []
     for chunk in chunks:
         key = manifest_key(token, chunk.chunk_id)
         store.write(key, json.dumps(chunk.manifest(), indent=1).encode())
         args = [DECODE_JOB, "--input", store.uri(key), "--output", warehouse, "--run-id", run_id,
-                "--chunk-id", str(chunk.chunk_id), "--no-publish"]
+                "--chunk-id", str(chunk.chunk_id), "--no-publish"] \
+            + (["--reprocess"] if reprocess else [])
         if access.endpoint_url:
             args += ["--s3-endpoint", access.endpoint_url]
         decode_args.append(args)

@@ -756,6 +756,10 @@ def parse_args(argv):
     p.add_argument("--no-publish", action="store_true",
                    help="stop after staging (the DAG audits, then runs spark_jobs.publish)")
     p.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL)")
+    p.add_argument("--reprocess", action="store_true",
+                   help="decode every segment from byte 0 even where the ledger proves it "
+                        "ingested; published offsets are deduplicated, changed ones give "
+                        "divergence findings")
     p.add_argument("--split-bytes", type=int, default=DEFAULT_SPLIT_BYTES,
                    help="split segments with an .index into tasks of about this many bytes "
                         "(default %(default)s)")
@@ -786,7 +790,7 @@ def main(argv=None, spark=None) -> dict:
     segments = discover(args.input, s3)
     wh = storage.open_store(warehouse, s3)
     ledger = _read_ledger(wh)
-    coverage = coverage_from_ledger(ledger, trusted_runs(wh, args.run_id))
+    coverage = {} if args.reprocess else coverage_from_ledger(ledger, trusted_runs(wh, args.run_id))
     published = ledger_ranges(ledger, args.run_id)
     index_positions = {s.index_uri: _index_positions(s.index_uri, s3) for s in segments
                        if s.index_uri and s.size > args.split_bytes

@@ -174,6 +174,11 @@ def test_reruns_and_overlapping_snapshots_add_no_duplicates(spark, tmp_path):
     # a third night with nothing new decodes nothing and adds nothing
     s3 = run(spark, n2, wh, "night-3")
     assert s3["actions"] == {"unchanged": 2} and s3["records"] == 0
+    # --reprocess decodes everything again, and adds nothing either
+    s3r = run(spark, n2, wh, "night-3", "--reprocess")
+    assert s3r["actions"] == {"decoded": 2} and s3r["pending_partitions"] == 1
+    assert s3r["divergences"] == 0
+    assert sorted(got_records(wh)) == sorted(want)
     # a backfill of an old snapshot under a new run id: every offset is already there
     s4 = run(spark, tmp_path / "n1", wh, "backfill-night-1")
     assert s4["pending_partitions"] == 1 and s4["divergences"] == 0
