@@ -61,17 +61,18 @@ def write_orders(directory: Path) -> None:
                  codec="zstd")
 
 
-def write_legacy(directory: Path) -> None:
+def write_legacy(directory: Path, t0: int = T0) -> None:
+    """One segment of a partition upgraded across versions: magic 0, then 1, then 2."""
     with SegmentWriter(directory, 0) as w:
         msgs = [WriteRecord(f"k{n}".encode(), f"v0 message {n}".encode()) for n in range(4)]
         w.append(msgs, magic=0, codec="gzip")
         w.append(msgs[:2], magic=0, codec="lz4")
         w.append([WriteRecord(b"k", b"plain v0 message")], magic=0)
-        w.append([WriteRecord(f"k{n}".encode(), f"v1 message {n}".encode(), timestamp=T0 + n)
+        w.append([WriteRecord(f"k{n}".encode(), f"v1 message {n}".encode(), timestamp=t0 + n)
                   for n in range(3)], magic=1, codec="snappy")
-        w.append([WriteRecord(b"k", b"v1, stamped by the broker", timestamp=T0)], magic=1,
-                 codec="gzip", timestamp_type="LogAppendTime", log_append_time=T0 + 99)
-        w.append([WriteRecord(b"k", f"after the upgrade {n}".encode(), timestamp=T0 + n)
+        w.append([WriteRecord(b"k", b"v1, stamped by the broker", timestamp=t0)], magic=1,
+                 codec="gzip", timestamp_type="LogAppendTime", log_append_time=t0 + 99)
+        w.append([WriteRecord(b"k", f"after the upgrade {n}".encode(), timestamp=t0 + n)
                   for n in range(3)], codec="zstd")
 
 

@@ -34,6 +34,7 @@ import os
 import shutil
 from pathlib import Path
 
+from kafkalog.demo import write_legacy
 from kafkalog.writer import SegmentWriter, WriteRecord
 
 NIGHTS = ("2026-11-20", "2026-11-21")
@@ -118,17 +119,7 @@ def _orders1(directory: Path, night: int) -> None:
 
 # ------------------------------------------------------------------ legacy-0
 def _legacy(directory: Path) -> None:
-    with SegmentWriter(directory, 0) as w:
-        msgs = [WriteRecord(f"k{n}".encode(), f"v0 message {n}".encode()) for n in range(4)]
-        w.append(msgs, magic=0, codec="gzip")
-        w.append(msgs[:2], magic=0, codec="lz4")
-        w.append([WriteRecord(b"k", b"plain v0 message")], magic=0)
-        w.append([WriteRecord(f"k{n}".encode(), f"v1 message {n}".encode(), timestamp=T0 + n)
-                  for n in range(3)], magic=1, codec="snappy")
-        w.append([WriteRecord(b"k", b"v1, stamped by the broker", timestamp=T0)], magic=1,
-                 codec="gzip", timestamp_type="LogAppendTime", log_append_time=T0 + 99)
-        w.append([WriteRecord(b"k", f"after the upgrade {n}".encode(), timestamp=T0 + n)
-                  for n in range(3)], codec="zstd")
+    write_legacy(directory, t0=T0)  # the kafkalog demo's mixed-magic segment, on this demo's dates
 
 
 # ------------------------------------------------------------------ payments
