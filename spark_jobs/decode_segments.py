@@ -374,8 +374,9 @@ def _lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.
 
 def _day_partitions(ts: pa.ChunkedArray | pa.Array) -> list[tuple[str, pa.Array | None]]:
     """``[(dt, mask)]`` for the rows of ``ts``; mask None means every row."""
-    days = pc.floor(pc.divide(ts.cast(pa.int64()).cast(pa.float64()), 86_400_000.0)) \
-        .cast(pa.int64())
+    ms = ts.cast(pa.int64())
+    # floor division (integer division truncates towards zero; timestamps can be negative)
+    days = pc.divide(pc.if_else(pc.less(ms, 0), pc.subtract(ms, 86_399_999), ms), 86_400_000)
     unique = pc.unique(days).to_pylist()
     if len(unique) == 1:
         d = unique[0]
@@ -388,7 +389,12 @@ def _day_partitions(ts: pa.ChunkedArray | pa.Array) -> list[tuple[str, pa.Array 
 
 
 def _day(days: int) -> str:
-    return (dt.date(1970, 1, 1) + dt.timedelta(days=days)).isoformat()
+    """``YYYY-MM-DD`` of an epoch day; a producer's timestamp outside years 1-9999 gets
+    ``out_of_range`` (its record keeps the raw value in ``timestamp``)."""
+    try:
+        return (dt.date(1970, 1, 1) + dt.timedelta(days=days)).isoformat()
+    except OverflowError:
+        return "out_of_range"
 
 
 def _records_out(writer: PartWriter, rows: pa.Table, topic: str, root: str) -> None:

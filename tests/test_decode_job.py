@@ -472,3 +472,10 @@ def test_coverage_chains_resumed_rows_and_drops_broken_chains():
     assert job.coverage_from_ledger(ledger, ["b", "c"]) == {}
     # a rerun of a trusts only what came before it: nothing
     assert job.coverage_from_ledger(ledger, []) == {}
+
+
+def test_record_dates_cover_missing_and_absurd_timestamps():
+    ts = pa.array([0, -1, None, 86_400_000 * 3, 2**62], pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
+    parts = dict(job._day_partitions(ts))
+    assert sorted(parts) == ["1969-12-31", "1970-01-01", "1970-01-04", "none", "out_of_range"]
+    assert parts["out_of_range"].to_pylist() == [False, False, False, False, True]
