@@ -15,21 +15,12 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-DAGS = REPO / "dags"
-DAG_ID = "kafka_segments_nightly"
-
-# Airflow reads its configuration at import: set it before anything imports airflow.
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafkalog-dags-airflow-"))
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
-os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__PARALLELISM"] = "2"
-os.environ.setdefault("KAFKALOG_RETRY_DELAY_SECONDS", "1")
+# Airflow reads its configuration at import: airflow_env sets it first.
+from airflow_env import DAG_ID, DAGS  # noqa: E402
 
 from kafkalog_pipeline import snapshots  # noqa: E402  (no Airflow import)
 

@@ -14,20 +14,12 @@ import datetime as dt
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-DAGS = REPO / "dags"
-DAG_ID = "kafka_segments_nightly"
-
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafkalog-dags-airflow-"))
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
-os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__PARALLELISM"] = "2"
-os.environ.setdefault("KAFKALOG_RETRY_DELAY_SECONDS", "1")
+# Airflow reads its configuration at import: airflow_env sets it first.
+from airflow_env import DAG_ID, DAGS  # noqa: E402
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
