@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo ui test bench clean
+.PHONY: venv spark-env demo ui test bench clean
 
 venv: $(STAMP)
 
@@ -16,7 +16,18 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml setup.py kafkalog/_s
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -e .
 	$(BIN)/python -c "import pyspark, importlib.metadata as m; \
 		assert pyspark.__version__ == m.version('pyspark') == m.version('pyspark-client'), 'pyspark/pyspark-client differ'"
+	$(MAKE) --no-print-directory spark-env
 	touch $(STAMP)
+
+# `.venv/bin/spark-submit` must work without an activated venv: pip's find-spark-home
+# looks for pyspark with the system python3, and executors would run it too. Point both
+# at the venv's python (SPARK_HOME/conf/spark-env.sh is read by every Spark script).
+spark-env:
+	sed -i 's|PYSPARK_DRIVER_PYTHON="$${PYSPARK_PYTHON:-"python3"}"|PYSPARK_DRIVER_PYTHON="$${PYSPARK_PYTHON:-"$(abspath $(BIN))/python"}"|' $(BIN)/find-spark-home
+	conf="$$($(BIN)/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/conf" \
+		&& mkdir -p "$$conf" \
+		&& printf 'export PYSPARK_PYTHON="$${PYSPARK_PYTHON:-%s/python}"\n' "$(abspath $(BIN))" \
+		> "$$conf/spark-env.sh"
 
 demo: venv
 	$(BIN)/python -m kafkalog.demo demo-output

@@ -479,3 +479,21 @@ def test_record_dates_cover_missing_and_absurd_timestamps():
     parts = dict(job._day_partitions(ts))
     assert sorted(parts) == ["1969-12-31", "1970-01-01", "1970-01-04", "none", "out_of_range"]
     assert parts["out_of_range"].to_pylist() == [False, False, False, False, True]
+
+
+@pytest.mark.slow
+def test_contract_command_from_a_bare_shell(tmp_path):
+    """`.venv/bin/spark-submit spark_jobs/decode_segments.py ...` with no venv on PATH."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "snap"
+    write_partition(src / "orders-0", 0, 3)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPARK_LOCAL_IP": "127.0.0.1"}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "spark-submit"), str(Path(job.__file__)),
+         "--input", str(src), "--output", str(tmp_path / "wh"), "--run-id", "r1"],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["records"] == 15
+    assert len(got_records(tmp_path / "wh")) == 15
