@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+import kafkalog
 from spark_jobs import publish as publishing
 from spark_jobs import schemas, storage, tables
 
@@ -408,8 +409,6 @@ def _object_source(task: Task, ctx: Context):
     if isinstance(store, storage.LocalStore):
         path = store.path(key)
         return lambda lo, hi: (path, (lo, hi))
-    import kafkalog
-
     return lambda lo, hi: (kafkalog.Slice(store.read(key, lo, hi), lo), None)
 
 
@@ -431,8 +430,6 @@ def _prefix_still_there(task: Task, ctx: Context) -> bool:
 
 def run_task(task: Task, ctx: Context) -> dict:
     """Decode one task into staged Parquet; return its ledger row (plus ``pending``)."""
-    import kafkalog
-
     row = dict(run_id=ctx.run_id, segment=task.uri, topic=task.topic, partition=task.partition,
                segment_base_offset=task.base_offset, object_size=task.size, etag=task.etag,
                mtime=dt.datetime.fromisoformat(task.mtime) if task.mtime else None,
@@ -473,8 +470,7 @@ def run_task(task: Task, ctx: Context) -> dict:
             lo = start
             hi = min(task.size, task.end + slack) if task.split or task.end < task.size \
                 else task.size
-            stats = _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings,
-                                   kafkalog)
+            stats = _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings)
             if stats is None:  # a finding reaches the window's end: read further and redo
                 writer.abort()
                 slack *= 4
@@ -488,7 +484,7 @@ def run_task(task: Task, ctx: Context) -> dict:
     return row
 
 
-def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings, kafkalog):
+def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
     source, byte_range = fetch(lo, hi)
     owned_end = task.end
     if task.split and lo > 0:
@@ -497,9 +493,10 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings, kafka
             return _empty_stats(task)  # every entry here starts in the previous task's range
         if first != lo:
             lo = first
-            byte_range = None if byte_range is None else (first, hi)
-            if byte_range is None:
+            if byte_range is None:  # a Slice: drop the bytes before the first entry
                 source = kafkalog.Slice(memoryview(source.data)[first - source.base:], first)
+            else:
+                byte_range = (first, hi)
     stats = _empty_stats(task)
     raw_source = source
     topic = task.topic
@@ -569,8 +566,6 @@ def _empty_stats(task: Task) -> dict:
 def _raw(source, byte_range, position: int, end: int, max_raw: int) -> bytes | None:
     if end - position > max_raw:
         return None
-    import kafkalog
-
     if isinstance(source, kafkalog.Slice):
         lo = source.base
         return bytes(memoryview(source.data)[max(position - lo, 0):end - lo])
@@ -736,8 +731,8 @@ def resolve_pending(spark, ctx: Context, warehouse: str, tps: set[tuple[str, int
     keep, _ = dedupe(e, s, p, ["topic", "partition", "offset"], ["segment", "batch_position"], None)
     write_frame(keep, "markers", ctx, ctx.staging, "d")
     found = tables.read_table(spark, pend_root, "findings", config=ctx.s3)
-    found = found.select(*divergence_findings(diverging, ctx.run_id).columns)
-    write_frame(found.unionByName(divergence_findings(diverging, ctx.run_id)),
+    diverged = divergence_findings(diverging, ctx.run_id)
+    write_frame(found.select(*diverged.columns).unionByName(diverged),
                 "findings", ctx, ctx.staging, "d")
     diverging.unpersist()
     storage.open_store(pend_root, ctx.s3).delete_prefix("")
@@ -872,8 +867,6 @@ def _read_ledger(store) -> pa.Table:
 
 def _index_positions(index_uri: str, s3) -> list[int]:
     """Positions of a ``.index`` file's entries (batch starts, as the broker recorded them)."""
-    import kafkalog
-
     store, key = storage.open_object(index_uri, s3)
     try:
         index = kafkalog.read_offset_index(store.read(key), base_offset=0)
