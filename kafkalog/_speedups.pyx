@@ -98,6 +98,8 @@ def crc32c(const uint8_t[::1] data, bint software=False):
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import arrow  # dictionary_column (arrow imports this module through _accel)
+
 cdef int64_t INT64_MAX = 0x7FFFFFFFFFFFFFFF
 cdef int64_t INT64_MIN = -INT64_MAX - 1
 cdef int64_t INT32_MAX = 0x7FFFFFFF
@@ -750,6 +752,15 @@ cdef class RecordColumns:
 
         fields = list(self.schema)
         headers_type = fields[5].type
+        if pa.types.is_dictionary(fields[2].type):  # stream(dictionary=True): no string per row
+            ts_codes = pa.Array.from_buffers(i8, m, [None, ts_type.buffer()])
+            ts_column = arrow.dictionary_column("timestamp_type", expand(
+                pc.if_else(pc.equal(ts_codes, _TS_CODES[None]), pa.scalar(None, i8), ts_codes)))
+            codec_column = arrow.dictionary_column(
+                "compression", expand(pa.Array.from_buffers(i8, m, [None, codec.buffer()])))
+        else:
+            ts_column = expand(_strings(<const int8_t*>ts_type.p, m, _TS_NAMES))
+            codec_column = expand(_strings(<const int8_t*>codec.p, m, _CODEC_NAMES))
         items = pa.StructArray.from_arrays(
             [self.hkey.array(pa.string(), self.hkey.count),
              self.hvalue.array(pa.binary(), self.hvalue.count)],
@@ -758,7 +769,7 @@ cdef class RecordColumns:
         arrays = [
             pa.Array.from_buffers(i64, n, [None, self.offset.buffer()]),
             pa.Array.from_buffers(fields[1].type, n, [ts_valid.buffer(), self.ts.buffer()]),
-            expand(_strings(<const int8_t*>ts_type.p, m, _TS_NAMES)),
+            ts_column,
             self.key.array(pa.binary(), n),
             self.value.array(pa.binary(), n),
             pa.ListArray.from_arrays(pa.Array.from_buffers(i32, n + 1, [None, self.hlist.buffer()]),
@@ -767,7 +778,7 @@ cdef class RecordColumns:
             expand(pa.Array.from_buffers(i64, m, [None, base_off.buffer()])),
             expand(pa.Array.from_buffers(i64, m, [None, last_off.buffer()])),
             expand(pa.Array.from_buffers(i8, m, [None, magic.buffer()])),
-            expand(_strings(<const int8_t*>codec.p, m, _CODEC_NAMES)),
+            codec_column,
             expand(pa.Array.from_buffers(i64, m, [v2_bits, producer_id.buffer()])),
             expand(pa.Array.from_buffers(i16, m, [v2_bits, producer_epoch.buffer()])),
             pa.Array.from_buffers(i32, n, [None if all_v2 else row_v2.buffer(), sequence.buffer()]),

@@ -46,6 +46,25 @@ RECORDS_SCHEMA = pa.schema([
     ("crc_valid", pa.bool_()),
 ])
 
+#: ``dictionary=True`` (see :func:`stream`): the records' per-batch strings as
+#: ``dictionary<int8, string>`` over these fixed dictionaries, so that neither the
+#: decoder nor a Parquet writer handles one string per record
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+DICTIONARY_STRING = pa.dictionary(pa.int8(), pa.string())
+RECORDS_DICTIONARY_SCHEMA = pa.schema([
+    pa.field(f.name, DICTIONARY_STRING) if f.name in ("timestamp_type", "compression") else f
+    for f in RECORDS_SCHEMA
+])
+_DICTIONARIES = {"timestamp_type": pa.array(TIMESTAMP_TYPES), "compression": pa.array(CODECS)}
+
+
+def dictionary_column(name: str, codes: pa.Array) -> pa.DictionaryArray:
+    """int8 ``codes`` (positions in :data:`TIMESTAMP_TYPES` or :data:`CODECS`;
+    null for none) as the dictionary column ``name`` of RECORDS_DICTIONARY_SCHEMA."""
+    return pa.DictionaryArray.from_arrays(codes, _DICTIONARIES[name])
+
+
 BATCHES_SCHEMA = pa.schema([
     ("position", pa.int64()),
     ("size", pa.int32()),
@@ -127,7 +146,8 @@ class _Columns:
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
         # records: the _LINEAGE columns hold one value per batch, ending at run_ends
-        self.per_run = frozenset(_LINEAGE) if schema is RECORDS_SCHEMA else frozenset()
+        self.per_run = frozenset(_LINEAGE) if schema.names == RECORDS_SCHEMA.names \
+            else frozenset()
         self._reset()
 
     def _reset(self) -> None:
@@ -145,6 +165,12 @@ class _Columns:
             if i in self.per_run:
                 if not values:
                     arrays.append(pa.array([], field.type))
+                    continue
+                if pa.types.is_dictionary(field.type):
+                    code = {v: i for i, v in enumerate(_DICTIONARIES[field.name].to_pylist())}
+                    runs = pa.RunEndEncodedArray.from_arrays(
+                        run_ends, pa.array([code.get(v) for v in values], pa.int8()))
+                    arrays.append(dictionary_column(field.name, pc.run_end_decode(runs)))
                     continue
                 runs = pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(values, field.type))
                 arrays.append(pc.run_end_decode(runs))
@@ -255,23 +281,28 @@ def stream(
     tables: Iterable[str] = ("records", "batches", "markers", "findings"),
     max_rows: int = DEFAULT_MAX_ROWS,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    dictionary: bool = False,
     **options,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     """Yield ``(table_name, RecordBatch)`` pairs of bounded size, in one pass.
 
     A RecordBatch is flushed once it holds ``max_rows`` rows or about
     ``max_bytes`` of input; every table wanted gets at least one (possibly
-    empty) RecordBatch. ``options`` go to :func:`kafkalog.scan`.
+    empty) RecordBatch. ``dictionary=True`` gives the records'
+    ``timestamp_type`` and ``compression`` as ``dictionary<int8, string>``
+    (RECORDS_DICTIONARY_SCHEMA; same values, cheaper to build and to write).
+    ``options`` go to :func:`kafkalog.scan`.
     """
     unknown = set(tables) - SCHEMAS.keys()
     if unknown:
         raise ValueError(f"unknown tables {sorted(unknown)}; known: {sorted(SCHEMAS)}")
-    wanted = {name: _Columns(SCHEMAS[name]) for name in tables}
+    schemas = _schemas(dictionary)
+    wanted = {name: _Columns(schemas[name]) for name in tables}
     sink = None
     if "records" in wanted and _accel.active():
         # compiled: runs of regular v2 batches go from the bytes into Arrow
         # buffers; the entries it leaves are read in Python and added as objects
-        sink = _accel.FastSink(RECORDS_SCHEMA, "batches" in wanted, max_rows, max_bytes)
+        sink = _accel.FastSink(schemas["records"], "batches" in wanted, max_rows, max_bytes)
         wanted["records"] = sink.columns
         add_records = sink.columns.add_batch
     else:
@@ -312,9 +343,13 @@ def iter_record_batches(source, **options) -> Iterator[pa.RecordBatch]:
         yield batch
 
 
+def _schemas(dictionary: bool) -> dict[str, pa.Schema]:
+    return {**SCHEMAS, "records": RECORDS_DICTIONARY_SCHEMA} if dictionary else SCHEMAS
+
+
 def _table(source, name: str, options) -> pa.Table:
     parts = [b for _, b in stream(source, tables=(name,), **options)]
-    return pa.Table.from_batches(parts, schema=SCHEMAS[name])
+    return pa.Table.from_batches(parts, schema=_schemas(options.get("dictionary", False))[name])
 
 
 def records_table(source, **options) -> pa.Table:
@@ -348,7 +383,8 @@ def decode(source, **options) -> Tables:
     parts: dict[str, list] = {name: [] for name in SCHEMAS}
     for name, batch in stream(source, **options):
         parts[name].append(batch)
+    schemas = _schemas(options.get("dictionary", False))
     return Tables(**{
-        name: pa.Table.from_batches(batches, schema=SCHEMAS[name])
+        name: pa.Table.from_batches(batches, schema=schemas[name])
         for name, batches in parts.items()
     })

@@ -17,7 +17,9 @@ them to a SparkSession.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -45,11 +47,40 @@ DEFAULT_MAX_RAW = 64 * 1024 * 1024
 RAW_KINDS = frozenset({"crc_mismatch", "corrupt_batch", "skipped_bytes", "truncated_tail",
                        "decompression_error", "unknown_codec", "limit_exceeded"})
 PENDING = "_pending"
-#: Parquet's own dictionary fallback handles both repeated and unique values; min/max
-#: statistics only where queries prune on them (on key/value bytes they cost ~10% of a write)
-PARQUET_OPTIONS = dict(compression="snappy", write_statistics=[
-    "partition", "offset", "timestamp", "base_offset", "last_offset", "position",
-    "batch_position", "segment_base_offset", "max_timestamp", "first_timestamp"])
+#: min/max statistics only where queries prune on them (on key/value bytes they cost
+#: ~10% of a write)
+STATISTICS = ["partition", "offset", "timestamp", "base_offset", "last_offset", "position",
+              "batch_position", "segment_base_offset", "max_timestamp", "first_timestamp"]
+#: ascending per partition: delta-encoded (a few bits a row, and no dictionary to build)
+DELTA_COLUMNS = ("offset", "timestamp")
+#: strings the job hands to Parquet as dictionary arrays: the same few values on every
+#: row (index types: the records' two come from kafkalog.stream(dictionary=True))
+_LINEAGE_DICTIONARIES = {"segment": pa.int32(), "run_id": pa.int32()}
+DICTIONARY_COLUMNS = {"records": {**_LINEAGE_DICTIONARIES, "timestamp_type": pa.int8(),
+                                  "compression": pa.int8()}}
+
+
+@functools.lru_cache(maxsize=None)
+def write_schema(table: str) -> pa.Schema:
+    """The Arrow schema a task writes ``table`` with: its file schema, with the
+    :data:`DICTIONARY_COLUMNS` as dictionaries. A Parquet string column is the same
+    either way, and files are written without the Arrow schema
+    (``store_schema=False``), so readers see the file schema's plain strings."""
+    dictionaries = DICTIONARY_COLUMNS.get(table, _LINEAGE_DICTIONARIES)
+    return pa.schema([
+        pa.field(f.name, pa.dictionary(dictionaries[f.name], f.type))
+        if f.name in dictionaries else f for f in schemas.TABLES[table]])
+
+
+def parquet_options(schema: pa.Schema) -> dict:
+    """ParquetWriter options: LZ4 (raw) pages, delta-encoded offsets and timestamps,
+    dictionaries elsewhere (Parquet falls back to plain pages by itself)."""
+    delta = [c for c in DELTA_COLUMNS if c in schema.names]
+    return dict(compression="lz4", store_schema=False, write_statistics=STATISTICS,
+                use_dictionary=[n for n in schema.names if n not in delta],
+                column_encoding={c: "DELTA_BINARY_PACKED" for c in delta})
+
+
 _OFFSET_SIZE_MAGIC = struct.Struct(">qiiB")  # offset, size, (leader epoch | crc), magic
 
 
@@ -317,7 +348,11 @@ class Context:
 
 
 class PartWriter:
-    """Parquet files of one task, one per table and Hive partition, moved into the store at the end."""
+    """Parquet files of one task, one per table and Hive partition, moved into the store at the end.
+
+    Parquet encoding runs on a thread of its own (Arrow releases the GIL), one
+    batch at a time, while the task decodes the next: at most one batch waits.
+    """
 
     def __init__(self, ctx: Context, part: str, root: str):
         self.ctx = ctx
@@ -325,24 +360,35 @@ class PartWriter:
         self.root = root
         self.tmp = tempfile.mkdtemp(prefix="kafkalog-")
         self.writers: dict[str, tuple[pq.ParquetWriter, str]] = {}
-        self.rows: dict[str, int] = {}
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="parquet")
+        self._in_flight: concurrent.futures.Future | None = None
 
     def write(self, table: str, directory: str, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
             return
         key = f"{directory}/{self.ctx.prefix}~{self.part}.parquet"
         entry = self.writers.get(key)
+        target = write_schema(table)
         if entry is None:
+            os.makedirs(self.tmp, exist_ok=True)  # again after an abort
             local = os.path.join(self.tmp, f"{len(self.writers)}.parquet")
-            entry = (pq.ParquetWriter(local, schemas.TABLES[table], **PARQUET_OPTIONS), local)
+            entry = (pq.ParquetWriter(local, target, **parquet_options(target)), local)
             self.writers[key] = entry
-        if isinstance(batch, pa.RecordBatch):
-            entry[0].write_batch(batch)
-        else:
-            entry[0].write_table(batch)
-        self.rows[table] = self.rows.get(table, 0) + batch.num_rows
+        if batch.schema != target:
+            batch = batch.cast(target)
+        self._wait()
+        write = entry[0].write_batch if isinstance(batch, pa.RecordBatch) else entry[0].write_table
+        self._in_flight = self._thread.submit(write, batch)
+
+    def _wait(self) -> None:
+        """Wait for the batch in flight; its error, if any, is raised here."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.result()
 
     def commit(self) -> list[str]:
+        self._wait()
+        self._thread.shutdown()
         store = storage.open_store(self.root, self.ctx.s3)
         keys = []
         for key, (writer, local) in self.writers.items():
@@ -353,11 +399,15 @@ class PartWriter:
         return keys
 
     def abort(self) -> None:
+        """Throw away what was written; writing can start again."""
+        try:
+            self._wait()
+        except Exception:  # noqa: BLE001 - the files are thrown away anyway
+            pass
         for writer, _ in self.writers.values():
             writer.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.writers.clear()
-        self.rows.clear()
 
 
 def _lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.Table:
@@ -365,10 +415,11 @@ def _lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.
     n = batch.num_rows
     cols = {name: batch.column(name) for name in batch.schema.names}
     cols["partition"] = pa.repeat(pa.scalar(task.partition, pa.int32()), n)
-    cols["segment"] = pa.repeat(pa.scalar(task.uri, pa.string()), n)
+    zeros = pa.repeat(pa.scalar(0, pa.int32()), n)  # one value: dictionary arrays
+    cols["segment"] = pa.DictionaryArray.from_arrays(zeros, pa.array([task.uri]))
     cols["segment_base_offset"] = pa.repeat(pa.scalar(task.base_offset, pa.int64()), n)
-    cols["run_id"] = pa.repeat(pa.scalar(ctx.run_id, pa.string()), n)
-    target = schemas.TABLES[table]
+    cols["run_id"] = pa.DictionaryArray.from_arrays(zeros, pa.array([ctx.run_id]))
+    target = write_schema(table)
     out = pa.table([cols[name] for name in target.names], names=target.names)
     return out if out.schema == target else out.cast(target)
 
@@ -501,7 +552,7 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
     raw_source = source
     topic = task.topic
     last_batch = None
-    for name, batch in kafkalog.stream(source, byte_range=byte_range):
+    for name, batch in kafkalog.stream(source, byte_range=byte_range, dictionary=True):
         pos_col = {"records": "batch_position", "markers": "batch_position"}.get(name, "position")
         if batch.num_rows and pc.max(batch.column(pos_col)).as_py() >= owned_end:
             batch = batch.filter(pc.less(batch.column(pos_col), owned_end))

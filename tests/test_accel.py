@@ -96,6 +96,27 @@ def test_writer_segments_identical_at_any_flush_size(tmp_path, max_rows):
         "none", "gzip", "snappy", "lz4", "zstd"}
 
 
+@pytest.mark.parametrize("max_rows", [1, 64, 65536])
+def test_dictionary_records_hold_the_same_values(tmp_path, max_rows):
+    """``dictionary=True`` (what the Spark job asks for): the records' timestamp_type and
+    compression as dictionary<int8, string>, identical on both paths, with the values
+    of the plain tables (magic 0's null timestamp type included)."""
+    from kafkalog.arrow import RECORDS_DICTIONARY_SCHEMA, RECORDS_SCHEMA
+
+    path = _segment(tmp_path)
+    plain, _ = decode_both(path, max_rows=max_rows)
+    pure, compiled = decode_both(path, max_rows=max_rows, dictionary=True)
+    if kafkalog.ACCELERATED:
+        assert_same_tables(pure, compiled)
+    assert pure.records.schema == RECORDS_DICTIONARY_SCHEMA
+    assert pure.records.cast(RECORDS_SCHEMA).equals(plain.records)
+    assert None in pure.records.column("timestamp_type").to_pylist()
+    for name in ("batches", "markers", "findings"):
+        assert getattr(pure, name).equals(getattr(plain, name))
+    empty = kafkalog.records_table(path, byte_range=(0, 0), dictionary=True)
+    assert empty.num_rows == 0 and empty.schema == RECORDS_DICTIONARY_SCHEMA
+
+
 @needs_compiled
 def test_damaged_segment_identical(tmp_path):
     data = bytearray(open(_segment(tmp_path), "rb").read())
