@@ -11,8 +11,11 @@ them into the warehouse only if the audit passed, and emits the table Assets.
 Manual runs (Trigger with config): `date_from`/`date_to` (inclusive) replace the
 data interval's date, `topics` filters by comma-separated patterns, `reprocess`
 decodes segments again even when the ledger shows them ingested. Backfill:
-`airflow backfill create --dag-id kafka_segments_nightly --from-date ... --to-date ...`.
-Records are deduplicated against the warehouse, so reruns never duplicate them.
+`airflow backfill create --dag-id kafka_segments_nightly --from-date 2026-11-01
+--to-date 2026-11-07T23:59:59` (the bounds are logical dates, a night's is 03:00).
+Records are deduplicated against the warehouse and runs take it in turn (`plan`
+waits while another run is between plan and publish, backfill runs included), so
+reruns and backfills never duplicate them.
 Settings (Variables / environment), connections and usage: dags/README.md.
 """
 
@@ -44,7 +47,7 @@ default_args = {
     schedule=settings.parse_time_setting("schedule"),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
-    max_active_runs=1,  # one run per warehouse at a time (docs/tables.md)
+    max_active_runs=1,  # backfill runs are not counted: plan's warehouse wait covers them
     dagrun_timeout=dt.timedelta(hours=12),
     default_args=default_args,
     tags=["kafkalog", "kafka", "spark", "data-quality"],
@@ -64,7 +67,9 @@ default_args = {
     },
 )
 def kafka_segments_nightly():
-    @task(retries=3)
+    # one plan at a time across all runs (backfill runs included): a plan first waits
+    # while another run holds the warehouse (kafkalog_pipeline.tasks.wait_for_warehouse)
+    @task(retries=3, max_active_tis_per_dag=1)
     def plan(**context) -> list[list[str]]:
         return tasks.plan_from_context(context)
 

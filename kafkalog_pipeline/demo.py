@@ -128,6 +128,93 @@ def migrate(env, log_dir: Path) -> None:
         raise SystemExit(f"airflow db migrate failed: see {log_dir / 'airflow-db-migrate.log'}")
 
 
+# ------------------------------------------------------------------ Airflow components
+def start_component(env, log_dir: Path, *args: str) -> subprocess.Popen:
+    """``airflow ARGS`` (api-server, scheduler, dag-processor...) in its own session.
+
+    Output is appended to ``log_dir/airflow-<ARGS[0]>.log``. Its own session makes it
+    the leader of a process group: :func:`stop_components` stops it with everything it
+    forked (LocalExecutor workers, gunicorn/uvicorn children).
+    """
+    with open(log_dir / f"airflow-{args[0]}.log", "a") as log:
+        return subprocess.Popen([str(BIN / "airflow"), *args], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def api_server_args(port: int) -> list[str]:
+    return ["api-server", "--host", "127.0.0.1", "--port", str(port)]
+
+
+def stop_components(procs, timeout: float = 20) -> None:
+    """SIGTERM each component's process group; SIGKILL what is left after ``timeout``."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # children left behind by a component that exited
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def metadata_query(env, sql: str, *args) -> list[tuple]:
+    """Read the demo's SQLite metadata DB (read-only; [] if it is not there yet)."""
+    import sqlite3
+    from contextlib import closing
+
+    db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
+    if not db.exists():
+        return []
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def _wait(what: str, ready, procs, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        dead = [p.args[1] for p in procs if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"Airflow {', '.join(dead)} exited before {what}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout} s")
+        time.sleep(1)
+
+
+def wait_for_dag(env, procs, dag_id: str = DAG_ID, timeout: float = 180) -> None:
+    """Wait until the dag-processor has serialized ``dag_id``; raise if a component exits."""
+    import sqlite3
+
+    def serialized():
+        try:
+            return bool(metadata_query(
+                env, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", dag_id))
+        except sqlite3.OperationalError:  # not migrated yet, or locked for longer than the timeout
+            return False
+
+    _wait(f"{dag_id} was serialized", serialized, procs, timeout)
+
+
+def wait_for_api(port: int, procs, timeout: float = 180) -> None:
+    """Wait until the api-server on 127.0.0.1:``port`` answers its health check."""
+    import urllib.request
+
+    def healthy():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health",
+                                        timeout=5) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    _wait(f"the api-server answered on port {port}", healthy, procs, timeout)
+
+
 # ------------------------------------------------------------------ reporting
 def table_counts(warehouse: Path) -> dict:
     """Row counts per published table (and records per topic), read with pyarrow."""
@@ -166,6 +253,29 @@ def dq_summary(warehouse: Path, run_id: str) -> dict:
 
 
 # ------------------------------------------------------------------ dag test (child)
+def fail_abandoned_runs(dag_id: str) -> None:
+    """Mark failed the runs an interrupted demo left ``running`` or ``queued``.
+
+    No scheduler ever finishes them (``dag.test()`` drives its own run only), and a
+    run left between plan and publish would hold the warehouse: the next run's
+    plan would wait for it forever (kafkalog_pipeline.tasks.wait_for_warehouse).
+    Not for a metadata DB that a scheduler serves (``make ui``): stop that first.
+    """
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+
+    with create_session() as session:
+        for dr in session.scalars(select(DagRun).where(
+                DagRun.dag_id == dag_id,
+                DagRun.state.in_((DagRunState.RUNNING, DagRunState.QUEUED)))):
+            print(f"run {dr.run_id} was left {dr.state} by an interrupted demo: marking it failed",
+                  file=sys.stderr)
+            dr.set_state(DagRunState.FAILED)
+
+
 def dagtest(date: str) -> int:
     """Run the nightly DAG for snapshot ``date`` with ``dag.test()``; exit 0 iff it succeeded."""
     from airflow.dag_processing.dagbag import DagBag
@@ -175,6 +285,7 @@ def dagtest(date: str) -> int:
         print(f"DAG import errors: {bag.import_errors}", file=sys.stderr)
         return 2
     dag = bag.dags[DAG_ID]
+    fail_abandoned_runs(DAG_ID)
     logical = dt.datetime.fromisoformat(date).replace(hour=3, tzinfo=dt.timezone.utc)
     # run_after = logical date: the run id is manual__<logical date>, the same on every
     # demo run, so a rerun replaces that run's output instead of adding a new run
@@ -286,12 +397,8 @@ def cmd_ui(out: Path, port: int | None) -> int:
     signal.signal(signal.SIGHUP, stop)
     procs = []
     try:
-        for component in (["api-server", "--host", "127.0.0.1", "--port", str(port)],
-                          ["scheduler"], ["dag-processor"]):
-            log = open(log_dir / f"airflow-{component[0]}.log", "a")
-            procs.append(subprocess.Popen([str(BIN / "airflow"), *component], env=env,
-                                          stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+        for component in (api_server_args(port), ["scheduler"], ["dag-processor"]):
+            procs.append(start_component(env, log_dir, *component))
         print(f"\nAirflow UI: http://127.0.0.1:{port}/  user: admin  password: {password}")
         print(f"(password file {pw_path}; logs in {log_dir}; Ctrl-C stops everything)")
         while all(p.poll() is None for p in procs):
@@ -301,16 +408,7 @@ def cmd_ui(out: Path, port: int | None) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_components(procs)
         server.stop()
 
 

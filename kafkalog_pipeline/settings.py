@@ -43,6 +43,8 @@ PARSE_TIME: dict[str, tuple[str, str]] = {
     "schedule": ("KAFKALOG_NIGHTLY_SCHEDULE", "0 3 * * *"),
     "retry_delay_seconds": ("KAFKALOG_RETRY_DELAY_SECONDS", "60"),
     "retries": ("KAFKALOG_RETRIES", "2"),
+    # how long `plan` sleeps (up_for_reschedule) while another run holds the warehouse
+    "wait_seconds": ("KAFKALOG_WAIT_SECONDS", "60"),
     # JSON object of Spark properties for every spark-submit (--conf); small shuffles suit
     # nightly snapshots on a few cores: Spark's default of 200 partitions per shuffle makes
     # the audit's many small queries crawl

@@ -7,6 +7,16 @@ Idempotency: a run is keyed by its ``run_id``. Planning first clears the run's
 staging area (``W/_staging/<run_token>``), so a rerun of the whole run starts
 from nothing; the decode job names its staged files after the run and chunk,
 and publish replaces exactly that run's published files (docs/tables.md).
+
+One run at a time per warehouse: deduplication compares a run's records with
+the *published* warehouse, so two runs between plan and publish at once would
+both keep the same new records. ``max_active_runs=1`` does not ensure it:
+Airflow 3 counts backfill runs apart (each backfill has its own
+``max_active_runs``, 10 by default) and scheduled or manual runs do not wait
+for them. So ``plan`` (one at a time across runs: ``max_active_tis_per_dag=1``)
+first waits, rescheduling itself, while another running run of the DAG holds
+the warehouse, i.e. has planned and not yet finished publishing
+(:func:`runs_holding_warehouse`).
 """
 
 from __future__ import annotations
@@ -136,15 +146,69 @@ def _airflow_errors():
     return AirflowFailException, AirflowSkipException
 
 
+#: a run holds the warehouse from its plan's success until its publish task is done
+PLAN_TASK, PUBLISH_TASK = "plan", "publish"
+_DONE = {"success", "failed", "upstream_failed", "skipped", "removed"}
+
+
+def _state(value) -> str | None:
+    return None if value is None else str(getattr(value, "value", value))
+
+
+def runs_holding_warehouse(task_states: dict, run_id: str) -> list[str]:
+    """The runs other than ``run_id`` that planned and have not finished publishing.
+
+    ``task_states`` is ``{run_id: {task_id: state}}`` of the plan and publish tasks
+    (Airflow's ``get_task_states``). A run whose plan was skipped (nothing to decode)
+    or failed holds nothing; a failed audit or decode ends with publish
+    ``upstream_failed``, which releases the warehouse too.
+    """
+    return sorted(other for other, states in task_states.items()
+                  if other != run_id
+                  and _state(states.get(PLAN_TASK)) == "success"
+                  and _state(states.get(PUBLISH_TASK)) not in _DONE)
+
+
+def wait_for_warehouse(context) -> None:
+    """Reschedule this ``plan`` while another *running* run of the DAG holds the warehouse.
+
+    Plans run one at a time (``max_active_tis_per_dag=1``), so no two runs can pass
+    this check together. A run cleared or killed before publishing is ``queued`` or
+    finished, not running: it does not block the others (and plans again when it runs).
+    Outside a running task (no ``ti``, e.g. the plan's code called directly) there is
+    nothing to wait for.
+    """
+    import datetime as dt
+
+    from airflow.sdk.exceptions import AirflowRescheduleException
+
+    ti = context.get("ti")
+    if ti is None:
+        return
+    run_id = context["run_id"]
+    holders = runs_holding_warehouse(
+        ti.get_task_states(dag_id=ti.dag_id, task_ids=[PLAN_TASK, PUBLISH_TASK]), run_id)
+    busy = [r for r in holders
+            if _state(ti.get_dagrun_state(dag_id=ti.dag_id, run_id=r)) == "running"]
+    if busy:
+        wait = int(settings.parse_time_setting("wait_seconds"))
+        log.info("run %s waits for the warehouse: run %s has planned and not published yet; "
+                 "trying again in %d s", run_id, ", ".join(busy), wait)
+        raise AirflowRescheduleException(
+            reschedule_date=dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=wait))
+
+
 def plan_from_context(context) -> list[list[str]]:
     """The ``plan`` task: resolve the run's dates from its context, plan, push a summary.
 
-    Returns one spark-submit argument list per chunk (what the decode task maps
+    First waits for the warehouse (:func:`wait_for_warehouse`). Returns one
+    spark-submit argument list per chunk (what the decode task maps
     over). Permanent problems (settings, a missing bucket, refused credentials,
     a bad date range) fail the task without retries; an empty snapshot skips
     the rest of the run.
     """
     fail, skip = _airflow_errors()
+    wait_for_warehouse(context)
     params = context.get("params") or {}
     dag_run = context.get("dag_run")
     try:

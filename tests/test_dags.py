@@ -100,6 +100,59 @@ def test_wiring_write_audit_publish(dag):
     assert plan.retries >= 1
 
 
+def test_runs_take_the_warehouse_in_turn(dag, monkeypatch):
+    """Backfill runs escape max_active_runs=1: plans run one at a time and wait for holders.
+
+    The real scheduler case is tests/test_backfill.py; here the rule itself.
+    """
+    from airflow.sdk.exceptions import AirflowRescheduleException
+    from airflow.utils.state import TaskInstanceState as S
+
+    from kafkalog_pipeline.tasks import runs_holding_warehouse, wait_for_warehouse
+
+    assert dag.get_task("plan").max_active_tis_per_dag == 1
+    states = {
+        "me": {"plan": S.RUNNING},
+        "planned": {"plan": S.SUCCESS, "publish": None},
+        "publishing": {"plan": "success", "publish": "running"},
+        "publish retrying": {"plan": "success", "publish": "up_for_retry"},
+        "published": {"plan": "success", "publish": S.SUCCESS},
+        "audit failed": {"plan": "success", "publish": "upstream_failed"},
+        "nothing to do": {"plan": "skipped", "publish": "skipped"},
+        "plan waiting": {"plan": "up_for_reschedule", "publish": None},
+        "plan failed": {"plan": "failed", "publish": "upstream_failed"},
+        "cleared": {"plan": None, "publish": None},
+    }
+    assert runs_holding_warehouse(states, "me") == ["planned", "publish retrying", "publishing"]
+    # a rerun of the run that holds it does not wait for itself
+    assert runs_holding_warehouse({"me": {"plan": "success", "publish": None}}, "me") == []
+
+    class TI:  # what wait_for_warehouse asks Airflow (RuntimeTaskInstance's API)
+        dag_id = DAG_ID
+
+        def __init__(self, run_states):
+            self.run_states = run_states
+
+        def get_task_states(self, dag_id, task_ids):
+            assert (dag_id, task_ids) == (DAG_ID, ["plan", "publish"])
+            return states
+
+        def get_dagrun_state(self, dag_id, run_id):
+            return self.run_states[run_id]
+
+    wait_for_warehouse({"ti": None, "run_id": "probe"})  # outside Airflow: nothing to wait for
+    monkeypatch.setenv("KAFKALOG_WAIT_SECONDS", "7")
+    holders = ("planned", "publish retrying", "publishing")
+    # holders no longer running (cleared: queued; killed: failed) do not block
+    wait_for_warehouse({"ti": TI({r: "queued" for r in holders}), "run_id": "me"})
+    wait_for_warehouse({"ti": TI({r: "failed" for r in holders}), "run_id": "me"})
+    with pytest.raises(AirflowRescheduleException) as wait:
+        wait_for_warehouse({"ti": TI({**{r: "failed" for r in holders}, "publishing": "running"}),
+                            "run_id": "me"})
+    left = wait.value.reschedule_date - dt.datetime.now(dt.timezone.utc)
+    assert dt.timedelta(seconds=5) < left <= dt.timedelta(seconds=7)
+
+
 # ------------------------------------------------------------------ planning (pure)
 def _segments(rng: random.Random, n_tp: int) -> list[snapshots.Segment]:
     out = []

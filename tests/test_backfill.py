@@ -1,0 +1,273 @@
+"""Airflow 3's own backfill (``airflow backfill create``) with the real scheduler, no mocks.
+
+The demo's two nights of snapshots are served from a moto S3 server on 127.0.0.1;
+Airflow runs as in ``make ui`` (kafkalog_pipeline.demo): SQLite metadata DB in a
+temporary AIRFLOW_HOME, ``dag-processor``, ``api-server`` (127.0.0.1, a free port)
+and ``scheduler`` as subprocesses in their own sessions, LocalExecutor with
+parallelism 1, local Spark. Then, with the CLI:
+
+1. ``airflow backfill create`` over both nights, with the backfill's defaults: it
+   starts both runs at once (its own ``max_active_runs``, 10, not the DAG's 1).
+   Every run succeeds, each read its own night's snapshot, and the warehouse holds
+   exactly the records kafkalog decodes from the snapshot files, once each; the
+   same for batches and markers. The runs took the warehouse in turn.
+2. The same backfill again: both nights already ran, so Airflow creates no run;
+   the warehouse is unchanged.
+3. The same backfill with ``--reprocess-behavior completed``: Airflow clears both
+   runs and runs them again (same run ids); records, batches and markers are unchanged.
+
+The scheduler creates no run of its own (``[scheduler] use_job_schedule = False``):
+the runs checked are the backfills' runs, whatever today's date is.
+Airflow's state is read from its SQLite DB (read-only).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# expected_records: the distinct (partition, offset) per topic of CRC-valid records, decoded
+# from the snapshot files with kafkalog; warehouse_rows / record_keys read the published tables
+from test_dags_e2e import expected_records, record_keys, warehouse_rows  # noqa: E402
+
+from kafkalog_pipeline import demo, demo_data  # noqa: E402
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
+
+DAG_ID = demo.DAG_ID
+NIGHTS = demo_data.NIGHTS
+#: a bare --to-date is midnight; the last night's run has logical date <night>T03:00Z
+BACKFILL = ["backfill", "create", "--dag-id", DAG_ID,
+            "--from-date", NIGHTS[0], "--to-date", f"{NIGHTS[-1]}T23:59:59"]
+RUN_TIMEOUT = 25 * 60  # per backfill: two runs one after the other, on a busy 2-core machine
+FINAL = ("success", "failed")
+
+
+@dataclass
+class Airflow:
+    out: Path
+    env: dict
+    procs: list
+    logs: Path
+
+    @property
+    def warehouse(self) -> Path:
+        return Path(self.env["KAFKALOG_WAREHOUSE"])
+
+    def cli(self, *args: str, check: bool = True) -> str:
+        proc = demo.airflow(self.env, *args, capture_output=True, text=True, timeout=300)
+        if check and proc.returncode:
+            raise AssertionError(f"airflow {' '.join(args)} exited {proc.returncode}:\n"
+                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return proc.stdout + proc.stderr
+
+    def query(self, sql: str, *args) -> list[tuple]:
+        return demo.metadata_query(self.env, sql, *args)
+
+    def dump_logs(self, lines: int = 60) -> None:
+        """Print the tail of each component's log and of every task log not in success."""
+        for log in sorted(self.logs.glob("airflow-*.log")):
+            print(f"\n===== {log.name} (last {lines} lines)")
+            print("\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+        rows = self.query("SELECT run_id, task_id, map_index, state FROM task_instance "
+                          "WHERE dag_id = ? AND (state IS NULL OR state != 'success')", DAG_ID)
+        home = Path(self.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={DAG_ID}"
+        for run_id, task_id, map_index, state in rows:
+            print(f"\n===== task {run_id} {task_id}[{map_index}]: {state}")
+            folder = home / f"run_id={run_id}" / f"task_id={task_id}"
+            if map_index >= 0:
+                folder = folder / f"map_index={map_index}"
+            for log in sorted(folder.glob("attempt=*.log"))[-1:]:
+                print("\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    out = tmp_path_factory.mktemp("backfill")
+    logs = out / "pipeline-logs"
+    logs.mkdir()
+    demo_data.write_nights(out / "snapshots")
+    server, endpoint = demo.start_s3(out / "snapshots")
+    port = demo.free_port()
+    env = demo.airflow_env(out, endpoint, api_port=port)
+    env.update({
+        "AIRFLOW__CORE__PARALLELISM": "1",  # the machine has 2 cores, shared
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "1",
+        # no scheduled run for "today": only the backfills' runs exist
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        "KAFKALOG_WAIT_SECONDS": "15",  # a waiting plan looks again every 15 s
+    })
+    demo.migrate(env, logs)
+    procs = []
+    af = Airflow(out, env, procs, logs)
+    try:
+        # the dag-processor first: the scheduler starts once the DAG is in the DB
+        procs.append(demo.start_component(env, logs, "dag-processor"))
+        procs.append(demo.start_component(env, logs, *demo.api_server_args(port)))
+        demo.wait_for_dag(env, procs)
+        demo.wait_for_api(port, procs)  # task workers report to its execution API
+        procs.append(demo.start_component(env, logs, "scheduler"))
+        yield af
+    except BaseException:
+        af.dump_logs()
+        raise
+    finally:
+        demo.stop_components(procs)
+        server.stop()
+
+
+# ------------------------------------------------------------------ helpers
+def expected_keys(root: Path, dates) -> dict[str, set]:
+    """Distinct keys of records, CRC-valid batches and markers in the snapshot files."""
+    import kafkalog
+
+    out = {"records": {(t, p, o) for t, keys in expected_records(root, dates).items()
+                       for p, o in keys},
+           "batches": set(), "markers": set()}
+    for date in dates:
+        for log in sorted((root / date).glob("*/*.log")):
+            topic, _, partition = log.parent.name.rpartition("-")
+            tables = kafkalog.decode(log)
+            for row in tables.batches.select(["base_offset", "crc_valid"]).to_pylist():
+                if row["crc_valid"]:
+                    out["batches"].add((topic, int(partition), row["base_offset"]))
+            for offset in tables.markers.column("offset").to_pylist():
+                out["markers"].add((topic, int(partition), offset))
+    return out
+
+
+def warehouse_keys(warehouse: Path) -> dict[str, list]:
+    """Keys of every published row (a list: duplicates stay visible)."""
+    batches = warehouse_rows(warehouse, "batches", ["partition", "base_offset", "crc_valid"])
+    return {
+        "records": record_keys(warehouse),
+        "batches": [(r["topic"], r["partition"], r["base_offset"]) for r in batches
+                    if r["crc_valid"]],
+        "markers": [(r["topic"], r["partition"], r["offset"])
+                    for r in warehouse_rows(warehouse, "markers", ["partition", "offset"])],
+    }
+
+
+def assert_warehouse_exact(warehouse: Path, want: dict[str, set]) -> dict[str, int]:
+    got = warehouse_keys(warehouse)
+    for name, keys in got.items():
+        dups = len(keys) - len(set(keys))
+        assert dups == 0, f"{dups} duplicate {name} rows in the warehouse"
+        assert set(keys) == want[name], (
+            f"{name}: missing {sorted(want[name] - set(keys))[:10]}, "
+            f"unexpected {sorted(set(keys) - want[name])[:10]}")
+    return {name: len(keys) for name, keys in got.items()}
+
+
+def create_backfill(af: Airflow, *extra: str, runs=NIGHTS) -> int:
+    """``airflow backfill create``, after a dry run that lists ``runs``' nights; its id."""
+    dry = af.cli(*BACKFILL, *extra, "--dry-run")
+    listed = re.findall(r"(\d{4}-\d\d-\d\d) 03:00:00\+00:00", dry.split("Runs to be attempted")[-1])
+    assert listed == list(runs), dry[-2000:]
+    before = af.query("SELECT coalesce(max(id), 0) FROM backfill")[0][0]
+    af.cli(*BACKFILL, *extra)
+    (backfill_id,) = af.query("SELECT max(id) FROM backfill")[0]
+    assert backfill_id > before
+    return backfill_id
+
+
+def wait_for_backfill(af: Airflow, backfill_id: int, timeout: float = RUN_TIMEOUT) -> list[dict]:
+    """Wait until the scheduler marks the backfill complete; its runs, in logical-date order."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = [dict(zip(("logical_date", "exception", "run_id", "state", "start", "end"), row))
+                for row in af.query(
+                    "SELECT b.logical_date, b.exception_reason, r.run_id, r.state, r.start_date,"
+                    " r.end_date FROM backfill_dag_run b LEFT JOIN dag_run r ON r.id = b.dag_run_id"
+                    " WHERE b.backfill_id = ? ORDER BY b.logical_date", backfill_id)]
+        (completed,) = af.query("SELECT completed_at FROM backfill WHERE id = ?", backfill_id)[0]
+        if completed and all(r["state"] in FINAL for r in runs if r["run_id"]):
+            return runs
+        dead = [p.args[1] for p in af.procs if p.poll() is not None]
+        assert not dead, f"Airflow {dead} exited during backfill {backfill_id}"
+        assert time.monotonic() < deadline, \
+            f"backfill {backfill_id} not done after {timeout} s: {runs}"
+        time.sleep(5)
+
+
+def critical_sections(af: Airflow, run_ids) -> list[tuple]:
+    """(plan end, publish end, run id) of each run: when it held the warehouse."""
+    spans = []
+    for run_id in run_ids:
+        ends = dict(af.query("SELECT task_id, end_date FROM task_instance WHERE dag_id = ? AND "
+                             "run_id = ? AND task_id IN ('plan', 'publish')", DAG_ID, run_id))
+        spans.append((ends["plan"], ends["publish"], run_id))
+    return sorted(spans)
+
+
+def check_in_turn(af: Airflow, runs: list[dict]) -> None:
+    """The runs held the warehouse (plan done .. publish done) one after the other."""
+    spans = critical_sections(af, [r["run_id"] for r in runs])
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        assert end <= start, f"{first} and {second} were between plan and publish at once"
+
+
+def check_runs(af: Airflow, runs: list[dict]) -> None:
+    """Both nights ran and succeeded, each from its own snapshot date, and published."""
+    assert [r["logical_date"][:10] for r in runs] == list(NIGHTS), runs
+    assert all(r["exception"] is None and r["run_id"] for r in runs), runs
+    assert [r["state"] for r in runs] == ["success"] * len(NIGHTS), runs
+    assert [r["run_id"] for r in runs] == [f"backfill__{n}T03:00:00+00:00" for n in NIGHTS]
+    # snapshot date = the run's logical date: its ledger names only that night's segments
+    ledger = warehouse_rows(af.warehouse, "ledger", ["run_id", "segment"])
+    for r, night in zip(runs, NIGHTS):
+        dates = {re.search(r"/(\d{4}-\d\d-\d\d)/", x["segment"]).group(1)
+                 for x in ledger if x["run_id"] == r["run_id"]}
+        assert dates == {night}, (r["run_id"], dates)
+    from spark_jobs.storage import run_token
+
+    for r in runs:
+        token = run_token(r["run_id"])
+        assert (af.warehouse / "_runs" / f"{token}.json").exists()
+        assert not (af.warehouse / "_staging" / token).exists()
+
+
+# ------------------------------------------------------------------ the test
+@pytest.mark.timeout(3 * RUN_TIMEOUT)
+def test_backfills_over_the_demo_nights_never_duplicate(airflow):
+    af = airflow
+    try:
+        want = expected_keys(af.out / "snapshots", NIGHTS)
+        # the scheduler starts no run of a paused DAG, backfill runs included
+        af.cli("dags", "unpause", DAG_ID)
+
+        # 1. both nights, the backfill's defaults: both runs start at once
+        first = create_backfill(af)
+        runs = wait_for_backfill(af, first)
+        print("backfill 1:", json.dumps(runs, indent=1))
+        check_runs(af, runs)
+        counts = assert_warehouse_exact(af.warehouse, want)
+        assert counts["records"] > 0 and counts["batches"] > 0 and counts["markers"] > 0
+        check_in_turn(af, runs)
+        keys = {name: sorted(k) for name, k in warehouse_keys(af.warehouse).items()}
+
+        # 2. the same dates again with the defaults: nights that ran are left alone
+        again = wait_for_backfill(af, create_backfill(af, runs=()))
+        assert [(r["exception"], r["run_id"]) for r in again] == [("already exists", None)] * 2
+        assert assert_warehouse_exact(af.warehouse, want) == counts
+
+        # 3. the same dates, completed runs included: Airflow clears and reruns them
+        second = create_backfill(af, "--reprocess-behavior", "completed")
+        rerun = wait_for_backfill(af, second)
+        print("backfill 3:", json.dumps(rerun, indent=1))
+        check_runs(af, rerun)
+        assert [r["run_id"] for r in rerun] == [r["run_id"] for r in runs]
+        assert all(r["start"] > old["end"] for r, old in zip(rerun, runs)), "runs were not rerun"
+        assert assert_warehouse_exact(af.warehouse, want) == counts
+        assert {name: sorted(k) for name, k in warehouse_keys(af.warehouse).items()} == keys
+        check_in_turn(af, rerun)
+    except BaseException:
+        af.dump_logs()
+        raise
