@@ -360,7 +360,7 @@ class PartWriter:
         self.root = root
         self.tmp = tempfile.mkdtemp(prefix="kafkalog-")
         self.writers: dict[str, tuple[pq.ParquetWriter, str]] = {}
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="parquet")
+        self._thread: concurrent.futures.ThreadPoolExecutor | None = None  # from the first write
         self._in_flight: concurrent.futures.Future | None = None
 
     def write(self, table: str, directory: str, batch: pa.RecordBatch | pa.Table) -> None:
@@ -377,6 +377,8 @@ class PartWriter:
         if batch.schema != target:
             batch = batch.cast(target)
         self._wait()
+        if self._thread is None:
+            self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="parquet")
         write = entry[0].write_batch if isinstance(batch, pa.RecordBatch) else entry[0].write_table
         self._in_flight = self._thread.submit(write, batch)
 
@@ -386,9 +388,16 @@ class PartWriter:
         if in_flight is not None:
             in_flight.result()
 
+    def _stop_thread(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.shutdown()
+
     def commit(self) -> list[str]:
-        self._wait()
-        self._thread.shutdown()
+        try:
+            self._wait()
+        finally:
+            self._stop_thread()
         store = storage.open_store(self.root, self.ctx.s3)
         keys = []
         for key, (writer, local) in self.writers.items():
@@ -404,6 +413,7 @@ class PartWriter:
             self._wait()
         except Exception:  # noqa: BLE001 - the files are thrown away anyway
             pass
+        self._stop_thread()
         for writer, _ in self.writers.values():
             writer.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
