@@ -57,6 +57,8 @@ RECORDS_DICTIONARY_SCHEMA = pa.schema([
     for f in RECORDS_SCHEMA
 ])
 _DICTIONARIES = {"timestamp_type": pa.array(TIMESTAMP_TYPES), "compression": pa.array(CODECS)}
+_CODES = {name: {v: i for i, v in enumerate(values)}
+          for name, values in (("timestamp_type", TIMESTAMP_TYPES), ("compression", CODECS))}
 
 
 def dictionary_column(name: str, codes: pa.Array) -> pa.DictionaryArray:
@@ -167,7 +169,7 @@ class _Columns:
                     arrays.append(pa.array([], field.type))
                     continue
                 if pa.types.is_dictionary(field.type):
-                    code = {v: i for i, v in enumerate(_DICTIONARIES[field.name].to_pylist())}
+                    code = _CODES[field.name]
                     runs = pa.RunEndEncodedArray.from_arrays(
                         run_ends, pa.array([code.get(v) for v in values], pa.int8()))
                     arrays.append(dictionary_column(field.name, pc.run_end_decode(runs)))

@@ -53,6 +53,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def local_connections(endpoint: str, key: str) -> dict[str, str]:
+    """``spark_default`` (local Spark) and ``aws_default`` (the S3 server at ``endpoint``)
+    as ``AIRFLOW_CONN_*`` variables; ``key`` is both access key and secret (moto accepts any)."""
+    return {
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+            {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}),
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
+            {"conn_type": "aws", "login": key, "password": key,
+             "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"}}),
+    }
+
+
 def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dict[str, str]:
     """The environment of every Airflow process of the demo (and its Spark jobs)."""
     home = out / "airflow"
@@ -69,12 +81,7 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        # connections by id, from the environment (fake keys: moto accepts any)
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
-            {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}),
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
-            {"conn_type": "aws", "login": "demo", "password": "demo",
-             "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"}}),
+        **local_connections(endpoint, "demo"),
         # the pipeline's settings (Variables would win over these)
         "KAFKALOG_WAREHOUSE": str(out / "warehouse"),
         "KAFKALOG_SNAPSHOT_BUCKET": BUCKET,

@@ -736,7 +736,7 @@ def write_frame(df, table: str, ctx: Context, root: str, tag: str) -> None:
     """Write a DataFrame of ``table`` rows (with ``topic``) into ``root``'s layout, from executors."""
     from pyspark import TaskContext
 
-    file_schema = schemas.TABLES[table]
+    target = write_schema(table)
 
     def write(batches):
         part = f"{tag}{TaskContext.get().partitionId():05d}"
@@ -747,8 +747,8 @@ def write_frame(df, table: str, ctx: Context, root: str, tag: str) -> None:
                 continue
             t = pa.Table.from_batches([b])
             for topic in pc.unique(t.column("topic")).to_pylist():
-                rows = t.filter(pc.equal(t.column("topic"), topic)).select(file_schema.names) \
-                    .cast(file_schema)
+                rows = t.filter(pc.equal(t.column("topic"), topic)).select(target.names) \
+                    .cast(target)
                 if table == "records":
                     _records_out(writer, rows, topic, "")
                 else:

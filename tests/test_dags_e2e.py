@@ -76,7 +76,7 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
 
     import boto3
 
-    from kafkalog_pipeline import demo_data
+    from kafkalog_pipeline import demo, demo_data
 
     root = tmp_path_factory.mktemp("snapshots")
     demo_data.write_nights(root)
@@ -89,11 +89,7 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
         "KAFKALOG_SNAPSHOT_PREFIX": "nightly",
         "KAFKALOG_CHUNK_BYTES": "3000",
         "KAFKALOG_MAX_CHUNKS": "2",
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
-            {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}),
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
-            {"conn_type": "aws", "login": "testing", "password": "testing",
-             "extra": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}}),
+        **demo.local_connections(s3_endpoint, "testing"),
     }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
