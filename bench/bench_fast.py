@@ -27,8 +27,9 @@ machine drift hits all of them alike, process pinned to one CPU:
 (e) the floor, the least any decoder must do: walk the framing, CRC-32C
     (``crc32c.crc32c``) over each batch's CRC range (compared to the stored
     CRC), one copy of the records payload (``bytes(memoryview)``), and its
-    decompression with the library kafkalog uses (zlib for gzip,
-    ``lz4.frame``, a ``zstandard`` stream: ``decompressobj(read_across_frames)``).
+    decompression through the Python bindings of the same C libraries (zlib for
+    gzip, ``lz4.frame``, a ``zstandard`` stream: ``decompressobj(read_across_frames)``;
+    kafkalog's compiled path calls liblz4/libzstd directly, its pure path these bindings).
 
 kafkalog reads the file (memory-mapped, page cache warm); (c), (d) and (e) get
 the file's bytes already in memory (the time to read them is printed).

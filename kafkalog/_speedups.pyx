@@ -89,6 +89,183 @@ cdef extern from *:
 kl_crc32c_init()
 
 
+cdef extern from *:
+    """
+    /* LZ4 frames and zstd streams, inflated by the system's liblz4 / libzstd.
+       They are loaded with dlopen at import (Debian ships them with apt and
+       systemd; their -dev headers are not needed: the few stable entry points
+       are declared here). Without them the Python codecs decompress. */
+    #include <dlfcn.h>
+    #include <stdlib.h>
+    typedef size_t (*kl_lz4f_create_t)(void **ctx, unsigned version);
+    typedef size_t (*kl_lz4f_decompress_t)(void *ctx, void *dst, size_t *dst_size,
+                                           const void *src, size_t *src_size, const void *opts);
+    typedef size_t (*kl_lz4f_free_t)(void *ctx);
+    typedef unsigned (*kl_lz4f_is_error_t)(size_t code);
+    typedef struct { const void *src; size_t size; size_t pos; } kl_zstd_in;
+    typedef struct { void *dst; size_t size; size_t pos; } kl_zstd_out;
+    typedef void *(*kl_zstd_create_t)(void);
+    typedef size_t (*kl_zstd_stream_t)(void *ctx, kl_zstd_out *out, kl_zstd_in *in);
+    typedef size_t (*kl_zstd_reset_t)(void *ctx, int how);
+    typedef unsigned (*kl_zstd_is_error_t)(size_t code);
+    static kl_lz4f_decompress_t kl_lz4f_decompress;
+    static kl_lz4f_create_t kl_lz4f_create;
+    static kl_lz4f_free_t kl_lz4f_free;
+    static kl_lz4f_is_error_t kl_lz4f_is_error;
+    static void *kl_lz4_ctx;
+    static kl_zstd_stream_t kl_zstd_stream;
+    static kl_zstd_reset_t kl_zstd_reset;
+    static kl_zstd_is_error_t kl_zstd_is_error;
+    static void *kl_zstd_ctx;
+
+    /* bit 3 (lz4) and bit 4 (zstd), as Kafka's codec ids: which ones are here */
+    static int kl_codecs_init(void) {
+        int have = 0;
+        void *lib = dlopen("liblz4.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (lib) {
+            kl_lz4f_create = (kl_lz4f_create_t)dlsym(lib, "LZ4F_createDecompressionContext");
+            kl_lz4f_free = (kl_lz4f_free_t)dlsym(lib, "LZ4F_freeDecompressionContext");
+            kl_lz4f_decompress = (kl_lz4f_decompress_t)dlsym(lib, "LZ4F_decompress");
+            kl_lz4f_is_error = (kl_lz4f_is_error_t)dlsym(lib, "LZ4F_isError");
+            /* 100: LZ4F_VERSION, the frame API's version since lz4 r128 */
+            if (kl_lz4f_create && kl_lz4f_free && kl_lz4f_decompress && kl_lz4f_is_error
+                    && !kl_lz4f_is_error(kl_lz4f_create(&kl_lz4_ctx, 100)) && kl_lz4_ctx)
+                have |= 1 << 3;
+        }
+        lib = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (lib) {
+            kl_zstd_create_t create = (kl_zstd_create_t)dlsym(lib, "ZSTD_createDCtx");
+            kl_zstd_stream = (kl_zstd_stream_t)dlsym(lib, "ZSTD_decompressStream");
+            kl_zstd_reset = (kl_zstd_reset_t)dlsym(lib, "ZSTD_DCtx_reset");
+            kl_zstd_is_error = (kl_zstd_is_error_t)dlsym(lib, "ZSTD_isError");
+            if (create && kl_zstd_stream && kl_zstd_reset && kl_zstd_is_error
+                    && (kl_zstd_ctx = create()) != NULL)
+                have |= 1 << 4;
+        }
+        return have;
+    }
+
+    /* Grow *out (capacity *cap) for more output, never past limit + 1 bytes
+       (one byte more than the limit is how "too big" is seen). 0, or -1. */
+    static int kl_grow(char **out, size_t *cap, size_t limit) {
+        size_t want = *cap < 65536 ? 65536 : *cap * 2;
+        if (*cap >= limit + 1) return -1;
+        if (want > limit + 1) want = limit + 1;
+        char *p = (char *)realloc(*out, want);
+        if (!p) return -1;
+        *out = p; *cap = want;
+        return 0;
+    }
+
+    /* Inflate n bytes of a Kafka lz4 (codec 3) or zstd (codec 4) payload into
+       *out (grown as needed). The length, or -1 where the Python codec must
+       decide: an error, truncation, more than limit bytes, a missing library.
+       Concatenated frames are decoded one after the other, as the Python
+       codecs do; the context is reset after every use. The GIL is held (one
+       context per process). */
+    static Py_ssize_t kl_inflate(int codec, const uint8_t *src, size_t n, size_t limit,
+                                 char **out, size_t *cap) {
+        size_t in_pos = 0, out_pos = 0;
+        if (codec == 3 && kl_lz4_ctx) {
+            while (in_pos < n) {
+                for (;;) {
+                    if (out_pos == *cap && kl_grow(out, cap, limit) < 0) goto lz4_fail;
+                    size_t dst = *cap - out_pos, got = n - in_pos;
+                    size_t r = kl_lz4f_decompress(kl_lz4_ctx, *out + out_pos, &dst,
+                                                  src + in_pos, &got, NULL);
+                    if (kl_lz4f_is_error(r)) goto lz4_fail;
+                    in_pos += got; out_pos += dst;
+                    if (out_pos > limit) goto lz4_fail;
+                    if (r == 0) break;  /* the frame is complete */
+                    if (in_pos == n && out_pos < *cap) goto lz4_fail;  /* truncated */
+                    if (got == 0 && dst == 0 && out_pos < *cap) goto lz4_fail;
+                }
+            }
+            return (Py_ssize_t)out_pos;
+        lz4_fail:
+            /* a fresh context: LZ4F_resetDecompressionContext (1.9.4) keeps the
+               remaining content size of a frame left unfinished, and the next
+               frame without a content size then fails with frameSize_wrong */
+            kl_lz4f_free(kl_lz4_ctx);
+            kl_lz4_ctx = NULL;
+            if (kl_lz4f_is_error(kl_lz4f_create(&kl_lz4_ctx, 100))) kl_lz4_ctx = NULL;
+            return -1;
+        }
+        if (codec == 4 && kl_zstd_ctx) {
+            kl_zstd_in in = {src, n, 0};
+            kl_zstd_out o;
+            size_t r = 0;
+            while (in.pos < n || r != 0) {
+                if (out_pos == *cap && kl_grow(out, cap, limit) < 0) goto zstd_fail;
+                o.dst = *out; o.size = *cap; o.pos = out_pos;
+                size_t before = in.pos;
+                r = kl_zstd_stream(kl_zstd_ctx, &o, &in);
+                if (kl_zstd_is_error(r)) goto zstd_fail;
+                int progress = o.pos != out_pos || in.pos != before;
+                out_pos = o.pos;
+                if (out_pos > limit) goto zstd_fail;
+                if (r != 0 && in.pos == n && out_pos < *cap) goto zstd_fail;  /* truncated */
+                if (!progress && out_pos < *cap) goto zstd_fail;
+            }
+            kl_zstd_reset(kl_zstd_ctx, 1);  /* ZSTD_reset_session_only */
+            return (Py_ssize_t)out_pos;
+        zstd_fail:
+            kl_zstd_reset(kl_zstd_ctx, 1);
+            return -1;
+        }
+        return -1;
+    }
+    """
+    int kl_codecs_init() noexcept
+    Py_ssize_t kl_inflate(int codec, const uint8_t* src, size_t n, size_t limit,
+                          char** out, size_t* cap) noexcept
+
+from libc.stdlib cimport free
+
+#: Kafka codec ids the system's C libraries inflate here (the rest go to kafkalog.codecs)
+cdef int _C_CODEC_BITS = kl_codecs_init()
+C_CODECS = frozenset(c for c in (3, 4) if _C_CODEC_BITS & (1 << c))
+
+
+cdef class _Inflater:
+    """One reusable output buffer for :c:func:`kl_inflate`."""
+
+    cdef char* out
+    cdef size_t cap
+
+    def __cinit__(self):
+        self.out = NULL
+        self.cap = 0
+
+    def __dealloc__(self):
+        free(self.out)
+
+    cdef Py_ssize_t inflate(self, int codec, const uint8_t* src, size_t n, size_t limit) noexcept:
+        return kl_inflate(codec, src, n, limit, &self.out, &self.cap)
+
+    cdef void trim(self) noexcept:
+        """Give back a buffer a rare huge batch grew (batches are ~1 MiB by default)."""
+        if self.cap > (16 << 20):
+            free(self.out)
+            self.out = NULL
+            self.cap = 0
+
+
+cdef _Inflater _INFLATER = _Inflater()
+
+
+def inflate(int codec, const uint8_t[::1] data, size_t limit):
+    """``data`` inflated by the C libraries (codec 3 lz4 or 4 zstd, v2
+    framing), or None where :func:`kafkalog.codecs.decompress` must decide.
+    For tests: the fast path uses the same code on every compressed batch."""
+    cdef _Inflater inflater = _Inflater()
+    cdef Py_ssize_t n = inflater.inflate(codec, &data[0] if data.shape[0] else NULL,
+                                         data.shape[0], limit)
+    if n < 0:
+        return None
+    return inflater.out[:n] if n else b""
+
+
 def crc32c(const uint8_t[::1] data, bint software=False):
     """CRC-32C as the fast path computes it (hardware where the CPU has it;
     ``software`` forces the table twin). Tests compare both with ``crc32c``."""
@@ -577,6 +754,8 @@ cdef class RecordColumns:
         cdef Py_ssize_t max_records = limits.max_records_per_batch
         cdef object max_inflated = limits.max_decompressed_size
         cdef const uint8_t[::1] inflated
+        cdef size_t c_limit = max_inflated
+        cdef int c_codecs = _C_CODEC_BITS
         if has_prev:
             prev = prev_last
         while pos + 17 < n and self.rows < stop_rows and self.nbytes < stop_bytes:
@@ -613,12 +792,17 @@ cdef class RecordColumns:
                 payload = h + 61
                 payload_len = size - 49
             else:
-                try:
-                    inflated = decompress(codec, buf[pos + 61 : end], 2, max_inflated)
-                except Exception:
-                    break  # the Python reader decompresses again and reports it
-                payload_len = inflated.shape[0]
-                payload = &inflated[0] if payload_len > 0 else NULL
+                payload_len = -1
+                if c_codecs & (1 << codec):
+                    payload_len = _INFLATER.inflate(codec, h + 61, size - 49, c_limit)
+                    payload = <const uint8_t*>_INFLATER.out
+                if payload_len < 0:  # no C library, or the Python codec must decide
+                    try:
+                        inflated = decompress(codec, buf[pos + 61 : end], 2, max_inflated)
+                    except Exception:
+                        break  # the Python reader decompresses again and reports it
+                    payload_len = inflated.shape[0]
+                    payload = &inflated[0] if payload_len > 0 else NULL
             if self._parse_v2(payload, payload_len, count, base_offset, last_offset, base_ts,
                               max_ts, log_append, base + pos, size + 12, codec, pid, pepoch,
                               bseq, leader_epoch, (attributes & 0x10) != 0,
@@ -637,6 +821,7 @@ cdef class RecordColumns:
             prev = last_offset
             has_prev = True
             pos = end
+        _INFLATER.trim()
         return pos, (prev if has_prev else None)
 
 

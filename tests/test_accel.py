@@ -214,3 +214,70 @@ def test_compiled_crc32c_at_length_edges(size):
 
     data = bytes((i * 131 + 7) & 0xFF for i in range(size))
     assert _speedups.crc32c(data) == _speedups.crc32c(data, software=True) == crc32c(data)
+
+
+def _frames():
+    """lz4 and zstd payloads as producers write them, and broken in every way a
+    payload breaks: (codec id, payload, whether it is whole)."""
+    import lz4.frame
+    import zstandard
+
+    out = []
+    for size in (0, 1, 100, 70_000, 300_000):
+        raw = bytes((i * 7919 + size) % 251 for i in range(size // 4)) * 4
+        for codec, whole in (
+                (3, lz4.frame.compress(raw, store_size=False, block_linked=False)),
+                (3, lz4.frame.compress(raw, content_checksum=True, block_checksum=True)),
+                (4, zstandard.ZstdCompressor(level=3).compress(raw)),
+                (4, zstandard.ZstdCompressor(write_content_size=False).compress(raw))):
+            out += [(codec, whole, True), (codec, whole + whole, True),
+                    (codec, whole[:-1], False), (codec, whole[: len(whole) // 2], False),
+                    (codec, whole + b"xx", False), (codec, whole + bytes(8), False)]
+            flipped = bytearray(whole)
+            flipped[len(whole) // 2] ^= 0x41
+            out.append((codec, bytes(flipped), False))
+    skippable = b"\x50\x2a\x4d\x18\x04\x00\x00\x00abcd"  # a skippable frame, both formats
+    out += [(3, b"", True), (4, b"", True), (3, b"garbage", False), (4, b"garbage", False),
+            (3, skippable + lz4.frame.compress(b"hello"), True),
+            (4, skippable + zstandard.ZstdCompressor().compress(b"hello"), True)]
+    return out
+
+
+@needs_compiled
+def test_c_inflater_agrees_with_the_python_codecs():
+    """The fast path inflates lz4 and zstd through the system's C libraries. Where
+    they decide, the bytes are the Python codecs'; on anything broken or over the
+    limit they step aside (None) and the Python codec reports, as before."""
+    from kafkalog import _speedups, codecs
+
+    if _speedups.C_CODECS != {3, 4}:
+        pytest.skip("liblz4.so.1 / libzstd.so.1 not on this machine: the Python codecs inflate")
+    decided = 0
+    for codec, payload, whole in _frames():
+        for limit in (1 << 28, 100_000, 99_999, 1000, 0):
+            try:
+                expected = codecs.decompress(codec, payload, 2, limit)
+            except kafkalog.KafkaLogError:
+                expected = None
+            got = _speedups.inflate(codec, payload, limit)
+            if got is not None:
+                decided += 1
+                assert got == expected, (codec, len(payload), limit)
+            elif whole and limit == 1 << 28:
+                raise AssertionError(f"a whole payload was left to Python: {codec} {len(payload)}")
+    assert decided >= 40
+
+
+@needs_compiled
+def test_damaged_compressed_payloads_identical(tmp_path):
+    """With CRCs not verified, damage inside lz4/zstd payloads reaches the
+    inflaters: both paths give the same tables and findings."""
+    path = _segment(tmp_path)
+    data = bytearray(open(path, "rb").read())
+    batches = [b for b in kafkalog.iter_batches(bytes(data)) if b.compression in ("lz4", "zstd")]
+    for i, b in enumerate(batches):  # the frame's magic number, or a byte inside the frame
+        at = b.position + 61 + (0 if i % 2 == 0 else (b.size - 61) * (i % 3 + 1) // 4)
+        data[at] ^= 0x24 << (i % 3)
+    pure, compiled = decode_both(bytes(data), verify_crc=False)
+    assert_same_tables(pure, compiled)
+    assert "decompression_error" in pure.findings.column("kind").to_pylist()
