@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -118,24 +119,39 @@ def verify_offset_index(index: IndexFile, log_source) -> list[Finding]:
     Each entry must point at the start of an entry of the log whose last
     offset equals the entry's offset; offsets and positions must increase.
     """
-    batches = {b.position: b for b in _batches(log_source)}
-    found = list(index.findings)
+    last_offsets = {b.position: b.last_offset for b in _batches(log_source)}
+    return list(index.findings) + check_offset_index(index, last_offsets)
+
+
+def check_offset_index(index: IndexFile, last_offsets: Mapping[int, int],
+                       owned: tuple[int, int | None] = (0, None)) -> list[Finding]:
+    """:func:`verify_offset_index`'s checks on the entries that point into ``owned``
+    (``[start, end)`` byte positions, ``end`` None: to the end and past it), given
+    the last offset of every log entry that starts there (``{position: last
+    offset}``). The file's own findings (``index.findings``) are not included.
+
+    Pieces of one log checked with their own batches and adjoining ``owned``
+    ranges give exactly the findings of the whole (a decode split over workers).
+    """
+    lo, hi = owned
+    found = []
     prev = None
     for i, e in enumerate(index.entries):
-        b = batches.get(e.position)
-        if b is None:
-            found.append(_mismatch(
-                f"index entry {i} (offset {e.offset}) points at position {e.position}, "
-                "where no entry of the log starts", e.position, e.offset))
-        elif b.last_offset != e.offset:
-            found.append(_mismatch(
-                f"index entry {i}: offset {e.offset}, but the batch at position "
-                f"{e.position} ends at offset {b.last_offset}", e.position, e.offset))
-        if prev is not None and (e.offset <= prev.offset or e.position <= prev.position):
-            found.append(_mismatch(
-                f"index entry {i} (offset {e.offset}, position {e.position}) does not "
-                f"follow entry {i - 1} (offset {prev.offset}, position {prev.position})",
-                e.position, e.offset))
+        if e.position >= lo and (hi is None or e.position < hi):
+            last = last_offsets.get(e.position)
+            if last is None:
+                found.append(_mismatch(
+                    f"index entry {i} (offset {e.offset}) points at position {e.position}, "
+                    "where no entry of the log starts", e.position, e.offset))
+            elif last != e.offset:
+                found.append(_mismatch(
+                    f"index entry {i}: offset {e.offset}, but the batch at position "
+                    f"{e.position} ends at offset {last}", e.position, e.offset))
+            if prev is not None and (e.offset <= prev.offset or e.position <= prev.position):
+                found.append(_mismatch(
+                    f"index entry {i} (offset {e.offset}, position {e.position}) does not "
+                    f"follow entry {i - 1} (offset {prev.offset}, position {prev.position})",
+                    e.position, e.offset))
         prev = e
     return found
 

@@ -133,6 +133,7 @@ class Task:
     verify_crc: int | None = None  # ... and its stored CRC
     covered_end: int | None = None  # resume: the end of the prefix earlier runs ingested
     same_object: bool = False  # resume: size (and etag, where known) as when it was ingested
+    index_uri: str | None = None  # the segment's .index: entries pointing into [start, end) checked
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -302,7 +303,8 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
             hi = later[0] - 1 if later else None
             cov = coverage.get(s.key)
             common = dict(uri=s.uri, topic=s.topic, partition=s.partition,
-                          base_offset=s.base_offset, size=s.size, etag=s.etag, mtime=s.mtime)
+                          base_offset=s.base_offset, size=s.size, etag=s.etag, mtime=s.mtime,
+                          index_uri=s.index_uri)
             if cov is not None and s.size >= cov.end:
                 lo = s.base_offset if cov.last_offset is None else cov.last_offset + 1
                 same = s.size == cov.object_size and (
@@ -556,12 +558,13 @@ def run_task(task: Task, ctx: Context) -> dict:
 
 def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
     source, byte_range = fetch(lo, hi)
-    owned_end = task.end
+    owned_start, owned_end = lo, task.end
+    entries = True
     if task.split and lo > 0:
         first = kafkalog.first_entry(source, byte_range=byte_range)
         if first is None or first >= owned_end:
-            return _empty_stats(task)  # every entry here starts in the previous task's range
-        if first != lo:
+            entries = False  # every entry here starts in the previous task's range
+        elif first != lo:
             lo = first
             if byte_range is None:  # a Slice: drop the bytes before the first entry
                 source = kafkalog.Slice(memoryview(source.data)[first - source.base:], first)
@@ -571,7 +574,9 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
     raw_source = source
     topic = task.topic
     last_batch = None
-    for name, batch in kafkalog.stream(source, byte_range=byte_range, dictionary=True):
+    last_offsets: dict[int, int] | None = {} if task.index_uri else None  # position -> last offset
+    for name, batch in kafkalog.stream(source, byte_range=byte_range, dictionary=True) \
+            if entries else ():
         pos_col = {"records": "batch_position", "markers": "batch_position"}.get(name, "position")
         if batch.num_rows and pc.max(batch.column(pos_col)).as_py() >= owned_end:
             batch = batch.filter(pc.less(batch.column(pos_col), owned_end))
@@ -588,6 +593,9 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
             stats["batches"] += batch.num_rows
             stats["end_position"] = max(stats["end_position"], pc.max(ends).as_py())
             last_i = batch.num_rows - 1
+            if last_offsets is not None:
+                last_offsets.update(zip(batch.column("position").to_pylist(),
+                                        batch.column("last_offset").to_pylist()))
             last_batch = (batch.column("position")[last_i].as_py(), batch.column("crc")[last_i].as_py())
             offs = batch.column("base_offset")
             lows = pc.min(offs).as_py()
@@ -618,6 +626,8 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
                 names=batch.schema.names + ["raw"])
             stats["findings"] += batch.num_rows
             writer.write("findings", f"{root}findings/topic={topic}", _lineage(batch, "findings", task, ctx))
+    if last_offsets is not None:
+        extra_findings = extra_findings + _index_findings(task, ctx, owned_start, last_offsets)
     if extra_findings:
         fb = pa.RecordBatch.from_pylist(extra_findings, schema=pa.schema(
             [f for f in schemas.FINDINGS if f.name in extra_findings[0]]))
@@ -626,6 +636,29 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
     if last_batch is not None:
         stats["last_batch_position"], stats["last_batch_crc"] = last_batch
     return stats
+
+
+def _index_findings(task: Task, ctx: Context, start: int, last_offsets: dict) -> list[dict]:
+    """The segment's ``.index`` entries that point into this task's bytes, checked
+    against the entries it decoded (``kafkalog.check_offset_index``); the task that
+    reads to the end of the segment also reports entries past it, and the file's own
+    findings. Together a segment's tasks report what ``kafkalog index --verify`` does."""
+    last = task.end >= task.size
+    try:
+        store, key = storage.open_object(task.index_uri, ctx.s3)
+        index = kafkalog.read_offset_index(store.read(key), base_offset=task.base_offset)
+    except (storage.StorageError, OSError, kafkalog.KafkaLogError) as err:
+        return [dict(kind="index_mismatch", position=0, end=0, base_offset=None,
+                     last_offset=None, bytes=None, raw=None,
+                     message=f"cannot read {task.index_uri} ({err}): its entries were not "
+                     "checked")] if last else []
+    found = kafkalog.check_offset_index(
+        index, last_offsets, (start, None if last else task.end))
+    if last:
+        found = list(index.findings) + found
+    return [dict(kind=f.kind, position=f.position, end=f.end,
+                 message=f"{task.index_uri}: {f.message}", base_offset=f.base_offset,
+                 last_offset=f.last_offset, bytes=f.bytes, raw=None) for f in found]
 
 
 def _empty_stats(task: Task) -> dict:

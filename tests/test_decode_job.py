@@ -228,7 +228,8 @@ def test_big_segments_split_at_index_positions_give_identical_tables(spark, tmp_
     s = run(spark, src, split, "r", "--split-bytes", "4096")
     assert s["tasks"] > 4
     assert sorted(got_records(split)) == sorted(got_records(whole))
-    # an .index whose positions do not fall on batch starts changes nothing either
+    assert read_local(whole, "findings").num_rows == read_local(split, "findings").num_rows == 0
+    # an .index whose positions do not fall on batch starts changes no table but findings
     index = seg.with_suffix(".index")
     entries = bytearray(index.read_bytes())
     for i in range(0, len(entries), 8):
@@ -239,8 +240,42 @@ def test_big_segments_split_at_index_positions_give_identical_tables(spark, tmp_
     s = run(spark, src, skewed, "r", "--split-bytes", "4096")
     assert s["tasks"] > 4
     assert sorted(got_records(skewed)) == sorted(got_records(whole))
-    assert read_local(skewed, "findings").num_rows == 0
     assert read_local(skewed, "batches").num_rows == 60
+    assert_index_findings_as_the_cli_reports(skewed, seg, index)
+
+
+def assert_index_findings_as_the_cli_reports(wh, seg, index):
+    """The warehouse's findings are exactly ``kafkalog index --verify``'s for the segment's
+    .index (whatever tasks the job split it into): none lost, none twice."""
+    expected = kafkalog.verify_offset_index(kafkalog.read_offset_index(str(index)), str(seg))
+    assert expected, "the test's index should be wrong"
+    got = read_local(wh, "findings").to_pylist()
+    assert sorted((f["kind"], f["position"], f["end"], f["base_offset"], f["message"])
+                  for f in got) == sorted(
+        (f.kind, f.position, f.end, f.base_offset, f"{index}: {f.message}") for f in expected)
+
+
+def test_index_entries_are_checked_and_findings_recorded_once(spark, tmp_path):
+    """A broken .index (entries at no batch start, a wrong offset, an entry past the
+    end of the log, a torn last entry) gives the CLI's findings, split or not."""
+    src = tmp_path / "snap"
+    write_partition(src / "orders-0", 0, 60, per_batch=20, index_interval=1024)
+    seg = src / "orders-0" / "00000000000000000000.log"
+    index = seg.with_suffix(".index")
+    entries = bytearray(index.read_bytes())
+    assert len(entries) >= 8 * 6
+    entries[8 + 4:8 + 8] = (int.from_bytes(entries[12:16], "big") + 1).to_bytes(4, "big")
+    entries[8 * 3:8 * 3 + 4] = (int.from_bytes(entries[24:28], "big") + 1).to_bytes(4, "big")
+    entries += (10_000).to_bytes(4, "big") + (os.path.getsize(seg) + 64).to_bytes(4, "big")
+    index.write_bytes(bytes(entries) + b"\x00\x01\x02")
+    for name, extra in (("one-task", ()), ("split", ("--split-bytes", "4096"))):
+        wh = tmp_path / name
+        s = run(spark, src, wh, "r", *extra)
+        assert (s["tasks"] > 4) == (name == "split")
+        assert_index_findings_as_the_cli_reports(wh, seg, index)
+        kinds = {f["kind"] for f in read_local(wh, "findings").to_pylist()}
+        assert kinds == {"index_mismatch", "index_partial_entry"}
+        assert len(got_records(wh)) == 60 * 20
 
 
 def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_path):
@@ -271,7 +306,13 @@ def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_
         ("orders", 0, o, k, v) for o, k, v in zip(*(ok.column(c).to_pylist()
                                                     for c in ("offset", "key", "value"))))
     kinds = {(f["kind"], f["position"]) for f in read_local(wh, "findings").to_pylist()}
-    assert kinds == {(f["kind"], f["position"]) for f in want.findings.to_pylist()}
+    # the .index was right for the bytes before the damage: its entries into them point
+    # at no entry now, as ``kafkalog index --verify`` says too
+    index = kafkalog.verify_offset_index(
+        kafkalog.read_offset_index(str(seg.with_suffix(".index"))), str(seg))
+    assert index and {f.kind for f in index} == {"index_mismatch"}
+    assert kinds == {(f["kind"], f["position"]) for f in want.findings.to_pylist()} | {
+        (f.kind, f.position) for f in index}
     assert any(k == "skipped_bytes" for k, _ in kinds)
 
 

@@ -110,6 +110,27 @@ def test_verify_offset_index_catches_each_kind_of_lie():
     assert "index entry 3" in found[3].message and "does not follow" in found[3].message
 
 
+def test_check_offset_index_over_pieces_gives_the_whole_logs_findings():
+    """What a split decode does: each piece checks the entries pointing into its own byte
+    range against the batches that start there; together they report the whole log's
+    findings once each, including the entry past the end (the last piece's)."""
+    batches = positions_and_batches()
+    (p0, b0), (p1, b1), (p2, b2) = batches[0], batches[1], batches[-1]
+    entries = [(b0.last_offset, p0), (b1.last_offset, p1 + 1), (b2.base_offset - 1, p2),
+               (b1.last_offset, p2 + 10), (b2.last_offset + 5, p2 + 10_000)]
+    idx = kafkalog.read_offset_index(b"".join(struct.pack(">ii", o, p) for o, p in entries),
+                                     base_offset=0)
+    whole = kafkalog.verify_offset_index(idx, LOG)
+    assert len(whole) == 5
+    cuts = [0, p1, p1 + 2, p2, None]  # pieces [0, p1), [p1, p1+2), [p1+2, p2), [p2, end..)
+    pieces = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        mine = {p: b.last_offset for p, b in batches if p >= lo and (hi is None or p < hi)}
+        pieces += kafkalog.check_offset_index(idx, mine, (lo, hi))
+    assert pieces == whole
+    assert kafkalog.check_offset_index(idx, {p: b.last_offset for p, b in batches}) == whole
+
+
 def test_verify_time_index_against_a_real_log():
     batches = [b for _, b in positions_and_batches()]
     good = [(b.max_timestamp, b.last_offset) for b in batches[::5]]
