@@ -142,7 +142,7 @@ def check_offset_index(index: IndexFile, last_offsets: Mapping[int, int],
             if last is None:
                 found.append(_mismatch(
                     f"index entry {i} (offset {e.offset}) points at position {e.position}, "
-                    "where no entry of the log starts", e.position, e.offset))
+                    "where no complete entry of the log starts", e.position, e.offset))
             elif last != e.offset:
                 found.append(_mismatch(
                     f"index entry {i}: offset {e.offset}, but the batch at position "

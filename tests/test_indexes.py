@@ -104,9 +104,9 @@ def test_verify_offset_index_catches_each_kind_of_lie():
                                      base_offset=0)
     found = kafkalog.verify_offset_index(idx, LOG)
     assert [f.kind for f in found] == ["index_mismatch"] * 4
-    assert "no entry of the log starts" in found[0].message  # entry 1
+    assert "no complete entry of the log starts" in found[0].message  # entry 1
     assert f"ends at offset {b2.last_offset}" in found[1].message  # entry 2
-    assert "no entry of the log starts" in found[2].message  # entry 3 ...
+    assert "no complete entry of the log starts" in found[2].message  # entry 3 ...
     assert "index entry 3" in found[3].message and "does not follow" in found[3].message
 
 
