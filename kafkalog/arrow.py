@@ -143,11 +143,12 @@ class _Columns:
     """
 
     __slots__ = ("schema", "cols", "rows", "nbytes", "header_keys", "header_values",
-                 "run_ends", "per_run")
+                 "run_ends", "runs", "per_run")
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
-        # records: the _LINEAGE columns hold one value per batch, ending at run_ends
+        # records: the _LINEAGE columns have one value per batch (a tuple of them
+        # per batch in ``runs``), each run ending at run_ends
         self.per_run = frozenset(_LINEAGE) if schema.names == RECORDS_SCHEMA.names \
             else frozenset()
         self._reset()
@@ -157,13 +158,19 @@ class _Columns:
         self.header_keys: list[str] = []
         self.header_values: list[bytes | None] = []
         self.run_ends: list[int] = []
+        self.runs: list[tuple] = []
         self.rows = 0
         self.nbytes = 0
 
     def flush(self) -> pa.RecordBatch:
         arrays = []
         run_ends = pa.array(self.run_ends, pa.int32()) if self.per_run else None
-        for i, (field, values) in enumerate(zip(self.schema, self.cols)):
+        cols = self.cols
+        if self.runs:
+            cols = list(cols)
+            for i, values in zip(_LINEAGE, zip(*self.runs)):
+                cols[i] = values
+        for i, (field, values) in enumerate(zip(self.schema, cols)):
             if i in self.per_run:
                 if not values:
                     arrays.append(pa.array([], field.type))
@@ -223,12 +230,15 @@ def _add_records(c: _Columns, b: Batch) -> None:
         cols[13].extend([-1] * n)
     else:
         base = b.base_offset
-        cols[13].extend([increment_sequence(seq, o - base) for o in offsets])
+        if seq - base + max(offsets) <= 0x7FFFFFFF:  # no wrap: plain sums
+            start = seq - base
+            cols[13].extend([start + o for o in offsets])
+        else:
+            cols[13].extend([increment_sequence(seq, o - base) for o in offsets])
     lineage = (b.timestamp_type, b.position, b.base_offset, b.last_offset, b.magic,
                b.compression, b.producer_id, b.producer_epoch, b.partition_leader_epoch,
                b.is_transactional, b.crc_valid)
-    for i, v in zip(_LINEAGE, lineage):
-        cols[i].append(v)
+    c.runs.append(lineage)
     c.rows += n
     c.run_ends.append(c.rows)
     c.nbytes += b.size

@@ -2,12 +2,13 @@
 
 ``Record`` and ``Header`` are ``NamedTuple``s: the decoder makes one per record
 on its hot path, and a tuple is the cheapest immutable object Python has.
-``Batch``, ``Finding`` and ``Limits`` are frozen, slotted dataclasses.
+``Batch``, ``Finding`` and ``Limits`` are frozen, slotted dataclasses; a Batch,
+made once per log entry, is stored through its slots (:func:`_slot_init`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import NamedTuple
 
 from .errors import CrcMismatchError
@@ -134,6 +135,32 @@ INDEX_FINDING_KINDS = (
 )
 
 
+def _slot_init(cls):
+    """Give a frozen, slotted dataclass an ``__init__`` that stores each field
+    through its slot descriptor. The generated one goes through
+    ``object.__setattr__`` field by field: for Batch's 23 fields about 5 us, a
+    third of what the pure-Python decoder spends on a batch of a few large
+    records. Same signature and defaults; instances stay frozen."""
+    params, body, ns = [], [], {}
+    for i, f in enumerate(fields(cls)):
+        assert f.default_factory is MISSING, f.name
+        ns[f"_set{i}"] = getattr(cls, f.name).__set__
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            ns[f"_default{i}"] = f.default
+            params.append(f"{f.name}=_default{i}")
+        body.append(f"    _set{i}(self, {f.name})\n")
+    exec(f"def __init__(self, {', '.join(params)}):\n{''.join(body)}", ns)
+    init = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    init.__annotations__ = dict(cls.__init__.__annotations__)
+    cls.__init__ = init
+    return cls
+
+
+@_slot_init
 @dataclass(frozen=True, slots=True)
 class Batch:
     """One top-level log entry: a v2 record batch or a v0/v1 message.

@@ -546,3 +546,31 @@ def test_limits_of_record_count_are_respected():
     batches, found = scan(data, limits=Limits(max_records_per_batch=5))
     assert [f.kind for f in found] == ["limit_exceeded"]
     assert not batches[0].decoded
+
+
+def test_batch_keeps_the_dataclass_contract_with_its_slot_init():
+    """Batch's own ``__init__`` (kafkalog.model._slot_init) behaves as the one
+    dataclasses generates: same signature and defaults, frozen, equal, hashable,
+    picklable, ``dataclasses.replace`` works."""
+    import dataclasses
+    import inspect
+    import pickle
+
+    reference = dataclasses.make_dataclass(
+        "Reference", [(f.name, f.type, f) for f in dataclasses.fields(Batch)],
+        frozen=True, slots=True)
+    assert inspect.signature(Batch) == inspect.signature(reference)
+    values = list(range(21))
+    b = Batch(*values)
+    assert (b.records, b.decoded) == ((), True)
+    assert dataclasses.astuple(b) == dataclasses.astuple(reference(*values))
+    assert b == Batch(**dict(zip([f.name for f in dataclasses.fields(Batch)], values)))
+    assert hash(b) == hash(Batch(*values)) and b != Batch(*values, records=(), decoded=False)
+    assert pickle.loads(pickle.dumps(b)) == b
+    assert dataclasses.replace(b, size=99).size == 99
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        b.size = 1
+    with pytest.raises(TypeError):
+        Batch(*values[:-1])
+    with pytest.raises(TypeError):
+        Batch(*values, surprise=1)
