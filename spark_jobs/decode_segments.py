@@ -17,6 +17,7 @@ them to a SparkSession.
 from __future__ import annotations
 
 import argparse
+import bisect
 import concurrent.futures
 import datetime as dt
 import functools
@@ -35,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import kafkalog
+from kafkalog.indexes import IndexEntry, IndexFile, offset_index_positions
 from spark_jobs import publish as publishing
 from spark_jobs import schemas, storage, tables
 
@@ -134,6 +136,7 @@ class Task:
     covered_end: int | None = None  # resume: the end of the prefix earlier runs ingested
     same_object: bool = False  # resume: size (and etag, where known) as when it was ingested
     index_uri: str | None = None  # the segment's .index: entries pointing into [start, end) checked
+    index_entries: tuple[int, int] | None = None  # ... which are entries [first, stop) (else: read all)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -315,9 +318,11 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
                                     same_object=same)])
             else:
                 lo = s.base_offset
-                points = split_points(s, index_positions.get(s.index_uri or "", []), split_bytes)
+                positions = index_positions.get(s.index_uri or "", [])
+                points = split_points(s, positions, split_bytes)
                 ends = points[1:] + [s.size]
-                drafts.append([dict(common, start=a, end=b, split=a > 0)
+                drafts.append([dict(common, start=a, end=b, split=a > 0,
+                                    index_entries=_entries_into(positions, a, b, s.size))
                                for a, b in zip(points, ends)])
             ranges.append((lo, hi))
         pending = _overlaps(ranges) or any(
@@ -328,6 +333,18 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
     # biggest first, so the long tasks start early
     tasks.sort(key=lambda t: (-(t.end - t.start), t.uri, t.start))
     return [replace(t, task=i) for i, t in enumerate(tasks)]
+
+
+def _entries_into(positions: list[int], start: int, end: int, size: int):
+    """The ``.index`` entries a task of a split segment checks, as ``(first, stop)``
+    entry numbers: those pointing into ``[start, end)`` and the one before them (the
+    first is compared with it), so a task reads only its share of a big index. None
+    (the task reads the whole file) for the segment's last task, which also takes
+    the entries past the end and the file's own findings, and where positions go
+    down somewhere (bisecting would miss entries)."""
+    if end >= size or not positions or positions != sorted(positions):
+        return None
+    return max(0, bisect.bisect_left(positions, start) - 1), bisect.bisect_left(positions, end)
 
 
 def _meets(a: tuple, b: tuple) -> bool:
@@ -644,16 +661,24 @@ def _index_findings(task: Task, ctx: Context, start: int, last_offsets: dict) ->
     reads to the end of the segment also reports entries past it, and the file's own
     findings. Together a segment's tasks report what ``kafkalog index --verify`` does."""
     last = task.end >= task.size
+    owned = (start, None if last else task.end)
     try:
         store, key = storage.open_object(task.index_uri, ctx.s3)
-        index = kafkalog.read_offset_index(store.read(key), base_offset=task.base_offset)
+        if task.index_entries is not None:  # the planner's share: only those bytes
+            first, stop = task.index_entries
+            data = store.read(key, 8 * first, 8 * stop)
+            index = IndexFile("offset", task.base_offset, tuple(
+                IndexEntry(task.base_offset + rel, pos) for rel, pos in
+                struct.iter_unpack(">ii", data[:len(data) - len(data) % 8])), (), first)
+        else:
+            index = kafkalog.read_offset_index_range(store.read(key), owned,
+                                                     base_offset=task.base_offset)
     except (storage.StorageError, OSError, kafkalog.KafkaLogError) as err:
         return [dict(kind="index_mismatch", position=0, end=0, base_offset=None,
                      last_offset=None, bytes=None, raw=None,
                      message=f"cannot read {task.index_uri} ({err}): its entries were not "
                      "checked")] if last else []
-    found = kafkalog.check_offset_index(
-        index, last_offsets, (start, None if last else task.end))
+    found = kafkalog.check_offset_index(index, last_offsets, owned)
     if last:
         found = list(index.findings) + found
     return [dict(kind=f.kind, position=f.position, end=f.end,
@@ -972,10 +997,9 @@ def _index_positions(index_uri: str, s3) -> list[int]:
     """Positions of a ``.index`` file's entries (batch starts, as the broker recorded them)."""
     store, key = storage.open_object(index_uri, s3)
     try:
-        index = kafkalog.read_offset_index(store.read(key), base_offset=0)
+        return offset_index_positions(store.read(key))
     except (kafkalog.KafkaLogError, storage.StorageError):
         return []  # no trustworthy index: the segment is one task
-    return [e.position for e in index.entries]
 
 
 if __name__ == "__main__":

@@ -295,6 +295,9 @@ def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_
     positions = {s.index_uri: job._index_positions(s.index_uri, None) for s in segs}
     tasks = job.plan(segs, {}, {}, positions, len(data) // 4)
     assert len(tasks) >= 3 and any(t.start < mid < t.end for t in tasks)
+    # each task but the last reads only its share of the .index (and the entry before)
+    assert [t.index_entries is None for t in sorted(tasks, key=lambda t: t.start)] == \
+        [False] * (len(tasks) - 1) + [True]
     wh = tmp_path / "wh"
     ctx = job.Context(run_id="r", prefix="r", staging=f"{wh}/", s3=None, slack=512,
                       ingested_at=dt.datetime.now(dt.timezone.utc).isoformat())

@@ -131,6 +131,42 @@ def test_check_offset_index_over_pieces_gives_the_whole_logs_findings():
     assert kafkalog.check_offset_index(idx, {p: b.last_offset for p, b in batches}) == whole
 
 
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_read_offset_index_range_gives_each_piece_its_entries(shuffled):
+    """Reading only a piece's share of a big .index (and the entry before it) checks
+    to the same findings as reading it whole; where positions go down somewhere the
+    whole file is returned instead."""
+    from kafkalog.indexes import offset_index_positions
+
+    batches = positions_and_batches()
+    entries = [(b.last_offset, p) for p, b in batches]
+    entries[5] = (entries[5][0], entries[5][1] + 1)  # points inside a batch
+    entries[4] = (entries[3][0], entries[4][1])  # the first of a piece repeats an offset
+    entries.append((entries[-1][0] + 3, batches[-1][0] + 10_000))  # past the end
+    if shuffled:
+        entries[2], entries[3] = entries[3], entries[2]
+    raw = b"".join(struct.pack(">ii", o, p) for o, p in entries) + bytes(8 * 4) + b"\x01"
+    whole = kafkalog.read_offset_index(raw, base_offset=0)
+    assert [e.position for e in whole.entries] == offset_index_positions(raw)
+    expected = kafkalog.check_offset_index(whole, {p: b.last_offset for p, b in batches})
+    assert len(expected) == 4
+    assert any("index entry 4" in f.message and "does not follow" in f.message
+               for f in expected) != shuffled
+    cuts = [0, batches[4][0], batches[9][0], batches[-1][0], None]
+    got = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        piece = kafkalog.read_offset_index_range(raw, (lo, hi), base_offset=0)
+        assert piece.findings == whole.findings
+        if shuffled:
+            assert (piece.first, piece.entries) == (0, whole.entries)
+        else:
+            assert piece.entries == whole.entries[piece.first:piece.first + len(piece.entries)]
+            assert len(piece.entries) < len(whole.entries)
+        mine = {p: b.last_offset for p, b in batches if p >= lo and (hi is None or p < hi)}
+        got += kafkalog.check_offset_index(piece, mine, (lo, hi))
+    assert got == expected
+
+
 def test_verify_time_index_against_a_real_log():
     batches = [b for _, b in positions_and_batches()]
     good = [(b.max_timestamp, b.last_offset) for b in batches[::5]]
