@@ -7,6 +7,7 @@ compiled pass, since they do not exercise the decoder paths differently.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import uuid
@@ -34,6 +35,10 @@ def spark():
                                   "spark.default.parallelism": "4"})
     yield session
     session.stop()
+    # py4j says goodbye at INFO from __del__ when the interpreter exits; by then the
+    # stream of a console handler set up during the tests (Airflow's) is closed, and
+    # logging prints a "--- Logging error ---" traceback after the summary
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
