@@ -38,6 +38,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 SEGMENT_MIB = 128
+#: bumped when the snapshot's .index changes (2: last offsets, as a broker writes them;
+#: 1 held base offsets, which the job now reports as index_mismatch findings)
+INDEX_FORMAT = 2
 
 
 def ensure_snapshot(out: Path, size_mib: int, partitions: int) -> tuple[Path, dict]:
@@ -48,7 +51,8 @@ def ensure_snapshot(out: Path, size_mib: int, partitions: int) -> tuple[Path, di
     root = out / "job-snapshot"
     meta_path = root / "meta.json"
     per = max(SEGMENT_MIB, -(-size_mib // partitions))
-    want = {"partitions": partitions, "segment_mib": per, "generator": bench_memory.GENERATOR}
+    want = {"partitions": partitions, "segment_mib": per, "generator": bench_memory.GENERATOR,
+            "index": INDEX_FORMAT}
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
         if {k: meta.get(k) for k in want} == want:
@@ -63,11 +67,12 @@ def ensure_snapshot(out: Path, size_mib: int, partitions: int) -> tuple[Path, di
         log.with_suffix(".json").unlink()
         records += m["records"]
         size += m["bytes"]
-        # an .index entry every 4 KiB of batches, as the broker's index.interval.bytes does
+        # an .index entry every 4 KiB of batches, as the broker's index.interval.bytes
+        # does: the batch's last offset (relative) and its position
         entries, since = bytearray(), 0
         for b in kafkalog.iter_batches(str(log), verify_crc=False):
             if since >= 4096:
-                entries += (b.base_offset).to_bytes(4, "big") + b.position.to_bytes(4, "big")
+                entries += (b.last_offset).to_bytes(4, "big") + b.position.to_bytes(4, "big")
                 since = 0
             since += b.size
         log.with_suffix(".index").write_bytes(bytes(entries))
@@ -143,7 +148,7 @@ def bench_job(root: Path, wh: Path, cores: int, split_mib: int) -> dict:
     finally:
         spark.stop()
     return {"seconds": seconds, "records": summary["records"], "tasks": summary["tasks"],
-            "session_start_s": startup, "first_python_job_s": warm,
+            "findings": summary["findings"], "session_start_s": startup, "first_python_job_s": warm,
             "timings": summary["timings"]}
 
 
@@ -169,6 +174,7 @@ def main(argv=None) -> int:
     par.append(bench_records_table(root, args.split_mib, args.cores))
     for r in seq + par:
         assert r["records"] == job["records"] == meta["records"], (r, job, meta)
+    assert job["findings"] == 0, f"the generated snapshot should decode clean: {job}"
     base = {"seconds": sum(r["seconds"] for r in seq) / len(seq)}
     base_par = {"seconds": sum(r["seconds"] for r in par) / len(par)}
     result = {
