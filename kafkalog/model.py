@@ -138,9 +138,10 @@ INDEX_FINDING_KINDS = (
 def _slot_init(cls):
     """Give a frozen, slotted dataclass an ``__init__`` that stores each field
     through its slot descriptor. The generated one goes through
-    ``object.__setattr__`` field by field: for Batch's 23 fields about 5 us, a
-    third of what the pure-Python decoder spends on a batch of a few large
-    records. Same signature and defaults; instances stay frozen."""
+    ``object.__setattr__`` field by field, which for Batch's 23 fields costs
+    about twice as much (timeit, 23 keyword arguments: 8.9-16.8 us against
+    4.8-5.8 us on a loaded machine); the pure-Python decoder builds one per
+    log entry. Same signature and defaults; instances stay frozen."""
     params, body, ns = [], [], {}
     for i, f in enumerate(fields(cls)):
         assert f.default_factory is MISSING, f.name
