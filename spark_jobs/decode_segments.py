@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import kafkalog
-from kafkalog.indexes import IndexEntry, IndexFile, offset_index_positions
+from kafkalog.indexes import offset_index_positions
 from spark_jobs import publish as publishing
 from spark_jobs import schemas, storage, tables
 
@@ -321,8 +321,10 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
                 positions = index_positions.get(s.index_uri or "", [])
                 points = split_points(s, positions, split_bytes)
                 ends = points[1:] + [s.size]
+                # shares of the .index only where bisecting finds every entry
+                ordered = positions if positions == sorted(positions) else []
                 drafts.append([dict(common, start=a, end=b, split=a > 0,
-                                    index_entries=_entries_into(positions, a, b, s.size))
+                                    index_entries=_entries_into(ordered, a, b, s.size))
                                for a, b in zip(points, ends)])
             ranges.append((lo, hi))
         pending = _overlaps(ranges) or any(
@@ -335,16 +337,16 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
     return [replace(t, task=i) for i, t in enumerate(tasks)]
 
 
-def _entries_into(positions: list[int], start: int, end: int, size: int):
+def _entries_into(ordered: list[int], start: int, end: int, size: int):
     """The ``.index`` entries a task of a split segment checks, as ``(first, stop)``
-    entry numbers: those pointing into ``[start, end)`` and the one before them (the
-    first is compared with it), so a task reads only its share of a big index. None
-    (the task reads the whole file) for the segment's last task, which also takes
-    the entries past the end and the file's own findings, and where positions go
-    down somewhere (bisecting would miss entries)."""
-    if end >= size or not positions or positions != sorted(positions):
+    entry numbers in ``ordered`` (the file's positions, in ascending order): those
+    pointing into ``[start, end)`` and the one before them (the first is compared
+    with it), so a task reads only its share of a big index. None (the task reads
+    the whole file) for the segment's last task, which also takes the entries past
+    the end and the file's own findings, and without ``ordered`` positions."""
+    if end >= size or not ordered:
         return None
-    return max(0, bisect.bisect_left(positions, start) - 1), bisect.bisect_left(positions, end)
+    return max(0, bisect.bisect_left(ordered, start) - 1), bisect.bisect_left(ordered, end)
 
 
 def _meets(a: tuple, b: tuple) -> bool:
@@ -666,10 +668,9 @@ def _index_findings(task: Task, ctx: Context, start: int, last_offsets: dict) ->
         store, key = storage.open_object(task.index_uri, ctx.s3)
         if task.index_entries is not None:  # the planner's share: only those bytes
             first, stop = task.index_entries
-            data = store.read(key, 8 * first, 8 * stop)
-            index = IndexFile("offset", task.base_offset, tuple(
-                IndexEntry(task.base_offset + rel, pos) for rel, pos in
-                struct.iter_unpack(">ii", data[:len(data) - len(data) % 8])), (), first)
+            index = replace(kafkalog.read_offset_index(store.read(key, 8 * first, 8 * stop),
+                                                       base_offset=task.base_offset),
+                            first=first)
         else:
             index = kafkalog.read_offset_index_range(store.read(key), owned,
                                                      base_offset=task.base_offset)
