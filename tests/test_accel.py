@@ -10,6 +10,7 @@ shape, damaged files, tiny flush sizes — and compare all four tables whole.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 
@@ -206,7 +207,12 @@ def test_compiled_crc32c_and_its_table_twin_match_the_crc32c_package(path):
 
 
 @needs_compiled
-@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 63, 64, 65, 4096, 100_003])
+@pytest.mark.parametrize(
+    "size",
+    # around the 3-stream blocks of the hardware path (3 x 256 and 3 x 4096 bytes)
+    [0, 1, 7, 8, 9, 63, 64, 65, 767, 768, 769, 775, 776, 1536, 4096, 12_287, 12_288,
+     12_289, 12_288 + 768, 12_288 + 767, 16_384, 24_576, 100_003],
+)
 def test_compiled_crc32c_at_length_edges(size):
     from crc32c import crc32c
 
@@ -214,6 +220,11 @@ def test_compiled_crc32c_at_length_edges(size):
 
     data = bytes((i * 131 + 7) & 0xFF for i in range(size))
     assert _speedups.crc32c(data) == _speedups.crc32c(data, software=True) == crc32c(data)
+    noise = random.Random(size).randbytes(size)
+    assert _speedups.crc32c(noise) == crc32c(noise)
+    # and at every alignment of the start
+    for shift in range(1, 8):
+        assert _speedups.crc32c(noise[shift:]) == crc32c(noise[shift:])
 
 
 def _frames():
