@@ -42,7 +42,8 @@ class FastSink:
 
     @property
     def full(self) -> bool:
-        return self.columns.rows >= self._max_rows or self.columns.nbytes >= self._max_bytes
+        c = self.columns
+        return c.rows >= self._max_rows or c.nbytes >= self._max_bytes or c.no_room
 
     def run(self, buf, pos, base, verify_crc, limits, prev_last):
         if not self._sized:  # a chunk holds at most max_bytes (plus a batch) of input

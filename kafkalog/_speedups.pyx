@@ -607,6 +607,9 @@ cdef class RecordColumns:
 
     cdef public Py_ssize_t rows
     cdef public Py_ssize_t nbytes
+    #: scan_run stopped at a batch whose values would not fit the buffer
+    #: :meth:`expect` sized: flush before more is added
+    cdef public bint no_room
     cdef object schema
     cdef _Buf runs, offset, ts, hlist
     cdef _Binary key, value, hkey, hvalue
@@ -641,6 +644,7 @@ cdef class RecordColumns:
     def _reset(self):
         self.rows = 0
         self.nbytes = 0
+        self.no_room = False
         self.runs = _Buf()
         self.offset = _Buf()
         self.ts = _Buf()
@@ -787,7 +791,9 @@ cdef class RecordColumns:
         then reports findings exactly as it always does. Returns
         ``(new_pos, prev_last)``; appends one batches-table row per batch to
         ``rows`` (unless ``rows`` is None). Stops once ``stop_rows`` rows or
-        ``stop_bytes`` bytes of batches are held, so the caller can flush.
+        ``stop_bytes`` bytes of batches are held, or (after :meth:`expect`)
+        before a batch whose values would not fit the value buffer
+        (``no_room``), so the caller can flush.
         """
         cdef Py_ssize_t n = view.shape[0], size, end, count
         cdef const uint8_t* d = &view[0] if n > 0 else NULL
@@ -853,6 +859,13 @@ cdef class RecordColumns:
                         break  # the Python reader decompresses again and reports it
                     payload_len = inflated.shape[0]
                     payload = &inflated[0] if payload_len > 0 else NULL
+            if self.expected > 0 and self.rows > 0 \
+                    and self.value.data.n + payload_len > self.value.data.cap:
+                # compressed batches inflate past what expect() reserved from
+                # the input size: growing would copy every value into fresh
+                # pages, so this chunk ends here (the batch starts the next)
+                self.no_room = True
+                break
             if self._parse_v2(payload, payload_len, count, base_offset, last_offset, base_ts,
                               max_ts, log_append, base + pos, size + 12, codec, pid, pepoch,
                               bseq, leader_epoch, (attributes & 0x10) != 0,

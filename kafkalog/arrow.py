@@ -144,6 +144,7 @@ class _Columns:
 
     __slots__ = ("schema", "cols", "rows", "nbytes", "header_keys", "header_values",
                  "run_ends", "runs", "per_run")
+    no_room = False  # as the compiled RecordColumns': lists always have room
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
@@ -299,8 +300,10 @@ def stream(
     """Yield ``(table_name, RecordBatch)`` pairs of bounded size, in one pass.
 
     A RecordBatch is flushed once it holds ``max_rows`` rows or about
-    ``max_bytes`` of input; every table wanted gets at least one (possibly
-    empty) RecordBatch. ``dictionary=True`` gives the records'
+    ``max_bytes`` of input (on the compiled path, records of compressed
+    batches also once their values fill the buffer reserved for that much
+    input: growing it would copy them all); every table wanted gets at least
+    one (possibly empty) RecordBatch. ``dictionary=True`` gives the records'
     ``timestamp_type`` and ``compression`` as ``dictionary<int8, string>``
     (RECORDS_DICTIONARY_SCHEMA; same values, cheaper to build and to write).
     ``options`` go to :func:`kafkalog.scan`.
@@ -341,7 +344,7 @@ def stream(
                 elif records is not None:
                     add_records(item)
         for name, cols in wanted.items():
-            if cols.rows >= max_rows or cols.nbytes >= max_bytes:
+            if cols.rows >= max_rows or cols.nbytes >= max_bytes or cols.no_room:
                 emitted.add(name)
                 yield name, cols.flush()
     for name, cols in wanted.items():

@@ -175,6 +175,29 @@ def test_install_without_compiler_falls_back(tmp_path):
     assert not list((tmp_path / "lib").rglob("*.so"))
 
 
+@needs_compiled
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_compressed_chunks_end_where_the_values_fill_the_reserved_buffer(codec):
+    # the compiled sink reserves its value buffer from the input size; values
+    # of compressed batches inflate past it, and the chunk ends there instead
+    # of growing the buffer (a copy of every value): no chunk's values exceed
+    # the reservation unless one batch alone does, and nothing is lost
+    data = b"".join(
+        encode_v2_batch(i * 10, [WriteRecord(b"k%d" % j, (b"%08d " % (i * 10 + j)) * 250)
+                                 for j in range(10)], codec=codec)
+        for i in range(60))
+    reserved = len(data) + (1 << 16)  # FastSink.run: min(input, max_bytes) + 64 KiB
+    with pure_python(False):
+        compiled = [rb for _, rb in kafkalog.stream(data, tables=("records",))]
+    assert len(compiled) > 1
+    for rb in compiled:
+        values = rb.column("value")
+        value_bytes = sum(len(v) for v in values.to_pylist())
+        assert value_bytes <= reserved or rb.num_rows == 10
+    assert sum(rb.num_rows for rb in compiled) == 600
+    assert_same_tables(*decode_both(data))
+
+
 @pytest.mark.parametrize("pure", [True, False])
 def test_streamed_record_batches_respect_max_bytes(pure):
     # 50 batches of 4 records of 100 kB: chunks must flush by bytes, not only by rows
