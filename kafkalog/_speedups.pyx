@@ -338,7 +338,13 @@ POOL = pa.default_memory_pool()
 _TS_NAMES = (b"CreateTime", b"LogAppendTime", None)  # index: the codes below
 _CODEC_NAMES = (b"none", b"gzip", b"snappy", b"lz4", b"zstd")
 _CODEC_STR = ("none", "gzip", "snappy", "lz4", "zstd")
-CRC_VALID = pa.array([False, True, None], pa.bool_())
+_CRC_VALID = []  # pa.array([False, True, None]) once needed (pyarrow imports pandas then)
+
+
+cdef object _crc_valid():
+    if not _CRC_VALID:
+        _CRC_VALID.append(pa.array([False, True, None], pa.bool_()))
+    return _CRC_VALID[0]
 _TS_CODES = {"CreateTime": 0, "LogAppendTime": 1, None: 2}
 _CODEC_CODES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -1032,7 +1038,7 @@ cdef class RecordColumns:
             pa.Array.from_buffers(i32, n, [None if all_v2 else row_v2.buffer(), sequence.buffer()]),
             expand(pa.Array.from_buffers(i32, m, [v2_bits, leader_epoch.buffer()])),
             expand(pa.Array.from_buffers(pa.uint8(), m, [None, txn.buffer()]).cast(pa.bool_())),
-            expand(CRC_VALID.take(pa.Array.from_buffers(i8, m, [None, crc.buffer()]))),
+            expand(_crc_valid().take(pa.Array.from_buffers(i8, m, [None, crc.buffer()]))),
         ]
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)

@@ -56,7 +56,7 @@ RECORDS_DICTIONARY_SCHEMA = pa.schema([
     pa.field(f.name, DICTIONARY_STRING) if f.name in ("timestamp_type", "compression") else f
     for f in RECORDS_SCHEMA
 ])
-_DICTIONARIES = {"timestamp_type": pa.array(TIMESTAMP_TYPES), "compression": pa.array(CODECS)}
+_DICTIONARY_VALUES = {"timestamp_type": TIMESTAMP_TYPES, "compression": CODECS}
 _CODES = {name: {v: i for i, v in enumerate(values)}
           for name, values in (("timestamp_type", TIMESTAMP_TYPES), ("compression", CODECS))}
 
@@ -64,7 +64,14 @@ _CODES = {name: {v: i for i, v in enumerate(values)}
 def dictionary_column(name: str, codes: pa.Array) -> pa.DictionaryArray:
     """int8 ``codes`` (positions in :data:`TIMESTAMP_TYPES` or :data:`CODECS`;
     null for none) as the dictionary column ``name`` of RECORDS_DICTIONARY_SCHEMA."""
-    return pa.DictionaryArray.from_arrays(codes, _DICTIONARIES[name])
+    return pa.DictionaryArray.from_arrays(codes, _dictionary(name))
+
+
+@functools.cache
+def _dictionary(name: str) -> pa.Array:
+    # made at first use: pyarrow imports pandas at its first pa.array call
+    # (~0.3 s), which `import kafkalog` (and `kafkalog dump`) need not pay
+    return pa.array(_DICTIONARY_VALUES[name], pa.string())
 
 
 BATCHES_SCHEMA = pa.schema([

@@ -72,6 +72,17 @@ def test_help_names_both_commands():
     assert "dump" in p.stdout and "index" in p.stdout and "Exit status" in p.stdout
 
 
+def test_dump_starts_without_importing_pandas():
+    # pyarrow imports pandas (~0.3 s) at its first pa.array call: nothing in
+    # `import kafkalog` or a plain dump may make one, or every `kafkalog`
+    # command starts that much slower
+    code = ("import sys, kafkalog, kafkalog.cli; "
+            f"kafkalog.cli.main(['dump', '--records', {str(FILES[0])!r}]); "
+            "print('pandas' in sys.modules, file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.stderr.strip().splitlines()[-1] == "False", p.stderr
+
+
 def test_byte_range_keeps_positions_absolute(capsys):
     assert main(["dump", "--json", "--start", "82", "--end", "164", str(SMALL)]) == 0
     objs = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
