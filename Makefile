@@ -56,6 +56,7 @@ bench: venv
 	$(BIN)/python bench/bench_decode.py
 	$(BIN)/python bench/bench_memory.py
 	$(BIN)/python bench/bench_job.py
+	$(BIN)/python bench/bench_plan.py
 
 clean:
 	rm -rf $(VENV) demo-output build *.egg-info

@@ -922,9 +922,9 @@ def main(argv=None, spark=None) -> dict:
     ledger = _read_ledger(wh)
     coverage = {} if args.reprocess else coverage_from_ledger(ledger, trusted_runs(wh, args.run_id))
     published = ledger_ranges(ledger, args.run_id)
-    index_positions = {s.index_uri: _index_positions(s.index_uri, s3) for s in segments
-                       if s.index_uri and s.size > args.split_bytes
-                       and s.key not in coverage}
+    index_positions = read_index_positions(
+        [s.index_uri for s in segments
+         if s.index_uri and s.size > args.split_bytes and s.key not in coverage], s3)
     tasks = plan(segments, coverage, published, index_positions, args.split_bytes)
 
     own_session = spark is None
@@ -992,6 +992,17 @@ def _read_ledger(store) -> pa.Table:
     parts = [tables.read_file(store, k, "ledger") for k in tables.table_files(store, "ledger")]
     return pa.concat_tables(parts).select(schemas.LEDGER.names) if parts \
         else schemas.LEDGER.empty_table()
+
+
+def read_index_positions(index_uris: list[str], s3, workers: int = 16) -> dict[str, list[int]]:
+    """:func:`_index_positions` of each ``.index``, read ``workers`` at a time: on S3
+    each is a round trip, and a snapshot can hold thousands of big segments (the
+    S3 client pools 16 connections)."""
+    if len(index_uris) < 2:
+        return {u: _index_positions(u, s3) for u in index_uris}
+    with concurrent.futures.ThreadPoolExecutor(min(workers, len(index_uris)),
+                                               thread_name_prefix="plan-index") as pool:
+        return dict(zip(index_uris, pool.map(lambda u: _index_positions(u, s3), index_uris)))
 
 
 def _index_positions(index_uri: str, s3) -> list[int]:

@@ -17,6 +17,7 @@ import hashlib
 import os
 import re
 import shutil
+import threading
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
@@ -70,25 +71,32 @@ class S3Config:
 
 
 _CLIENTS: dict = {}
+_CLIENTS_LOCK = threading.Lock()  # boto3 clients are thread-safe; making one is not
 
 
 def _client(cfg: S3Config):
     client = _CLIENTS.get(cfg)
-    if client is None:
-        import boto3
-        from botocore.config import Config
+    if client is not None:
+        return client
+    with _CLIENTS_LOCK:
+        return _CLIENTS.get(cfg) or _new_client(cfg)
 
-        client = boto3.client(
-            "s3",
-            endpoint_url=cfg.endpoint_url,
-            region_name=cfg.region,
-            aws_access_key_id=cfg.access_key,
-            aws_secret_access_key=cfg.secret_key,
-            aws_session_token=cfg.session_token,
-            config=Config(retries={"max_attempts": 8, "mode": "adaptive"},
-                          max_pool_connections=16),
-        )
-        _CLIENTS[cfg] = client
+
+def _new_client(cfg: S3Config):
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.session.Session().client(
+        "s3",
+        endpoint_url=cfg.endpoint_url,
+        region_name=cfg.region,
+        aws_access_key_id=cfg.access_key,
+        aws_secret_access_key=cfg.secret_key,
+        aws_session_token=cfg.session_token,
+        config=Config(retries={"max_attempts": 8, "mode": "adaptive"},
+                      max_pool_connections=16),
+    )
+    _CLIENTS[cfg] = client
     return client
 
 

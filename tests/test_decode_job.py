@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pyarrow as pa
@@ -336,6 +337,29 @@ def test_real_corpus(spark, tmp_path):
     assert read_local(wh, "markers").num_rows == want_markers
     want_findings = sum(kafkalog.decode(str(p)).findings.num_rows for p in copied)
     assert read_local(wh, "findings").num_rows == want_findings
+
+
+def test_planner_reads_indexes_concurrently_with_the_same_result(tmp_path, s3_bucket,
+                                                                 s3_endpoint):
+    # read_index_positions (16 threads, one S3 client) gives each .index the positions
+    # _index_positions reads alone: for good files, an unreadable one, a missing one
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    uris = []
+    for i in range(40):
+        body = b"".join(struct.pack(">ii", 10 * k + i, 4096 * k + i) for k in range(i * 7))
+        if i == 5:
+            body += b"\x01\x02\x03"  # torn: an incomplete last entry
+        key = f"snap/t-{i}/{0:020d}.index"
+        client.put_object(Bucket=s3_bucket, Key=key, Body=body)
+        uris.append(f"s3://{s3_bucket}/{key}")
+    uris.append(f"s3://{s3_bucket}/snap/missing/{0:020d}.index")
+    s3 = storage.S3Config.from_env(s3_endpoint)
+    alone = {u: job._index_positions(u, s3) for u in uris}
+    assert job.read_index_positions(uris, s3) == alone
+    assert alone[uris[3]] == [4096 * k + 3 for k in range(21)]
+    assert alone[uris[-1]] == []
 
 
 def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint):
