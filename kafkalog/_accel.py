@@ -47,7 +47,7 @@ class FastSink:
 
     def run(self, buf, pos, base, verify_crc, limits, prev_last):
         if not self._sized:  # a chunk holds at most max_bytes (plus a batch) of input
-            self.columns.expect(min(len(buf) - pos, self._max_bytes) + (1 << 16))
+            self.columns.expect(min(len(buf) - pos, self._max_bytes) + (1 << 16), self._max_rows)
             self._sized = True
         rows = [] if self._want_rows else None
         new_pos, prev_last = self.columns.scan_run(

@@ -620,31 +620,47 @@ cdef class RecordColumns:
     cdef _Buf runs, offset, ts, hlist
     cdef _Binary key, value, hkey, hvalue
     cdef Py_ssize_t expected
+    cdef Py_ssize_t expected_rows
+    cdef Py_ssize_t last_values  # value bytes of the chunk flushed last
 
     def __init__(self, schema):
         self.schema = schema
         self.expected = 0
+        self.expected_rows = 0
+        self.last_values = 0
         self._reset()
 
-    def expect(self, Py_ssize_t nbytes):
-        """Size the buffers for about ``nbytes`` of records, now and after
-        each flush. Growing a buffer by doubling copies it into fresh pages
-        every time, which costs more than the decoding (page faults); one
-        reservation of the right size does not (untouched pages are free)."""
+    def expect(self, Py_ssize_t nbytes, Py_ssize_t max_rows=0):
+        """Size the buffers for about ``nbytes`` of records (and at most
+        ``max_rows`` rows), now and after each flush. Growing a buffer by
+        doubling copies it into fresh pages every time, which costs more than
+        the decoding (page faults); one reservation of the right size does not.
+        Nor should it be far too big: the allocator takes big blocks from the
+        OS and gives them back when freed, and the kernel's transparent huge
+        pages zero 2 MiB at the first byte written, so every block costs.
+        After the first flush the value buffer follows the last chunk's value
+        bytes (a quarter more); a chunk that needs more ends early (``no_room``)."""
         self.expected = nbytes
+        self.expected_rows = max_rows
         self._presize()
 
     cdef int _presize(self) except -1:
-        cdef Py_ssize_t n = self.expected
+        cdef Py_ssize_t n = self.expected, rows, values
         if n <= 0:
             return 0
-        self.value.data.reserve(n)
-        self.key.data.reserve(n // 8)
-        self.value.offsets.reserve(n // 16)
-        self.key.offsets.reserve(n // 16)
-        self.hlist.reserve(n // 16)
-        self.offset.reserve(n // 8)
-        self.ts.reserve(n // 8)
+        rows = n // 64  # records of 64 bytes and more on average; more rows grow the buffers
+        if 0 < self.expected_rows < rows:
+            rows = self.expected_rows + 2048  # a chunk ends past max_rows, at its batch's end
+        values = n
+        if 0 < self.last_values < n:
+            values = min(n, self.last_values + self.last_values // 4 + 65536)
+        self.value.data.reserve(values)
+        self.key.data.reserve(min(n // 8, 32 * rows))
+        self.value.offsets.reserve(4 * rows + 4)
+        self.key.offsets.reserve(4 * rows + 4)
+        self.hlist.reserve(4 * rows + 4)
+        self.offset.reserve(8 * rows)
+        self.ts.reserve(8 * rows)
         return 0
 
     def _reset(self):
@@ -1040,6 +1056,7 @@ cdef class RecordColumns:
             expand(pa.Array.from_buffers(pa.uint8(), m, [None, txn.buffer()]).cast(pa.bool_())),
             expand(_crc_valid().take(pa.Array.from_buffers(i8, m, [None, crc.buffer()]))),
         ]
+        self.last_values = self.value.data.n
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 

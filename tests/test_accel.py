@@ -198,6 +198,23 @@ def test_compressed_chunks_end_where_the_values_fill_the_reserved_buffer(codec):
     assert_same_tables(*decode_both(data))
 
 
+@needs_compiled
+def test_chunks_after_the_first_are_sized_from_the_last_and_end_early_when_values_grow():
+    # after a flush the value buffer follows the last chunk's value bytes: a chunk
+    # whose values are far bigger ends where they would not fit, nothing is lost
+    small = [encode_v2_batch(i * 50, [WriteRecord(b"k", b"v%d" % j) for j in range(50)])
+             for i in range(40)]  # 2,000 rows of 2-5 byte values
+    big = [encode_v2_batch(2000 + i * 10, [WriteRecord(b"k", bytes([i]) * 30_000)
+                                           for _ in range(10)]) for i in range(20)]
+    data = b"".join(small + big)
+    with pure_python(False):
+        chunks = [rb for _, rb in kafkalog.stream(data, tables=("records",), max_rows=1000)]
+    assert [rb.num_rows for rb in chunks[:2]] == [1000, 1000]
+    assert all(rb.num_rows < 1000 for rb in chunks[2:]) and len(chunks) > 3
+    assert sum(rb.num_rows for rb in chunks) == 2200
+    assert_same_tables(*decode_both(data, max_rows=1000))
+
+
 @pytest.mark.parametrize("pure", [True, False])
 def test_streamed_record_batches_respect_max_bytes(pure):
     # 50 batches of 4 records of 100 kB: chunks must flush by bytes, not only by rows
