@@ -24,7 +24,9 @@ connections are the environment variables ``AIRFLOW_CONN_*`` of the children.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import fcntl
 import io
 import json
 import os
@@ -319,8 +321,39 @@ def run_night(env, date: str, log_dir: Path) -> dict:
 
 
 # ------------------------------------------------------------------ commands
+@contextlib.contextmanager
+def exclusive(out: Path, what: str):
+    """Hold ``out/.demo.lock`` for ``what`` (`make demo`, `make ui`): both write the
+    same Airflow database, snapshots and warehouse, so a second one over the same
+    directory stops at once with who holds it. The kernel drops the lock when its
+    holder exits, however it exits; Airflow's processes do not inherit it."""
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / ".demo.lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise SystemExit(f"{out} is in use by {holder}: stop it first (Ctrl-C where it runs), "
+                         f"then start {what} again") from None
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"{what} (pid {os.getpid()})\n")
+        f.flush()
+        yield
+    finally:
+        f.close()
+
+
 def cmd_run(out: Path) -> int:
     out = out.resolve()
+    with exclusive(out, "make demo"):
+        return _run(out)
+
+
+def _run(out: Path) -> int:
     log_dir = out / "pipeline-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     snapshots = out / "snapshots"
@@ -384,6 +417,11 @@ def password_file(home: Path) -> tuple[Path, str]:
 
 def cmd_ui(out: Path, port: int | None) -> int:
     out = out.resolve()
+    with exclusive(out, "make ui"):
+        return _ui(out, port)
+
+
+def _ui(out: Path, port: int | None) -> int:
     snapshots = out / "snapshots"
     if not snapshots.is_dir():
         demo_data.write_nights(snapshots)

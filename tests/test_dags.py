@@ -290,3 +290,27 @@ def test_unreachable_endpoint_is_transient():
                                access_key="x", secret_key="y")
     with pytest.raises(snapshots.TransientS3Error, match="cannot list"):
         snapshots.list_segments("b", {"d": "p/2026-11-20/"}, access)
+
+
+# ------------------------------------------------------------------ make demo / make ui
+def test_demo_and_ui_do_not_run_over_one_directory_at_once(tmp_path):
+    """`make demo` while `make ui` serves the same directory (or the other way round)
+    stops at once, naming who holds it, and writes nothing; a holder that exited,
+    however it exited, leaves no lock behind."""
+    from kafkalog_pipeline import demo
+
+    out = tmp_path / "demo-output"
+    run = [sys.executable, "-m", "kafkalog_pipeline.demo", "run", "--out", str(out)]
+    with demo.exclusive(out, "make ui"):
+        p = subprocess.run(run, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1
+        assert f"{out} is in use by make ui (pid {os.getpid()})" in p.stderr, p.stderr
+        assert sorted(x.name for x in out.iterdir()) == [".demo.lock"]
+    # a holder killed without cleaning up: its lock goes with it
+    code = ("import os, sys, pathlib; from kafkalog_pipeline import demo\n"
+            "with demo.exclusive(pathlib.Path(sys.argv[1]), 'make demo'):\n"
+            "    os.kill(os.getpid(), 9)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(out)], timeout=120)
+    assert p.returncode == -9
+    with demo.exclusive(out, "make demo"):
+        assert (out / ".demo.lock").read_text().strip() == f"make demo (pid {os.getpid()})"
