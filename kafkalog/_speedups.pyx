@@ -338,6 +338,8 @@ POOL = pa.default_memory_pool()
 _TS_NAMES = (b"CreateTime", b"LogAppendTime", None)  # index: the codes below
 _CODEC_NAMES = (b"none", b"gzip", b"snappy", b"lz4", b"zstd")
 _CODEC_STR = ("none", "gzip", "snappy", "lz4", "zstd")
+_TS_CODES = {"CreateTime": 0, "LogAppendTime": 1, None: 2}
+_CODEC_CODES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _CRC_VALID = []  # pa.array([False, True, None]) once needed (pyarrow imports pandas then)
 
 
@@ -345,8 +347,6 @@ cdef object _crc_valid():
     if not _CRC_VALID:
         _CRC_VALID.append(pa.array([False, True, None], pa.bool_()))
     return _CRC_VALID[0]
-_TS_CODES = {"CreateTime": 0, "LogAppendTime": 1, None: 2}
-_CODEC_CODES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 cdef class _Buf:
