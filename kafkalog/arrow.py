@@ -307,10 +307,10 @@ def stream(
     """Yield ``(table_name, RecordBatch)`` pairs of bounded size, in one pass.
 
     A RecordBatch is flushed once it holds ``max_rows`` rows or about
-    ``max_bytes`` of input (on the compiled path, records of compressed
-    batches also once their values fill the buffer reserved for that much
-    input: growing it would copy them all); every table wanted gets at least
-    one (possibly empty) RecordBatch. ``dictionary=True`` gives the records'
+    ``max_bytes`` of input (on the compiled path, records also once their
+    values fill the buffer reserved for them, sized from the input and then
+    from the last chunk: growing it would copy them all); every table wanted
+    gets at least one (possibly empty) RecordBatch. ``dictionary=True`` gives the records'
     ``timestamp_type`` and ``compression`` as ``dictionary<int8, string>``
     (RECORDS_DICTIONARY_SCHEMA; same values, cheaper to build and to write).
     ``options`` go to :func:`kafkalog.scan`.
