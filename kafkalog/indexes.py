@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import struct
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -140,15 +140,22 @@ def read_offset_index_range(source, owned: tuple[int, int | None], *,
     k = len(data) // OFFSET_ENTRY.size
     ints = struct.unpack(f">{2 * k}i", data)
     positions = ints[1::2]
-    first, stop = 0, k
-    lo, hi = owned
-    if list(positions) == sorted(positions):
-        start = bisect_left(positions, lo)
-        stop = k if hi is None else bisect_left(positions, hi)
-        first = max(0, start - 1)
+    first, stop = offset_index_share(positions, owned) \
+        if list(positions) == sorted(positions) else (0, k)
     entries = tuple(IndexEntry(base + rel, pos) for rel, pos in
                     zip(ints[2 * first:2 * stop:2], positions[first:stop]))
     return IndexFile("offset", base, entries, tuple(found), first)
+
+
+def offset_index_share(ordered: Sequence[int], owned: tuple[int, int | None]) -> tuple[int, int]:
+    """``(first, stop)``: the entry numbers of an ``.index`` whose positions
+    (``ordered``, ascending) point into ``owned`` (``[start, end)``, ``end`` None:
+    to the end and past it), and of the entry before them, which
+    :func:`check_offset_index` compares the first with. The share of one piece
+    of a split log (:func:`read_offset_index_range`, a job's planner)."""
+    lo, hi = owned
+    stop = len(ordered) if hi is None else bisect_left(ordered, hi)
+    return max(0, bisect_left(ordered, lo) - 1), stop
 
 
 def _mismatch(message: str, position: int = 0, offset: int | None = None) -> Finding:

@@ -17,7 +17,6 @@ them to a SparkSession.
 from __future__ import annotations
 
 import argparse
-import bisect
 import concurrent.futures
 import datetime as dt
 import functools
@@ -36,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import kafkalog
-from kafkalog.indexes import offset_index_positions
+from kafkalog.indexes import offset_index_positions, offset_index_share
 from spark_jobs import publish as publishing
 from spark_jobs import schemas, storage, tables
 
@@ -346,7 +345,7 @@ def _entries_into(ordered: list[int], start: int, end: int, size: int):
     the end and the file's own findings, and without ``ordered`` positions."""
     if end >= size or not ordered:
         return None
-    return max(0, bisect.bisect_left(ordered, start) - 1), bisect.bisect_left(ordered, end)
+    return offset_index_share(ordered, (start, end))
 
 
 def _meets(a: tuple, b: tuple) -> bool:
