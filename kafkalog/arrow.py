@@ -18,10 +18,12 @@ from typing import Iterable, Iterator, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from crc32c import crc32c
 
-from . import _accel
+from . import _accel, codecs
+from . import default_records as v2
 from .log_reader import FastRun, scan
-from .model import Batch, Finding, increment_sequence
+from .model import CREATE_TIME, LOG_APPEND_TIME, Batch, Finding, increment_sequence
 
 TIMESTAMP = pa.timestamp("ms", tz="UTC")
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -197,6 +199,8 @@ class _Columns:
                 arrays.append(ints.cast(TIMESTAMP))
             elif field.type == HEADERS:
                 arrays.append(self._headers(values))
+            elif isinstance(values, pa.Array):  # built by a subclass
+                arrays.append(values)
             else:
                 arrays.append(pa.array(values, type=field.type))
         self._reset()
@@ -211,45 +215,274 @@ class _Columns:
         return pa.ListArray.from_arrays(offsets, items, type=HEADERS)
 
 
+#: base offsets whose batches' last offsets (base + an int32 delta) stay in int64
+_OFFSETS_LO, _OFFSETS_HI = v2.INT64_MIN + (1 << 31), v2.INT64_MAX - (1 << 31)
+
 #: Records-table columns that are the same for every record of a batch: kept
 #: once per batch and expanded at flush (run-end decoding, in Arrow's C++).
 _LINEAGE = (2, 6, 7, 8, 9, 10, 11, 12, 14, 15, 16)
 
 
-def _add_records(c: _Columns, b: Batch) -> None:
-    recs = b.records
-    n = len(recs)
-    offsets, timestamps, keys, values, headers, _ = zip(*recs)
-    cols = c.cols
-    cols[0].extend(offsets)
-    cols[1].extend(timestamps)
-    cols[3].extend(keys)
-    cols[4].extend(values)
-    cols[5].extend(map(len, headers))
-    if any(headers):
-        for hs in headers:
-            for key, value in hs:
-                c.header_keys.append(key)
-                c.header_values.append(value)
-    seq = b.base_sequence
-    if seq is None:
-        cols[13].extend([None] * n)
-    elif seq < 0:
-        cols[13].extend([-1] * n)
-    else:
-        base = b.base_offset
-        if seq - base + max(offsets) <= 0x7FFFFFFF:  # no wrap: plain sums
-            start = seq - base
-            cols[13].extend([start + o for o in offsets])
+class RecordSink:
+    """Where ``default_records.read_record_columns`` puts one chunk's records:
+    one list per column, and keys and values copied into one Arrow buffer each
+    (``*_size`` bytes used; ``*_ends``: the size after each row; ``*_nulls``:
+    the rows whose field is null). ``keys`` and ``values`` are writable
+    memoryviews of those buffers.
+
+    The buffers are allocated at their expected size (Arrow's allocator: in a
+    fresh buffer a copy runs at about twice the speed of a growing
+    ``bytearray``'s) and become the columns at flush, without a copy.
+    """
+
+    __slots__ = ("offsets", "timestamps", "key_ends", "key_nulls", "value_ends", "value_nulls",
+                 "header_counts", "header_keys", "header_values", "keys", "keys_size",
+                 "values", "values_size", "_buffers")
+
+    def __init__(self, keys_capacity: int, values_capacity: int) -> None:
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.key_ends: list[int] = []
+        self.key_nulls: list[int] = []
+        self.value_ends: list[int] = []
+        self.value_nulls: list[int] = []
+        self.header_counts: list[int] = []
+        self.header_keys: list[str] = []
+        self.header_values: list[bytes | None] = []
+        self._buffers: dict[str, pa.Buffer] = {}
+        self.keys = self._allocate("keys", keys_capacity)
+        self.values = self._allocate("values", values_capacity)
+        self.keys_size = self.values_size = 0
+
+    def _allocate(self, name: str, capacity: int) -> memoryview:
+        buffer = self._buffers[name] = pa.allocate_buffer(max(capacity, 1))
+        return memoryview(buffer).cast("B")
+
+    def grow(self, name: str, size: int, need: int) -> memoryview:
+        """A bigger buffer for ``name`` (``keys`` or ``values``), holding its first ``size`` bytes."""
+        old = getattr(self, name)
+        new = self._allocate(name, max(need, 2 * len(old)))
+        new[:size] = old[:size]
+        setattr(self, name, new)
+        return new
+
+    def append(self, name: str, items) -> None:
+        """Append ``items`` (bytes or None each) to ``name``: rows from :class:`Record` objects."""
+        data, size = getattr(self, name), getattr(self, name + "_size")
+        ends, nulls = getattr(self, name[:-1] + "_ends"), getattr(self, name[:-1] + "_nulls")
+        for row, item in enumerate(items, len(ends)):
+            if item is None:
+                nulls.append(row)
+            elif item:
+                end = size + len(item)
+                if end > len(data):
+                    data = self.grow(name, size, end)
+                data[size:end] = item
+                size = end
+            ends.append(size)
+        setattr(self, name + "_size", size)
+
+    def rollback(self, rows: int, headers: int) -> None:
+        """Back to ``rows`` rows and ``headers`` headers (the buffers' sizes only
+        change when a whole batch decoded)."""
+        for column in (self.offsets, self.timestamps, self.key_ends, self.value_ends,
+                       self.header_counts):
+            del column[rows:]
+        for nulls in (self.key_nulls, self.value_nulls):
+            while nulls and nulls[-1] >= rows:
+                nulls.pop()
+        del self.header_keys[headers:]
+        del self.header_values[headers:]
+
+    def column(self, name: str) -> pa.Array:
+        """``keys`` or ``values`` as a binary column over the buffer (no copy)."""
+        ends, nulls = getattr(self, name[:-1] + "_ends"), getattr(self, name[:-1] + "_nulls")
+        n = len(ends)
+        validity = None
+        if nulls:
+            valid = [True] * n
+            for i in nulls:
+                valid[i] = False
+            validity = pa.array(valid, pa.bool_()).buffers()[1]
+        offsets = pa.array(itertools.chain((0,), ends), pa.int32()).buffers()[1]
+        data = self._buffers[name].slice(0, getattr(self, name + "_size"))
+        return pa.Array.from_buffers(pa.binary(), n, [validity, offsets, data],
+                                     null_count=len(nulls))
+
+
+class _RecordColumns(_Columns):
+    """The records table on the pure-Python path.
+
+    v2 batches go from their bytes into columns (:meth:`add_v2`, through
+    ``default_records.read_record_columns`` into a :class:`RecordSink`); there
+    is no object per record. The batches that parser leaves to
+    ``read_records`` (and v0/v1 entries) come as :class:`Batch` objects
+    (:meth:`add_batch`).
+    """
+
+    __slots__ = ("sink", "max_rows", "max_bytes", "want_rows", "last_values", "ended")
+    #: chunks end once the key or value bytes pass this (int32 offsets; one batch
+    #: adds at most ``Limits.max_decompressed_size``, 256 MiB by default)
+    BUFFER_LIMIT = 1 << 30
+
+    def __init__(self, schema: pa.Schema, max_rows: int, max_bytes: int,
+                 want_rows: bool) -> None:
+        self.max_rows = max_rows
+        self.max_bytes = max_bytes
+        self.want_rows = want_rows
+        self.last_values = None
+        super().__init__(schema)
+
+    def _reset(self) -> None:
+        super()._reset()
+        # values: at most the chunk's input bytes when uncompressed; after a
+        # chunk, what it held; plus a quarter (a buffer too short grows by doubling)
+        values = self.max_bytes if self.last_values is None else self.last_values
+        values += values // 4 + (1 << 16)
+        sink = self.sink = RecordSink(1 << 16, values)
+        self.cols[0], self.cols[1], self.cols[5] = sink.offsets, sink.timestamps, sink.header_counts
+        self.header_keys, self.header_values = sink.header_keys, sink.header_values
+        self.ended = False
+
+    @property
+    def no_room(self) -> bool:
+        """Whether the chunk should end: a batch's values would not fit their
+        buffer (:meth:`run`), or they fill 7/8 of it (as on the compiled path,
+        compressed batches end a chunk rather than grow it), or the keys or
+        values near int32 offsets."""
+        sink = self.sink
+        return self.ended or sink.values_size >= min(len(sink.values) - (len(sink.values) >> 3),
+                                                     self.BUFFER_LIMIT) \
+            or sink.keys_size >= self.BUFFER_LIMIT
+
+    @property
+    def full(self) -> bool:
+        return self.rows >= self.max_rows or self.nbytes >= self.max_bytes or self.no_room
+
+    def run(self, buf, pos, base, verify_crc, limits, prev_last):
+        """Consume consecutive *regular* v2 data batches from ``pos``, as the
+        compiled sink's ``scan_run`` does (same rules: see there), without a
+        :class:`Batch` or a generator step per batch; the first entry that is
+        anything else is left to ``log_reader``, which reports it. Returns
+        ``(new_pos, prev_last, rows)``: ``rows`` are the batches-table rows (None
+        unless wanted). Stops when the chunk is :attr:`full`."""
+        rows = [] if self.want_rows else None
+        sink = self.sink
+        n = len(buf)
+        max_entry = limits.max_entry_size - 12
+        max_records = limits.max_records_per_batch
+        max_inflated = limits.max_decompressed_size
+        unpack = v2.HEADER.unpack_from
+        while pos + 61 <= n and not self.full:
+            (base_offset, size, leader_epoch, magic, crc, attributes, lod, base_ts, max_ts,
+             pid, pepoch, bseq, count) = unpack(buf, pos)
+            end = pos + 12 + size
+            codec = attributes & 0x07
+            if magic != 2 or size < 49 or size > max_entry or end > n or attributes & 0x20 \
+                    or codec > 4 or count > max_records \
+                    or not _OFFSETS_LO <= base_offset <= _OFFSETS_HI \
+                    or (prev_last is not None and base_offset <= prev_last):
+                break  # control batches, limits, offset_regression: log_reader's
+            computed = None
+            if verify_crc:
+                computed = crc32c(buf[pos + 21:end])
+                if computed != crc:
+                    break
+            data = buf[pos + 61:end]
+            if codec:
+                try:
+                    data = codecs.decompress(codec, data, 2, max_inflated)
+                except Exception:  # noqa: BLE001 - log_reader decompresses again and reports
+                    break
+                if self.rows and sink.values_size + len(data) > len(sink.values):
+                    self.ended = True  # the batch starts the next chunk: no copy of the values
+                    break
+            log_append = attributes & 0x08
+            first = self.rows
+            if not v2.read_record_columns(data, count, base_offset, base_ts,
+                                          max_ts if log_append else None, sink):
+                break
+            last_offset = base_offset + lod
+            name = CODECS[codec]
+            transactional = bool(attributes & 0x10)
+            ts_type = LOG_APPEND_TIME if log_append else CREATE_TIME
+            if count:
+                self._add_lineage(
+                    sink.offsets[first:], bseq, base_offset, size + 12,
+                    (ts_type, base + pos, base_offset, last_offset, 2, name, pid, pepoch,
+                     leader_epoch, transactional, None if computed is None else True))
+            if rows is not None:
+                delete_horizon = bool(attributes & 0x40)
+                rows.append((
+                    base + pos, size + 12, 2, base_offset, last_offset, count, crc, computed,
+                    None if computed is None else True, "unverified" if computed is None else "ok",
+                    attributes, name, ts_type, base_ts, max_ts,
+                    base_ts if delete_horizon else None, leader_epoch, pid, pepoch, bseq,
+                    increment_sequence(bseq, lod), lod, transactional, False, delete_horizon))
+            prev_last = last_offset
+            pos = end
+        return pos, prev_last, rows
+
+    def flush(self) -> pa.RecordBatch:
+        sink = self.sink
+        self.cols[3] = sink.column("keys")
+        self.cols[4] = sink.column("values")
+        self.last_values = sink.values_size
+        return super().flush()
+
+    def add_v2(self, data, count, base_offset, last_offset, base_timestamp, max_timestamp,
+               log_append, position, size, compression, producer_id, producer_epoch,
+               base_sequence, leader_epoch, transactional, crc_valid) -> int:
+        """Append one v2 batch's records from its (decompressed) bytes; -1, and
+        nothing appended, where ``read_records`` must decide."""
+        first = self.rows
+        if not v2.read_record_columns(data, count, base_offset, base_timestamp,
+                                      max_timestamp if log_append else None, self.sink):
+            return -1
+        if count:  # (an empty batch adds no rows, and no run)
+            self._add_lineage(
+                self.sink.offsets[first:], base_sequence, base_offset, size,
+                (LOG_APPEND_TIME if log_append else CREATE_TIME, position, base_offset,
+                 last_offset, 2, compression, producer_id, producer_epoch, leader_epoch,
+                 transactional, crc_valid))
+        return 0
+
+    def add_batch(self, b: Batch) -> None:
+        """Append the records of a batch read into objects."""
+        sink = self.sink
+        offsets, timestamps, keys, values, headers, _ = zip(*b.records)
+        sink.offsets.extend(offsets)
+        sink.timestamps.extend(timestamps)
+        sink.append("keys", keys)
+        sink.append("values", values)
+        sink.header_counts.extend(map(len, headers))
+        if any(headers):
+            for hs in headers:
+                for key, value in hs:
+                    sink.header_keys.append(key)
+                    sink.header_values.append(value)
+        self._add_lineage(offsets, b.base_sequence, b.base_offset, b.size, (
+            b.timestamp_type, b.position, b.base_offset, b.last_offset, b.magic,
+            b.compression, b.producer_id, b.producer_epoch, b.partition_leader_epoch,
+            b.is_transactional, b.crc_valid))
+
+    def _add_lineage(self, offsets, seq, base_offset, size, lineage: tuple) -> None:
+        """The per-record sequence numbers and the batch's lineage of ``offsets``' rows."""
+        n = len(offsets)
+        sequences = self.cols[13]
+        if seq is None:
+            sequences.extend([None] * n)
+        elif seq < 0:
+            sequences.extend([-1] * n)
+        elif seq - base_offset + max(offsets) <= 0x7FFFFFFF:  # no wrap: plain sums
+            start = seq - base_offset
+            sequences.extend([start + o for o in offsets])
         else:
-            cols[13].extend([increment_sequence(seq, o - base) for o in offsets])
-    lineage = (b.timestamp_type, b.position, b.base_offset, b.last_offset, b.magic,
-               b.compression, b.producer_id, b.producer_epoch, b.partition_leader_epoch,
-               b.is_transactional, b.crc_valid)
-    c.runs.append(lineage)
-    c.rows += n
-    c.run_ends.append(c.rows)
-    c.nbytes += b.size
+            sequences.extend([increment_sequence(seq, o - base_offset) for o in offsets])
+        self.runs.append(lineage)
+        self.rows += n
+        self.run_ends.append(self.rows)
+        self.nbytes += size
 
 
 def _add_markers(c: _Columns, b: Batch) -> None:
@@ -327,8 +560,13 @@ def stream(
         sink = _accel.FastSink(schemas["records"], "batches" in wanted, max_rows, max_bytes)
         wanted["records"] = sink.columns
         add_records = sink.columns.add_batch
+    elif "records" in wanted:
+        # pure Python: v2 batches go from their bytes into columns, the same way
+        sink = wanted["records"] = _RecordColumns(schemas["records"], max_rows, max_bytes,
+                                                  "batches" in wanted)
+        add_records = sink.add_batch
     else:
-        add_records = functools.partial(_add_records, wanted.get("records"))
+        add_records = None
     records = wanted.get("records")
     batches = wanted.get("batches")
     markers = wanted.get("markers")

@@ -251,9 +251,23 @@ def break_kafka_v0_lz4_header(frame: bytes) -> bytes:
     return frame[:hc_at] + bytes((wrong,)) + frame[hc_at + 1 :]
 
 
+#: An LZ4 block inflates at most ~255 times (a match grows by 255 bytes per
+#: length byte): payloads up to limit / 256 cannot inflate past the limit.
+_LZ4_MAX_RATIO = 256
+
+
 def _unlz4(payload, magic: int, limit: int) -> bytes:
-    step = _step(payload)
     frame = _require("lz4.frame", "lz4")
+    if magic != 0 and len(payload) * _LZ4_MAX_RATIO + (1 << 16) <= limit:
+        # one call (a batch holds one frame); anything else is left to the loop
+        try:
+            out, read = frame.decompress(payload, return_bytes_read=True)
+        except RuntimeError:
+            pass  # the loop below says what is wrong
+        else:
+            if read == len(payload):
+                return out
+    step = _step(payload)
     data = bytes(payload)
     if magic == 0:
         data = fix_kafka_v0_lz4_header(data)

@@ -302,6 +302,181 @@ _CONTROL_KEY = struct.Struct(">hh")
 _MARKER_VALUE = struct.Struct(">hi")
 
 
+def read_record_columns(data, count: int, base_offset: int, base_timestamp: int,
+                        log_append_time: int | None, sink) -> bool:
+    """Append the ``count`` records filling ``data`` to ``sink`` (an
+    ``arrow.RecordSink``): the columnar twin of :func:`read_records` for the
+    Arrow tables, with no object per record and keys and values copied once.
+
+    It takes the regular case only: where :func:`read_records` would raise or
+    note something (a malformed record, offsets or timestamps near the ends of
+    int64, a header key that is not UTF-8), it returns False, having added
+    nothing, and the caller reads the batch with :func:`read_records`, which
+    reports it.
+    """
+    end = len(data)
+    if count < 0 or count * MIN_RECORD_SIZE > end or not (
+        INT64_MIN + (1 << 31) <= base_offset <= INT64_MAX - (1 << 31)
+        and INT64_MIN + 8192 <= base_timestamp <= INT64_MAX - 8192
+    ):
+        return False
+    rows, headers = len(sink.offsets), len(sink.header_keys)
+    try:
+        if _record_columns(data, count, base_offset, base_timestamp, log_append_time, sink):
+            return True
+    except (CorruptBatchError, IndexError, ValueError):  # ValueError: a key not UTF-8
+        pass
+    sink.rollback(rows, headers)
+    return False
+
+
+def _record_columns(data, count, base_offset, base_timestamp, log_append_time, sink) -> bool:
+    # the same steps as read_records (one-byte and two-byte varint fast paths),
+    # writing columns; False (or an exception) where read_records must decide
+    end = len(data)
+    view = memoryview(data).cast("B")
+    ts_lo = INT64_MIN - base_timestamp
+    ts_hi = INT64_MAX - base_timestamp
+    offsets, timestamps = sink.offsets, sink.timestamps
+    # keys and values: written at [k, v] into writable memoryviews of k_cap and
+    # v_cap bytes; the sizes reach the sink only when every record decoded
+    keys, k, k_cap, key_ends, key_nulls = sink.keys, sink.keys_size, len(sink.keys), \
+        sink.key_ends, sink.key_nulls
+    values, v, v_cap, value_ends, value_nulls = sink.values, sink.values_size, \
+        len(sink.values), sink.value_ends, sink.value_nulls
+    header_counts, header_keys, header_values = \
+        sink.header_counts, sink.header_keys, sink.header_values
+    row = len(offsets)
+    pos = 0
+    for _ in range(count):
+        b = data[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            length = (b >> 1) ^ -(b & 1)
+            pos += 2
+        else:
+            length, pos = read_varint(data, pos, 5)
+        record_end = pos + length
+        if length < MIN_RECORD_SIZE - 1 or record_end > end:
+            return False
+        pos += 1  # record attributes: unused
+        b = data[pos]
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            ts_delta = (b >> 1) ^ -(b & 1)
+            pos += 2
+        else:
+            ts_delta, pos = read_varint(data, pos, 10)
+            if not ts_lo <= ts_delta <= ts_hi:
+                return False
+        b = data[pos]
+        if b < 0x80:
+            offset_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            offset_delta = (b >> 1) ^ -(b & 1)
+            pos += 2
+        else:
+            offset_delta, pos = read_varint(data, pos, 5)
+        b = data[pos]
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            n, pos = read_varint(data, pos, 5)
+        if n < 0:
+            if n != -1:
+                return False
+            key_nulls.append(row)
+        elif n:
+            if pos + n > end:
+                return False
+            if k + n > k_cap:
+                keys = sink.grow("keys", k, k + n)
+                k_cap = len(keys)
+            keys[k:k + n] = view[pos:pos + n]
+            k += n
+            pos += n
+        key_ends.append(k)
+        b = data[pos]
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            n = (b >> 1) ^ -(b & 1)
+            pos += 2
+        else:
+            n, pos = read_varint(data, pos, 5)
+        if n < 0:
+            if n != -1:
+                return False
+            value_nulls.append(row)
+        elif n:
+            if pos + n > end:
+                return False
+            if v + n > v_cap:
+                values = sink.grow("values", v, v + n)
+                v_cap = len(values)
+            values[v:v + n] = view[pos:pos + n]
+            v += n
+            pos += n
+        value_ends.append(v)
+        b = data[pos]
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            n, pos = read_varint(data, pos, 5)
+        if n:
+            if n < 0 or n * 2 > record_end - pos:
+                return False
+            for _ in range(n):
+                b = data[pos]
+                if b < 0x80:
+                    hk_len = (b >> 1) ^ -(b & 1)
+                    pos += 1
+                else:
+                    hk_len, pos = read_varint(data, pos, 5)
+                if hk_len < 0 or pos + hk_len > end:
+                    return False
+                header_keys.append(str(view[pos:pos + hk_len], "utf-8"))  # strict: else False
+                pos += hk_len
+                b = data[pos]
+                if b < 0x80:
+                    hv_len = (b >> 1) ^ -(b & 1)
+                    pos += 1
+                else:
+                    hv_len, pos = read_varint(data, pos, 5)
+                if hv_len < 0:
+                    if hv_len != -1:
+                        return False
+                    header_values.append(None)
+                else:
+                    if pos + hv_len > end:
+                        return False
+                    header_values.append(view[pos:pos + hv_len].tobytes())
+                    pos += hv_len
+        header_counts.append(n)
+        if pos != record_end:
+            return False
+        offsets.append(base_offset + offset_delta)
+        timestamps.append(log_append_time if log_append_time is not None
+                          else base_timestamp + ts_delta)
+        row += 1
+    if pos != end:
+        return False
+    sink.keys_size, sink.values_size = k, v
+    return True
+
+
 def read_control(record: Record) -> Control:
     """Decode a control record's key (and a COMMIT/ABORT marker's value)."""
     key = record.key

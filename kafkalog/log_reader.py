@@ -75,9 +75,9 @@ def scan(
     ``byte_range=(start, end)`` decodes only that part (batch-aligned ranges,
     e.g. from ``.index`` positions); positions stay absolute.
 
-    ``_sink`` is internal (``arrow.stream``): a compiled records-table
-    accumulator. The data records of v2 batches it accepts go straight into
-    it, and those batches are yielded with ``records=()``.
+    ``_sink`` is internal (``arrow.stream``): a records-table accumulator
+    (compiled, or pure Python's columns). The data records of v2 batches it
+    accepts go straight into it, and those batches are yielded with ``records=()``.
     """
     limits = limits or DEFAULT_LIMITS
     with open_source(source, byte_range) as view:
@@ -105,13 +105,14 @@ def _scan(buf, base: int, verify_crc: bool, limits: Limits, sink=None,
     pos = 0
     prev_last = None
     max_size = limits.max_entry_size - LOG_OVERHEAD
+    run = getattr(sink, "run", None)
     while pos < n:
         if done is not None:
             done(pos)
-        if sink is not None:
-            # compiled: consume the run of regular batches from here, then
-            # come back for the one entry it left (if any) below
-            new_pos, prev_last, rows = sink.run(buf, pos, base, verify_crc, limits, prev_last)
+        if run is not None:
+            # the sink (compiled, or the pure path's columns) consumes the run
+            # of regular batches from here; the entry it left (if any) is read below
+            new_pos, prev_last, rows = run(buf, pos, base, verify_crc, limits, prev_last)
             if new_pos != pos or sink.full:
                 yield FastRun(rows)
                 pos = new_pos
@@ -160,7 +161,8 @@ def _scan(buf, base: int, verify_crc: bool, limits: Limits, sink=None,
             ))
         prev_last = batch.last_offset
         yield batch
-        yield from found
+        if found:
+            yield from found
         if trusted or end == n:
             pos = end
             continue
@@ -199,7 +201,8 @@ def _decode(buf, pos, end, base, magic, verify_crc, limits, sink=None):
         found.append(Finding(error.kind, base + pos, base + end,
                              f"entry at position {base + pos}: {error}"))
         return _placeholder(buf, pos, end, base, magic), found, False
-    if batch.crc_valid is False:
+    crc_valid = batch.crc_valid
+    if crc_valid is False:
         found.append(Finding(
             "crc_mismatch", batch.position, batch.end,
             f"batch at position {batch.position} (offsets {batch.base_offset}..{batch.last_offset}): "
@@ -216,7 +219,7 @@ def _decode(buf, pos, end, base, magic, verify_crc, limits, sink=None):
         found.append(Finding(kind, batch.position, batch.end,
                              f"batch at position {batch.position}: {message}",
                              batch.base_offset, batch.last_offset))
-    trusted = batch.crc_valid is True or batch.decoded
+    trusted = crc_valid is True or batch.decoded
     return batch, found, trusted
 
 
@@ -226,6 +229,7 @@ def _decode_v2(buf, pos, end, base, verify_crc, limits, sink=None):
      count) = v2.HEADER.unpack_from(buf, pos)
     computed = crc32c(buf[pos + v2.ATTRIBUTES_OFFSET : end]) if verify_crc else None
     codec = attributes & v2.COMPRESSION_CODEC_MASK
+    compression = codecs.codec_name(codec)
     is_control = bool(attributes & v2.CONTROL_FLAG_MASK)
     log_append = bool(attributes & v2.TIMESTAMP_TYPE_MASK)
     records = None
@@ -250,7 +254,7 @@ def _decode_v2(buf, pos, end, base, verify_crc, limits, sink=None):
         bad_keys: list[int] = []
         if sink is not None and not is_control and sink.add_v2(
             data, count, base_offset, last_offset, base_timestamp, max_timestamp, log_append,
-            base + pos, end - pos, codecs.codec_name(codec), producer_id, producer_epoch,
+            base + pos, end - pos, compression, producer_id, producer_epoch,
             base_sequence, leader_epoch, bool(attributes & v2.TRANSACTIONAL_FLAG_MASK),
             None if computed is None else computed == crc,
         ) >= 0:
@@ -278,7 +282,7 @@ def _decode_v2(buf, pos, end, base, verify_crc, limits, sink=None):
         crc=crc,
         computed_crc=computed,
         attributes=attributes,
-        compression=codecs.codec_name(codec),
+        compression=compression,
         timestamp_type=v2.timestamp_type(attributes),
         first_timestamp=base_timestamp,
         max_timestamp=max_timestamp,

@@ -118,15 +118,18 @@ def test_dictionary_records_hold_the_same_values(tmp_path, max_rows):
     assert empty.num_rows == 0 and empty.schema == RECORDS_DICTIONARY_SCHEMA
 
 
-@needs_compiled
-def test_damaged_segment_identical(tmp_path):
-    data = bytearray(open(_segment(tmp_path), "rb").read())
+def _damaged(path) -> bytes:
+    data = bytearray(open(path, "rb").read())
     batches = list(kafkalog.iter_batches(bytes(data)))
     for b in batches[1:20:3]:
         data[b.position + b.size - 5] ^= 0x5A  # inside the records: CRC fails, maybe more
     data[batches[-4].position + 8] ^= 0x7F  # a size field
-    damaged = bytes(data[:-30]) + bytes(500)  # torn tail, zero padding
-    pure, compiled = decode_both(damaged)
+    return bytes(data[:-30]) + bytes(500)  # torn tail, zero padding
+
+
+@needs_compiled
+def test_damaged_segment_identical(tmp_path):
+    pure, compiled = decode_both(_damaged(_segment(tmp_path)))
     assert_same_tables(pure, compiled)
     kinds = set(pure.findings.column("kind").to_pylist())
     assert {"crc_mismatch", "truncated_tail"} <= kinds
@@ -317,6 +320,84 @@ def test_c_inflater_agrees_with_the_python_codecs():
             elif whole and limit == 1 << 28:
                 raise AssertionError(f"a whole payload was left to Python: {codec} {len(payload)}")
     assert decided >= 40
+
+
+@pytest.mark.parametrize("options", [{}, {"verify_crc": False}, {"max_rows": 7},
+                                     {"max_bytes": 5000}], ids=["default", "no-crc", "rows", "bytes"])
+def test_pure_runs_of_regular_batches_equal_the_reader_batch_by_batch(tmp_path, options,
+                                                                      monkeypatch):
+    """On the pure path, runs of regular v2 batches skip the reader's Batch
+    objects (``_RecordColumns.run``, the compiled scan_run's twin): the four
+    tables are the ones the reader builds batch by batch, on real segments,
+    writer output and damaged input (what a run does not take, the reader does)."""
+    from kafkalog.arrow import _RecordColumns
+
+    regular = _segment(tmp_path)
+    recs = _records(4)
+    regression = b"".join(encode_v2_batch(base, recs) for base in (0, 10, 5, 20, 20, 30))
+    sources = [regular, _damaged(regular), regression, *FILES]
+    with pure_python(True):
+        runs = [kafkalog.decode(src, **options) for src in sources]
+        monkeypatch.setattr(_RecordColumns, "run", None)
+        one_by_one = [kafkalog.decode(src, **options) for src in sources]
+    for a, b in zip(runs, one_by_one):
+        assert_same_tables(a, b)
+    assert sum(t.records.num_rows for t in runs) > 100
+    assert runs[2].findings.column("kind").to_pylist() == ["offset_regression"] * 2
+
+
+def test_lz4_in_one_call_agrees_with_the_streaming_loop(monkeypatch):
+    """Payloads too small to inflate past the limit go through one
+    ``lz4.frame.decompress`` call; anything it does not decode whole is left to
+    the frame-by-frame loop. Both give the same bytes or the same error."""
+    from kafkalog import codecs
+
+    def outcome(payload, limit):
+        try:
+            return codecs.decompress(3, payload, 2, limit)
+        except kafkalog.KafkaLogError as err:
+            return f"{type(err).__name__}: {err}"
+
+    frames = [(p, whole) for codec, p, whole in _frames() if codec == 3]
+    limits = (1 << 28, 100_000, 1000)
+    one_call = {(i, limit): outcome(p, limit) for i, (p, _) in enumerate(frames) for limit in limits}
+    monkeypatch.setattr(codecs, "_LZ4_MAX_RATIO", 1 << 40)  # the loop only
+    for (i, limit), got in one_call.items():
+        assert got == outcome(frames[i][0], limit), (i, limit)
+    assert sum(isinstance(v, bytes) for v in one_call.values()) >= 15
+    assert sum(isinstance(v, str) for v in one_call.values()) >= 15
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_pure_chunks_end_before_values_outgrow_their_buffer(codec, monkeypatch):
+    # the pure path's value buffer is sized from max_bytes (then from the last
+    # chunk); compressed batches inflate past it: a chunk ends once its values
+    # fill 7/8 of the buffer instead of growing it (a copy of every value); only
+    # a batch bigger than the buffer grows it; nothing is lost either way
+    from kafkalog.arrow import RecordSink
+
+    grown = []
+    grow = RecordSink.grow
+    monkeypatch.setattr(RecordSink, "grow", lambda self, *a: grown.append(a) or grow(self, *a))
+    small = [encode_v2_batch(i * 10, [WriteRecord(b"k", (b"%08d " % (i * 10 + j)) * 250)
+                                      for j in range(10)], codec=codec) for i in range(60)]
+    big = encode_v2_batch(600, [WriteRecord(b"k", bytes([j]) * 150_000) for j in range(20)],
+                          codec=codec)  # 3 MB inflated
+    max_bytes = 40_000  # the first buffer: 40,000 + a quarter + 64 KiB
+    for data, rows in ((b"".join(small), 600), (b"".join(small) + big, 620)):
+        grown.clear()
+        with pure_python(True):
+            chunks = [rb for _, rb in kafkalog.stream(data, tables=("records",),
+                                                      max_bytes=max_bytes)]
+        assert sum(rb.num_rows for rb in chunks) == rows and len(chunks) > 3
+        if rows == 600:
+            assert grown == []
+        else:
+            assert grown and all(name == "values" for name, _, _ in grown)
+            last = chunks[-1].column("value").to_pylist()[-20:]
+            assert last == [bytes([j]) * 150_000 for j in range(20)]
+        if kafkalog.ACCELERATED:
+            assert_same_tables(*decode_both(data, max_bytes=max_bytes))
 
 
 @needs_compiled

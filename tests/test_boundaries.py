@@ -7,6 +7,8 @@ kafka-python's builders, never by ``kafkalog.writer``.
 from __future__ import annotations
 
 
+import random
+
 import pytest
 
 import kafkalog
@@ -574,3 +576,123 @@ def test_batch_keeps_the_dataclass_contract_with_its_slot_init():
         Batch(*values[:-1])
     with pytest.raises(TypeError):
         Batch(*values, surprise=1)
+
+
+# --------------------------------------------- the pure path's columnar parser
+
+
+def _kp_payload(records, codec=0):
+    """The records bytes of a v2 batch from kafka-python's builder (independent encoder)."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    b = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, 1 << 30)
+    for offset, ts, key, value, headers in records:
+        assert b.append(offset, ts, key, value, headers) is not None
+    return bytes(b.build())[61:], len(records)
+
+
+def _payloads():
+    """Record bytes in the shapes the parser meets: null and empty keys and values,
+    lengths at the one/two/three-byte varint edges, headers (null values too),
+    offset gaps, timestamp deltas that need three bytes."""
+    rows = [
+        (0, T0, None, b"", []),
+        (1, T0 + 1, b"", None, [("h", b"x"), ("n", None), ("", b"")]),
+        (5, T0 - 90_000, b"k" * 63, b"v" * 64, []),
+        (6, T0 + 100_000, b"k" * 8191, b"v" * 8192, [("big", b"z" * 9000)]),
+        (9, T0 + 2, b"key", b"value", [("utf8-\u00e9", b"\xff")]),
+    ]
+    yield _kp_payload(rows)
+    yield _kp_payload(rows[:1])
+    yield _kp_payload([(i * 3, T0 + i * 5000, b"k%d" % i, b"v" * (i * 40), []) for i in range(50)])
+
+
+def _mutations(payload: bytes, count: int):
+    rng = random.Random(len(payload) * 31 + count)
+    yield payload, count
+    yield payload, count + 1
+    yield payload, count - 1
+    yield payload + b"\x00", count
+    for cut in sorted({0, 1, 2, len(payload) // 2, len(payload) - 1} & set(range(len(payload)))):
+        yield payload[:cut], count
+    at = sorted(rng.sample(range(len(payload)), min(len(payload), 150)))
+    for i in at:
+        for mask in (0x01, 0x80, 0xFF):
+            b = bytearray(payload)
+            b[i] ^= mask
+            yield bytes(b), count
+    i = payload.find(b"utf8-")
+    if i >= 0:  # a header key that is not UTF-8: read_records notes it, kept escaped
+        yield payload[:i] + b"\xc3\x28" + payload[i + 2:], count
+
+
+def _sink_state(sink):
+    return (list(sink.offsets), list(sink.timestamps), list(sink.key_ends), list(sink.key_nulls),
+            list(sink.value_ends), list(sink.value_nulls), list(sink.header_counts),
+            list(sink.header_keys), list(sink.header_values),
+            bytes(sink.keys[:sink.keys_size]), bytes(sink.values[:sink.values_size]))
+
+
+def _rows_added(sink, before):
+    """The records the sink gained since ``before`` (a _sink_state), as Records."""
+    start, h = len(before[0]), len(before[7])
+    keys, values = bytes(sink.keys[:sink.keys_size]), bytes(sink.values[:sink.values_size])
+    k0 = before[2][-1] if before[2] else 0
+    v0 = before[4][-1] if before[4] else 0
+    out = []
+    for i in range(start, len(sink.offsets)):
+        k1, v1 = sink.key_ends[i], sink.value_ends[i]
+        n = sink.header_counts[i]
+        headers = tuple(Header(key, value) for key, value in
+                        zip(sink.header_keys[h:h + n], sink.header_values[h:h + n]))
+        out.append(kafkalog.Record(
+            sink.offsets[i], sink.timestamps[i],
+            None if i in sink.key_nulls else keys[k0:k1],
+            None if i in sink.value_nulls else values[v0:v1], headers))
+        k0, v0, h = k1, v1, h + n
+    return out
+
+
+@pytest.mark.parametrize("log_append", [None, T0 + 7])
+def test_record_columns_equal_read_records_or_leave_the_batch_to_it(log_append):
+    """The pure path's tables take v2 records through read_record_columns, the
+    object API through read_records. On every shape and every damaged variant:
+    where read_records decodes cleanly the columns hold the same records; where
+    it raises or notes something, the columnar parser adds nothing (earlier
+    rows stay) and steps aside, so read_records reports it."""
+    from kafkalog.arrow import RecordSink
+    from kafkalog.errors import CorruptDataError
+
+    taken = left = 0
+    for payload, count in _payloads():
+        for data, n in _mutations(payload, count):
+            sink = RecordSink(4, 4)  # tiny buffers: every batch grows them
+            first, first_n = _kp_payload([(0, T0, b"a", b"b", [("x", b"y")])])
+            assert v2.read_record_columns(first, first_n, 10, T0, None, sink)
+            before = _sink_state(sink)
+            bad_keys = []
+            try:
+                want = v2.read_records(data, n, 1000, T0, log_append, bad_keys)
+            except (CorruptDataError, IndexError, ValueError, OverflowError):
+                want = None
+            took = v2.read_record_columns(memoryview(data), n, 1000, T0, log_append, sink)
+            if want is None or bad_keys:
+                assert not took, (n, data.hex())
+                assert _sink_state(sink) == before
+                left += 1
+            else:
+                assert took, (n, data.hex())  # the regular case is never left behind
+                assert _sink_state(sink)[:1] == (before[0] + [r.offset for r in want],)
+                assert _rows_added(sink, before) == [r._replace(control=None) for r in want]
+                taken += 1
+    assert taken >= 500 and left >= 30
+
+
+def test_record_columns_leave_offsets_near_the_int64_edges_to_read_records():
+    from kafkalog.arrow import RecordSink
+
+    payload, n = _kp_payload([(0, T0, b"k", b"v", [])])
+    sink = RecordSink(4, 4)
+    assert not v2.read_record_columns(payload, n, v2.INT64_MAX - 5, T0, None, sink)
+    assert not v2.read_record_columns(payload, n, 0, v2.INT64_MIN + 5, None, sink)
+    assert v2.read_record_columns(payload, n, 0, T0, None, sink) and sink.offsets == [0]
