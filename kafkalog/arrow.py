@@ -394,9 +394,9 @@ class _RecordColumns(_Columns):
                     data = codecs.decompress(codec, data, 2, max_inflated)
                 except Exception:  # noqa: BLE001 - log_reader decompresses again and reports
                     break
-                if self.rows and sink.values_size + len(data) > len(sink.values):
-                    self.ended = True  # the batch starts the next chunk: no copy of the values
-                    break
+            if self.rows and sink.values_size + len(data) > len(sink.values):
+                self.ended = True  # the batch starts the next chunk: no copy of the values
+                break
             log_append = attributes & 0x08
             first = self.rows
             if not v2.read_record_columns(data, count, base_offset, base_ts,

@@ -333,8 +333,8 @@ def read_record_columns(data, count: int, base_offset: int, base_timestamp: int,
 def _record_columns(data, count, base_offset, base_timestamp, log_append_time, sink) -> bool:
     # the same steps as read_records (one-byte and two-byte varint fast paths),
     # writing columns; False (or an exception) where read_records must decide
+    data = view = memoryview(data).cast("B")  # bytes or any buffer: indexing gives ints
     end = len(data)
-    view = memoryview(data).cast("B")
     ts_lo = INT64_MIN - base_timestamp
     ts_hi = INT64_MAX - base_timestamp
     offsets, timestamps = sink.offsets, sink.timestamps
