@@ -211,23 +211,39 @@ def verify_time_index(index: IndexFile, log_source) -> list[Finding]:
 
     Timestamps must not decrease from entry to entry.
     """
-    by_last = {b.last_offset: b for b in _batches(log_source)}
-    found = list(index.findings)
+    by_last = {b.last_offset: (b.max_timestamp, b.position) for b in _batches(log_source)}
+    return list(index.findings) + check_time_index(index, by_last)
+
+
+def check_time_index(index: IndexFile, batches: Mapping[int, tuple[int | None, int]],
+                     owned: tuple[int | None, int | None] = (None, None)) -> list[Finding]:
+    """:func:`verify_time_index`'s checks on the entries whose offsets lie in
+    ``owned`` (``[lo, hi)``; None: unbounded), given ``{last offset: (max
+    timestamp, position)}`` of the log's batches; the file's own findings
+    (``index.findings``) are not included.
+
+    A segment split over workers: when the ``owned`` ranges partition the offsets
+    and each worker's batches are the ones whose last offsets fall in its range,
+    the pieces report exactly the findings of the whole, each once.
+    """
+    lo, hi = owned
+    found = []
     prev = None
-    for i, e in enumerate(index.entries):
-        b = by_last.get(e.offset)
-        if b is None:
-            found.append(_mismatch(
-                f"time index entry {i} names offset {e.offset}, the last offset of no batch",
-                0, e.offset))
-        elif b.max_timestamp != e.timestamp:
-            found.append(_mismatch(
-                f"time index entry {i}: timestamp {e.timestamp} for offset {e.offset}, "
-                f"but that batch's max timestamp is {b.max_timestamp}", b.position, e.offset))
-        if prev is not None and e.timestamp < prev.timestamp:
-            found.append(_mismatch(
-                f"time index entry {i}: timestamp {e.timestamp} is below entry {i - 1}'s "
-                f"{prev.timestamp}", 0, e.offset))
+    for i, e in enumerate(index.entries, index.first):
+        if (lo is None or e.offset >= lo) and (hi is None or e.offset < hi):
+            b = batches.get(e.offset)
+            if b is None:
+                found.append(_mismatch(
+                    f"time index entry {i} names offset {e.offset}, the last offset of no batch",
+                    0, e.offset))
+            elif b[0] != e.timestamp:
+                found.append(_mismatch(
+                    f"time index entry {i}: timestamp {e.timestamp} for offset {e.offset}, "
+                    f"but that batch's max timestamp is {b[0]}", b[1], e.offset))
+            if prev is not None and e.timestamp < prev.timestamp:
+                found.append(_mismatch(
+                    f"time index entry {i}: timestamp {e.timestamp} is below entry {i - 1}'s "
+                    f"{prev.timestamp}", 0, e.offset))
         prev = e
     return found
 

@@ -16,8 +16,8 @@
 Injected faults, all on night 2, of the kinds a nightly copy really shows and
 that the severity policy (expectations/policy.yaml) warns about rather than
 fails on: the copy of ``orders-0``'s active segment caught a batch half
-written (``truncated_tail`` in the newest segment, and its ``.index``, copied
-after the log, names that batch: ``index_mismatch``); ``payments-1``'s copy
+written (``truncated_tail`` in the newest segment, and its ``.index`` and
+``.timeindex``, copied after the log, name that batch: ``index_mismatch``); ``payments-1``'s copy
 misses a segment between two others (an offset gap at a segment boundary:
 ``missing_segment``); a ``payments-0`` producer sent a header key that is not
 UTF-8 (``invalid_header_key``).

@@ -107,6 +107,7 @@ class Segment:
     etag: str | None = None
     mtime: str | None = None  # ISO-8601 UTC
     index_uri: str | None = None
+    timeindex_uri: str | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -136,6 +137,7 @@ class Task:
     same_object: bool = False  # resume: size (and etag, where known) as when it was ingested
     index_uri: str | None = None  # the segment's .index: entries pointing into [start, end) checked
     index_entries: tuple[int, int] | None = None  # ... which are entries [first, stop) (else: read all)
+    timeindex_uri: str | None = None  # the segment's .timeindex: entries naming its offsets checked
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -177,10 +179,12 @@ def discover(input_uri: str, config: storage.S3Config | None = None) -> list[Seg
         if parsed is None:
             continue
         index_key = key[:-len(".log")] + ".index"
+        timeindex_key = key[:-len(".log")] + ".timeindex"
         segments.append(Segment(
             uri=store.uri(key), topic=parsed[0], partition=parsed[1], base_offset=parsed[2],
             size=obj.size, etag=obj.etag, mtime=obj.mtime.isoformat(),
-            index_uri=store.uri(index_key) if index_key in objects else None))
+            index_uri=store.uri(index_key) if index_key in objects else None,
+            timeindex_uri=store.uri(timeindex_key) if timeindex_key in objects else None))
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri))
 
 
@@ -204,15 +208,22 @@ def _from_manifest(uri: str, config) -> list[Segment]:
         if entry.get("size") is None:
             info = seg_store.stat(seg_key)
             entry.update(size=info.size, etag=info.etag, mtime=info.mtime.isoformat())
-        index_uri = entry.get("index")
-        if index_uri is None and entry["size"] > 0:
-            index_key = seg_key[:-len(".log")] + ".index"
-            if seg_store.exists(index_key):
-                index_uri = seg_store.uri(index_key) if storage.is_s3(seg_uri) \
-                    else seg_store.path(index_key)
+        index_uri, timeindex_uri = entry.get("index"), entry.get("timeindex")
+        if entry["size"] > 0:
+            index_uri = index_uri or _beside(seg_store, seg_uri, seg_key, ".index")
+            timeindex_uri = timeindex_uri or _beside(seg_store, seg_uri, seg_key, ".timeindex")
         segments.append(Segment(seg_uri, parsed[0], parsed[1], parsed[2], int(entry["size"]),
-                                entry.get("etag"), _iso(entry.get("mtime")), index_uri))
+                                entry.get("etag"), _iso(entry.get("mtime")), index_uri,
+                                timeindex_uri))
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri))
+
+
+def _beside(store, seg_uri: str, seg_key: str, suffix: str) -> str | None:
+    """The segment's index file with ``suffix`` where one exists beside it."""
+    key = seg_key[:-len(".log")] + suffix
+    if not store.exists(key):
+        return None
+    return store.uri(key) if storage.is_s3(seg_uri) else store.path(key)
 
 
 def _iso(value) -> str | None:
@@ -306,7 +317,7 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
             cov = coverage.get(s.key)
             common = dict(uri=s.uri, topic=s.topic, partition=s.partition,
                           base_offset=s.base_offset, size=s.size, etag=s.etag, mtime=s.mtime,
-                          index_uri=s.index_uri)
+                          index_uri=s.index_uri, timeindex_uri=s.timeindex_uri)
             if cov is not None and s.size >= cov.end:
                 lo = s.base_offset if cov.last_offset is None else cov.last_offset + 1
                 same = s.size == cov.object_size and (
@@ -575,8 +586,21 @@ def run_task(task: Task, ctx: Context) -> dict:
 
 
 def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
+    """Decode ``[lo, hi)`` of the task's segment (``hi`` past the task's end by the
+    slack): its stats, or None where the window must grow.
+
+    A task owns what lies from its first entry that verifies (``kafkalog.first_entry``
+    at its start; byte 0, or where it resumes, when not split) up to the next task's
+    first entry, which it finds in its slack the same way: the rows and findings of
+    those bytes (so damage right at a split point is reported, and a batch there
+    whose CRC fails is kept, by the task before it), the ``.index`` entries pointing
+    into them, and the ``.timeindex`` entries naming offsets from its first entry's
+    offset up to the next task's. Adjoining tasks agree on that boundary, so every
+    entry and finding of a segment is reported once however it is split.
+    """
     source, byte_range = fetch(lo, hi)
     owned_start, owned_end = lo, task.end
+    last = task.end >= task.size
     entries = True
     if task.split and lo > 0:
         first = kafkalog.first_entry(source, byte_range=byte_range)
@@ -588,16 +612,23 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
                 source = kafkalog.Slice(memoryview(source.data)[first - source.base:], first)
             else:
                 byte_range = (first, hi)
+    cut = None  # where the next task's first entry starts: this task's rows end there
+    if entries and not last:
+        cut = _first_entry_at(source, byte_range, owned_end, hi)
+        if cut is None and hi < task.size:
+            return None  # the next task's first entry lies past this window: read further
     stats = _empty_stats(task)
     raw_source = source
     topic = task.topic
     last_batch = None
     last_offsets: dict[int, int] | None = {} if task.index_uri else None  # position -> last offset
+    # last offset -> (max timestamp, position), for the .timeindex check
+    by_last: dict[int, tuple] | None = {} if task.timeindex_uri else None
     for name, batch in kafkalog.stream(source, byte_range=byte_range, dictionary=True) \
             if entries else ():
         pos_col = {"records": "batch_position", "markers": "batch_position"}.get(name, "position")
-        if batch.num_rows and pc.max(batch.column(pos_col)).as_py() >= owned_end:
-            batch = batch.filter(pc.less(batch.column(pos_col), owned_end))
+        if cut is not None and batch.num_rows and pc.max(batch.column(pos_col)).as_py() >= cut:
+            batch = batch.filter(pc.less(batch.column(pos_col), cut))
         if name == "records":
             good = batch.filter(batch.column("crc_valid")) \
                 if not pc.all(batch.column("crc_valid")).as_py() else batch
@@ -614,6 +645,10 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
             if last_offsets is not None:
                 last_offsets.update(zip(batch.column("position").to_pylist(),
                                         batch.column("last_offset").to_pylist()))
+            if by_last is not None:
+                by_last.update(zip(batch.column("last_offset").to_pylist(), zip(
+                    batch.column("max_timestamp").cast(pa.int64()).to_pylist(),
+                    batch.column("position").to_pylist())))
             last_batch = (batch.column("position")[last_i].as_py(), batch.column("crc")[last_i].as_py())
             offs = batch.column("base_offset")
             lows = pc.min(offs).as_py()
@@ -630,8 +665,8 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
                 continue
             ends = batch.column("end").to_pylist()
             starts = batch.column("position").to_pylist()
-            if hi < task.size and any(e >= hi and p < owned_end for p, e in zip(starts, ends)):
-                return None
+            if hi < task.size and any(e >= hi for e in ends):
+                return None  # a finding of this task's runs to the window's end: read further
             raws = [_raw(raw_source, byte_range, p, e, ctx.max_raw) if k in RAW_KINDS else None
                     for k, p, e in zip(batch.column("kind").to_pylist(), starts, ends)]
             messages = [m if r is not None or k not in RAW_KINDS else
@@ -645,7 +680,19 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
             stats["findings"] += batch.num_rows
             writer.write("findings", f"{root}findings/topic={topic}", _lineage(batch, "findings", task, ctx))
     if last_offsets is not None:
-        extra_findings = extra_findings + _index_findings(task, ctx, owned_start, last_offsets)
+        # .index entries by the position they point at: [lo, cut) (the last task also
+        # past the end; a task with no entry of its own: none, or the last one's)
+        owned = (lo, None if last else (cut if cut is not None else task.size)) if entries \
+            else ((task.size, None) if last else None)
+        extra_findings = extra_findings + _index_findings(
+            task, ctx, owned, last_offsets, share=cut is None or cut == owned_end)
+    if by_last is not None:
+        # .timeindex entries by the offset they name: from the offset of this task's
+        # first entry to the next task's
+        owned = (None if owned_start == 0 else _offset_at(raw_source, byte_range, lo),
+                 None if cut is None else _offset_at(raw_source, byte_range, cut)) \
+            if entries else None
+        extra_findings = extra_findings + _time_index_findings(task, ctx, owned, by_last)
     if extra_findings:
         fb = pa.RecordBatch.from_pylist(extra_findings, schema=pa.schema(
             [f for f in schemas.FINDINGS if f.name in extra_findings[0]]))
@@ -656,33 +703,74 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
     return stats
 
 
-def _index_findings(task: Task, ctx: Context, start: int, last_offsets: dict) -> list[dict]:
-    """The segment's ``.index`` entries that point into this task's bytes, checked
-    against the entries it decoded (``kafkalog.check_offset_index``); the task that
-    reads to the end of the segment also reports entries past it, and the file's own
-    findings. Together a segment's tasks report what ``kafkalog index --verify`` does."""
+def _first_entry_at(source, byte_range, position: int, hi: int) -> int | None:
+    """``kafkalog.first_entry`` of the window's bytes from ``position`` on."""
+    if byte_range is None:  # a Slice
+        return kafkalog.first_entry(
+            kafkalog.Slice(memoryview(source.data)[position - source.base:], position))
+    return kafkalog.first_entry(source, byte_range=(position, hi))
+
+
+def _offset_at(source, byte_range, position: int) -> int:
+    """The offset field of the entry at ``position`` (a v2 batch's base offset)."""
+    return int.from_bytes(_raw(source, byte_range, position, position + 8, 8), "big", signed=True)
+
+
+def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
+                    share: bool) -> list[dict]:
+    """The segment's ``.index`` entries that point into ``owned`` (``[start, end)``
+    positions, end None: past the segment's end too; None: no entries), checked
+    against the entries this task decoded (``kafkalog.check_offset_index``); the
+    task that reads to the end of the segment also reports the file's own findings.
+    ``share``: the planner's share of the file holds them all. Together a segment's
+    tasks report what ``kafkalog index --verify`` does."""
     last = task.end >= task.size
-    owned = (start, None if last else task.end)
+    if owned is None and not last:
+        return []
     try:
         store, key = storage.open_object(task.index_uri, ctx.s3)
-        if task.index_entries is not None:  # the planner's share: only those bytes
+        if task.index_entries is not None and share:  # the planner's share: only those bytes
             first, stop = task.index_entries
             index = replace(kafkalog.read_offset_index(store.read(key, 8 * first, 8 * stop),
                                                        base_offset=task.base_offset),
                             first=first)
         else:
-            index = kafkalog.read_offset_index_range(store.read(key), owned,
+            index = kafkalog.read_offset_index_range(store.read(key), owned or (task.size, None),
                                                      base_offset=task.base_offset)
     except (storage.StorageError, OSError, kafkalog.KafkaLogError) as err:
         return [dict(kind="index_mismatch", position=0, end=0, base_offset=None,
                      last_offset=None, bytes=None, raw=None,
                      message=f"cannot read {task.index_uri} ({err}): its entries were not "
                      "checked")] if last else []
-    found = kafkalog.check_offset_index(index, last_offsets, owned)
+    found = [] if owned is None else kafkalog.check_offset_index(index, last_offsets, owned)
     if last:
         found = list(index.findings) + found
     return [dict(kind=f.kind, position=f.position, end=f.end,
                  message=f"{task.index_uri}: {f.message}", base_offset=f.base_offset,
+                 last_offset=f.last_offset, bytes=f.bytes, raw=None) for f in found]
+
+
+def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list[dict]:
+    """The segment's ``.timeindex`` entries whose offsets are in ``owned`` (``[lo, hi)``,
+    None: unbounded; ``owned`` None: no entries), checked against this task's batches
+    (``kafkalog.check_time_index``); the task that reads to the end of the segment also
+    reports the file's own findings. The tasks of a segment own adjoining offset
+    ranges (see ``_decode_window``), so together they report what ``kafkalog index
+    --verify`` does, each finding once."""
+    last = task.end >= task.size
+    try:
+        store, key = storage.open_object(task.timeindex_uri, ctx.s3)
+        index = kafkalog.read_time_index(store.read(key), base_offset=task.base_offset)
+    except (storage.StorageError, OSError, kafkalog.KafkaLogError) as err:
+        return [dict(kind="index_mismatch", position=0, end=0, base_offset=None,
+                     last_offset=None, bytes=None, raw=None,
+                     message=f"cannot read {task.timeindex_uri} ({err}): its entries were not "
+                     "checked")] if last else []
+    found = [] if owned is None else kafkalog.check_time_index(index, by_last, owned)
+    if last:
+        found = list(index.findings) + found
+    return [dict(kind=f.kind, position=f.position, end=f.end,
+                 message=f"{task.timeindex_uri}: {f.message}", base_offset=f.base_offset,
                  last_offset=f.last_offset, bytes=f.bytes, raw=None) for f in found]
 
 

@@ -120,8 +120,10 @@ def test_snapshot_tables_hold_exactly_what_the_segments_hold(spark, tmp_path):
     assert {m["topic"] for m in markers} == {"orders"}
 
     findings = read_local(wh, "findings").to_pylist()
-    want = {(f["kind"], f["position"]) for p in logs for f in kafkalog.decode(str(p)).findings.to_pylist()}
-    assert {(f["kind"], f["position"]) for f in findings} == want
+    want = sorted(f for p in logs for f in cli_findings(p))
+    assert sorted((f["kind"], f["position"], f["message"]) for f in findings) == want
+    # the torn tail took batches the .timeindex names: the job says so, as the CLI does
+    assert any(f["kind"] == "index_mismatch" and ".timeindex: " in f["message"] for f in findings)
     crc = [f for f in findings if f["kind"] == "crc_mismatch"]
     assert crc and all(f["topic"] == "payments.v2" and f["partition"] == 0 for f in crc)
     # the damaged batch is kept losslessly: its exact bytes are in findings.raw
@@ -245,6 +247,21 @@ def test_big_segments_split_at_index_positions_give_identical_tables(spark, tmp_
     assert_index_findings_as_the_cli_reports(skewed, seg, index)
 
 
+def cli_findings(log: Path) -> list[tuple[str, int, str]]:
+    """``(kind, position, message)`` of what ``kafkalog dump`` and ``kafkalog index
+    --verify`` report for a segment and the .index/.timeindex beside it (the job's
+    messages name the index file)."""
+    out = [(f["kind"], f["position"], f["message"])
+           for f in kafkalog.decode(str(log)).findings.to_pylist()]
+    for suffix, read, verify in ((".index", kafkalog.read_offset_index, kafkalog.verify_offset_index),
+                                 (".timeindex", kafkalog.read_time_index, kafkalog.verify_time_index)):
+        index = log.with_suffix(suffix)
+        if index.exists():
+            out += [(f.kind, f.position, f"{index}: {f.message}")
+                    for f in verify(read(str(index)), str(log))]
+    return out
+
+
 def assert_index_findings_as_the_cli_reports(wh, seg, index):
     """The warehouse's findings are exactly ``kafkalog index --verify``'s for the segment's
     .index (whatever tasks the job split it into): none lost, none twice."""
@@ -279,6 +296,41 @@ def test_index_entries_are_checked_and_findings_recorded_once(spark, tmp_path):
         assert len(got_records(wh)) == 60 * 20
 
 
+def test_time_index_entries_are_checked_and_findings_recorded_once(spark, tmp_path):
+    """A broken .timeindex (a wrong timestamp, an offset that ends no batch, a
+    timestamp below the one before, a torn last entry) gives the CLI's findings,
+    split or not: each entry is checked by the task whose offsets it names."""
+    src = tmp_path / "snap"
+    seg = write_partition(src / "orders-0", 0, 60, per_batch=20, index_interval=1024)
+    timeindex = seg.with_suffix(".timeindex")
+    entries = bytearray(timeindex.read_bytes())
+    assert len(entries) >= 12 * 12
+
+    def patch(i, *, ts=None, rel=None):
+        if ts is not None:
+            entries[12 * i:12 * i + 8] = ts.to_bytes(8, "big")
+        if rel is not None:
+            entries[12 * i + 8:12 * i + 12] = rel.to_bytes(4, "big")
+
+    patch(2, ts=int.from_bytes(entries[24:32], "big") + 5)  # not that batch's max timestamp
+    patch(5, rel=int.from_bytes(entries[68:72], "big") - 3)  # inside a batch: ends none
+    patch(9, ts=1)  # below entry 8's (and not its batch's)
+    timeindex.write_bytes(bytes(entries) + b"\x00\x01\x02")  # a torn entry at the end
+    expected = kafkalog.verify_time_index(kafkalog.read_time_index(str(timeindex)), str(seg))
+    assert {f.kind for f in expected} == {"index_mismatch", "index_partial_entry"}
+    assert len(expected) >= 5
+    for name, extra in (("one-task", ()), ("split", ("--split-bytes", "4096"))):
+        wh = tmp_path / name
+        s = run(spark, src, wh, "r", *extra)
+        assert (s["tasks"] > 4) == (name == "split")
+        got = read_local(wh, "findings").to_pylist()
+        assert sorted((f["kind"], f["position"], f["end"], f["base_offset"], f["message"])
+                      for f in got) == sorted(
+            (f.kind, f.position, f.end, f.base_offset, f"{timeindex}: {f.message}")
+            for f in expected), name
+        assert len(got_records(wh)) == 60 * 20
+
+
 def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_path):
     """A split task reads ``slack`` bytes past its range to finish its last entry; when a
     finding runs past that window it reads further and decodes again, with a fresh set
@@ -309,15 +361,50 @@ def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_
     assert sorted(got_records(wh)) == sorted(
         ("orders", 0, o, k, v) for o, k, v in zip(*(ok.column(c).to_pylist()
                                                     for c in ("offset", "key", "value"))))
-    kinds = {(f["kind"], f["position"]) for f in read_local(wh, "findings").to_pylist()}
-    # the .index was right for the bytes before the damage: its entries into them point
-    # at no entry now, as ``kafkalog index --verify`` says too
+    got = read_local(wh, "findings").to_pylist()
+    # the .index and .timeindex were right for the bytes before the damage: their
+    # entries into them name no batch now, as ``kafkalog index --verify`` says too
     index = kafkalog.verify_offset_index(
         kafkalog.read_offset_index(str(seg.with_suffix(".index"))), str(seg))
     assert index and {f.kind for f in index} == {"index_mismatch"}
-    assert kinds == {(f["kind"], f["position"]) for f in want.findings.to_pylist()} | {
-        (f.kind, f.position) for f in index}
-    assert any(k == "skipped_bytes" for k, _ in kinds)
+    assert sorted((f["kind"], f["position"], f["message"]) for f in got) == \
+        sorted(cli_findings(seg))
+    assert any(f["kind"] == "skipped_bytes" for f in got)
+    assert any(".timeindex: " in f["message"] for f in got)
+
+
+def test_a_task_reads_on_to_the_next_tasks_first_batch_for_its_time_index_share(tmp_path):
+    """A task checks the .timeindex entries up to the next task's first batch. Where
+    damage right at the split point puts that batch past the task's read window, the
+    task reads further, so no entry is checked twice or missed."""
+    import datetime as dt
+
+    seg = write_partition(tmp_path / "snap" / "orders-0", 0, 40, per_batch=20,
+                          index_interval=1024)
+    data = bytearray(seg.read_bytes())
+    segs = job.discover(str(tmp_path / "snap"))
+    positions = {s.index_uri: job._index_positions(s.index_uri, None) for s in segs}
+    tasks = sorted(job.plan(segs, {}, {}, positions, len(data) // 4), key=lambda t: t.start)
+    assert len(tasks) >= 3
+    cut = tasks[2].start
+    data[cut:cut + 3000] = b"\x01" * 3000  # garbage longer than the slack, at a split point
+    seg.write_bytes(bytes(data))
+    after = [b for b in kafkalog.iter_batches(str(seg)) if b.position > cut + 3000][3]
+    timeindex = seg.with_suffix(".timeindex")
+    entries = bytearray(timeindex.read_bytes())
+    named = [int.from_bytes(entries[i + 8:i + 12], "big") for i in range(0, len(entries), 12)]
+    i = next(i for i, rel in enumerate(named) if rel >= after.last_offset)
+    entries[12 * i:12 * i + 8] = (int.from_bytes(entries[12 * i:12 * i + 8], "big") + 1).to_bytes(8, "big")
+    timeindex.write_bytes(bytes(entries))
+    wh = tmp_path / "wh"
+    ctx = job.Context(run_id="r", prefix="r", staging=f"{wh}/", s3=None, slack=512,
+                      ingested_at=dt.datetime.now(dt.timezone.utc).isoformat())
+    for t in tasks:
+        job.run_task(t, ctx)
+    got = read_local(wh, "findings").to_pylist()
+    assert sorted((f["kind"], f["position"], f["message"]) for f in got) == \
+        sorted(cli_findings(seg))
+    assert sum(".timeindex: " in f["message"] for f in got) >= 1
 
 
 def test_real_corpus(spark, tmp_path):
@@ -383,6 +470,22 @@ def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint
     assert got == sorted(got_records(local))
     f = tables.read_table(spark, wh, "findings", config=cfg).collect()
     assert sorted((x.kind, x.position) for x in f) == sorted(
+        (x["kind"], x["position"]) for x in read_local(local, "findings").to_pylist())
+    # split into many tasks, each reading its ranged GET (and past its end, to the next
+    # task's first entry): the same tables and findings as reading local files
+    s = run(spark, f"s3://{s3_bucket}/snapshots/2026-11-20", f"{wh}-split", "r1",
+            "--split-bytes", "2048")
+    assert s["tasks"] > 3
+    local_split = tmp_path / "wh-split"
+    run(spark, src, local_split, "r1", "--split-bytes", "2048")
+    remote = tables.read_table(spark, f"{wh}-split", "records", config=cfg).collect()
+    assert sorted((r.topic, r.partition, r.offset, bytes(r.key), bytes(r.value))
+                  for r in remote) == sorted(got_records(local_split)) == got
+    f = tables.read_table(spark, f"{wh}-split", "findings", config=cfg).collect()
+    want = read_local(local_split, "findings").to_pylist()
+    assert sorted((x.kind, x.position, x.message.rsplit("/", 1)[-1]) for x in f) == sorted(
+        (x["kind"], x["position"], x["message"].rsplit("/", 1)[-1]) for x in want)
+    assert sorted((x["kind"], x["position"]) for x in want) == sorted(
         (x["kind"], x["position"]) for x in read_local(local, "findings").to_pylist())
     # a manifest naming two of the segments, as one chunk of a run
     manifest = {"segments": [f"s3://{s3_bucket}/snapshots/2026-11-20/broker-1/orders-{p}/"
