@@ -80,6 +80,8 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
         "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        # SQLite: wait for a lock up to a minute, not pysqlite's 5 s (see the module)
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "kafkalog_pipeline.sqlite_settings.CONNECT_ARGS",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
