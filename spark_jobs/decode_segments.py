@@ -727,27 +727,18 @@ def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
     last = task.end >= task.size
     if owned is None and not last:
         return []
-    try:
-        store, key = storage.open_object(task.index_uri, ctx.s3)
+
+    def read(store, key):
         if task.index_entries is not None and share:  # the planner's share: only those bytes
             first, stop = task.index_entries
-            index = replace(kafkalog.read_offset_index(store.read(key, 8 * first, 8 * stop),
-                                                       base_offset=task.base_offset),
-                            first=first)
-        else:
-            index = kafkalog.read_offset_index_range(store.read(key), owned or (task.size, None),
-                                                     base_offset=task.base_offset)
-    except (storage.StorageError, OSError, kafkalog.KafkaLogError) as err:
-        return [dict(kind="index_mismatch", position=0, end=0, base_offset=None,
-                     last_offset=None, bytes=None, raw=None,
-                     message=f"cannot read {task.index_uri} ({err}): its entries were not "
-                     "checked")] if last else []
-    found = [] if owned is None else kafkalog.check_offset_index(index, last_offsets, owned)
-    if last:
-        found = list(index.findings) + found
-    return [dict(kind=f.kind, position=f.position, end=f.end,
-                 message=f"{task.index_uri}: {f.message}", base_offset=f.base_offset,
-                 last_offset=f.last_offset, bytes=f.bytes, raw=None) for f in found]
+            return replace(kafkalog.read_offset_index(store.read(key, 8 * first, 8 * stop),
+                                                      base_offset=task.base_offset),
+                           first=first)
+        return kafkalog.read_offset_index_range(store.read(key), owned or (task.size, None),
+                                                base_offset=task.base_offset)
+
+    return _checked_index(task, ctx, task.index_uri, read, lambda index: [] if owned is None
+                          else kafkalog.check_offset_index(index, last_offsets, owned))
 
 
 def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list[dict]:
@@ -757,20 +748,28 @@ def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list
     reports the file's own findings. The tasks of a segment own adjoining offset
     ranges (see ``_decode_window``), so together they report what ``kafkalog index
     --verify`` does, each finding once."""
+    return _checked_index(
+        task, ctx, task.timeindex_uri,
+        lambda store, key: kafkalog.read_time_index(store.read(key), base_offset=task.base_offset),
+        lambda index: [] if owned is None else kafkalog.check_time_index(index, by_last, owned))
+
+
+def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[dict]:
+    """Findings rows of an index file: ``check(read(store, key))``, and for the task
+    that reads to the end of the segment the file's own findings, or that it could
+    not be read."""
     last = task.end >= task.size
     try:
-        store, key = storage.open_object(task.timeindex_uri, ctx.s3)
-        index = kafkalog.read_time_index(store.read(key), base_offset=task.base_offset)
+        store, key = storage.open_object(uri, ctx.s3)
+        index = read(store, key)
     except (storage.StorageError, OSError, kafkalog.KafkaLogError) as err:
         return [dict(kind="index_mismatch", position=0, end=0, base_offset=None,
                      last_offset=None, bytes=None, raw=None,
-                     message=f"cannot read {task.timeindex_uri} ({err}): its entries were not "
+                     message=f"cannot read {uri} ({err}): its entries were not "
                      "checked")] if last else []
-    found = [] if owned is None else kafkalog.check_time_index(index, by_last, owned)
-    if last:
-        found = list(index.findings) + found
+    found = (list(index.findings) if last else []) + check(index)
     return [dict(kind=f.kind, position=f.position, end=f.end,
-                 message=f"{task.timeindex_uri}: {f.message}", base_offset=f.base_offset,
+                 message=f"{uri}: {f.message}", base_offset=f.base_offset,
                  last_offset=f.last_offset, bytes=f.bytes, raw=None) for f in found]
 
 
