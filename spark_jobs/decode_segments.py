@@ -688,10 +688,16 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
             task, ctx, owned, last_offsets, share=cut is None or cut == owned_end)
     if by_last is not None:
         # .timeindex entries by the offset they name: from the offset of this task's
-        # first entry to the next task's
-        owned = (None if owned_start == 0 else _offset_at(raw_source, byte_range, lo),
-                 None if cut is None else _offset_at(raw_source, byte_range, cut)) \
-            if entries else None
+        # first entry (where it resumes: its first batch's; earlier ones were checked
+        # by the run that decoded them) to the next task's
+        if owned_start == 0:
+            since = None
+        elif task.split:
+            since = _offset_at(raw_source, byte_range, lo) if entries else None
+        else:
+            since = stats["first_offset"]
+        owned = None if owned_start > 0 and since is None else (
+            since, None if cut is None else _offset_at(raw_source, byte_range, cut))
         extra_findings = extra_findings + _time_index_findings(task, ctx, owned, by_last)
     if extra_findings:
         fb = pa.RecordBatch.from_pylist(extra_findings, schema=pa.schema(

@@ -407,6 +407,41 @@ def test_a_task_reads_on_to_the_next_tasks_first_batch_for_its_time_index_share(
     assert sum(".timeindex: " in f["message"] for f in got) >= 1
 
 
+def test_a_resumed_segment_checks_the_time_index_entries_of_its_new_bytes_only(tmp_path):
+    """An active segment that grew resumes after what an earlier run ingested: it checks
+    the .timeindex entries naming offsets from its first new batch on (the earlier
+    ones were the earlier run's), and none where there are no new bytes."""
+    import datetime as dt
+
+    seg = write_partition(tmp_path / "snap" / "orders-0", 0, 12, per_batch=4, index_interval=256)
+    batches = list(kafkalog.iter_batches(str(seg)))
+    timeindex = seg.with_suffix(".timeindex")
+    entries = bytearray(timeindex.read_bytes())
+    named = [int.from_bytes(entries[i + 8:i + 12], "big") for i in range(0, len(entries), 12)]
+    new_from = batches[6]
+    for i in (0, len(named) - 1):  # one entry of the old bytes, one of the new, made wrong
+        entries[12 * i:12 * i + 8] = (int.from_bytes(entries[12 * i:12 * i + 8], "big")
+                                      + 1).to_bytes(8, "big")
+    timeindex.write_bytes(bytes(entries))
+    assert named[0] < new_from.base_offset <= named[-1]
+    (s,) = job.discover(str(tmp_path / "snap"))
+    size = os.path.getsize(seg)
+    ctx = job.Context(run_id="r", prefix="r", staging=f"{tmp_path / 'wh'}/", s3=None,
+                      ingested_at=dt.datetime.now(dt.timezone.utc).isoformat())
+    before = batches[5]
+    for start, want in ((new_from.position, [named[-1]]), (size, [])):
+        task = job.Task(task=0, uri=s.uri, topic="orders", partition=0, base_offset=0, size=size,
+                        etag=None, mtime=None, start=start, end=size, mode="resume",
+                        verify_position=before.position, verify_crc=before.crc,
+                        covered_end=start, timeindex_uri=s.timeindex_uri)
+        row = job.run_task(task, ctx)
+        assert row["action"] == "resumed"
+        found = [f for f in read_local(tmp_path / "wh", "findings").to_pylist()
+                 if ".timeindex: " in f["message"]] if (tmp_path / "wh" / "findings").exists() else []
+        assert [f["base_offset"] for f in found] == want, start
+        shutil.rmtree(tmp_path / "wh", ignore_errors=True)
+
+
 def test_real_corpus(spark, tmp_path):
     src = tmp_path / "corpus"
     logs = sorted(CORPUS.rglob("*.log"))
