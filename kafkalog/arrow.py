@@ -397,27 +397,21 @@ class _RecordColumns(_Columns):
             if self.rows and sink.values_size + len(data) > len(sink.values):
                 self.ended = True  # the batch starts the next chunk: no copy of the values
                 break
-            log_append = attributes & 0x08
-            first = self.rows
-            if not v2.read_record_columns(data, count, base_offset, base_ts,
-                                          max_ts if log_append else None, sink):
-                break
+            log_append = bool(attributes & 0x08)
             last_offset = base_offset + lod
             name = CODECS[codec]
             transactional = bool(attributes & 0x10)
-            ts_type = LOG_APPEND_TIME if log_append else CREATE_TIME
-            if count:
-                self._add_lineage(
-                    sink.offsets[first:], bseq, base_offset, size + 12,
-                    (ts_type, base + pos, base_offset, last_offset, 2, name, pid, pepoch,
-                     leader_epoch, transactional, None if computed is None else True))
+            if self.add_v2(data, count, base_offset, last_offset, base_ts, max_ts, log_append,
+                           base + pos, size + 12, name, pid, pepoch, bseq, leader_epoch,
+                           transactional, None if computed is None else True) < 0:
+                break
             if rows is not None:
                 delete_horizon = bool(attributes & 0x40)
                 rows.append((
                     base + pos, size + 12, 2, base_offset, last_offset, count, crc, computed,
                     None if computed is None else True, "unverified" if computed is None else "ok",
-                    attributes, name, ts_type, base_ts, max_ts,
-                    base_ts if delete_horizon else None, leader_epoch, pid, pepoch, bseq,
+                    attributes, name, LOG_APPEND_TIME if log_append else CREATE_TIME, base_ts,
+                    max_ts, base_ts if delete_horizon else None, leader_epoch, pid, pepoch, bseq,
                     increment_sequence(bseq, lod), lod, transactional, False, delete_horizon))
             prev_last = last_offset
             pos = end
@@ -540,9 +534,9 @@ def stream(
     """Yield ``(table_name, RecordBatch)`` pairs of bounded size, in one pass.
 
     A RecordBatch is flushed once it holds ``max_rows`` rows or about
-    ``max_bytes`` of input (on the compiled path, records also once their
-    values fill the buffer reserved for them, sized from the input and then
-    from the last chunk: growing it would copy them all); every table wanted
+    ``max_bytes`` of input (records also once their values fill the buffer
+    reserved for them, sized from the input and then from the last chunk:
+    growing it would copy them all); every table wanted
     gets at least one (possibly empty) RecordBatch. ``dictionary=True`` gives the records'
     ``timestamp_type`` and ``compression`` as ``dictionary<int8, string>``
     (RECORDS_DICTIONARY_SCHEMA; same values, cheaper to build and to write).
