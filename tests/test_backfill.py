@@ -46,6 +46,7 @@ BACKFILL = ["backfill", "create", "--dag-id", DAG_ID,
             "--from-date", NIGHTS[0], "--to-date", f"{NIGHTS[-1]}T23:59:59"]
 RUN_TIMEOUT = 25 * 60  # per backfill: two runs one after the other, on a busy 2-core machine
 FINAL = ("success", "failed")
+LOCK_ATTEMPTS = 3  # airflow backfill create, on "database is locked" (see create_backfill)
 
 
 @dataclass
@@ -59,12 +60,14 @@ class Airflow:
     def warehouse(self) -> Path:
         return Path(self.env["KAFKALOG_WAREHOUSE"])
 
-    def cli(self, *args: str, check: bool = True) -> str:
+    def cli(self, *args: str, check: bool = True, returncode: bool = False):
+        """The command's output; with ``returncode``, (exit code, output)."""
         proc = demo.airflow(self.env, *args, capture_output=True, text=True, timeout=300)
         if check and proc.returncode:
             raise AssertionError(f"airflow {' '.join(args)} exited {proc.returncode}:\n"
                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        return proc.stdout + proc.stderr
+        out = proc.stdout + proc.stderr
+        return (proc.returncode, out) if returncode else out
 
     def query(self, sql: str, *args) -> list[tuple]:
         return demo.metadata_query(self.env, sql, *args)
@@ -170,7 +173,18 @@ def create_backfill(af: Airflow, *extra: str, runs=NIGHTS) -> int:
     listed = re.findall(r"(\d{4}-\d\d-\d\d) 03:00:00\+00:00", dry.split("Runs to be attempted")[-1])
     assert listed == list(runs), dry[-2000:]
     before = af.query("SELECT coalesce(max(id), 0) FROM backfill")[0][0]
-    af.cli(*BACKFILL, *extra)
+    for attempt in range(1, LOCK_ATTEMPTS + 1):
+        out = af.cli(*BACKFILL, *extra, check=False, returncode=True)
+        if out[0] == 0:
+            break
+        # SQLite refuses a write from a transaction whose snapshot another process's write
+        # made stale (the scheduler's, here) at once, whatever the busy timeout; Airflow
+        # then removes the half-made backfill, so the command can be run again
+        assert "database is locked" in out[1] and attempt < LOCK_ATTEMPTS, out[1][-3000:]
+        active = af.query("SELECT count(*) FROM backfill WHERE dag_id = ? AND completed_at IS NULL",
+                          DAG_ID)[0][0]
+        assert active == 0, f"a failed backfill create left {active} active backfill(s)"
+        print(f"airflow backfill create: database is locked (attempt {attempt}); again")
     (backfill_id,) = af.query("SELECT max(id) FROM backfill")[0]
     assert backfill_id > before
     return backfill_id
