@@ -52,7 +52,7 @@ from .indexes import (
     verify_offset_index,
     verify_time_index,
 )
-from ._accel import ACCELERATED
+from ._accel import ACCELERATED, reuse_limit
 from .log_reader import first_entry, scan
 from .source import Slice
 from .model import Batch, Control, Finding, Header, Limits, Record
@@ -117,6 +117,7 @@ __all__ = [
     "read_time_index",
     "read_txn_index",
     "records_table",
+    "reuse_limit",
     "scan",
     "stream",
     "verify_offset_index",

@@ -19,6 +19,20 @@ except ImportError:  # not built (no compiler at install time): pure Python only
 ACCELERATED = _speedups is not None
 
 
+def reuse_limit(limit: int | None = None) -> int:
+    """The most bytes of freed tables' buffers the compiled path keeps to decode into
+    again (default 128 MiB); ``limit`` sets it, and 0 gives them all back.
+
+    A table's big buffers (64 KiB and more) are kept when the table is freed, so the
+    next chunk or call writes into pages that are already mapped: the allocator would
+    give them back to the kernel, and writing fresh pages costs a page fault per
+    4 KiB. 0 on the pure-Python-only install, where nothing is kept.
+    """
+    if _speedups is None:
+        return 0
+    return _speedups.spare_limit(limit)
+
+
 def active() -> bool:
     """Whether this call should use the compiled path."""
     return ACCELERATED and os.environ.get("KAFKALOG_PURE_PYTHON", "") in ("", "0")

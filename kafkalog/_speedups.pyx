@@ -340,42 +340,123 @@ _CODEC_NAMES = (b"none", b"gzip", b"snappy", b"lz4", b"zstd")
 _CODEC_STR = ("none", "gzip", "snappy", "lz4", "zstd")
 _TS_CODES = {"CreateTime": 0, "LogAppendTime": 1, None: 2}
 _CODEC_CODES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-_CRC_VALID = []  # pa.array([False, True, None]) once needed (pyarrow imports pandas then)
+cdef int8_t _TS_NULL = 2  # _TS_CODES[None]: a v0 record has no timestamp type
 
 
-cdef object _crc_valid():
-    if not _CRC_VALID:
-        _CRC_VALID.append(pa.array([False, True, None], pa.bool_()))
-    return _CRC_VALID[0]
+#: Buffers of at least SPARE_MIN bytes that freed tables gave back, for the next
+#: chunk or call: (allocated bytes, ResizableBuffer), oldest first. The allocator
+#: would give their pages back to the kernel (mimalloc after its purge delay, and
+#: blocks of tens of MiB at once), and every 4 KiB written again is then a page
+#: fault: on a VM several microseconds each, a third of a call's time or more.
+cdef list _spare = []
+cdef Py_ssize_t _spare_bytes = 0
+cdef Py_ssize_t _spare_limit = 128 << 20
+SPARE_MIN = 64 << 10
+cdef Py_ssize_t _SPARE_MIN = SPARE_MIN
+
+
+def spare_limit(object limit=None):
+    """The most bytes kept for reuse (``limit``: set it; 0 frees them and keeps none)."""
+    global _spare_limit
+    if limit is not None:
+        if limit < 0:
+            raise ValueError("spare_limit: limit must be >= 0")
+        _spare_limit = limit
+        while _spare_bytes > _spare_limit:
+            _drop_oldest()
+    return _spare_limit
+
+
+def spare_bytes():
+    """Bytes kept for reuse now."""
+    return _spare_bytes
+
+
+cdef void _drop_oldest():
+    global _spare_bytes
+    room, _ = _spare.pop(0)
+    _spare_bytes -= room
+
+
+cdef void _keep(object data, Py_ssize_t room):
+    """Keep ``data`` (``room`` bytes allocated; no one else holds it) for reuse."""
+    global _spare_bytes
+    if data is None or _spare is None or room > _spare_limit:
+        return
+    while _spare and _spare_bytes + room > _spare_limit:
+        _drop_oldest()
+    _spare.append((room, data))
+    _spare_bytes += room
+
+
+cdef class _Lease:
+    """The owner of a table's buffer: keeps it for reuse when Arrow lets it go."""
+
+    cdef object data
+    cdef Py_ssize_t room
+
+    def __dealloc__(self):
+        data, self.data = self.data, None
+        _keep(data, self.room)
 
 
 cdef class _Buf:
     """A growable byte buffer from Arrow's memory pool.
 
-    Arrow's allocators keep and reuse freed pages, so a long-running decoder
-    does not pay a page fault for every 4 KiB it writes (in a VM, several
-    microseconds each); the buffer goes into the table without a copy.
+    One that grows to ``SPARE_MIN`` bytes or more starts from a kept buffer
+    where one fits (:class:`_Lease`: its pages are mapped, so writing them
+    costs no page fault). :meth:`buffer` hands the bytes over to the table
+    without a copy; nothing is written here after that.
     """
 
-    cdef object data  # pyarrow.ResizableBuffer
+    cdef object data  # pyarrow.ResizableBuffer, or None once handed over
     cdef Py_ssize_t n
-    cdef Py_ssize_t cap
+    cdef Py_ssize_t cap  # bytes that may be written: what was reserved
+    cdef Py_ssize_t room  # bytes allocated (a kept buffer can have more than cap)
     cdef char* p
 
     def __cinit__(self):
-        self.cap = 4096
+        self.cap = self.room = 4096
         self.data = pa.allocate_buffer(self.cap, memory_pool=POOL, resizable=True)
         self.p = <char*><uintptr_t>self.data.address
         self.n = 0
 
+    def __dealloc__(self):
+        if self.data is not None and self.room >= _SPARE_MIN:  # reserved, never handed over
+            data, self.data = self.data, None
+            _keep(data, self.room)
+
     cdef inline int reserve(self, Py_ssize_t extra) except -1:
-        cdef Py_ssize_t want = self.n + extra
-        if want > self.cap:
-            if want < 2 * self.cap:
-                want = 2 * self.cap
-            self.data.resize(want)
-            self.cap = want
-            self.p = <char*><uintptr_t>self.data.address
+        if self.n + extra > self.cap:
+            return self._grow(self.n + extra)
+        return 0
+
+    cdef int _grow(self, Py_ssize_t want) except -1:
+        """Room for ``want`` bytes (twice the reservation at least)."""
+        global _spare_bytes
+        cdef Py_ssize_t i, best = -1, room, best_room = 0
+        if self.data is None:
+            raise RuntimeError("kafkalog: a buffer was written after it went into a table")
+        if want < 2 * self.cap:
+            want = 2 * self.cap
+        if want > self.room and want >= _SPARE_MIN:
+            # the smallest kept buffer that fits, not more than 4x too big (a
+            # small need leaves the big ones to the big needs)
+            for i in range(len(_spare)):
+                room = _spare[i][0]
+                if want <= room <= 4 * want and (best < 0 or room < best_room):
+                    best, best_room = i, room
+            if best >= 0:
+                _, spare = _spare.pop(best)
+                _spare_bytes -= best_room
+                memcpy(<char*><uintptr_t>spare.address, self.p, self.n)
+                self.data, self.room = spare, best_room
+        # within room: no new allocation (pyarrow's resize keeps the capacity)
+        self.data.resize(want)
+        if want > self.room:
+            self.room = want
+        self.cap = want
+        self.p = <char*><uintptr_t>self.data.address
         return 0
 
     cdef inline void put_i64(self, int64_t v) noexcept:
@@ -387,7 +468,16 @@ cdef class _Buf:
         self.n += 4
 
     cdef object buffer(self):
-        return self.data.slice(0, self.n)
+        """The bytes written, as an Arrow buffer; the _Buf is spent."""
+        cdef _Lease lease
+        data, self.data = self.data, None
+        if data is None:
+            raise RuntimeError("kafkalog: a buffer went into a table twice")
+        if self.room < _SPARE_MIN:
+            return data.slice(0, self.n)
+        lease = _Lease()
+        lease.data, lease.room = data, self.room
+        return pa.foreign_buffer(<uintptr_t>self.p, self.n, base=lease)
 
 
 cdef class _Binary:
@@ -940,97 +1030,110 @@ cdef class RecordColumns:
     def flush(self):
         """The rows held so far as one RecordBatch; starts afresh.
 
-        Batch lineage is one value per batch (run) here and becomes a column
-        by run-end decoding in Arrow's C++; only the sequence (it follows the
-        offset) and the timestamp validity (-1 is null) are made row by row.
+        Batch lineage is one value per batch (run) here and is written out
+        row by row, with the sequence (it follows the offset) and the
+        timestamp validity (-1 is null), into buffers of this module (which
+        start from kept pages, see :class:`_Lease`).
         """
         cdef Py_ssize_t n = self.rows, nruns = self.runs.n // sizeof(Run)
-        cdef Py_ssize_t i, j, m = 0, row = 0
+        cdef Py_ssize_t i, j, start = 0, stop
         cdef Run* runs = <Run*>self.runs.p
         cdef Run r
         cdef const int64_t* offsets = <const int64_t*>self.offset.p
         cdef const int64_t* tss = <const int64_t*>self.ts.p
-        cdef bint all_v2 = True
-        cdef _Buf ends = _Buf(), position = _Buf(), base_off = _Buf(), last_off = _Buf()
-        cdef _Buf producer_id = _Buf(), producer_epoch = _Buf(), leader_epoch = _Buf()
-        cdef _Buf magic = _Buf(), codec = _Buf(), ts_type = _Buf(), txn = _Buf(), crc = _Buf()
-        cdef _Buf run_v2 = _Buf(), sequence = _Buf(), row_v2 = _Buf(), ts_valid = _Buf()
+        cdef bint all_v2 = True, any_null_crc = False, dictionary
+        cdef _Buf position = _Buf(), base_off = _Buf(), last_off = _Buf(), producer_id = _Buf()
+        cdef _Buf producer_epoch = _Buf(), leader_epoch = _Buf(), magic = _Buf(), sequence = _Buf()
+        cdef _Buf ts_code = _Buf(), codec = _Buf(), txn = _Buf(), crc = _Buf(), crc_known = _Buf()
+        cdef _Buf row_v2 = _Buf(), ts_valid = _Buf(), ts_known
+        cdef int64_t* p_pos
+        cdef int64_t* p_base
+        cdef int64_t* p_last
+        cdef int64_t* p_pid
+        cdef int16_t* p_epoch
+        cdef int32_t* p_leader
         cdef int32_t* p_seq
-        cdef uint8_t* p_tsv
+        cdef int8_t* p_magic
+        cdef int8_t* p_ts
+        cdef int8_t* p_codec
+        cdef uint8_t* p_txn
+        cdef uint8_t* p_crc
+        cdef uint8_t* p_known
         cdef uint8_t* p_rv2
-        for b in (ends, position, base_off, last_off, producer_id, producer_epoch, leader_epoch,
-                  magic, codec, ts_type, txn, crc):
-            (<_Buf>b).reserve(8 * nruns + 8)
-        run_v2.reserve(nruns // 8 + 1)
-        memset(run_v2.p, 0, nruns // 8 + 1)
+        cdef uint8_t* p_tsv
+        cdef Py_ssize_t nbits = n // 8 + 1
+        for b, width in ((position, 8), (base_off, 8), (last_off, 8), (producer_id, 8),
+                         (producer_epoch, 2), (leader_epoch, 4), (sequence, 4), (magic, 1),
+                         (ts_code, 1), (codec, 1)):
+            (<_Buf>b).reserve(width * n + 8)
+            (<_Buf>b).n = width * n
+        for b in (txn, crc, crc_known, row_v2, ts_valid):
+            (<_Buf>b).reserve(nbits)
+            memset((<_Buf>b).p, 0, nbits)
+            (<_Buf>b).n = (n + 7) // 8
+        p_pos = <int64_t*>position.p; p_base = <int64_t*>base_off.p
+        p_last = <int64_t*>last_off.p; p_pid = <int64_t*>producer_id.p
+        p_epoch = <int16_t*>producer_epoch.p; p_leader = <int32_t*>leader_epoch.p
+        p_seq = <int32_t*>sequence.p; p_magic = <int8_t*>magic.p
+        p_ts = <int8_t*>ts_code.p; p_codec = <int8_t*>codec.p
+        p_txn = <uint8_t*>txn.p; p_crc = <uint8_t*>crc.p; p_known = <uint8_t*>crc_known.p
+        p_rv2 = <uint8_t*>row_v2.p; p_tsv = <uint8_t*>ts_valid.p
         for i in range(nruns):
             r = runs[i]
-            if r.count == 0:
-                continue  # an empty batch adds no rows (run ends must increase)
-            row += r.count
-            (<int32_t*>ends.p)[m] = <int32_t>row
-            (<int64_t*>position.p)[m] = r.position
-            (<int64_t*>base_off.p)[m] = r.base_offset
-            (<int64_t*>last_off.p)[m] = r.last_offset
-            (<int64_t*>producer_id.p)[m] = r.producer_id
-            (<int16_t*>producer_epoch.p)[m] = r.producer_epoch
-            (<int32_t*>leader_epoch.p)[m] = r.leader_epoch
-            (<int8_t*>magic.p)[m] = r.magic
-            (<int8_t*>codec.p)[m] = r.codec
-            (<int8_t*>ts_type.p)[m] = r.ts_type
-            (<uint8_t*>txn.p)[m] = r.txn
-            (<int8_t*>crc.p)[m] = r.crc
-            if r.v2:
-                run_v2.p[m >> 3] |= <char>(1 << (m & 7))
-            else:
+            stop = start + r.count
+            if not r.v2:
                 all_v2 = False
-            m += 1
-        ends.n = 4 * m; position.n = base_off.n = last_off.n = producer_id.n = 8 * m
-        producer_epoch.n = 2 * m; leader_epoch.n = 4 * m
-        magic.n = codec.n = ts_type.n = txn.n = crc.n = m
-        run_v2.n = (m + 7) // 8
-        # row by row: the sequence follows each record's offset; -1 timestamps are null
-        sequence.reserve(4 * n + 4); sequence.n = 4 * n
-        ts_valid.reserve(n // 8 + 1); ts_valid.n = (n + 7) // 8
-        memset(ts_valid.p, 0, n // 8 + 1)
-        p_seq = <int32_t*>sequence.p
-        p_tsv = <uint8_t*>ts_valid.p
-        if not all_v2:  # v0/v1 rows have no producer sequence: null
-            row_v2.reserve(n // 8 + 1); row_v2.n = (n + 7) // 8
-            memset(row_v2.p, 0, n // 8 + 1)
-        p_rv2 = <uint8_t*>row_v2.p
-        row = 0
-        for i in range(nruns):
-            r = runs[i]
-            for j in range(row, row + r.count):
+            if r.crc == 2:
+                any_null_crc = True
+            for j in range(start, stop):
+                p_pos[j] = r.position
+                p_base[j] = r.base_offset
+                p_last[j] = r.last_offset
+                p_pid[j] = r.producer_id
+                p_epoch[j] = r.producer_epoch
+                p_leader[j] = r.leader_epoch
                 p_seq[j] = <int32_t>_sequence(r.base_sequence, offsets[j] - r.base_offset)
-                if r.v2 and not all_v2:
+                p_magic[j] = r.magic
+                p_ts[j] = r.ts_type
+                p_codec[j] = r.codec
+                if r.txn:
+                    p_txn[j >> 3] |= <uint8_t>(1 << (j & 7))
+                if r.crc == 1:
+                    p_crc[j >> 3] |= <uint8_t>(1 << (j & 7))
+                if r.crc != 2:
+                    p_known[j >> 3] |= <uint8_t>(1 << (j & 7))
+                if r.v2:
                     p_rv2[j >> 3] |= <uint8_t>(1 << (j & 7))
-            row += r.count
+            start = stop
         for j in range(n):
             if tss[j] != -1:
                 p_tsv[j >> 3] |= <uint8_t>(1 << (j & 7))
 
         i8, i16, i32, i64 = pa.int8(), pa.int16(), pa.int32(), pa.int64()
-        run_ends = pa.Array.from_buffers(i32, m, [None, ends.buffer()])
-        v2_bits = run_v2.buffer()
-
-        def expand(values):
-            if n == 0:
-                return values.slice(0, 0)
-            return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, values))
-
+        v2_bits = None if all_v2 else row_v2.buffer()  # v0/v1 rows: no producer fields
         fields = list(self.schema)
         headers_type = fields[5].type
-        if pa.types.is_dictionary(fields[2].type):  # stream(dictionary=True): no string per row
-            ts_codes = pa.Array.from_buffers(i8, m, [None, ts_type.buffer()])
-            ts_column = arrow.dictionary_column("timestamp_type", expand(
-                pc.if_else(pc.equal(ts_codes, _TS_CODES[None]), pa.scalar(None, i8), ts_codes)))
+        dictionary = pa.types.is_dictionary(fields[2].type)
+        if dictionary:  # stream(dictionary=True): codes, no string per row
+            ts_known = _Buf()
+            ts_known.reserve(nbits)
+            memset(ts_known.p, 0, nbits)
+            ts_known.n = (n + 7) // 8
+            p_known = <uint8_t*>ts_known.p
+            any_null_ts = False
+            for j in range(n):
+                if p_ts[j] == _TS_NULL:
+                    p_ts[j] = 0
+                    any_null_ts = True
+                else:
+                    p_known[j >> 3] |= <uint8_t>(1 << (j & 7))
+            ts_column = arrow.dictionary_column("timestamp_type", pa.Array.from_buffers(
+                i8, n, [ts_known.buffer() if any_null_ts else None, ts_code.buffer()]))
             codec_column = arrow.dictionary_column(
-                "compression", expand(pa.Array.from_buffers(i8, m, [None, codec.buffer()])))
+                "compression", pa.Array.from_buffers(i8, n, [None, codec.buffer()]))
         else:
-            ts_column = expand(_strings(<const int8_t*>ts_type.p, m, _TS_NAMES))
-            codec_column = expand(_strings(<const int8_t*>codec.p, m, _CODEC_NAMES))
+            ts_column = _strings(p_ts, n, _TS_NAMES)
+            codec_column = _strings(p_codec, n, _CODEC_NAMES)
         items = pa.StructArray.from_arrays(
             [self.hkey.array(pa.string(), self.hkey.count),
              self.hvalue.array(pa.binary(), self.hvalue.count)],
@@ -1044,17 +1147,18 @@ cdef class RecordColumns:
             self.value.array(pa.binary(), n),
             pa.ListArray.from_arrays(pa.Array.from_buffers(i32, n + 1, [None, self.hlist.buffer()]),
                                      items, type=headers_type),
-            expand(pa.Array.from_buffers(i64, m, [None, position.buffer()])),
-            expand(pa.Array.from_buffers(i64, m, [None, base_off.buffer()])),
-            expand(pa.Array.from_buffers(i64, m, [None, last_off.buffer()])),
-            expand(pa.Array.from_buffers(i8, m, [None, magic.buffer()])),
+            pa.Array.from_buffers(i64, n, [None, position.buffer()]),
+            pa.Array.from_buffers(i64, n, [None, base_off.buffer()]),
+            pa.Array.from_buffers(i64, n, [None, last_off.buffer()]),
+            pa.Array.from_buffers(i8, n, [None, magic.buffer()]),
             codec_column,
-            expand(pa.Array.from_buffers(i64, m, [v2_bits, producer_id.buffer()])),
-            expand(pa.Array.from_buffers(i16, m, [v2_bits, producer_epoch.buffer()])),
-            pa.Array.from_buffers(i32, n, [None if all_v2 else row_v2.buffer(), sequence.buffer()]),
-            expand(pa.Array.from_buffers(i32, m, [v2_bits, leader_epoch.buffer()])),
-            expand(pa.Array.from_buffers(pa.uint8(), m, [None, txn.buffer()]).cast(pa.bool_())),
-            expand(_crc_valid().take(pa.Array.from_buffers(i8, m, [None, crc.buffer()]))),
+            pa.Array.from_buffers(i64, n, [v2_bits, producer_id.buffer()]),
+            pa.Array.from_buffers(i16, n, [v2_bits, producer_epoch.buffer()]),
+            pa.Array.from_buffers(i32, n, [v2_bits, sequence.buffer()]),
+            pa.Array.from_buffers(i32, n, [v2_bits, leader_epoch.buffer()]),
+            pa.Array.from_buffers(pa.bool_(), n, [None, txn.buffer()]),
+            pa.Array.from_buffers(pa.bool_(), n,
+                                  [crc_known.buffer() if any_null_crc else None, crc.buffer()]),
         ]
         self.last_values = self.value.data.n
         self._reset()

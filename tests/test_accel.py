@@ -218,6 +218,73 @@ def test_chunks_after_the_first_are_sized_from_the_last_and_end_early_when_value
     assert_same_tables(*decode_both(data, max_rows=1000))
 
 
+def _big_segment(seed: int) -> bytes:
+    """~1.5 MB of v2 batches whose every value depends on ``seed``."""
+    rnd = random.Random(seed)
+    return b"".join(
+        encode_v2_batch(i * 20, [WriteRecord(b"k%d-%d" % (seed, j), rnd.randbytes(rnd.randrange(5000)),
+                                             headers=(("h", b"%d" % seed),))
+                                 for j in range(20)], codec=("none", "lz4", "zstd")[i % 3])
+        for i in range(30))
+
+
+@needs_compiled
+def test_kept_buffers_serve_the_next_decode_and_never_a_live_table():
+    # a freed table's big buffers are kept and written again by the next decode;
+    # a table (or a slice of it) that is still held keeps its own bytes whatever
+    # is decoded after it
+    import gc
+
+    from kafkalog import _speedups
+
+    a_bytes, b_bytes = _big_segment(1), _big_segment(2)
+    with pure_python(True):
+        want_a = kafkalog.records_table(a_bytes)
+        want_b = kafkalog.records_table(b_bytes)
+    old = kafkalog.reuse_limit()
+    try:
+        kafkalog.reuse_limit(0)
+        kafkalog.reuse_limit(old)
+        assert _speedups.spare_bytes() == 0
+        with pure_python(False):
+            a = kafkalog.records_table(a_bytes)
+            part = a.slice(123, 200)
+            want_part = want_a.slice(123, 200)
+            for _ in range(3):
+                gc.collect()
+                kept = _speedups.spare_bytes()
+                b = kafkalog.records_table(b_bytes)
+                taken = kept - _speedups.spare_bytes()
+                assert b.equals(want_b)
+                del b
+                gc.collect()
+                # b's buffers went back, and the next b takes most of them again
+                assert _speedups.spare_bytes() > 2_000_000
+            assert taken > 2_000_000, (kept, taken)
+            assert a.equals(want_a)
+            del a
+            gc.collect()  # the slice holds every buffer it reaches: nothing of a is kept yet
+            kept = _speedups.spare_bytes()
+            for _ in range(3):
+                assert kafkalog.records_table(b_bytes).equals(want_b)
+            gc.collect()
+            assert part.equals(want_part)
+            del part
+            gc.collect()
+            assert _speedups.spare_bytes() > kept
+            kafkalog.reuse_limit(1_000_000)  # the oldest go first, down to the limit
+            assert 0 < _speedups.spare_bytes() <= 1_000_000 or _speedups.spare_bytes() == 0
+            kafkalog.reuse_limit(0)
+            assert _speedups.spare_bytes() == 0
+            assert kafkalog.records_table(a_bytes).equals(want_a)
+            gc.collect()
+            assert _speedups.spare_bytes() == 0  # limit 0: nothing kept
+    finally:
+        kafkalog.reuse_limit(old)
+    with pytest.raises(ValueError):
+        kafkalog.reuse_limit(-1)
+
+
 @pytest.mark.parametrize("pure", [True, False])
 def test_streamed_record_batches_respect_max_bytes(pure):
     # 50 batches of 4 records of 100 kB: chunks must flush by bytes, not only by rows
