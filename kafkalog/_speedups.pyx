@@ -323,7 +323,6 @@ def crc32c(const uint8_t[::1] data, bint software=False):
 
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import arrow  # dictionary_column (arrow imports this module through _accel)
 
