@@ -45,12 +45,14 @@ from .indexes import (
     AbortedTxn,
     check_offset_index,
     check_time_index,
+    check_txn_index,
     read_offset_index,
     read_offset_index_range,
     read_time_index,
     read_txn_index,
     verify_offset_index,
     verify_time_index,
+    verify_txn_index,
 )
 from ._accel import ACCELERATED, reuse_limit
 from .log_reader import first_entry, scan
@@ -107,6 +109,7 @@ __all__ = [
     "findings",
     "check_offset_index",
     "check_time_index",
+    "check_txn_index",
     "read_offset_index_range",
     "first_entry",
     "findings_table",
@@ -122,4 +125,5 @@ __all__ = [
     "stream",
     "verify_offset_index",
     "verify_time_index",
+    "verify_txn_index",
 ]

@@ -23,6 +23,7 @@ from .indexes import (
     read_txn_index,
     verify_offset_index,
     verify_time_index,
+    verify_txn_index,
 )
 from .log_reader import scan
 from .model import Batch, Finding, Limits, increment_sequence
@@ -200,7 +201,7 @@ def cmd_dump(args, out: TextIO) -> int:
 _READERS = {
     ".index": (read_offset_index, verify_offset_index),
     ".timeindex": (read_time_index, verify_time_index),
-    ".txnindex": (read_txn_index, None),
+    ".txnindex": (read_txn_index, verify_txn_index),
 }
 
 
@@ -226,8 +227,6 @@ def cmd_index(args, out: TextIO) -> int:
             index = read(path)
             found = list(index.findings)
             if args.verify:
-                if verify is None:
-                    raise SourceError(f"{path}: --verify checks .index and .timeindex files only")
                 log = args.log or os.path.splitext(path)[0] + ".log"
                 found = verify(index, log)
         except KafkaLogError as err:
@@ -286,7 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("files", nargs="+", metavar="FILE")
     index.add_argument("--json", action="store_true", help="JSON Lines output")
     index.add_argument("--verify", action="store_true",
-                       help="check entries against the segment (.index and .timeindex)")
+                       help="check entries against the segment (.index: positions and "
+                       "last offsets; .timeindex: last offsets and max timestamps; .txnindex: "
+                       "an ABORT marker of the producer at each entry's last offset)")
     index.add_argument("--log", metavar="FILE",
                        help="the .log to verify against (default: same name, .log)")
     index.set_defaults(run=cmd_index)

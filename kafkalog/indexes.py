@@ -248,5 +248,58 @@ def check_time_index(index: IndexFile, batches: Mapping[int, tuple[int | None, i
     return found
 
 
+def verify_txn_index(index: IndexFile, log_source) -> list[Finding]:
+    """Each ``.txnindex`` entry must end at an ABORT marker of its producer.
+
+    Kafka appends an entry when a marker aborts a transaction that holds data in
+    the partition, into the segment the marker went to: the entry's last offset
+    is that marker's offset. Its first offset must not be after its last, and
+    last offsets must increase from entry to entry. (An ABORT marker without an
+    entry is no finding: a transaction with no data here gets none.)
+    """
+    markers = {}
+    for b in _batches(log_source):
+        if b.is_control:
+            for r in b.records:
+                if r.control is not None:
+                    markers[r.offset] = (b.producer_id, r.control.type, b.position)
+    return list(index.findings) + check_txn_index(index, markers)
+
+
+def check_txn_index(index: IndexFile, markers: Mapping[int, tuple[int, str, int]],
+                    owned: tuple[int | None, int | None] = (None, None)) -> list[Finding]:
+    """:func:`verify_txn_index`'s checks on the entries whose last offsets lie in
+    ``owned`` (``[lo, hi)``; None: unbounded), given the log's control records
+    (``{offset: (producer id, control type, batch position)}``, the markers
+    table's columns); the file's own findings (``index.findings``) are not included.
+    Pieces of a split segment whose ``owned`` ranges partition the offsets, each
+    with the markers in its range, report exactly the findings of the whole."""
+    lo, hi = owned
+    found = []
+    prev = None
+    for i, e in enumerate(index.entries, index.first):
+        if (lo is None or e.last_offset >= lo) and (hi is None or e.last_offset < hi):
+            head = f"txn index entry {i} (producer {e.producer_id}, offsets {e.first_offset}" \
+                   f"..{e.last_offset})"
+            m = markers.get(e.last_offset)
+            if m is None:
+                found.append(_mismatch(f"{head}: no control record at offset {e.last_offset}",
+                                       0, e.last_offset))
+            elif m[1] != "ABORT" or m[0] != e.producer_id:
+                found.append(_mismatch(
+                    f"{head}: offset {e.last_offset} holds producer {m[0]}'s {m[1]} "
+                    f"control record, not producer {e.producer_id}'s ABORT",
+                    m[2], e.last_offset))
+            if e.first_offset > e.last_offset:
+                found.append(_mismatch(f"{head}: the first offset is after the last",
+                                       0 if m is None else m[2], e.last_offset))
+            if prev is not None and e.last_offset <= prev.last_offset:
+                found.append(_mismatch(
+                    f"{head}: last offset {e.last_offset} does not follow entry {i - 1}'s "
+                    f"{prev.last_offset}", 0 if m is None else m[2], e.last_offset))
+        prev = e
+    return found
+
+
 def _batches(log_source) -> list[Batch]:
     return [b for b in scan(log_source, verify_crc=False) if isinstance(b, Batch)]

@@ -108,6 +108,7 @@ class Segment:
     mtime: str | None = None  # ISO-8601 UTC
     index_uri: str | None = None
     timeindex_uri: str | None = None
+    txnindex_uri: str | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -138,6 +139,7 @@ class Task:
     index_uri: str | None = None  # the segment's .index: entries pointing into [start, end) checked
     index_entries: tuple[int, int] | None = None  # ... which are entries [first, stop) (else: read all)
     timeindex_uri: str | None = None  # the segment's .timeindex: entries naming its offsets checked
+    txnindex_uri: str | None = None  # the segment's .txnindex: entries ending at its offsets checked
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -178,13 +180,14 @@ def discover(input_uri: str, config: storage.S3Config | None = None) -> list[Seg
         parsed = parse_segment_key(key)
         if parsed is None:
             continue
-        index_key = key[:-len(".log")] + ".index"
-        timeindex_key = key[:-len(".log")] + ".timeindex"
+        beside = {suffix: store.uri(key[:-len(".log")] + suffix)
+                  if key[:-len(".log")] + suffix in objects else None
+                  for suffix in (".index", ".timeindex", ".txnindex")}
         segments.append(Segment(
             uri=store.uri(key), topic=parsed[0], partition=parsed[1], base_offset=parsed[2],
             size=obj.size, etag=obj.etag, mtime=obj.mtime.isoformat(),
-            index_uri=store.uri(index_key) if index_key in objects else None,
-            timeindex_uri=store.uri(timeindex_key) if timeindex_key in objects else None))
+            index_uri=beside[".index"], timeindex_uri=beside[".timeindex"],
+            txnindex_uri=beside[".txnindex"]))
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri))
 
 
@@ -208,13 +211,13 @@ def _from_manifest(uri: str, config) -> list[Segment]:
         if entry.get("size") is None:
             info = seg_store.stat(seg_key)
             entry.update(size=info.size, etag=info.etag, mtime=info.mtime.isoformat())
-        index_uri, timeindex_uri = entry.get("index"), entry.get("timeindex")
+        beside = {suffix: entry.get(suffix[1:]) for suffix in (".index", ".timeindex", ".txnindex")}
         if entry["size"] > 0:
-            index_uri = index_uri or _beside(seg_store, seg_uri, seg_key, ".index")
-            timeindex_uri = timeindex_uri or _beside(seg_store, seg_uri, seg_key, ".timeindex")
+            for suffix, found in beside.items():
+                beside[suffix] = found or _beside(seg_store, seg_uri, seg_key, suffix)
         segments.append(Segment(seg_uri, parsed[0], parsed[1], parsed[2], int(entry["size"]),
-                                entry.get("etag"), _iso(entry.get("mtime")), index_uri,
-                                timeindex_uri))
+                                entry.get("etag"), _iso(entry.get("mtime")), beside[".index"],
+                                beside[".timeindex"], beside[".txnindex"]))
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri))
 
 
@@ -317,7 +320,8 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
             cov = coverage.get(s.key)
             common = dict(uri=s.uri, topic=s.topic, partition=s.partition,
                           base_offset=s.base_offset, size=s.size, etag=s.etag, mtime=s.mtime,
-                          index_uri=s.index_uri, timeindex_uri=s.timeindex_uri)
+                          index_uri=s.index_uri, timeindex_uri=s.timeindex_uri,
+                          txnindex_uri=s.txnindex_uri)
             if cov is not None and s.size >= cov.end:
                 lo = s.base_offset if cov.last_offset is None else cov.last_offset + 1
                 same = s.size == cov.object_size and (
@@ -594,8 +598,8 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
     first entry, which it finds in its slack the same way: the rows and findings of
     those bytes (so damage right at a split point is reported, and a batch there
     whose CRC fails is kept, by the task before it), the ``.index`` entries pointing
-    into them, and the ``.timeindex`` entries naming offsets from its first entry's
-    offset up to the next task's. Adjoining tasks agree on that boundary, so every
+    into them, and the ``.timeindex`` entries naming (and ``.txnindex`` entries ending
+    at) offsets from its first entry's offset up to the next task's. Adjoining tasks agree on that boundary, so every
     entry and finding of a segment is reported once however it is split.
     """
     source, byte_range = fetch(lo, hi)
@@ -624,6 +628,8 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
     last_offsets: dict[int, int] | None = {} if task.index_uri else None  # position -> last offset
     # last offset -> (max timestamp, position), for the .timeindex check
     by_last: dict[int, tuple] | None = {} if task.timeindex_uri else None
+    # offset -> (producer id, control type, batch position), for the .txnindex check
+    controls: dict[int, tuple] | None = {} if task.txnindex_uri else None
     for name, batch in kafkalog.stream(source, byte_range=byte_range, dictionary=True) \
             if entries else ():
         pos_col = {"records": "batch_position", "markers": "batch_position"}.get(name, "position")
@@ -659,6 +665,11 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
                 else max(stats["last_offset"], highs)
             writer.write("batches", f"{root}batches/topic={topic}", _lineage(batch, "batches", task, ctx))
         elif name == "markers":
+            if controls is not None:
+                controls.update(zip(batch.column("offset").to_pylist(), zip(
+                    batch.column("producer_id").to_pylist(),
+                    batch.column("control_type").to_pylist(),
+                    batch.column("batch_position").to_pylist())))
             writer.write("markers", f"{root}markers/topic={topic}", _lineage(batch, "markers", task, ctx))
         else:  # findings
             if batch.num_rows == 0:
@@ -686,10 +697,10 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
             else ((task.size, None) if last else None)
         extra_findings = extra_findings + _index_findings(
             task, ctx, owned, last_offsets, share=cut is None or cut == owned_end)
-    if by_last is not None:
-        # .timeindex entries by the offset they name: from the offset of this task's
-        # first entry (where it resumes: its first batch's; earlier ones were checked
-        # by the run that decoded them) to the next task's
+    if by_last is not None or controls is not None:
+        # .timeindex and .txnindex entries by the offset they name: from the offset of
+        # this task's first entry (where it resumes: its first batch's; earlier ones
+        # were checked by the run that decoded them) to the next task's
         if owned_start == 0:
             since = None
         elif task.split:
@@ -698,7 +709,10 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
             since = stats["first_offset"]
         owned = None if owned_start > 0 and since is None else (
             since, None if cut is None else _offset_at(raw_source, byte_range, cut))
-        extra_findings = extra_findings + _time_index_findings(task, ctx, owned, by_last)
+        if by_last is not None:
+            extra_findings = extra_findings + _time_index_findings(task, ctx, owned, by_last)
+        if controls is not None:
+            extra_findings = extra_findings + _txn_index_findings(task, ctx, owned, controls)
     if extra_findings:
         fb = pa.RecordBatch.from_pylist(extra_findings, schema=pa.schema(
             [f for f in schemas.FINDINGS if f.name in extra_findings[0]]))
@@ -758,6 +772,17 @@ def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list
         task, ctx, task.timeindex_uri,
         lambda store, key: kafkalog.read_time_index(store.read(key), base_offset=task.base_offset),
         lambda index: [] if owned is None else kafkalog.check_time_index(index, by_last, owned))
+
+
+def _txn_index_findings(task: Task, ctx: Context, owned, controls: dict) -> list[dict]:
+    """The segment's ``.txnindex`` entries whose last offsets are in ``owned`` (as
+    for the ``.timeindex``), checked against this task's control records
+    (``kafkalog.check_txn_index``): together a segment's tasks report what
+    ``kafkalog index --verify`` does, each finding once."""
+    return _checked_index(
+        task, ctx, task.txnindex_uri,
+        lambda store, key: kafkalog.read_txn_index(store.read(key), base_offset=task.base_offset),
+        lambda index: [] if owned is None else kafkalog.check_txn_index(index, controls, owned))
 
 
 def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[dict]:

@@ -114,6 +114,26 @@ def test_index_dump_and_verify(tmp_path, capsys):
     assert "finding: index_mismatch" in out and "ends at offset 1" in out
 
 
+def test_txn_index_verify(tmp_path, capsys):
+    from kafkalog.writer import SegmentWriter, WriteRecord
+
+    with SegmentWriter(tmp_path, 0) as w:
+        w.append([WriteRecord(b"k", b"v")], producer_id=5, producer_epoch=0, base_sequence=0,
+                 transactional=True)
+        abort = w.append_marker(producer_id=5, producer_epoch=0, commit=False)
+    txn = tmp_path / "00000000000000000000.txnindex"
+    assert main(["index", "--verify", str(txn)]) == 0
+    out = capsys.readouterr().out
+    assert f"producer_id: 5 first_offset: 0 last_offset: {abort}" in out and "finding" not in out
+    # an entry whose last offset is the data batch's, not the marker's
+    txn.write_bytes(struct.pack(">hqqqq", 0, 5, 0, 0, 1))
+    assert main(["index", "--verify", "--json", str(txn)]) == 1
+    found = [o for o in map(json.loads, capsys.readouterr().out.splitlines())
+             if o["type"] == "finding"]
+    assert [(o["kind"], o["base_offset"]) for o in found] == [("index_mismatch", 0)]
+    assert "no control record at offset 0" in found[0]["message"]
+
+
 def test_index_rejects_other_files():
     p = run("index", str(SMALL))
     assert p.returncode == 2 and "not an index file" in p.stderr

@@ -249,12 +249,13 @@ def test_big_segments_split_at_index_positions_give_identical_tables(spark, tmp_
 
 def cli_findings(log: Path) -> list[tuple[str, int, str]]:
     """``(kind, position, message)`` of what ``kafkalog dump`` and ``kafkalog index
-    --verify`` report for a segment and the .index/.timeindex beside it (the job's
-    messages name the index file)."""
+    --verify`` report for a segment and the .index/.timeindex/.txnindex beside it (the
+    job's messages name the index file)."""
     out = [(f["kind"], f["position"], f["message"])
            for f in kafkalog.decode(str(log)).findings.to_pylist()]
     for suffix, read, verify in ((".index", kafkalog.read_offset_index, kafkalog.verify_offset_index),
-                                 (".timeindex", kafkalog.read_time_index, kafkalog.verify_time_index)):
+                                 (".timeindex", kafkalog.read_time_index, kafkalog.verify_time_index),
+                                 (".txnindex", kafkalog.read_txn_index, kafkalog.verify_txn_index)):
         index = log.with_suffix(suffix)
         if index.exists():
             out += [(f.kind, f.position, f"{index}: {f.message}")
@@ -317,18 +318,56 @@ def test_time_index_entries_are_checked_and_findings_recorded_once(spark, tmp_pa
     patch(9, ts=1)  # below entry 8's (and not its batch's)
     timeindex.write_bytes(bytes(entries) + b"\x00\x01\x02")  # a torn entry at the end
     expected = kafkalog.verify_time_index(kafkalog.read_time_index(str(timeindex)), str(seg))
+    assert_split_or_not_as_the_cli(spark, tmp_path, src, timeindex, expected, 4096, 60 * 20)
+
+
+def assert_split_or_not_as_the_cli(spark, tmp_path, src, index, expected, split_bytes, records):
+    """Run the job on ``src`` as one task and split in more than 4 (``split_bytes``): its
+    findings are exactly ``expected`` (what ``kafkalog index --verify`` reports for
+    ``index``, several of them, torn entry included) both times, and every record is in."""
     assert {f.kind for f in expected} == {"index_mismatch", "index_partial_entry"}
     assert len(expected) >= 5
-    for name, extra in (("one-task", ()), ("split", ("--split-bytes", "4096"))):
+    for name, extra in (("one-task", ()), ("split", ("--split-bytes", str(split_bytes)))):
         wh = tmp_path / name
         s = run(spark, src, wh, "r", *extra)
         assert (s["tasks"] > 4) == (name == "split")
         got = read_local(wh, "findings").to_pylist()
         assert sorted((f["kind"], f["position"], f["end"], f["base_offset"], f["message"])
                       for f in got) == sorted(
-            (f.kind, f.position, f.end, f.base_offset, f"{timeindex}: {f.message}")
+            (f.kind, f.position, f.end, f.base_offset, f"{index}: {f.message}")
             for f in expected), name
-        assert len(got_records(wh)) == 60 * 20
+        assert len(got_records(wh)) == records
+
+
+def test_txn_index_entries_are_checked_and_findings_recorded_once(spark, tmp_path):
+    """A broken .txnindex (an entry ending at a COMMIT, one at a data batch, one whose
+    first offset is after its last, two out of order, a torn last entry) gives the
+    CLI's findings, split or not: each entry is checked by the task holding the
+    offset it ends at."""
+    src = tmp_path / "snap"
+    with SegmentWriter(src / "orders-0", 0, index_interval_bytes=512) as w:
+        for t in range(12):
+            i = w.next_offset
+            w.append([rec(i + k, "orders", "") for k in range(20)])
+            i = w.next_offset
+            w.append([rec(i + k, "orders", "") for k in range(3)], producer_id=100 + t,
+                     producer_epoch=0, base_sequence=0, transactional=True)
+            w.append_marker(producer_id=100 + t, producer_epoch=0, commit=t % 3 == 0,
+                            timestamp=T0)
+    seg = Path(w.path)
+    txn = seg.with_suffix(".txnindex")
+    assert kafkalog.verify_txn_index(kafkalog.read_txn_index(str(txn)), str(seg)) == []
+    entries = [list(e) for e in kafkalog.read_txn_index(str(txn)).entries]
+    assert len(entries) == 8  # the aborts: transactions 1, 2, 4, 5, 7, 8, 10, 11
+    commits = [r["offset"] for r in kafkalog.markers_table(str(seg)).to_pylist()
+               if r["control_type"] == "COMMIT"]
+    entries[1][3] = commits[1]  # ends at a COMMIT
+    entries[3][3] -= 1  # ends at the transaction's data batch
+    entries[5][2] = entries[5][3] + 1  # first offset after the last
+    entries[6], entries[7] = entries[7], entries[6]  # out of order
+    txn.write_bytes(b"".join(struct.pack(">hqqqq", *e) for e in entries) + b"\x00\x01")
+    expected = kafkalog.verify_txn_index(kafkalog.read_txn_index(str(txn)), str(seg))
+    assert_split_or_not_as_the_cli(spark, tmp_path, src, txn, expected, 1024, 12 * 23)
 
 
 def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_path):

@@ -197,3 +197,87 @@ def test_index_findings_use_the_documented_kinds(tmp_path):
     idx = kafkalog.read_offset_index(index)
     found = list(idx.findings) + kafkalog.verify_offset_index(idx, tmp_path / "00000000000000000000.log")
     assert {f.kind for f in found} == set(INDEX_FINDING_KINDS)
+
+
+def _transactions(tmp_path):
+    """A segment (kafkalog's writer) where producer 7 aborts, 8 commits and 9 aborts,
+    their data interleaved; ``{name: offset}`` of its markers and first data batches."""
+    from kafkalog.writer import SegmentWriter, WriteRecord
+
+    at = {}
+    with SegmentWriter(tmp_path, 100) as w:
+        w.append([WriteRecord(b"k", b"plain")])
+        for pid in (7, 8, 9):
+            at[f"first{pid}"], _ = w.append([WriteRecord(b"k", b"t%d" % pid)] * 2, producer_id=pid,
+                                            producer_epoch=0, base_sequence=0, transactional=True)
+        at["abort7"] = w.append_marker(producer_id=7, producer_epoch=0, commit=False)
+        at["commit8"] = w.append_marker(producer_id=8, producer_epoch=0, commit=True)
+        w.append([WriteRecord(b"k", b"plain")])
+        at["abort9"] = w.append_marker(producer_id=9, producer_epoch=0, commit=False)
+        at["data"] = w.append([WriteRecord(b"k", b"plain")])[0]
+    return tmp_path / "00000000000000000100.log", tmp_path / "00000000000000000100.txnindex", at
+
+
+def _txn_index(entries):
+    """A .txnindex of (producer id, first offset, last offset) entries, packed by hand."""
+    return kafkalog.read_txn_index(b"".join(struct.pack(">hqqqq", 0, pid, first, last, last + 1)
+                                            for pid, first, last in entries), base_offset=100)
+
+
+def test_verify_txn_index_catches_each_kind_of_lie(tmp_path):
+    log, written, at = _transactions(tmp_path)
+    # what the writer wrote: one entry per aborted transaction, ending at its marker
+    idx = kafkalog.read_txn_index(written)
+    assert [(e.producer_id, e.first_offset, e.last_offset) for e in idx.entries] == [
+        (7, at["first7"], at["abort7"]), (9, at["first9"], at["abort9"])]
+    assert kafkalog.verify_txn_index(idx, log) == []
+    assert kafkalog.verify_txn_index(_txn_index([(7, at["first7"], at["abort7"])]), log) == []
+    entries = [
+        (7, at["first7"], at["abort7"]),   # fine
+        (8, at["first8"], at["commit8"]),  # a COMMIT, not an ABORT
+        (7, at["first7"], at["abort9"]),   # producer 9's ABORT
+        (9, at["first9"], at["data"]),     # a data batch, no control record
+        (9, at["abort9"] + 1, at["abort9"]),  # first offset after the last ...
+        (9, at["first9"], at["abort7"]),   # ... and last offsets going back
+        (9, at["first9"], 10_000),         # past the end of the log
+    ]
+    found = kafkalog.verify_txn_index(_txn_index(entries), log)
+    assert [f.kind for f in found] == ["index_mismatch"] * 8
+    assert [(f.message.split(":")[0], f.base_offset) for f in found] == [
+        ("txn index entry 1 (producer 8, offsets 103..108)", at["commit8"]),
+        ("txn index entry 2 (producer 7, offsets 101..110)", at["abort9"]),
+        ("txn index entry 3 (producer 9, offsets 105..111)", at["data"]),
+        ("txn index entry 4 (producer 9, offsets 111..110)", at["abort9"]),
+        ("txn index entry 4 (producer 9, offsets 111..110)", at["abort9"]),
+        ("txn index entry 5 (producer 9, offsets 105..107)", at["abort7"]),
+        ("txn index entry 5 (producer 9, offsets 105..107)", at["abort7"]),
+        ("txn index entry 6 (producer 9, offsets 105..10000)", 10_000),
+    ]
+    assert "offset 108 holds producer 8's COMMIT control record, not producer 8's ABORT" \
+        in found[0].message
+    assert "offset 110 holds producer 9's ABORT control record, not producer 7's ABORT" \
+        in found[1].message
+    assert "no control record at offset 111" in found[2].message
+    assert "the first offset is after the last" in found[3].message
+    assert "last offset 110 does not follow entry 3's 111" in found[4].message
+    assert "holds producer 7's ABORT" in found[5].message
+    assert "last offset 107 does not follow entry 4's 110" in found[6].message
+    assert "no control record at offset 10000" in found[7].message
+    # positions: the marker's batch where there is one
+    markers = {r["offset"]: r["batch_position"] for r in kafkalog.markers_table(log).to_pylist()}
+    assert found[0].position == markers[at["commit8"]] and found[2].position == 0
+
+    # pieces of a split decode: each checks the entries whose last offsets are its own,
+    # with its own markers; together, the whole file's findings once each
+    rows = kafkalog.markers_table(log).to_pylist()
+    whole = kafkalog.check_txn_index(_txn_index(entries), {
+        r["offset"]: (r["producer_id"], r["control_type"], r["batch_position"]) for r in rows})
+    assert whole == found
+    cuts = [None, at["commit8"], at["abort9"], at["abort9"] + 1, None]
+    pieces = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        mine = {r["offset"]: (r["producer_id"], r["control_type"], r["batch_position"])
+                for r in rows if (lo is None or r["offset"] >= lo) and (hi is None or r["offset"] < hi)}
+        pieces += kafkalog.check_txn_index(_txn_index(entries), mine, (lo, hi))
+    assert sorted(pieces, key=lambda f: f.message) == sorted(whole, key=lambda f: f.message)
+    assert len(pieces) == len(whole)

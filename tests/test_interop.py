@@ -643,6 +643,7 @@ def test_segment_round_trip_mixed_magics_codecs_and_transactions(tmp_path):
     txn_index = kafkalog.read_txn_index(files[".txnindex"])
     assert txn_index.entries == (AbortedTxn(0, 10, txn[10], abort_at, txn[11]),)
     assert txn_index.findings == ()
+    assert kafkalog.verify_txn_index(txn_index, log) == []
 
 
 def _one_record_batches(w, timestamps):
