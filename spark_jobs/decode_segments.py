@@ -599,8 +599,9 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
     those bytes (so damage right at a split point is reported, and a batch there
     whose CRC fails is kept, by the task before it), the ``.index`` entries pointing
     into them, and the ``.timeindex`` entries naming (and ``.txnindex`` entries ending
-    at) offsets from its first entry's offset up to the next task's. Adjoining tasks agree on that boundary, so every
-    entry and finding of a segment is reported once however it is split.
+    at) offsets from its first entry's offset up to the next task's. Adjoining tasks
+    agree on that boundary, so every entry and finding of a segment is reported once
+    however it is split.
     """
     source, byte_range = fetch(lo, hi)
     owned_start, owned_end = lo, task.end
