@@ -333,7 +333,7 @@ def read_record_columns(data, count: int, base_offset: int, base_timestamp: int,
 def _record_columns(data, count, base_offset, base_timestamp, log_append_time, sink) -> bool:
     # the same steps as read_records (one-byte and two-byte varint fast paths),
     # writing columns; False (or an exception) where read_records must decide
-    data = view = memoryview(data).cast("B")  # bytes or any buffer: indexing gives ints
+    data = memoryview(data).cast("B")  # bytes or any buffer: indexing gives ints
     end = len(data)
     ts_lo = INT64_MIN - base_timestamp
     ts_hi = INT64_MAX - base_timestamp
@@ -401,7 +401,7 @@ def _record_columns(data, count, base_offset, base_timestamp, log_append_time, s
             if k + n > k_cap:
                 keys = sink.grow("keys", k, k + n)
                 k_cap = len(keys)
-            keys[k:k + n] = view[pos:pos + n]
+            keys[k:k + n] = data[pos:pos + n]
             k += n
             pos += n
         key_ends.append(k)
@@ -425,7 +425,7 @@ def _record_columns(data, count, base_offset, base_timestamp, log_append_time, s
             if v + n > v_cap:
                 values = sink.grow("values", v, v + n)
                 v_cap = len(values)
-            values[v:v + n] = view[pos:pos + n]
+            values[v:v + n] = data[pos:pos + n]
             v += n
             pos += n
         value_ends.append(v)
@@ -447,7 +447,7 @@ def _record_columns(data, count, base_offset, base_timestamp, log_append_time, s
                     hk_len, pos = read_varint(data, pos, 5)
                 if hk_len < 0 or pos + hk_len > end:
                     return False
-                header_keys.append(str(view[pos:pos + hk_len], "utf-8"))  # strict: else False
+                header_keys.append(str(data[pos:pos + hk_len], "utf-8"))  # strict: else False
                 pos += hk_len
                 b = data[pos]
                 if b < 0x80:
@@ -462,7 +462,7 @@ def _record_columns(data, count, base_offset, base_timestamp, log_append_time, s
                 else:
                     if pos + hv_len > end:
                         return False
-                    header_values.append(view[pos:pos + hv_len].tobytes())
+                    header_values.append(data[pos:pos + hv_len].tobytes())
                     pos += hv_len
         header_counts.append(n)
         if pos != record_end:

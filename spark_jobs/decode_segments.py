@@ -91,6 +91,9 @@ def parquet_options(schema: pa.Schema) -> dict:
                 column_encoding={c: "DELTA_BINARY_PACKED" for c in delta})
 
 
+#: the index files a segment may have beside it (a manifest entry names them by
+#: these without the dot)
+INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 _OFFSET_SIZE_MAGIC = struct.Struct(">qiiB")  # offset, size, (leader epoch | crc), magic
 
 
@@ -180,9 +183,9 @@ def discover(input_uri: str, config: storage.S3Config | None = None) -> list[Seg
         parsed = parse_segment_key(key)
         if parsed is None:
             continue
-        beside = {suffix: store.uri(key[:-len(".log")] + suffix)
-                  if key[:-len(".log")] + suffix in objects else None
-                  for suffix in (".index", ".timeindex", ".txnindex")}
+        stem = key[:-len(".log")]
+        beside = {suffix: store.uri(stem + suffix) if stem + suffix in objects else None
+                  for suffix in INDEX_SUFFIXES}
         segments.append(Segment(
             uri=store.uri(key), topic=parsed[0], partition=parsed[1], base_offset=parsed[2],
             size=obj.size, etag=obj.etag, mtime=obj.mtime.isoformat(),
@@ -211,7 +214,7 @@ def _from_manifest(uri: str, config) -> list[Segment]:
         if entry.get("size") is None:
             info = seg_store.stat(seg_key)
             entry.update(size=info.size, etag=info.etag, mtime=info.mtime.isoformat())
-        beside = {suffix: entry.get(suffix[1:]) for suffix in (".index", ".timeindex", ".txnindex")}
+        beside = {suffix: entry.get(suffix[1:]) for suffix in INDEX_SUFFIXES}
         if entry["size"] > 0:
             for suffix, found in beside.items():
                 beside[suffix] = found or _beside(seg_store, seg_uri, seg_key, suffix)
