@@ -28,6 +28,7 @@ import struct
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass, field, replace
 
 import pyarrow as pa
@@ -37,7 +38,7 @@ import pyarrow.parquet as pq
 import kafkalog
 from kafkalog.indexes import offset_index_positions, offset_index_share
 from spark_jobs import publish as publishing
-from spark_jobs import schemas, storage, tables
+from spark_jobs import iceberg, schemas, storage, tables
 
 #: ``<topic>-<partition>/<20-digit base offset>.log`` at any depth
 SEGMENT_RE = re.compile(r"(?:^|/)(?P<topic>[^/]+)-(?P<partition>\d+)/(?P<base>\d{20})\.log$")
@@ -48,10 +49,6 @@ DEFAULT_MAX_RAW = 64 * 1024 * 1024
 RAW_KINDS = frozenset({"crc_mismatch", "corrupt_batch", "skipped_bytes", "truncated_tail",
                        "decompression_error", "unknown_codec", "limit_exceeded"})
 PENDING = "_pending"
-#: min/max statistics only where queries prune on them (on key/value bytes they cost
-#: ~10% of a write)
-STATISTICS = ["partition", "offset", "timestamp", "base_offset", "last_offset", "position",
-              "batch_position", "segment_base_offset", "max_timestamp", "first_timestamp"]
 #: ascending per partition: delta-encoded (a few bits a row, and no dictionary to build)
 DELTA_COLUMNS = ("offset", "timestamp")
 #: plain pages, no dictionary: one value per batch (or per file) repeated on every record
@@ -63,9 +60,9 @@ PLAIN_COLUMNS = frozenset({
     "segment_base_offset", "is_transactional", "headers"})
 #: strings the job hands to Parquet as dictionary arrays: the same few values on every
 #: row (index types: the records' two come from kafkalog.stream(dictionary=True))
-_LINEAGE_DICTIONARIES = {"segment": pa.int32(), "run_id": pa.int32()}
-DICTIONARY_COLUMNS = {"records": {**_LINEAGE_DICTIONARIES, "timestamp_type": pa.int8(),
-                                  "compression": pa.int8()}}
+_LINEAGE_DICTIONARIES = {"segment": pa.int32(), "run_id": pa.int32(), "topic": pa.int32()}
+DICTIONARY_COLUMNS = {"records": {**_LINEAGE_DICTIONARIES, "dt": pa.int32(),
+                                  "timestamp_type": pa.int8(), "compression": pa.int8()}}
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,7 +82,8 @@ def parquet_options(schema: pa.Schema) -> dict:
     :data:`PLAIN_COLUMNS` plain, dictionaries elsewhere (Parquet falls back to plain
     pages by itself)."""
     delta = [c for c in DELTA_COLUMNS if c in schema.names]
-    return dict(compression="lz4", store_schema=False, write_statistics=STATISTICS,
+    return dict(compression="lz4", store_schema=False,
+                write_statistics=[c for c in schemas.STATISTICS if c in schema.names],
                 use_dictionary=[n for n in schema.names
                                 if n not in delta and n not in PLAIN_COLUMNS],
                 column_encoding={c: "DELTA_BINARY_PACKED" for c in delta})
@@ -172,16 +170,19 @@ def parse_segment_key(key: str) -> tuple[str, int, int] | None:
     return m["topic"], int(m["partition"]), int(m["base"])
 
 
-def discover(input_uri: str, config: storage.S3Config | None = None) -> list[Segment]:
-    """Every segment under a directory/prefix, or listed by a JSON manifest."""
+def discover(input_uri: str, config: storage.S3Config | None = None) -> tuple[list[Segment], list[str]]:
+    """Every segment under a directory/prefix, or listed by a JSON manifest; and the
+    URIs of the ``.log`` objects whose names do not say where they belong."""
     if input_uri.endswith(".json"):
         return _from_manifest(input_uri, config)
     store = storage.open_store(input_uri, config)
     objects = {o.key: o for o in store.list("")}
-    segments = []
+    segments, unparsable = [], []
     for key, obj in objects.items():
         parsed = parse_segment_key(key)
         if parsed is None:
+            if key.endswith(".log"):
+                unparsable.append(store.uri(key))
             continue
         stem = key[:-len(".log")]
         beside = {suffix: store.uri(stem + suffix) if stem + suffix in objects else None
@@ -191,25 +192,29 @@ def discover(input_uri: str, config: storage.S3Config | None = None) -> list[Seg
             size=obj.size, etag=obj.etag, mtime=obj.mtime.isoformat(),
             index_uri=beside[".index"], timeindex_uri=beside[".timeindex"],
             txnindex_uri=beside[".txnindex"]))
-    return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri))
+    return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri)), unparsable
 
 
-def _from_manifest(uri: str, config) -> list[Segment]:
+class ManifestError(ValueError):
+    """A segment manifest that cannot be read."""
+
+
+def _from_manifest(uri: str, config) -> tuple[list[Segment], list[str]]:
     store, key = storage.open_object(uri, config)
     try:
         doc = json.loads(store.read(key))
         entries = doc["segments"] if isinstance(doc, dict) else doc
     except (ValueError, KeyError, TypeError) as err:
-        raise SystemExit(f"decode_segments: {uri} is not a segment manifest "
-                         f'({{"segments": [...]}}): {err}') from err
-    segments = []
+        raise ManifestError(f"{uri} is not a segment manifest "
+                            f'({{"segments": [...]}}): {err}') from err
+    segments, unparsable = [], []
     for entry in entries:
         entry = {"uri": entry} if isinstance(entry, str) else dict(entry)
         seg_uri = entry["uri"]
         parsed = parse_segment_key(seg_uri)
         if parsed is None:
-            raise SystemExit(f"decode_segments: {seg_uri} in {uri} is not "
-                             "<topic>-<partition>/<20-digit base offset>.log")
+            unparsable.append(seg_uri)
+            continue
         seg_store, seg_key = storage.open_object(seg_uri, config)
         if entry.get("size") is None:
             info = seg_store.stat(seg_key)
@@ -221,7 +226,7 @@ def _from_manifest(uri: str, config) -> list[Segment]:
         segments.append(Segment(seg_uri, parsed[0], parsed[1], parsed[2], int(entry["size"]),
                                 entry.get("etag"), _iso(entry.get("mtime")), beside[".index"],
                                 beside[".timeindex"], beside[".txnindex"]))
-    return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri))
+    return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri)), unparsable
 
 
 def _beside(store, seg_uri: str, seg_key: str, suffix: str) -> str | None:
@@ -386,34 +391,59 @@ class Context:
     """What every executor task needs (picklable)."""
 
     run_id: str
-    prefix: str  # file-name prefix of this submission: <run_token>[~c<chunk>]
-    staging: str  # staging root of the run
+    prefix: str  # file-name prefix of this attempt: <run_token>[~c<chunk>]~<attempt>
+    roots: dict  # table -> where its data files go (the Iceberg table's data folder)
+    scratch: dict  # table -> where output to be deduplicated goes (the run's scratch)
     s3: storage.S3Config | None
     max_raw: int = DEFAULT_MAX_RAW
     slack: int = DEFAULT_SLACK
     ingested_at: str = ""
 
 
+def make_context(wh, run_id: str, attempt: str, *, chunk_id: str | None = None,
+                 **kwargs) -> Context:
+    """The executors' context for one attempt of a submission of run ``run_id`` into
+    warehouse ``wh`` (an :class:`iceberg.Warehouse`)."""
+    scratch = f"{wh.scratch_root(run_id)}/{attempt}"
+    return Context(run_id=run_id, prefix=iceberg.run_files_prefix(run_id, chunk_id) + attempt,
+                   roots={n: wh.data_root(n) for n in schemas.DECODE_TABLES},
+                   scratch={n: f"{scratch}/{n}" for n in schemas.DECODE_TABLES},
+                   s3=wh.s3, **kwargs)
+
+
+def task_files(rows: list[dict], *, pending: bool = False) -> dict[str, list[str]]:
+    """The data files of the tasks' ``rows``: those in the scratch, to be deduplicated
+    (``pending``), or the others (a failed task's finding is never pending)."""
+    files: dict[str, list[str]] = {n: [] for n in schemas.DECODE_TABLES}
+    for r in rows:
+        if (bool(r["pending"]) and r["action"] != "failed") == pending:
+            for name, fs in (r.get("files") or {}).items():
+                files[name].extend(fs)
+    return files
+
+
 class PartWriter:
-    """Parquet files of one task, one per table and Hive partition, moved into the store at the end.
+    """Parquet files of one task, one per table and partition value, moved into the
+    table's data folder (``roots``) at the end; :meth:`commit` returns their URIs.
 
     Parquet encoding runs on a thread of its own (Arrow releases the GIL), one
     batch at a time, while the task decodes the next: at most one batch waits.
     """
 
-    def __init__(self, ctx: Context, part: str, root: str):
+    def __init__(self, ctx: Context, part: str, roots: dict):
         self.ctx = ctx
         self.part = part
-        self.root = root
+        self.roots = roots
         self.tmp = tempfile.mkdtemp(prefix="kafkalog-")
-        self.writers: dict[str, tuple[pq.ParquetWriter, str]] = {}
+        self.writers: dict[tuple[str, str], tuple[pq.ParquetWriter, str]] = {}
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None  # from the first write
         self._in_flight: concurrent.futures.Future | None = None
 
     def write(self, table: str, directory: str, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
             return
-        key = f"{directory}/{self.ctx.prefix}~{self.part}.parquet"
+        name = f"{self.ctx.prefix}~{self.part}.parquet"
+        key = (table, f"{directory}/{name}" if directory else name)
         entry = self.writers.get(key)
         target = write_schema(table)
         if entry is None:
@@ -440,19 +470,19 @@ class PartWriter:
         if thread is not None:
             thread.shutdown()
 
-    def commit(self) -> list[str]:
+    def commit(self) -> dict[str, list[str]]:
         try:
             self._wait()
         finally:
             self._stop_thread()
-        store = storage.open_store(self.root, self.ctx.s3)
-        keys = []
-        for key, (writer, local) in self.writers.items():
+        files: dict[str, list[str]] = {}
+        for (table, key), (writer, local) in self.writers.items():
             writer.close()
+            store = storage.open_store(self.roots[table], self.ctx.s3)
             store.put_file(key, local)
-            keys.append(key)
+            files.setdefault(table, []).append(storage.join(self.roots[table], key))
         shutil.rmtree(self.tmp, ignore_errors=True)
-        return keys
+        return files
 
     def abort(self) -> None:
         """Throw away what was written; writing can start again."""
@@ -468,17 +498,26 @@ class PartWriter:
 
 
 def _lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.Table:
-    """``batch`` (a kafkalog table's rows) with the warehouse table's lineage columns."""
+    """``batch`` (a kafkalog table's rows) with the warehouse table's lineage and
+    partition columns (records: all but ``dt``, which :func:`_records_out` adds)."""
     n = batch.num_rows
     cols = {name: batch.column(name) for name in batch.schema.names}
     cols["partition"] = pa.repeat(pa.scalar(task.partition, pa.int32()), n)
-    zeros = pa.repeat(pa.scalar(0, pa.int32()), n)  # one value: dictionary arrays
-    cols["segment"] = pa.DictionaryArray.from_arrays(zeros, pa.array([task.uri]))
+    cols["segment"] = _constant(task.uri, n)
     cols["segment_base_offset"] = pa.repeat(pa.scalar(task.base_offset, pa.int64()), n)
-    cols["run_id"] = pa.DictionaryArray.from_arrays(zeros, pa.array([ctx.run_id]))
+    cols["run_id"] = _constant(ctx.run_id, n)
+    cols["topic"] = _constant(task.topic, n)
     target = write_schema(table)
-    out = pa.table([cols[name] for name in target.names], names=target.names)
-    return out if out.schema == target else out.cast(target)
+    names = [name for name in target.names if name in cols]
+    out = pa.table([cols[name] for name in names], names=names)
+    want = pa.schema([target.field(name) for name in names])
+    return out if out.schema == want else out.cast(want)
+
+
+def _constant(value, n: int) -> pa.DictionaryArray:
+    """``n`` rows of one string (or null): a dictionary array, as Parquet stores it best."""
+    zeros = pa.repeat(pa.scalar(0, pa.int32()), n)
+    return pa.DictionaryArray.from_arrays(zeros, pa.array([value], pa.string()))
 
 
 def _day_partitions(ts: pa.ChunkedArray | pa.Array) -> list[tuple[str, pa.Array | None]]:
@@ -506,10 +545,20 @@ def _day(days: int) -> str:
         return "out_of_range"
 
 
-def _records_out(writer: PartWriter, rows: pa.Table, topic: str, root: str) -> None:
+def _records_out(writer: PartWriter, rows: pa.Table, topic: str) -> None:
+    """Records rows (all columns but ``dt``) into one file per ``dt`` value."""
     for day, mask in _day_partitions(rows.column("timestamp")):
         chunk = rows if mask is None else rows.filter(mask)
-        writer.write("records", f"{root}records/topic={topic}/dt={day}", chunk)
+        writer.write("records", partition_path(topic, day),
+                     chunk.append_column(write_schema("records").field("dt"),
+                                         _constant(day, chunk.num_rows)))
+
+
+def partition_path(topic: str | None, day: str | None = None) -> str:
+    """A data file's folder under its table's data root (Iceberg ignores folder names:
+    the partition values are the files' own columns; these keep the layout readable)."""
+    path = f"topic={topic if topic is not None else '__null__'}"
+    return path if day is None else f"{path}/dt={day}"
 
 
 def _object_source(task: Task, ctx: Context):
@@ -568,9 +617,8 @@ def run_task(task: Task, ctx: Context) -> dict:
                     f"(crc {task.verify_crc:#010x}) is no longer there: the segment was "
                     "rewritten (compaction, truncation); decoded again from the start"),
                 base_offset=None, last_offset=None, bytes=None, raw=None))
-    root = PENDING + "/" if row["pending"] else ""  # key prefix inside the staging root
     part = f"t{task.task:05d}"
-    writer = PartWriter(ctx, part, ctx.staging)
+    writer = PartWriter(ctx, part, ctx.scratch if row["pending"] else ctx.roots)
     fetch = _object_source(task, ctx)
     slack = ctx.slack
     try:
@@ -578,7 +626,7 @@ def run_task(task: Task, ctx: Context) -> dict:
             lo = start
             hi = min(task.size, task.end + slack) if task.split or task.end < task.size \
                 else task.size
-            stats = _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings)
+            stats = _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings)
             if stats is None:  # a finding reaches the window's end: read further and redo
                 writer.abort()
                 slack *= 4
@@ -587,12 +635,11 @@ def run_task(task: Task, ctx: Context) -> dict:
     except (storage.StorageError, kafkalog.SourceError, OSError) as err:
         writer.abort()
         return _failed(row, task, ctx, str(err))
-    writer.commit()
-    row.update(stats)
+    row.update(stats, files=writer.commit())
     return row
 
 
-def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
+def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
     """Decode ``[lo, hi)`` of the task's segment (``hi`` past the task's end by the
     slack): its stats, or None where the window must grow.
 
@@ -643,7 +690,7 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
             good = batch.filter(batch.column("crc_valid")) \
                 if not pc.all(batch.column("crc_valid")).as_py() else batch
             rows = _lineage(good, "records", task, ctx)  # crc_valid is not a records column
-            _records_out(writer, rows, topic, root)
+            _records_out(writer, rows, topic)
             stats["records"] += rows.num_rows
         elif name == "batches":
             if batch.num_rows == 0:
@@ -667,14 +714,14 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
                 else min(stats["first_offset"], lows)
             stats["last_offset"] = highs if stats["last_offset"] is None \
                 else max(stats["last_offset"], highs)
-            writer.write("batches", f"{root}batches/topic={topic}", _lineage(batch, "batches", task, ctx))
+            writer.write("batches", partition_path(topic), _lineage(batch, "batches", task, ctx))
         elif name == "markers":
             if controls is not None:
                 controls.update(zip(batch.column("offset").to_pylist(), zip(
                     batch.column("producer_id").to_pylist(),
                     batch.column("control_type").to_pylist(),
                     batch.column("batch_position").to_pylist())))
-            writer.write("markers", f"{root}markers/topic={topic}", _lineage(batch, "markers", task, ctx))
+            writer.write("markers", partition_path(topic), _lineage(batch, "markers", task, ctx))
         else:  # findings
             if batch.num_rows == 0:
                 continue
@@ -693,7 +740,7 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
                  for n in batch.schema.names] + [pa.array(raws, pa.binary())],
                 names=batch.schema.names + ["raw"])
             stats["findings"] += batch.num_rows
-            writer.write("findings", f"{root}findings/topic={topic}", _lineage(batch, "findings", task, ctx))
+            writer.write("findings", partition_path(topic), _lineage(batch, "findings", task, ctx))
     if last_offsets is not None:
         # .index entries by the position they point at: [lo, cut) (the last task also
         # past the end; a task with no entry of its own: none, or the last one's)
@@ -721,7 +768,7 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, root, extra_findings):
         fb = pa.RecordBatch.from_pylist(extra_findings, schema=pa.schema(
             [f for f in schemas.FINDINGS if f.name in extra_findings[0]]))
         stats["findings"] += fb.num_rows
-        writer.write("findings", f"{root}findings/topic={topic}", _lineage(fb, "findings", task, ctx))
+        writer.write("findings", partition_path(topic), _lineage(fb, "findings", task, ctx))
     if last_batch is not None:
         stats["last_batch_position"], stats["last_batch_crc"] = last_batch
     return stats
@@ -826,14 +873,13 @@ def _raw(source, byte_range, position: int, end: int, max_raw: int) -> bytes | N
 
 def _failed(row: dict, task: Task, ctx: Context, why: str) -> dict:
     """A segment that cannot be read: a ``fetch_error`` finding, and a ledger row that proves nothing."""
-    writer = PartWriter(ctx, f"t{task.task:05d}", ctx.staging)
+    writer = PartWriter(ctx, f"t{task.task:05d}", ctx.roots)
     fb = pa.RecordBatch.from_pylist([dict(
         kind="fetch_error", position=task.start, end=task.end,
         message=f"cannot read {task.uri} [{task.start}, {task.end}): {why}",
         base_offset=None, last_offset=None, bytes=task.end - task.start, raw=None)])
-    writer.write("findings", f"findings/topic={task.topic}", _lineage(fb, "findings", task, ctx))
-    writer.commit()
-    row.update(action="failed", findings=1)
+    writer.write("findings", partition_path(task.topic), _lineage(fb, "findings", task, ctx))
+    row.update(action="failed", findings=1, files=writer.commit())
     return row
 
 
@@ -921,72 +967,118 @@ def divergence_findings(diverging, run_id: str):
         F.lit(run_id).alias("run_id"))
 
 
-def write_frame(df, table: str, ctx: Context, root: str, tag: str) -> None:
-    """Write a DataFrame of ``table`` rows (with ``topic``) into ``root``'s layout, from executors."""
+def write_frame(df, table: str, ctx: Context, tag: str) -> list[str]:
+    """Write a DataFrame of ``table`` rows (every column but, for records, ``dt``) into
+    the table's data folder from the executors; returns the files' URIs."""
     from pyspark import TaskContext
 
     target = write_schema(table)
+    names = [n for n in target.names if n != "dt"]
 
     def write(batches):
         part = f"{tag}{TaskContext.get().partitionId():05d}"
-        writer = PartWriter(ctx, part, root)
-        n = 0
+        writer = PartWriter(ctx, part, ctx.roots)
         for b in batches:
             if b.num_rows == 0:
                 continue
             t = pa.Table.from_batches([b])
             for topic in pc.unique(t.column("topic")).to_pylist():
-                rows = t.filter(pc.equal(t.column("topic"), topic)).select(target.names) \
-                    .cast(target)
+                rows = t.filter(pc.equal(t.column("topic"), topic)).select(names) \
+                    .cast(pa.schema([target.field(n) for n in names]))
                 if table == "records":
-                    _records_out(writer, rows, topic, "")
+                    _records_out(writer, rows, topic)
                 else:
-                    writer.write(table, f"{table}/topic={topic}", rows)
-                n += rows.num_rows
-        writer.commit()
-        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["rows"])
+                    writer.write(table, partition_path(topic), rows)
+        files = writer.commit().get(table, [])
+        yield pa.RecordBatch.from_arrays([pa.array(files, pa.string())], names=["file"])
 
-    df.repartition("topic", "partition").mapInArrow(write, "rows long").collect()
+    cols = [c for c in df.columns if c != "dt"]
+    return [r.file for r in df.select(*cols).repartition("topic", "partition")
+            .mapInArrow(write, "file string").collect()]
 
 
-def resolve_pending(spark, ctx: Context, warehouse: str, tps: set[tuple[str, int]]) -> int:
-    """Deduplicate the pending output against the warehouse and the run; returns divergences."""
+def overlap_filter(ranges: dict[tuple[str, int], tuple[int, int]], table: str):
+    """A pyiceberg row filter for the rows of ``table`` that can meet the offset
+    ``ranges`` per (topic, partition): the catalog prunes the other files by their
+    partition values and column statistics, so a dedupe reads no more of a topic's
+    history than can overlap."""
+    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThanOrEqual, Or
+
+    lo_col, hi_col = {"batches": ("last_offset", "base_offset")}.get(table, ("offset", "offset"))
+    terms = [And(EqualTo("topic", t), EqualTo("partition", p), GreaterThanOrEqual(lo_col, lo),
+                 LessThanOrEqual(hi_col, hi)) for (t, p), (lo, hi) in sorted(ranges.items())]
+    out = terms[0]
+    for term in terms[1:]:
+        out = Or(out, term)
+    return out
+
+
+def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[dict],
+                    chunk_id: str | None) -> tuple[int, dict[str, list[str]]]:
+    """Deduplicate the pending output (in the run's scratch) against what ``main`` held
+    at ``bases`` and this run's other submissions; write the rows to keep into the
+    tables' data folders. Returns ``(divergences, {table: files})``."""
     from pyspark.sql import functions as F
 
-    pend_root = ctx.staging.rstrip("/") + "/" + PENDING
-    tp_df = F.broadcast(spark.createDataFrame(sorted(tps), "topic string, partition int"))
-    topics = sorted({t for t, _ in tps})
+    pend = [r for r in rows if r["pending"] and r["action"] != "failed"]
+    ranges: dict[tuple, tuple[int, int]] = {}
+    for r in pend:
+        if r["first_offset"] is None:
+            continue
+        key = (r["topic"], r["partition"])
+        lo, hi = ranges.get(key, (r["first_offset"], r["last_offset"]))
+        ranges[key] = (min(lo, r["first_offset"]), max(hi, r["last_offset"]))
+    scratch = task_files(pend, pending=True)
+    out: dict[str, list[str]] = {}
+    branch = iceberg.branch_name(ctx.run_id)
 
-    def scope(df, exclude_run: bool):
-        df = df.where(F.col("topic").isin(topics)).join(tp_df, ["topic", "partition"], "left_semi")
-        return df.where(F.col("run_id") != ctx.run_id) if exclude_run else df
-
-    def frames(table):
-        return (scope(tables.read_table(spark, warehouse, table, config=ctx.s3), True),
-                scope(tables.read_table(spark, ctx.staging, table, config=ctx.s3), False),
-                tables.read_table(spark, pend_root, table, config=ctx.s3))
+    def frames(name):
+        pending = tables.read_files(spark, scratch.get(name, []), name, ctx.s3)
+        if not ranges:
+            empty = pending.limit(0)
+            return empty, empty, pending
+        flt = overlap_filter(ranges, name)
+        tp = F.broadcast(spark.createDataFrame(sorted(ranges), "topic string, partition int"))
+        existing = tables.read_table(spark, wh, name, snapshot=bases[name], row_filter=flt)
+        existing = existing.where(F.col("run_id") != ctx.run_id)
+        # this run's other submissions (chunks) already on its branch
+        others = [p for p in tables.table_paths(wh, name, ref=branch, row_filter=flt, run_id=ctx.run_id)
+                  if chunk_id is not None and not iceberg.is_run_file(p, ctx.run_id, chunk_id)]
+        staged = tables.read_files(spark, others, name, ctx.s3)
+        return (existing.join(tp, ["topic", "partition"], "left_semi"),
+                staged.join(tp, ["topic", "partition"], "left_semi"), pending)
 
     e, s, p = frames("records")
     keep, diverging = dedupe(e, s, p, ["topic", "partition", "offset"],
                              ["segment", "batch_position"],
                              ["timestamp", "key", "value", "headers"])
     diverging = diverging.cache()
-    write_frame(keep, "records", ctx, ctx.staging, "d")
+    out["records"] = write_frame(keep, "records", ctx, "d")
     n_div = diverging.count()
     e, s, p = frames("batches")
     keep, _ = dedupe(e, s, p, ["topic", "partition", "base_offset", "last_offset", "crc"],
                      ["segment", "position"], None)
-    write_frame(keep, "batches", ctx, ctx.staging, "d")
+    out["batches"] = write_frame(keep, "batches", ctx, "d")
     e, s, p = frames("markers")
     keep, _ = dedupe(e, s, p, ["topic", "partition", "offset"], ["segment", "batch_position"], None)
-    write_frame(keep, "markers", ctx, ctx.staging, "d")
-    found = tables.read_table(spark, pend_root, "findings", config=ctx.s3)
+    out["markers"] = write_frame(keep, "markers", ctx, "d")
+    found = tables.read_files(spark, scratch.get("findings", []), "findings", ctx.s3)
     diverged = divergence_findings(diverging, ctx.run_id)
-    write_frame(found.select(*diverged.columns).unionByName(diverged),
-                "findings", ctx, ctx.staging, "d")
+    out["findings"] = write_frame(found.select(*diverged.columns).unionByName(diverged),
+                                  "findings", ctx, "d")
     diverging.unpersist()
-    storage.open_store(pend_root, ctx.s3).delete_prefix("")
-    return n_div
+    for files in scratch.values():
+        _delete_files(files, ctx.s3)
+    return n_div, out
+
+
+def _delete_files(uris: list[str], s3) -> None:
+    by_store: dict = {}
+    for uri in uris:
+        store, key = storage.open_object(uri, s3)
+        by_store.setdefault(store.uri(), (store, []))[1].append(key)
+    for store, keys in by_store.values():
+        store.delete(keys)
 
 
 # ---------------------------------------------------------------- main
@@ -995,17 +1087,21 @@ def resolve_pending(spark, ctx: Context, warehouse: str, tps: set[tuple[str, int
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="decode_segments.py",
-        description="Decode Kafka segment snapshots into partitioned Parquet tables "
-                    "(records, batches, markers, findings, ledger); see docs/tables.md.")
+        description="Decode Kafka segment snapshots into Iceberg tables (records, batches, "
+                    "markers, findings, ledger); see docs/tables.md.")
     p.add_argument("--input", required=True,
                    help="a local directory or s3://bucket/prefix holding <topic>-<partition>/"
                         "<base offset>.log at any depth, or a JSON manifest of segment URIs")
-    p.add_argument("--output", required=True, help="the warehouse root (local path or s3://)")
+    p.add_argument("--output", required=True,
+                   help="the warehouse root W (local path or s3://): scratch space, and the "
+                        "embedded catalog's home where no catalog is configured")
     p.add_argument("--run-id", required=True,
                    help="this run's id; rerunning an id replaces exactly that run's output")
     p.add_argument("--chunk-id", help="this submission is one chunk of the run (see docs/tables.md)")
     p.add_argument("--no-publish", action="store_true",
-                   help="stop after staging (the DAG audits, then runs spark_jobs.publish)")
+                   help="stop after committing to the run's branch (the DAG audits, then runs "
+                        "spark_jobs.publish)")
+    iceberg.add_catalog_args(p)
     p.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL)")
     p.add_argument("--reprocess", action="store_true",
                    help="decode every segment from byte 0 even where the ledger proves it "
@@ -1025,23 +1121,23 @@ def main(argv=None, spark=None) -> dict:
     t0 = time.time()
     needs_s3 = any(storage.is_s3(u) for u in (args.input, args.output)) or args.s3_endpoint
     s3 = storage.S3Config.from_env(args.s3_endpoint) if needs_s3 else None
-    token = storage.run_token(args.run_id)
-    prefix = token if args.chunk_id is None else f"{token}~c{storage.run_token(args.chunk_id)}"
-    warehouse = args.output.rstrip("/")
-    staging = f"{warehouse}/_staging/{token}"
-    ctx = Context(run_id=args.run_id, prefix=prefix, staging=staging, s3=s3,
-                  max_raw=args.max_raw_bytes,
-                  ingested_at=dt.datetime.now(dt.timezone.utc).isoformat())
+    wh = iceberg.Warehouse(args.output, args.catalog, args.namespace, s3)
+    # what main held when the run began is what it deduplicates against (a whole run
+    # starts its branch again; a chunk joins the branch its run's plan made)
+    bases = wh.begin_run(args.run_id, reset=args.chunk_id is None)
+    ledger = tables.read_arrow(wh, "ledger", snapshot=bases["ledger"])
+    ctx = make_context(wh, args.run_id, uuid.uuid4().hex[:8], chunk_id=args.chunk_id,
+                       max_raw=args.max_raw_bytes,
+                       ingested_at=first_ingested(ledger, args.run_id))
 
-    # a rerun of this submission replaces what it staged before
-    staged = storage.open_store(staging, s3)
-    staged.delete([o.key for o in staged.list("") if o.key.endswith(".parquet")
-                   and os.path.basename(o.key).startswith(prefix + "~")])
-
-    segments = discover(args.input, s3)
-    wh = storage.open_store(warehouse, s3)
-    ledger = _read_ledger(wh)
-    coverage = {} if args.reprocess else coverage_from_ledger(ledger, trusted_runs(wh, args.run_id))
+    try:
+        segments, unparsable = discover(args.input, s3)
+    except ManifestError as err:
+        raise SystemExit(f"decode_segments: {err}") from err
+    for uri in unparsable:
+        print(f"decode_segments: {uri} is not <topic>-<partition>/<20-digit base offset>.log: "
+              "not decoded (an unparsable_name finding)", file=sys.stderr)
+    coverage = {} if args.reprocess else coverage_from_ledger(ledger, trusted_runs(ledger, args.run_id))
     published = ledger_ranges(ledger, args.run_id)
     index_positions = read_index_positions(
         [s.index_uri for s in segments
@@ -1058,31 +1154,43 @@ def main(argv=None, spark=None) -> dict:
         t1 = time.time()
         rows = run_tasks(spark, tasks, ctx)
         timings["decode"] = time.time() - t1
+        files = task_files(rows)
         pending = {(r["topic"], r["partition"]) for r in rows if r["pending"]}
         t1 = time.time()
-        divergences = resolve_pending(spark, ctx, warehouse, pending) if pending else 0
+        divergences = 0
+        if pending:
+            divergences, deduped = resolve_pending(spark, ctx, wh, bases, rows, args.chunk_id)
+            for name, fs in deduped.items():
+                files[name].extend(fs)
         timings["deduplicate"] = time.time() - t1
     finally:
         if own_session and args.master is not None:
             spark.stop()
+    if unparsable:
+        files["findings"].extend(_write_driver_table(ctx, "findings", unparsable_findings(
+            unparsable, args.run_id), "names"))
     ledger_out = ledger_table(rows)
     if ledger_out.num_rows:
-        buf = pa.BufferOutputStream()
-        pq.write_table(ledger_out, buf)
-        staged.write(f"ledger/{prefix}~ledger.parquet", buf.getvalue().to_pybytes())
+        files["ledger"].extend(_write_driver_table(ctx, "ledger", ledger_out, "ledger"))
+    t1 = time.time()
+    counts = {"records": sum(r["records"] for r in rows), "batches": sum(r["batches"] for r in rows),
+              "findings": sum(r["findings"] for r in rows) + divergences + len(unparsable)}
+    for name in schemas.DECODE_TABLES:
+        wh.commit_files(name, args.run_id, files[name], chunk_id=args.chunk_id,
+                        summary={"kafkalog.segments": len(segments), "kafkalog.tasks": len(tasks)})
+    timings["commit"] = time.time() - t1
     summary = {
         "run_id": args.run_id, "chunk_id": args.chunk_id, "segments": len(segments),
         "tasks": len(tasks), "bytes": sum(t.end - t.start for t in tasks),
-        "records": sum(r["records"] for r in rows), "batches": sum(r["batches"] for r in rows),
-        "findings": sum(r["findings"] for r in rows) + divergences, "divergences": divergences,
+        **counts, "divergences": divergences, "unparsable": len(unparsable),
         "actions": {a: sum(1 for r in rows if r["action"] == a)
                     for a in sorted({r["action"] for r in rows})},
-        "pending_partitions": len(pending), "staging": staging,
-        "published": False, "seconds": None,
+        "pending_partitions": len(pending), "branch": iceberg.branch_name(args.run_id),
+        "catalog": args.catalog, "published": False, "seconds": None,
     }
     if not args.no_publish:
         t1 = time.time()
-        publishing.publish(warehouse, args.run_id, s3)
+        publishing.publish_run(wh, args.run_id)
         timings["publish"] = time.time() - t1
         summary["published"] = True
     summary["seconds"] = round(time.time() - t0, 3)
@@ -1091,28 +1199,61 @@ def main(argv=None, spark=None) -> dict:
     return summary
 
 
-def trusted_runs(store, run_id: str) -> list[str]:
-    """The published runs whose ledger may let ``run_id`` skip bytes.
+def _write_driver_table(ctx: Context, name: str, rows: pa.Table, part: str) -> list[str]:
+    """A small table the driver itself writes (the ledger, findings of the listing)."""
+    writer = PartWriter(ctx, part, ctx.roots)
+    target = write_schema(name)
+    rows = rows.select(target.names)
+    if "topic" not in schemas.PARTITIONS[name]:
+        writer.write(name, "", rows.cast(target))
+    else:
+        topics = rows.column("topic")
+        for topic in pc.unique(topics).to_pylist():
+            mask = pc.is_null(topics) if topic is None else pc.fill_null(pc.equal(topics, topic), False)
+            writer.write(name, partition_path(topic), rows.filter(mask).cast(target))
+    return writer.commit().get(name, [])
 
-    A new run trusts every published run. A rerun trusts only the runs first
-    published before it was, so it decodes what it decoded the first time: a
-    later run may have skipped bytes because this run had ingested them.
+
+def unparsable_findings(uris: list[str], run_id: str) -> pa.Table:
+    """An ``unparsable_name`` finding per listed ``.log`` object the job cannot place."""
+    rows = []
+    for uri in uris:
+        parent = uri.rstrip("/").rsplit("/", 2)[-2] if "/" in uri else ""
+        m = re.fullmatch(r"(?P<topic>.+)-(?P<partition>\d+)", parent)
+        rows.append(dict(
+            partition=int(m["partition"]) if m else None, kind="unparsable_name", position=0,
+            end=0, message=f"{uri}: the name is not <topic>-<partition>/<20-digit base "
+                           "offset>.log, so the object was not decoded",
+            base_offset=None, last_offset=None, bytes=None, raw=None, segment=uri,
+            segment_base_offset=None, run_id=run_id, topic=m["topic"] if m else None))
+    return pa.Table.from_pylist(rows, schema=schemas.FINDINGS)
+
+
+def first_ingested(ledger: pa.Table, run_id: str) -> str:
+    """When run ``run_id`` first ingested (a rerun keeps it: later runs' ledgers may
+    rely on what it ingested first), else now; ISO-8601."""
+    mine = [r for r, a in zip(ledger.column("ingested_at").to_pylist(),
+                              ledger.column("run_id").to_pylist()) if a == run_id and r]
+    first = min(mine) if mine else dt.datetime.now(dt.timezone.utc)
+    return first.isoformat()
+
+
+def trusted_runs(ledger: pa.Table, run_id: str) -> list[str]:
+    """The published runs whose ledger may let ``run_id`` skip bytes, in the order
+    they first ingested.
+
+    A new run trusts every published run. A rerun trusts only the runs that
+    first ingested before it did, so it decodes what it decoded the first time:
+    a later run may have skipped bytes because this run had ingested them.
     """
-    first = {}
-    for obj in store.list("_runs/"):
-        if obj.key.endswith(".json"):
-            marker = json.loads(store.read(obj.key))
-            first[marker["run_id"]] = marker.get("first_published_at") or marker["published_at"]
+    first: dict[str, dt.datetime] = {}
+    for r, at in zip(ledger.column("run_id").to_pylist(), ledger.column("ingested_at").to_pylist()):
+        if at is not None and (r not in first or at < first[r]):
+            first[r] = at
     ordered = sorted(first, key=lambda r: (first[r], r))
     if run_id not in first:
         return ordered
     return [r for r in ordered if first[r] < first[run_id]]
-
-
-def _read_ledger(store) -> pa.Table:
-    parts = [tables.read_file(store, k, "ledger") for k in tables.table_files(store, "ledger")]
-    return pa.concat_tables(parts).select(schemas.LEDGER.names) if parts \
-        else schemas.LEDGER.empty_table()
 
 
 def read_index_positions(index_uris: list[str], s3, workers: int = 16) -> dict[str, list[int]]:

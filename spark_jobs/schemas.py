@@ -1,8 +1,8 @@
 """The warehouse tables' schemas (docs/tables.md), as Arrow schemas.
 
-Each table's file schema excludes its Hive partition columns, which live in
-the directory names (``PARTITIONS``). The Spark schema of a table as read is
-the file schema followed by the partition columns as strings.
+A table's schema is its Iceberg schema and the schema of every data file: the
+partition columns (``PARTITIONS``, identity partitions) are ordinary columns
+inside each file, one value per file, after the others.
 """
 
 from __future__ import annotations
@@ -15,13 +15,17 @@ TS = ka.TIMESTAMP
 _LINEAGE = [("segment", pa.string()), ("segment_base_offset", pa.int64()), ("run_id", pa.string())]
 
 
-def _with(schema: pa.Schema, drop=(), retype=None, extra=()) -> pa.Schema:
+_TOPIC = [("topic", pa.string())]
+
+
+def _with(schema: pa.Schema, drop=(), retype=None, extra=(), partitions=_TOPIC) -> pa.Schema:
     retype = retype or {}
     fields = [pa.field(f.name, retype.get(f.name, f.type)) for f in schema if f.name not in drop]
-    return pa.schema([("partition", pa.int32())] + fields + list(extra) + _LINEAGE)
+    return pa.schema([("partition", pa.int32())] + fields + list(extra) + _LINEAGE
+                     + list(partitions))
 
 
-RECORDS = _with(ka.RECORDS_SCHEMA, drop={"crc_valid"})
+RECORDS = _with(ka.RECORDS_SCHEMA, drop={"crc_valid"}, partitions=_TOPIC + [("dt", pa.string())])
 BATCHES = _with(ka.BATCHES_SCHEMA, retype={"crc": pa.int64(), "computed_crc": pa.int64()})
 MARKERS = _with(ka.MARKERS_SCHEMA)
 FINDINGS = _with(ka.FINDINGS_SCHEMA, extra=[("raw", pa.binary())])
@@ -70,7 +74,7 @@ TABLES = {
     "dq_results": DQ_RESULTS,
 }
 
-#: Hive partition columns of each table, outermost first
+#: identity partition columns of each table, outermost first
 PARTITIONS = {
     "records": ("topic", "dt"),
     "batches": ("topic",),
@@ -80,24 +84,29 @@ PARTITIONS = {
     "dq_results": (),
 }
 
+#: columns whose min/max statistics the job's data files carry, and the catalog keeps
+#: (queries and the dedupe prune on them; on key/value bytes they would cost ~10% of a
+#: write). The partition columns' are what the catalog takes as a file's partition
+#: value: without them a file would be registered with null partitions.
+STATISTICS = ("topic", "dt", "partition", "offset", "timestamp", "base_offset", "last_offset",
+              "position", "batch_position", "segment_base_offset", "max_timestamp",
+              "first_timestamp")
+
 #: the tables a decode run writes, in publish order (ledger last: it is what later runs trust)
 DECODE_TABLES = ("records", "batches", "markers", "findings", "ledger")
 
 
-def read_schema(name: str) -> pa.Schema:
-    """The table's schema as read back: file columns, then partition columns (strings)."""
-    schema = TABLES[name]
-    extra = [pa.field(p, pa.string()) for p in PARTITIONS[name] if p not in schema.names]
-    return pa.schema(list(schema) + extra)
+#: every table
+NAMES = tuple(TABLES)
 
 
 def spark_arrow_schema(name: str) -> pa.Schema:
-    """:func:`read_schema` with the types Spark's Arrow exchange takes (timestamps in µs)."""
+    """The table's schema with the types Spark's Arrow exchange takes (timestamps in µs)."""
     return pa.schema([pa.field(f.name, pa.timestamp("us", tz="UTC"))
-                      if pa.types.is_timestamp(f.type) else f for f in read_schema(name)])
+                      if pa.types.is_timestamp(f.type) else f for f in TABLES[name]])
 
 
 def spark_schema(name: str):
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(read_schema(name))
+    return from_arrow_schema(TABLES[name])

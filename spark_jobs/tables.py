@@ -1,81 +1,121 @@
-"""Reading the warehouse tables as Spark DataFrames, and the read-committed view.
+"""Reading the warehouse's Iceberg tables as Spark DataFrames or Arrow tables, and the
+read-committed view.
 
-``read_table(spark, root, name)`` works the same on a local root (Spark's own
-Parquet reader) and on ``s3://`` (executors fetch each file with boto3: there
-is no ``s3a://`` here). Partition columns come back as strings.
+``read_table(spark, warehouse, name)`` plans the files through the catalog
+(pyiceberg: partition and column statistics prune them), and Spark reads them:
+its own Parquet reader for local files, executors fetching each file with boto3
+on ``s3://`` (no ``s3a://`` jars here). Every data file holds every column of
+the table (partition columns included) and the pipeline never writes delete
+files (checked: :func:`spark_jobs.iceberg.live_files`), so plain Parquet
+readers see exactly the snapshot's rows.
 """
 
 from __future__ import annotations
 
 import io
-import posixpath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import schemas, storage
+from . import iceberg, schemas, storage
 
 
-def table_files(store, name: str, run_token: str | None = None) -> list[str]:
-    """Keys of ``name``'s Parquet files under ``store`` (optionally one run's only)."""
-    keys = []
-    for obj in store.list(name + "/"):
-        base = posixpath.basename(obj.key)
-        if not base.endswith(".parquet"):
-            continue
-        if run_token is not None and not base.startswith(run_token + "~") \
-                and base != run_token + ".parquet":
-            continue
-        keys.append(obj.key)
-    return keys
+def warehouse_of(warehouse, config: storage.S3Config | None = None) -> iceberg.Warehouse:
+    """An :class:`iceberg.Warehouse` (a root path is opened with the default catalog)."""
+    if isinstance(warehouse, iceberg.Warehouse):
+        return warehouse
+    return iceberg.Warehouse(warehouse, s3=config)
 
 
-def _partition_values(key: str) -> dict[str, str]:
-    out = {}
-    for part in key.split("/")[1:-1]:
-        k, sep, v = part.partition("=")
-        if sep:
-            out[k] = v
-    return out
+def table_paths(wh: iceberg.Warehouse, name: str, *, snapshot: int | None = None,
+                ref: str | None = None, row_filter=None, run_id: str | None = None) -> list[str]:
+    """The data files of table ``name`` at ``snapshot`` (or branch/tag ``ref``; default
+    ``main``'s current) that may hold rows matching ``row_filter`` (a pyiceberg
+    expression or string) and, with ``run_id``, that run's files only."""
+    table = wh.load(name)
+    if table is None:
+        return []
+    if snapshot is None:
+        if ref is not None:
+            found = table.refs().get(ref)
+            if found is None:
+                raise LookupError(f"table {name} has no branch or tag {ref!r}")
+            snapshot = found.snapshot_id
+        else:
+            snapshot = table.current_snapshot().snapshot_id
+    scan = table.scan(snapshot_id=snapshot, **({"row_filter": row_filter} if row_filter is not None else {}))
+    paths = []
+    for task in scan.plan_files():
+        if task.delete_files:
+            raise iceberg.CatalogError(f"{name}: snapshot {snapshot} has delete files, "
+                                       "which this pipeline never writes and cannot read")
+        if run_id is None or iceberg.is_run_file(task.file.file_path, run_id):
+            paths.append(task.file.file_path)
+    return paths
 
 
-def read_file(store, key: str, name: str) -> pa.Table:
-    """One file of table ``name`` with its partition columns, cast to the table's read schema."""
-    data = store.read(key)
-    table = pq.read_table(io.BytesIO(data))
-    for col, value in _partition_values(key).items():
-        if col not in table.column_names:
-            table = table.append_column(col, pa.array([value] * table.num_rows, pa.string()))
-    return table.select(schemas.read_schema(name).names).cast(schemas.read_schema(name))
+def read_file(path: str, name: str, config: storage.S3Config | None = None) -> pa.Table:
+    """One data file of table ``name`` (any file the pipeline wrote), in the table's schema."""
+    store, key = storage.open_object(path, config)
+    table = pq.read_table(io.BytesIO(store.read(key)))
+    return table.select(schemas.TABLES[name].names).cast(schemas.TABLES[name])
 
 
-def read_table(spark, root: str, name: str, *, run_id: str | None = None,
-               config: storage.S3Config | None = None):
-    """Table ``name`` under warehouse ``root`` as a DataFrame (empty if it has no files)."""
-    store = storage.open_store(root, config)
-    token = storage.run_token(run_id) if run_id is not None else None
-    keys = table_files(store, name, token)
+def read_files(spark, paths: list[str], name: str, config: storage.S3Config | None = None):
+    """A DataFrame of data files of table ``name`` (local or ``s3://``)."""
     sschema = schemas.spark_schema(name)
-    if not keys:
+    if not paths:
         return spark.createDataFrame([], sschema)
-    if not storage.is_s3(root):
-        spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-        base = store.path(name)
-        df = (spark.read.option("basePath", base).schema(sschema)
-              .parquet(*[store.path(k) for k in keys]))
-        return df.select(*sschema.names)
-    cfg = store.config
+    if not any(storage.is_s3(p) for p in paths):
+        return spark.read.schema(sschema).parquet(*paths).select(*sschema.names)
     arrow_schema = schemas.spark_arrow_schema(name)
 
     def fetch(batches):
-        s = storage.open_store(root, cfg)
         for b in batches:
-            for key in b.column("key").to_pylist():
-                yield from read_file(s, key, name).cast(arrow_schema).to_batches()
+            for path in b.column("path").to_pylist():
+                yield from read_file(path, name, config).cast(arrow_schema).to_batches()
 
-    paths = spark.createDataFrame([(k,) for k in keys], "key string")
-    return paths.repartition(min(len(keys), spark.sparkContext.defaultParallelism * 2)) \
+    df = spark.createDataFrame([(p,) for p in paths], "path string")
+    return df.repartition(min(len(paths), spark.sparkContext.defaultParallelism * 2)) \
         .mapInArrow(fetch, sschema)
+
+
+def read_table(spark, warehouse, name: str, *, snapshot: int | None = None, ref: str | None = None,
+               row_filter=None, run_id: str | None = None,
+               config: storage.S3Config | None = None):
+    """Table ``name`` of ``warehouse`` (a root, or an :class:`iceberg.Warehouse`) as a
+    DataFrame: ``main``'s current snapshot, or ``snapshot`` / ``ref`` (time travel, a
+    run's branch); ``row_filter`` prunes files (rows are not filtered by it);
+    ``run_id`` keeps that run's rows only."""
+    wh = warehouse_of(warehouse, config)
+    df = read_files(spark, table_paths(wh, name, snapshot=snapshot, ref=ref, row_filter=row_filter,
+                                       run_id=run_id), name, wh.s3)
+    return df.where(df.run_id == run_id) if run_id is not None else df
+
+
+def read_arrow(warehouse, name: str, *, snapshot: int | None = None, ref: str | None = None,
+               row_filter=None, columns: tuple[str, ...] | None = None,
+               config: storage.S3Config | None = None) -> pa.Table:
+    """Table ``name`` as an Arrow table through pyiceberg (no Spark), in the table's schema
+    (``columns``: only those); rows are filtered by ``row_filter``."""
+    wh = warehouse_of(warehouse, config)
+    schema = schemas.TABLES[name]
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns])
+    table = wh.load(name)
+    if table is None:
+        return schema.empty_table()
+    if snapshot is None and ref is not None:
+        found = table.refs().get(ref)
+        if found is None:
+            raise LookupError(f"table {name} has no branch or tag {ref!r}")
+        snapshot = found.snapshot_id
+    kwargs = {"selected_fields": tuple(schema.names)}
+    if row_filter is not None:
+        kwargs["row_filter"] = row_filter
+    if snapshot is not None:
+        kwargs["snapshot_id"] = snapshot
+    return table.scan(**kwargs).to_arrow().select(schema.names).cast(schema)
 
 
 def transaction_status(records, markers):

@@ -70,3 +70,14 @@ def s3_bucket(s3_endpoint):
     name = f"t-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+def s3_catalog(tmp_path, s3_bucket, monkeypatch):
+    """An Iceberg catalog ``s3test`` for warehouses on the moto server (pyiceberg's
+    environment configuration): SQLite in ``tmp_path``, tables under
+    ``s3://<bucket>/iceberg``. Returns the catalog name (jobs take ``--catalog``)."""
+    monkeypatch.setenv("PYICEBERG_CATALOG__S3TEST__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__S3TEST__URI", f"sqlite:///{tmp_path}/s3test-catalog.db")
+    monkeypatch.setenv("PYICEBERG_CATALOG__S3TEST__WAREHOUSE", f"s3://{s3_bucket}/iceberg")
+    return "s3test"

@@ -8,7 +8,6 @@ executors, deduplication and publish.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -16,14 +15,13 @@ import struct
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
 import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import decode_segments as job
-from spark_jobs import storage, tables
+from spark_jobs import iceberg, storage, tables
 
 from test_corpus import CORPUS
 
@@ -84,16 +82,29 @@ def expected_records(logs) -> set[tuple]:
 
 
 def read_local(wh: Path, name: str) -> pa.Table:
-    files = glob.glob(str(wh / name / "**" / "*.parquet"), recursive=True)
-    if not files:
-        return pa.table({})
-    return ds.dataset(files, format="parquet", partitioning="hive",
-                      partition_base_dir=str(wh / name)).to_table()
+    """Table ``name`` of the embedded catalog under ``wh``, as ``main`` has it."""
+    return tables.read_arrow(str(wh), name)
 
 
 def got_records(wh: Path) -> list[tuple]:
     t = read_local(wh, "records")
     return [(r["topic"], r["partition"], r["offset"], r["key"], r["value"]) for r in t.to_pylist()]
+
+
+def run_tasks_here(wh: Path, tasks, run_id: str = "r", **kwargs) -> list[dict]:
+    """Run ``tasks`` in this process (no Spark) into the embedded catalog under ``wh``,
+    then commit and publish what they wrote, as the job does."""
+    import datetime as dt
+
+    w = iceberg.Warehouse(str(wh))
+    w.begin_run(run_id, reset=True)
+    ctx = job.make_context(w, run_id, "t", ingested_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+                           **kwargs)
+    rows = [job.run_task(t, ctx) for t in tasks]
+    for name, files in job.task_files(rows).items():
+        w.commit_files(name, run_id, files)
+    w.publish(run_id)
+    return rows
 
 
 def run(spark, src, out, run_id, *extra) -> dict:
@@ -140,13 +151,21 @@ def test_snapshot_tables_hold_exactly_what_the_segments_hold(spark, tmp_path):
     assert "2025-11-21" in days and len(days) > 1  # records an hour apart span days
     ledger = read_local(wh, "ledger")
     assert ledger.num_rows == 3 and set(ledger.column("action").to_pylist()) == {"decoded"}
-    assert json.loads((wh / "_runs" / "night-1.json").read_text())["run_id"] == "night-1"
-    # every file reads back with its table's documented schema (tasks hand Parquet
-    # dictionary arrays for repeated strings; the files hold plain string columns)
-    for name in ("records", "batches", "markers", "findings"):
-        for f in (wh / name).rglob("*.parquet"):
+    w = iceberg.Warehouse(str(wh))
+    for name in ("records", "batches", "markers", "findings", "ledger"):
+        t = w.table(name)
+        assert iceberg.snapshot_summary(t, t.current_snapshot().snapshot_id)[iceberg.RUN_ID] \
+            == "night-1"
+        assert not [b for b in t.refs() if b != "main"]  # the run's branch is gone
+        # every file reads back with its table's documented schema (tasks hand Parquet
+        # dictionary arrays for repeated strings; the files hold plain string columns),
+        # its partition columns inside, one value per file
+        for path in tables.table_paths(w, name):
+            f = path[len("file://"):]
             assert pq.read_schema(f) == job.schemas.TABLES[name], f
-    assert not list((wh / "_staging").glob("*"))
+            for col in job.schemas.PARTITIONS[name]:
+                assert len(set(pq.read_table(f, columns=[col]).column(col).to_pylist())) == 1
+    assert not list((wh / "_scratch").rglob("*.parquet"))
 
 
 def test_reruns_and_overlapping_snapshots_add_no_duplicates(spark, tmp_path):
@@ -383,7 +402,7 @@ def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_
     mid = len(data) // 2
     data[mid:mid + 6000] = b"\x01" * 6000  # far more than the slack below
     seg.write_bytes(bytes(data))
-    segs = job.discover(str(tmp_path / "snap"))
+    segs = job.discover(str(tmp_path / "snap"))[0]
     positions = {s.index_uri: job._index_positions(s.index_uri, None) for s in segs}
     tasks = job.plan(segs, {}, {}, positions, len(data) // 4)
     assert len(tasks) >= 3 and any(t.start < mid < t.end for t in tasks)
@@ -391,9 +410,7 @@ def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_
     assert [t.index_entries is None for t in sorted(tasks, key=lambda t: t.start)] == \
         [False] * (len(tasks) - 1) + [True]
     wh = tmp_path / "wh"
-    ctx = job.Context(run_id="r", prefix="r", staging=f"{wh}/", s3=None, slack=512,
-                      ingested_at=dt.datetime.now(dt.timezone.utc).isoformat())
-    rows = [job.run_task(t, ctx) for t in tasks]
+    rows = run_tasks_here(wh, tasks, slack=512)
     assert {r["action"] for r in rows} == {"decoded"}
     want = kafkalog.decode(str(seg))
     ok = want.records.filter(want.records.column("crc_valid"))
@@ -421,7 +438,7 @@ def test_a_task_reads_on_to_the_next_tasks_first_batch_for_its_time_index_share(
     seg = write_partition(tmp_path / "snap" / "orders-0", 0, 40, per_batch=20,
                           index_interval=1024)
     data = bytearray(seg.read_bytes())
-    segs = job.discover(str(tmp_path / "snap"))
+    segs = job.discover(str(tmp_path / "snap"))[0]
     positions = {s.index_uri: job._index_positions(s.index_uri, None) for s in segs}
     tasks = sorted(job.plan(segs, {}, {}, positions, len(data) // 4), key=lambda t: t.start)
     assert len(tasks) >= 3
@@ -436,10 +453,7 @@ def test_a_task_reads_on_to_the_next_tasks_first_batch_for_its_time_index_share(
     entries[12 * i:12 * i + 8] = (int.from_bytes(entries[12 * i:12 * i + 8], "big") + 1).to_bytes(8, "big")
     timeindex.write_bytes(bytes(entries))
     wh = tmp_path / "wh"
-    ctx = job.Context(run_id="r", prefix="r", staging=f"{wh}/", s3=None, slack=512,
-                      ingested_at=dt.datetime.now(dt.timezone.utc).isoformat())
-    for t in tasks:
-        job.run_task(t, ctx)
+    run_tasks_here(wh, tasks, slack=512)
     got = read_local(wh, "findings").to_pylist()
     assert sorted((f["kind"], f["position"], f["message"]) for f in got) == \
         sorted(cli_findings(seg))
@@ -463,22 +477,20 @@ def test_a_resumed_segment_checks_the_time_index_entries_of_its_new_bytes_only(t
                                       + 1).to_bytes(8, "big")
     timeindex.write_bytes(bytes(entries))
     assert named[0] < new_from.base_offset <= named[-1]
-    (s,) = job.discover(str(tmp_path / "snap"))
+    (s,) = job.discover(str(tmp_path / "snap"))[0]
     size = os.path.getsize(seg)
-    ctx = job.Context(run_id="r", prefix="r", staging=f"{tmp_path / 'wh'}/", s3=None,
-                      ingested_at=dt.datetime.now(dt.timezone.utc).isoformat())
     before = batches[5]
     for start, want in ((new_from.position, [named[-1]]), (size, [])):
         task = job.Task(task=0, uri=s.uri, topic="orders", partition=0, base_offset=0, size=size,
                         etag=None, mtime=None, start=start, end=size, mode="resume",
                         verify_position=before.position, verify_crc=before.crc,
                         covered_end=start, timeindex_uri=s.timeindex_uri)
-        row = job.run_task(task, ctx)
+        wh = tmp_path / f"wh-{start}"
+        (row,) = run_tasks_here(wh, [task])
         assert row["action"] == "resumed"
-        found = [f for f in read_local(tmp_path / "wh", "findings").to_pylist()
-                 if ".timeindex: " in f["message"]] if (tmp_path / "wh" / "findings").exists() else []
+        found = [f for f in read_local(wh, "findings").to_pylist()
+                 if ".timeindex: " in f["message"]]
         assert [f["base_offset"] for f in found] == want, start
-        shutil.rmtree(tmp_path / "wh", ignore_errors=True)
 
 
 def test_real_corpus(spark, tmp_path):
@@ -523,7 +535,7 @@ def test_planner_reads_indexes_concurrently_with_the_same_result(tmp_path, s3_bu
     assert alone[uris[-1]] == []
 
 
-def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint):
+def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint, s3_catalog):
     import boto3
 
     src = snapshot(tmp_path / "snap")
@@ -535,27 +547,31 @@ def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint
     local = tmp_path / "wh"
     run(spark, src, local, "r1")
     wh = f"s3://{s3_bucket}/warehouse"
-    s = run(spark, f"s3://{s3_bucket}/snapshots/2026-11-20", wh, "r1")
+    s = run(spark, f"s3://{s3_bucket}/snapshots/2026-11-20", wh, "r1", "--catalog", s3_catalog)
     assert s["published"]
     cfg = storage.S3Config.from_env()
-    remote = tables.read_table(spark, wh, "records", config=cfg)
+    remote_wh = iceberg.Warehouse(wh, s3_catalog, s3=cfg)
+    assert all(p.startswith(f"s3://{s3_bucket}/iceberg/")
+               for p in tables.table_paths(remote_wh, "records"))
+    remote = tables.read_table(spark, remote_wh, "records")
     got = sorted((r.topic, r.partition, r.offset, bytes(r.key), bytes(r.value))
                  for r in remote.collect())
     assert got == sorted(got_records(local))
-    f = tables.read_table(spark, wh, "findings", config=cfg).collect()
+    f = tables.read_table(spark, remote_wh, "findings").collect()
     assert sorted((x.kind, x.position) for x in f) == sorted(
         (x["kind"], x["position"]) for x in read_local(local, "findings").to_pylist())
     # split into many tasks, each reading its ranged GET (and past its end, to the next
     # task's first entry): the same tables and findings as reading local files
     s = run(spark, f"s3://{s3_bucket}/snapshots/2026-11-20", f"{wh}-split", "r1",
-            "--split-bytes", "2048")
+            "--split-bytes", "2048", "--catalog", s3_catalog, "--namespace", "split")
     assert s["tasks"] > 3
     local_split = tmp_path / "wh-split"
     run(spark, src, local_split, "r1", "--split-bytes", "2048")
-    remote = tables.read_table(spark, f"{wh}-split", "records", config=cfg).collect()
+    split_wh = iceberg.Warehouse(f"{wh}-split", s3_catalog, "split", s3=cfg)
+    remote = tables.read_table(spark, split_wh, "records").collect()
     assert sorted((r.topic, r.partition, r.offset, bytes(r.key), bytes(r.value))
                   for r in remote) == sorted(got_records(local_split)) == got
-    f = tables.read_table(spark, f"{wh}-split", "findings", config=cfg).collect()
+    f = tables.read_table(spark, split_wh, "findings").collect()
     want = read_local(local_split, "findings").to_pylist()
     assert sorted((x.kind, x.position, x.message.rsplit("/", 1)[-1]) for x in f) == sorted(
         (x["kind"], x["position"], x["message"].rsplit("/", 1)[-1]) for x in want)
@@ -566,10 +582,13 @@ def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint
                              "00000000000000000000.log" for p in (0, 1)]}
     client.put_object(Bucket=s3_bucket, Key="m/chunk-0.json", Body=json.dumps(manifest).encode())
     wh2 = f"s3://{s3_bucket}/wh2"
-    s = run(spark, f"s3://{s3_bucket}/m/chunk-0.json", wh2, "r2", "--chunk-id", "0", "--no-publish")
+    s = run(spark, f"s3://{s3_bucket}/m/chunk-0.json", wh2, "r2", "--chunk-id", "0", "--no-publish",
+            "--catalog", s3_catalog, "--namespace", "chunks")
     assert s["segments"] == 2 and not s["published"]
-    staged = [o.key for o in storage.open_store(wh2, cfg).list("_staging/r2/records/")]
+    w2 = iceberg.Warehouse(wh2, s3_catalog, "chunks", s3=cfg)
+    staged = tables.table_paths(w2, "records", ref=iceberg.branch_name("r2"))
     assert staged and all(os.path.basename(k).startswith("r2~c0~") for k in staged)
+    assert tables.table_paths(w2, "records") == []  # main: nothing before publish
 
 
 def test_missing_object_is_a_finding_not_a_crash(spark, tmp_path):

@@ -1,0 +1,639 @@
+"""The warehouse's tables as Apache Iceberg tables in a catalog (docs/tables.md).
+
+One module owns the catalog and the write -> audit -> publish protocol:
+
+* **Catalog**: pyiceberg's standard configuration (``.pyiceberg.yaml`` in
+  ``$PYICEBERG_HOME``, the home or the working directory, or
+  ``PYICEBERG_CATALOG__<NAME>__<KEY>`` variables) names the catalog (default
+  ``kafkalog``). Where none is configured and the warehouse root ``W`` is a local
+  directory, the embedded default is a SQL catalog on ``W/catalog.db`` (SQLite),
+  written down in ``W/.pyiceberg.yaml`` so that ``PYICEBERG_HOME=W`` finds it.
+* **Tables** (namespace default ``kafka``): format v2, created on first use with
+  the schemas of :mod:`spark_jobs.schemas` and identity partitions on columns
+  that are inside every data file (one partition value per file). Every table
+  gets an empty first snapshot on ``main``, so that a branch can be made from it.
+* **A run's commits go to its branch** ``run_<run token>``, made from ``main``;
+  the first commit on it removes the run's earlier files (a rerun replaces
+  exactly that run's rows). Data files are written by the executors; the driver
+  commits them (:meth:`Warehouse.commit_files`), replacing the submission's
+  earlier files in the same snapshot.
+* **The audit reads the branch**; **publish** moves ``main`` to the branch's
+  head (a fast-forward), or, when ``main`` moved since the branch was made,
+  re-applies the run's files onto ``main`` in one snapshot after checking that
+  none of the snapshots committed meanwhile holds offsets of the same
+  topic-partitions (else :class:`ConflictError`, naming the other run). Every
+  step is a compare-and-swap in the catalog; a lost race is re-checked and
+  tried again. Publishing again after a crash completes what is left.
+
+pyiceberg's own commit retries are off on these tables (``commit.retry.num-retries``
+0): they would rebase a commit onto a moved ``main`` without our overlap check.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from spark_jobs import schemas, storage
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CATALOG = "kafkalog"
+DEFAULT_NAMESPACE = "kafka"
+#: the embedded catalog's database and the configuration naming it, under a local W
+EMBEDDED_DB = "catalog.db"
+CONFIG_FILE = ".pyiceberg.yaml"
+MAIN = "main"
+
+#: snapshot summary keys (docs/tables.md)
+RUN_ID = "kafkalog.run-id"
+CHUNK_ID = "kafkalog.chunk-id"
+DAG_ID = "kafkalog.dag-id"
+DAG_RUN_ID = "kafkalog.dag-run-id"
+STAGE = "kafkalog.stage"  # staged | published | maintenance
+ROWS = "kafkalog.rows"
+FILES = "kafkalog.files"
+PUBLISHED_FROM = "kafkalog.published-from"  # a re-applied publish: the branch head it copies
+
+#: the tables a decode run writes, in publish order (ledger last: later runs trust it)
+DECODE_TABLES = schemas.DECODE_TABLES
+#: how to find a file's offset range, for the publish-time overlap check
+OFFSET_COLUMNS = {"records": ("offset", "offset"), "markers": ("offset", "offset"),
+                  "batches": ("base_offset", "last_offset")}
+
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    # our own retry loop re-checks the overlap before committing again
+    "commit.retry.num-retries": "0",
+    "write.parquet.compression-codec": "lz4",
+    # the job's files carry min/max statistics for these columns only (and no null
+    # counts elsewhere): the catalog keeps bounds for them and asks for nothing else
+    "write.metadata.metrics.default": "none",
+    **{f"write.metadata.metrics.column.{c}": "full" for c in schemas.STATISTICS},
+}
+COMMIT_ATTEMPTS = 8
+
+
+class CatalogError(RuntimeError):
+    """No catalog could be found or used; the message says what to configure."""
+
+
+class ConflictError(RuntimeError):
+    """Another run committed overlapping offsets to ``main`` after this run read it."""
+
+
+class NothingStaged(LookupError):
+    """A run has no branch and nothing published: there is nothing to publish."""
+
+
+def branch_name(run_id: str) -> str:
+    return "run_" + storage.run_token(run_id)
+
+
+def run_files_prefix(run_id: str, chunk_id: str | None = None) -> str:
+    """The file-name prefix of a run's (or one chunk's) data files, ``~`` included."""
+    token = storage.run_token(run_id)
+    return f"{token}~" if chunk_id is None else f"{token}~c{storage.run_token(chunk_id)}~"
+
+
+def is_run_file(path: str, run_id: str, chunk_id: str | None = None) -> bool:
+    return os.path.basename(path).startswith(run_files_prefix(run_id, chunk_id))
+
+
+def airflow_summary() -> dict[str, str]:
+    """The DAG and DAG run a task runs for (Airflow exports them to its subprocesses)."""
+    out = {}
+    for key, env in ((DAG_ID, "AIRFLOW_CTX_DAG_ID"), (DAG_RUN_ID, "AIRFLOW_CTX_DAG_RUN_ID")):
+        if os.environ.get(env):
+            out[key] = os.environ[env]
+    return out
+
+
+# ------------------------------------------------------------------ catalog
+
+
+def add_catalog_args(parser) -> None:
+    """``--catalog`` and ``--namespace``, shared by the decode, audit and publish commands."""
+    parser.add_argument(
+        "--catalog", default=os.environ.get("KAFKALOG_CATALOG") or DEFAULT_CATALOG,
+        help="the Iceberg catalog's name in pyiceberg's configuration (default: "
+             "$KAFKALOG_CATALOG or %(default)s; none configured and a local warehouse: an "
+             "embedded SQLite catalog under it)")
+    parser.add_argument(
+        "--namespace", default=os.environ.get("KAFKALOG_NAMESPACE") or DEFAULT_NAMESPACE,
+        help="the tables' namespace (default: $KAFKALOG_NAMESPACE or %(default)s)")
+
+
+def embedded_config(root: str, name: str = DEFAULT_CATALOG) -> dict:
+    """The embedded catalog of a local warehouse root: SQLite beside the data."""
+    path = os.path.abspath(root)
+    return {"type": "sql", "uri": f"sqlite:///{path}/{EMBEDDED_DB}",
+            "warehouse": f"file://{path}"}
+
+
+def write_config(directory: str, name: str, props: dict) -> str:
+    """Write ``directory/.pyiceberg.yaml`` defining catalog ``name`` (a fresh file)."""
+    lines = ["catalog:", f"  {name}:"]
+    lines += [f"    {k}: {_yaml_scalar(v)}" for k, v in props.items()]
+    path = os.path.join(directory, CONFIG_FILE)
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _yaml_scalar(value) -> str:
+    text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def catalog_properties(root: str, name: str = DEFAULT_CATALOG,
+                       s3: storage.S3Config | None = None) -> dict:
+    """Catalog ``name``'s properties: pyiceberg's configuration, else ``root/.pyiceberg.yaml``,
+    else (a local root only) the embedded default, which this writes down."""
+    from pyiceberg.utils.config import Config
+
+    props = Config().get_catalog_config(name)
+    if props is None and not storage.is_s3(root):
+        local = os.path.abspath(root[len("file://"):] if root.startswith("file://") else root)
+        conf = os.path.join(local, CONFIG_FILE)
+        if os.path.exists(conf):
+            props = _read_config(conf).get(name.lower())
+        if props is None:
+            props = embedded_config(local, name)
+            write_config(local, name, props)
+    if props is None:
+        raise CatalogError(
+            f"no Iceberg catalog named {name!r} is configured for warehouse {root}: define it in "
+            f"$PYICEBERG_HOME/{CONFIG_FILE} (or ~/{CONFIG_FILE}) or with "
+            f"PYICEBERG_CATALOG__{name.upper()}__URI and friends (docs/tables.md)")
+    props = dict(props)
+    if s3 is not None:  # the job's S3 access, where the configuration does not say
+        for key, value in (("s3.endpoint", s3.endpoint_url), ("s3.region", s3.region),
+                           ("s3.access-key-id", s3.access_key),
+                           ("s3.secret-access-key", s3.secret_key),
+                           ("s3.session-token", s3.session_token)):
+            if value and key not in props:
+                props[key] = value
+    return props
+
+
+def _read_config(path: str) -> dict:
+    import strictyaml
+
+    with open(path) as f:
+        doc = strictyaml.load(f.read()).data
+    return {k.lower(): v for k, v in (doc.get("catalog") or {}).items()}
+
+
+_CATALOGS: dict = {}
+_CATALOGS_LOCK = threading.Lock()
+
+
+def load_catalog(root: str, name: str = DEFAULT_CATALOG, s3: storage.S3Config | None = None):
+    """The pyiceberg catalog (one per process and configuration)."""
+    from pyiceberg.catalog import load_catalog as _load
+
+    props = catalog_properties(root, name, s3)
+    key = (name, tuple(sorted((k, str(v)) for k, v in props.items())))
+    with _CATALOGS_LOCK:
+        cat = _CATALOGS.get(key)
+        if cat is None:
+            uri = props.get("uri", "")
+            if uri.startswith("sqlite:") and "timeout=" not in uri:
+                # several processes commit at once (chunks, publish): wait for SQLite's lock
+                props["uri"] = uri + ("&" if "?" in uri else "?") + "timeout=60"
+            try:
+                cat = _load(name, **props)
+            except Exception as err:  # noqa: BLE001 - any misconfiguration, said once
+                raise CatalogError(f"cannot open Iceberg catalog {name!r} "
+                                   f"({props.get('type', '?')} {props.get('uri', '')}): {err}") from err
+            _CATALOGS[key] = cat
+    return cat
+
+
+# ------------------------------------------------------------------ tables
+
+
+def partition_spec(name: str, iceberg_schema):
+    """Identity partitions on :data:`schemas.PARTITIONS` columns (inside every file)."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    fields = [PartitionField(source_id=iceberg_schema.find_field(col).field_id,
+                             field_id=1000 + i, transform=IdentityTransform(), name=col)
+              for i, col in enumerate(schemas.PARTITIONS[name])]
+    return PartitionSpec(*fields)
+
+
+@dataclass(frozen=True)
+class Warehouse:
+    """The tables of one warehouse: root ``W`` (data, scratch), catalog and namespace."""
+
+    root: str
+    catalog_name: str = DEFAULT_CATALOG
+    namespace: str = DEFAULT_NAMESPACE
+    s3: storage.S3Config | None = None
+
+    @property
+    def catalog(self):
+        return load_catalog(self.root, self.catalog_name, self.s3)
+
+    def identifier(self, name: str) -> tuple[str, str]:
+        if name not in schemas.TABLES:
+            raise KeyError(f"no warehouse table named {name!r}")
+        return (self.namespace, name)
+
+    def load(self, name: str):
+        """Table ``name``, or None where it does not exist yet."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.load_table(self.identifier(name))
+        except NoSuchTableError:
+            return None
+
+    def table(self, name: str):
+        """Table ``name``, created (with its empty first snapshot) where missing."""
+        from pyiceberg.catalog import Catalog
+        from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
+        from pyiceberg.schema import assign_fresh_schema_ids
+
+        table = self.load(name)
+        if table is None:
+            self.catalog.create_namespace_if_not_exists(self.namespace)
+            ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schemas.TABLES[name]))
+            try:
+                table = self.catalog.create_table(
+                    self.identifier(name), schema=ice, partition_spec=partition_spec(name, ice),
+                    properties=TABLE_PROPERTIES)
+            except TableAlreadyExistsError:
+                table = self.catalog.load_table(self.identifier(name))
+        if table.current_snapshot() is None:
+            try:
+                with table.transaction() as tx:
+                    # files are written without field ids: columns are found by name
+                    tx.set_properties(**{"schema.name-mapping.default":
+                                         table.schema().name_mapping.model_dump_json()})
+                    tx.append(schemas.TABLES[name].empty_table(),
+                              snapshot_properties={STAGE: "created"})
+            except CommitFailedException:
+                pass  # another process made it
+            table = self.catalog.load_table(self.identifier(name))
+        return table
+
+    def data_root(self, name: str) -> str:
+        """Where the executors write table ``name``'s data files (a storage root)."""
+        return self.table(name).location().rstrip("/") + "/data"
+
+    def scratch_root(self, run_id: str) -> str:
+        """Scratch space of a run under W (output still to be deduplicated)."""
+        return f"{self.root.rstrip('/')}/_scratch/{storage.run_token(run_id)}"
+
+    # ---------------------------------------------------------- run branches
+
+    def begin_run(self, run_id: str, *, reset: bool, names=DECODE_TABLES) -> dict[str, int]:
+        """Make (``reset``: make again) run ``run_id``'s branch on each table; its first
+        commit drops the run's files inherited from ``main``. Returns each table's fork
+        point: the ``main`` snapshot the run reads as what is already published."""
+        bases = {}
+        for name in names:
+            bases[name] = self._begin(name, run_id, reset)
+        return bases
+
+    def _begin(self, name: str, run_id: str, reset: bool) -> int:
+        from pyiceberg.exceptions import CommitFailedException
+
+        branch = branch_name(run_id)
+        for attempt in range(COMMIT_ATTEMPTS):
+            table = self.table(name)
+            refs = table.refs()
+            if branch in refs and not reset:
+                return fork_point(table, branch)
+            main_id = table.current_snapshot().snapshot_id
+            try:
+                ms = table.manage_snapshots()
+                if branch in refs:
+                    ms = ms.remove_branch(branch)
+                ms.create_branch(main_id, branch).commit()
+            except CommitFailedException:
+                _backoff(attempt)
+                continue
+            reset = False
+            inherited = [f for f in live_files(table.refresh(), main_id) if is_run_file(f.file_path, run_id)]
+            if inherited:
+                self._commit(name, branch, remove=lambda p: is_run_file(p, run_id), add=[],
+                             summary={RUN_ID: run_id, STAGE: "staged", "kafkalog.step": "begin"})
+            return main_id
+        raise CatalogError(f"{name}: could not make branch {branch} after {COMMIT_ATTEMPTS} tries")
+
+    def commit_files(self, name: str, run_id: str, files: list[str], *, chunk_id: str | None = None,
+                     summary: dict | None = None) -> int | None:
+        """Commit ``files`` (written for ``run_id``) to the run's branch, replacing what the
+        same submission (run, or run and chunk) committed before. Returns the snapshot id."""
+        props = {RUN_ID: run_id, STAGE: "staged", FILES: str(len(files)), **airflow_summary(),
+                 **(summary or {})}
+        if chunk_id is not None:
+            props[CHUNK_ID] = chunk_id
+        return self._commit(name, branch_name(run_id), add=files, summary=props,
+                            remove=lambda p: is_run_file(p, run_id, chunk_id))
+
+    def _commit(self, name: str, ref: str, *, add: list[str], remove, summary: dict,
+                parent: int | None = None) -> int | None:
+        """One overwrite snapshot on ``ref``: drop the live files ``remove`` selects, add
+        ``add`` (paths, or DataFiles); retried after a lost compare-and-swap."""
+        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+        table = self.table(name)
+        added = [f if not isinstance(f, str) else None for f in add]
+        paths = [f for f in add if isinstance(f, str)]
+        if paths:
+            import concurrent.futures
+
+            with concurrent.futures.ThreadPoolExecutor(min(16, len(paths))) as pool:
+                made = list(pool.map(lambda p: parquet_file_to_data_file(table.io, table.metadata, p),
+                                     paths))
+            it = iter(made)
+            added = [next(it) if f is None else f for f in added]
+        summary = {k: str(v) for k, v in summary.items()}
+        summary.setdefault(ROWS, str(sum(f.record_count for f in added)))
+        for attempt in range(COMMIT_ATTEMPTS):
+            table = self.table(name)
+            head = table.refs()[ref].snapshot_id if ref in table.refs() else None
+            if parent is not None and head != parent:
+                raise CommitFailedException(f"{ref} moved from {parent} to {head}")
+            gone = [f for f in live_files(table, head) if remove(f.file_path)] if head else []
+            if not gone and not added:
+                return head
+            try:
+                with table.transaction() as tx:
+                    with tx.update_snapshot(snapshot_properties=summary, branch=ref).overwrite() as ow:
+                        for f in gone:
+                            ow.delete_data_file(f)
+                        for f in added:
+                            ow.append_data_file(f)
+            except CommitFailedException:
+                if parent is not None:
+                    raise
+                _backoff(attempt)
+                continue
+            return self.table(name).refs()[ref].snapshot_id
+        raise CatalogError(f"{name}: could not commit to {ref} after {COMMIT_ATTEMPTS} tries")
+
+    def staged_snapshot(self, name: str, run_id: str) -> int | None:
+        """The head of run ``run_id``'s branch on table ``name`` (None: no branch)."""
+        table = self.load(name)
+        if table is None:
+            return None
+        ref = table.refs().get(branch_name(run_id))
+        return ref.snapshot_id if ref is not None else None
+
+    # ---------------------------------------------------------- publish
+
+    def publish(self, run_id: str, names=DECODE_TABLES) -> dict:
+        """Make run ``run_id``'s audited branch the current state of ``main``, table by
+        table in ``names`` order (ledger last), then drop the branches. Idempotent: a
+        table already published is left as it is, so publishing again after a crash at
+        any point completes the run. Returns ``{table: action}``."""
+        branch = branch_name(run_id)
+        tables = {name: self.table(name) for name in names}
+        if not any(branch in t.refs() for t in tables.values()):
+            if any(published_snapshot(t, run_id) is not None for t in tables.values()):
+                return {name: "published" for name in names}
+            raise NothingStaged(f"run {run_id!r} has no branch {branch} and nothing published "
+                                f"in catalog {self.catalog_name!r}: nothing to publish")
+        out = {}
+        for name in names:
+            out[name] = self._publish_table(name, run_id)
+        for name in names:  # only once every table is on main: a crash before leaves them
+            self._drop_branch(name, branch)
+        return out
+
+    def _publish_table(self, name: str, run_id: str) -> str:
+        from pyiceberg.exceptions import CommitFailedException
+
+        branch = branch_name(run_id)
+        for attempt in range(COMMIT_ATTEMPTS):
+            table = self.table(name)
+            ref = table.refs().get(branch)
+            if ref is None:
+                return "published" if published_snapshot(table, run_id) is not None else "nothing"
+            head = ref.snapshot_id
+            main = table.current_snapshot().snapshot_id
+            if is_published(table, head):
+                return "published"
+            fork = fork_point(table, branch)
+            try:
+                if main == fork:
+                    if head == fork:
+                        return "nothing"
+                    table.manage_snapshots().set_current_snapshot(head).commit()
+                    return "fast-forward"
+                check_overlap(table, name, run_id, fork, main, head)
+                mine = [f for f in live_files(table, head) if is_run_file(f.file_path, run_id)]
+                summary = {**snapshot_summary(table, head), STAGE: "published",
+                           PUBLISHED_FROM: str(head)}
+                self._commit(name, MAIN, add=mine, remove=lambda p: is_run_file(p, run_id),
+                             summary=summary, parent=main)
+                return "re-applied"
+            except CommitFailedException:
+                log.info("%s: main moved while publishing run %s; checking again", name, run_id)
+                _backoff(attempt)
+        raise CatalogError(f"{name}: could not publish run {run_id!r} after {COMMIT_ATTEMPTS} tries")
+
+    def _drop_branch(self, name: str, branch: str) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        for attempt in range(COMMIT_ATTEMPTS):
+            table = self.table(name)
+            if branch not in table.refs():
+                return
+            try:
+                table.manage_snapshots().remove_branch(branch).commit()
+                return
+            except CommitFailedException:
+                _backoff(attempt)
+
+    def discard(self, run_id: str, names=DECODE_TABLES) -> None:
+        """Drop run ``run_id``'s branches (its staged, unpublished commits)."""
+        for name in names:
+            self._drop_branch(name, branch_name(run_id))
+
+    # ---------------------------------------------------------- direct writes
+
+    def replace_run_rows(self, name: str, run_id: str, rows: pa.Table, summary: dict | None = None):
+        """Replace run ``run_id``'s rows of table ``name`` on ``main`` with ``rows`` in one
+        snapshot (the audit's own table, dq_results, is written so)."""
+        from pyiceberg.expressions import EqualTo
+        from pyiceberg.exceptions import CommitFailedException
+
+        props = {RUN_ID: run_id, STAGE: "published", ROWS: str(rows.num_rows), **airflow_summary(),
+                 **{k: str(v) for k, v in (summary or {}).items()}}
+        rows = rows.cast(schemas.TABLES[name])
+        for attempt in range(COMMIT_ATTEMPTS):
+            table = self.table(name)
+            try:
+                table.overwrite(rows, overwrite_filter=EqualTo("run_id", run_id),
+                                snapshot_properties=props)
+                return
+            except CommitFailedException:
+                _backoff(attempt)
+        raise CatalogError(f"{name}: could not write run {run_id!r} after {COMMIT_ATTEMPTS} tries")
+
+
+# ------------------------------------------------------------------ snapshots and files
+
+
+def live_files(table, snapshot_id: int | None) -> list:
+    """The data files of a snapshot (None: none). Raises where it has delete files:
+    this pipeline never writes them, and plain-Parquet readers would ignore them."""
+    if snapshot_id is None:
+        return []
+    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+
+    snap = table.metadata.snapshot_by_id(snapshot_id)
+    out = []
+    for manifest in snap.manifests(table.io):
+        if manifest.content != ManifestContent.DATA:
+            raise CatalogError(f"{table.name()}: snapshot {snapshot_id} has delete files, "
+                               "which this pipeline never writes and cannot read")
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.status != ManifestEntryStatus.DELETED:
+                out.append(entry.data_file)
+    return out
+
+
+def ancestry(table, snapshot_id: int | None) -> list[int]:
+    """Snapshot ids from ``snapshot_id`` back to the first (as far as history is kept)."""
+    out = []
+    while snapshot_id is not None:
+        out.append(snapshot_id)
+        snap = table.metadata.snapshot_by_id(snapshot_id)
+        snapshot_id = snap.parent_snapshot_id if snap is not None else None
+    return out
+
+
+def fork_point(table, branch: str) -> int:
+    """The newest ``main`` snapshot the branch descends from."""
+    main = set(ancestry(table, table.current_snapshot().snapshot_id))
+    for sid in ancestry(table, table.refs()[branch].snapshot_id):
+        if sid in main:
+            return sid
+    raise CatalogError(f"{table.name()}: branch {branch} shares no snapshot with main "
+                       "(were its snapshots expired?)")
+
+
+def snapshot_summary(table, snapshot_id: int) -> dict[str, str]:
+    snap = table.metadata.snapshot_by_id(snapshot_id)
+    if snap is None or snap.summary is None:
+        return {}
+    return {k: v for k, v in snap.summary.additional_properties.items() if k.startswith("kafkalog.")}
+
+
+def is_published(table, head: int) -> bool:
+    """Whether branch head ``head`` is on ``main``: an ancestor, or re-applied."""
+    for sid in ancestry(table, table.current_snapshot().snapshot_id):
+        if sid == head or snapshot_summary(table, sid).get(PUBLISHED_FROM) == str(head):
+            return True
+    return False
+
+
+def published_snapshot(table, run_id: str) -> int | None:
+    """The newest ``main`` snapshot committed for run ``run_id`` (None: not published)."""
+    for sid in ancestry(table, table.current_snapshot().snapshot_id):
+        if snapshot_summary(table, sid).get(RUN_ID) == run_id:
+            return sid
+    return None
+
+
+def main_history(table) -> list[dict]:
+    """``main``'s snapshots, oldest first: id, time (ms), run id, stage, rows."""
+    out = []
+    for sid in reversed(ancestry(table, table.current_snapshot().snapshot_id)):
+        snap = table.metadata.snapshot_by_id(sid)
+        s = snapshot_summary(table, sid)
+        out.append({"snapshot_id": sid, "timestamp_ms": snap.timestamp_ms,
+                    "run_id": s.get(RUN_ID), "stage": s.get(STAGE), "rows": s.get(ROWS)})
+    return out
+
+
+def _ranges(table, name: str, files) -> list[tuple[str, int, int, int, int]]:
+    """``(topic, partition lo, partition hi, offset lo, offset hi)`` of each file, from
+    its partition value and column statistics (a file without them spans everything)."""
+    from pyiceberg.conversions import from_bytes
+
+    lo_col, hi_col = OFFSET_COLUMNS[name]
+    schema = table.schema()
+    fields = {c: schema.find_field(c) for c in ("partition", lo_col, hi_col)}
+    topic_pos = [f.name for f in table.spec().fields].index("topic")
+    inf = 2 ** 63
+
+    def bound(f, col, which, default):
+        raw = (f.lower_bounds if which == "lo" else f.upper_bounds).get(fields[col].field_id)
+        return default if raw is None else from_bytes(fields[col].field_type, raw)
+
+    return [(f.partition[topic_pos], bound(f, "partition", "lo", -inf), bound(f, "partition", "hi", inf),
+             bound(f, lo_col, "lo", -inf), bound(f, hi_col, "hi", inf)) for f in files]
+
+
+def check_overlap(table, name: str, run_id: str, fork: int, main: int, head: int) -> None:
+    """Raise :class:`ConflictError` where a snapshot committed to ``main`` after ``fork``
+    (by another run) added rows at offsets this run's branch adds to the same
+    topic-partitions: this run deduplicated against ``fork`` and did not see them."""
+    if name not in OFFSET_COLUMNS:
+        return
+    base = {f.file_path for f in live_files(table, fork)}
+    theirs = [f for f in live_files(table, main) if f.file_path not in base
+              and not is_run_file(f.file_path, run_id)]
+    if not theirs:
+        return
+    mine = _ranges(table, name, [f for f in live_files(table, head)
+                                 if is_run_file(f.file_path, run_id) and f.file_path not in base])
+    clash = []
+    for f, (t, plo, phi, olo, ohi) in zip(theirs, _ranges(table, name, theirs)):
+        for (t2, plo2, phi2, olo2, ohi2) in mine:
+            if t == t2 and plo <= phi2 and plo2 <= phi and olo <= ohi2 and olo2 <= ohi:
+                clash.append(f)
+                break
+    if clash:
+        others = set()
+        adders = _adding_runs(table, main, fork)
+        for f in clash:
+            others.add(adders.get(f.file_path, "?"))
+        raise ConflictError(
+            f"{name}: run(s) {', '.join(sorted(others))} published offsets of the same "
+            f"topic-partitions to main after run {run_id!r} read it ({len(clash)} files, e.g. "
+            f"{clash[0].file_path}); this run's output may duplicate them. Run {run_id!r} "
+            "again (it deduplicates against the new main), or discard it")
+
+
+def _adding_runs(table, main: int, fork: int) -> dict[str, str]:
+    """File path -> run id of the ``main`` snapshot (after ``fork``) that added it."""
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    out = {}
+    for sid in ancestry(table, main):
+        if sid == fork:
+            break
+        run = snapshot_summary(table, sid).get(RUN_ID, f"snapshot {sid}")
+        snap = table.metadata.snapshot_by_id(sid)
+        for manifest in snap.manifests(table.io):
+            if manifest.added_snapshot_id != sid:
+                continue
+            for entry in manifest.fetch_manifest_entry(table.io):
+                if entry.status == ManifestEntryStatus.ADDED:
+                    out.setdefault(entry.data_file.file_path, run)
+    return out
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(min(0.05 * 2 ** attempt, 2.0) * (1 + random.random()))
