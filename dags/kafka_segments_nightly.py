@@ -5,8 +5,8 @@
 groups segments into chunks balanced by bytes (a topic-partition stays in one
 chunk) and writes one manifest per chunk; `decode_chunk` runs the decode job on
 each chunk (dynamic task mapping, spark-submit on `spark_default`) into the
-run's staging area; `check_quality` audits the staged tables; `publish` moves
-them into the warehouse only if the audit passed, and emits the table Assets.
+run's Iceberg branch (`run_<run id>`); `check_quality` audits exactly that branch;
+`publish` makes it `main` only if the audit passed, and emits the table Assets.
 
 Manual runs (Trigger with config): `date_from`/`date_to` (inclusive) replace the
 data interval's date, `topics` filters by comma-separated patterns, `reprocess`
@@ -91,6 +91,8 @@ def kafka_segments_nightly():
             tasks.QUALITY_JOB,
             "--warehouse", "{{ ti.xcom_pull(task_ids='plan', key='warehouse') }}",
             "--run-id", "{{ run_id }}",
+            "--catalog", "{{ ti.xcom_pull(task_ids='plan', key='catalog') }}",
+            "--namespace", "{{ ti.xcom_pull(task_ids='plan', key='namespace') }}",
         ],
         retries=1,  # a failed audit fails the same way again; one retry covers a Spark hiccup
     )

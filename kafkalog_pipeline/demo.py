@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from spark_jobs.schemas import NAMES as TABLES
+
 from . import demo_data
 
 BUCKET = "kafka-snapshots"
@@ -45,7 +47,6 @@ PREFIX = "snapshots"
 DAG_ID = "kafka_segments_nightly"
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-TABLES = ("records", "batches", "markers", "findings", "ledger", "dq_results")
 
 
 # ------------------------------------------------------------------ environment
@@ -67,10 +68,29 @@ def local_connections(endpoint: str, key: str) -> dict[str, str]:
     }
 
 
+def catalog_config(out: Path) -> Path:
+    """``out/.pyiceberg.yaml``: the catalog ``kafkalog`` of the demo's warehouse (the
+    embedded SQLite catalog under ``out/warehouse``), so that ``PYICEBERG_HOME=out``
+    finds the tables from any shell."""
+    from spark_jobs import iceberg
+
+    warehouse = out / "warehouse"
+    return Path(iceberg.write_config(str(out), iceberg.DEFAULT_CATALOG,
+                                     iceberg.embedded_config(str(warehouse))))
+
+
+def warehouse(out: Path):
+    """The demo's tables (an :class:`spark_jobs.iceberg.Warehouse`)."""
+    from spark_jobs import iceberg
+
+    return iceberg.Warehouse(str(out / "warehouse"))
+
+
 def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dict[str, str]:
     """The environment of every Airflow process of the demo (and its Spark jobs)."""
     home = out / "airflow"
     home.mkdir(parents=True, exist_ok=True)
+    catalog_config(out)
     env = dict(os.environ)
     env.update({
         "AIRFLOW_HOME": str(home),
@@ -88,6 +108,8 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
         **local_connections(endpoint, "demo"),
         # the pipeline's settings (Variables would win over these)
         "KAFKALOG_WAREHOUSE": str(out / "warehouse"),
+        # the Iceberg catalog `kafkalog` (SQLite under the warehouse): out/.pyiceberg.yaml
+        "PYICEBERG_HOME": str(out),
         "KAFKALOG_SNAPSHOT_BUCKET": BUCKET,
         "KAFKALOG_SNAPSHOT_PREFIX": PREFIX,
         "KAFKALOG_CHUNK_BYTES": "4096",  # small on purpose: the demo plans several chunks
@@ -227,40 +249,39 @@ def wait_for_api(port: int, procs, timeout: float = 180) -> None:
 
 
 # ------------------------------------------------------------------ reporting
-def table_counts(warehouse: Path) -> dict:
-    """Row counts per published table (and records per topic), read with pyarrow."""
-    import pyarrow.parquet as pq
+def table_counts(out: Path) -> dict:
+    """Row counts per table on ``main`` (and records per topic), read through the catalog."""
+    import pyarrow.compute as pc
 
+    from spark_jobs.tables import read_arrow
+
+    wh = warehouse(out)
     counts: dict = {}
     for name in TABLES:
-        files = sorted((warehouse / name).rglob("*.parquet")) if (warehouse / name).is_dir() else []
-        counts[name] = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-    per_topic = {}
-    records = warehouse / "records"
-    if records.is_dir():
-        for topic_dir in sorted(records.glob("topic=*")):
-            per_topic[topic_dir.name[6:]] = sum(
-                pq.ParquetFile(f).metadata.num_rows for f in topic_dir.rglob("*.parquet"))
-    counts["records_by_topic"] = per_topic
+        counts[name] = read_arrow(wh, name, columns=("run_id",)).num_rows
+    topics = read_arrow(wh, "records", columns=("topic",)).column("topic")
+    counts["records_by_topic"] = {r["values"]: r["counts"]
+                                  for r in pc.value_counts(topics).to_pylist()} if len(topics) else {}
+    counts["records_by_topic"] = dict(sorted(counts["records_by_topic"].items()))
     return counts
 
 
-def dq_summary(warehouse: Path, run_id: str) -> dict:
+def dq_summary(out: Path, run_id: str) -> dict:
+    from pyiceberg.expressions import EqualTo
+
     from spark_jobs.storage import run_token
+    from spark_jobs.tables import read_arrow
 
     token = run_token(run_id)
-    out = {"report": None, "results": None, "statuses": {}}
-    html = warehouse / "data_docs" / token / "index.html"
+    out_ = {"report": None, "statuses": {}}
+    html = out / "warehouse" / "data_docs" / token / "index.html"
     if html.exists():
-        out["report"] = str(html)
-    res = warehouse / "dq_results" / f"{token}.parquet"
-    if res.exists():
-        import pyarrow.parquet as pq
-
-        out["results"] = str(res)
-        for row in pq.read_table(res, columns=["status"]).to_pylist():
-            out["statuses"][row["status"]] = out["statuses"].get(row["status"], 0) + 1
-    return out
+        out_["report"] = str(html)
+    rows = read_arrow(warehouse(out), "dq_results", row_filter=EqualTo("run_id", run_id),
+                      columns=("status",)).to_pylist()
+    for row in rows:
+        out_["statuses"][row["status"]] = out_["statuses"].get(row["status"], 0) + 1
+    return out_
 
 
 # ------------------------------------------------------------------ dag test (child)
@@ -379,18 +400,22 @@ def _run(out: Path) -> int:
 
 
 def report(out: Path, results: list[dict]) -> int:
-    warehouse = out / "warehouse"
-    counts = table_counts(warehouse)
-    print(f"\nWarehouse: {warehouse}")
+    counts = table_counts(out)
+    wh = warehouse(out)
+    print(f"\nIceberg tables (catalog {wh.catalog_name!r}, namespace {wh.namespace!r}; "
+          f"configuration {out / '.pyiceberg.yaml'}):")
     for name in TABLES:
-        print(f"  {name:<11} {counts[name]:>6} rows   {warehouse / name}")
+        print(f"  {wh.namespace}.{name:<11} {counts[name]:>6} rows")
     print("  records by topic: " + ", ".join(f"{t}={n}" for t, n in counts["records_by_topic"].items()))
     for r in results:
         if r.get("run_id"):
-            dq = dq_summary(warehouse, r["run_id"])
+            dq = dq_summary(out, r["run_id"])
             print(f"Data quality of {r['run_id']}: {dq['statuses'] or 'no results'}")
             print(f"  report:  {dq['report'] or '(missing)'}")
-            print(f"  results: {dq['results'] or '(missing)'}")
+    print("Query the tables, e.g.:\n"
+          f"  PYICEBERG_HOME={out} {sys.executable} -c \"from pyiceberg.catalog import "
+          "load_catalog; print(load_catalog('kafkalog').load_table('kafka.records')"
+          ".scan().to_arrow().num_rows)\"")
     previous_path = out / "demo-counts.json"
     if previous_path.exists():
         previous = json.loads(previous_path.read_text())

@@ -36,6 +36,9 @@ SETTINGS: dict[str, tuple[str, str, str | None]] = {
                           "{prefix}/{snapshot_date}/"),
     "chunk_bytes": ("kafkalog_chunk_bytes", "KAFKALOG_CHUNK_BYTES", str(256 * 1024 * 1024)),
     "max_chunks": ("kafkalog_max_chunks", "KAFKALOG_MAX_CHUNKS", "16"),
+    # the Iceberg catalog (its name in pyiceberg's configuration) and namespace
+    "catalog": ("kafkalog_catalog", "KAFKALOG_CATALOG", "kafkalog"),
+    "namespace": ("kafkalog_namespace", "KAFKALOG_NAMESPACE", "kafka"),
 }
 
 #: read once, at parse time, from the environment only

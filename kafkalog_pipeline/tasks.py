@@ -3,14 +3,17 @@
 Each function takes plain values (the DAG passes them from the task context) and
 returns small, JSON-able summaries: XCom carries paths and counts, never data.
 
-Idempotency: a run is keyed by its ``run_id``. Planning first clears the run's
-staging area (``W/_staging/<run_token>``), so a rerun of the whole run starts
-from nothing; the decode job names its staged files after the run and chunk,
-and publish replaces exactly that run's published files (docs/tables.md).
+Idempotency: a run is keyed by its ``run_id``. Planning makes the run's
+Iceberg branches again (``run_<run_token>``, from ``main``, without the run's
+earlier rows), so a rerun of the whole run starts from nothing; each decode
+chunk replaces what it committed to the branch before, and publish makes the
+audited branch ``main`` (docs/tables.md).
 
-One run at a time per warehouse: deduplication compares a run's records with
-the *published* warehouse, so two runs between plan and publish at once would
-both keep the same new records. ``max_active_runs=1`` does not ensure it:
+One run at a time per warehouse, as scheduling: deduplication compares a run's
+records with ``main`` as the run began, so of two runs between plan and publish
+at once with overlapping offsets, the second to publish is refused (publish
+fails naming the other run; nothing is duplicated) and must be run again.
+``max_active_runs=1`` does not keep runs apart:
 Airflow 3 counts backfill runs apart (each backfill has its own
 ``max_active_runs``, 10 by default) and scheduled or manual runs do not wait
 for them. So ``plan`` (one at a time across runs: ``max_active_tis_per_dag=1``)
@@ -37,28 +40,34 @@ def manifest_key(token: str, chunk_id: int) -> str:
     return f"_staging/{token}/_manifests/chunk-{chunk_id}.json"
 
 
-def ingested_segments(store, *, exclude_run_id: str | None = None) -> set[tuple]:
-    """(topic, partition, base offset, size, etag) of every segment in the published ledger.
+def ingested_segments(wh, *, exclude_run_id: str | None = None) -> set[tuple]:
+    """(topic, partition, base offset, size, etag) of every segment in the published
+    ledger (``main`` of warehouse ``wh``, an :class:`spark_jobs.iceberg.Warehouse`).
 
     Rows of ``exclude_run_id`` do not count: a rerun of a run plans what it planned before.
     """
-    import io
+    from spark_jobs.tables import read_arrow
 
-    import pyarrow.parquet as pq
-
-    from spark_jobs.tables import table_files
-
-    cols = ["run_id", "topic", "partition", "segment_base_offset", "object_size", "etag",
-            "action"]
+    cols = ("run_id", "topic", "partition", "segment_base_offset", "object_size", "etag",
+            "action")
     done = set()
-    for key in table_files(store, "ledger"):
-        table = pq.read_table(io.BytesIO(store.read(key)), columns=cols)
-        for row in table.to_pylist():
-            if row["run_id"] == exclude_run_id or row["action"] == "failed":
-                continue
-            done.add((row["topic"], row["partition"], row["segment_base_offset"],
-                      row["object_size"], row["etag"]))
+    for row in read_arrow(wh, "ledger", columns=cols).to_pylist():
+        if row["run_id"] == exclude_run_id or row["action"] == "failed":
+            continue
+        done.add((row["topic"], row["partition"], row["segment_base_offset"],
+                  row["object_size"], row["etag"]))
     return done
+
+
+def open_warehouse(warehouse: str, access: settings.S3Access | None = None, *,
+                   catalog: str | None = None, namespace: str | None = None):
+    """The warehouse's tables in ``catalog`` and ``namespace`` (default: the settings)."""
+    from spark_jobs import iceberg, storage
+
+    access = access or settings.s3_access()
+    config = access.storage_config() if storage.is_s3(warehouse) else None
+    return iceberg.Warehouse(warehouse, catalog or settings.get("catalog"),
+                             namespace or settings.get("namespace"), config)
 
 
 def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = False,
@@ -96,20 +105,24 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     token = storage.run_token(run_id)
     store = storage.open_store(warehouse, access.storage_config()
                                if storage.is_s3(warehouse) else None)
+    wh = open_warehouse(warehouse, access)
     listed = len(segments)
     if not reprocess:
-        done = ingested_segments(store, exclude_run_id=run_id)
+        done = ingested_segments(wh, exclude_run_id=run_id)
         segments = [s for s in segments
                     if (s.topic, s.partition, s.base_offset, s.size, s.etag) not in done]
     chunks = snapshots.plan_chunks(segments, target_bytes=target, max_chunks=max_chunks)
-    # a rerun of the whole run starts clean: nothing staged by an earlier attempt survives
+    # a rerun of the whole run starts clean: its branches are made again from main
+    # (without the run's published rows), and no manifest of an earlier attempt survives
+    wh.begin_run(run_id, reset=True)
     store.delete_prefix(f"_staging/{token}/")
     decode_args = []
     for chunk in chunks:
         key = manifest_key(token, chunk.chunk_id)
         store.write(key, json.dumps(chunk.manifest(), indent=1).encode())
         args = [DECODE_JOB, "--input", store.uri(key), "--output", warehouse, "--run-id", run_id,
-                "--chunk-id", str(chunk.chunk_id), "--no-publish"] \
+                "--chunk-id", str(chunk.chunk_id), "--no-publish",
+                "--catalog", wh.catalog_name, "--namespace", wh.namespace] \
             + (["--reprocess"] if reprocess else [])
         if access.endpoint_url:
             args += ["--s3-endpoint", access.endpoint_url]
@@ -118,6 +131,8 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
                  len(chunk.segments), chunk.bytes, ", ".join(chunk.summary()["partitions"]))
     return {
         "warehouse": warehouse,
+        "catalog": wh.catalog_name,
+        "namespace": wh.namespace,
         "run_id": run_id,
         "dates": dates,
         "prefixes": [f"s3://{bucket}/{p}" for p in prefixes.values()],
@@ -130,13 +145,13 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     }
 
 
-def publish_run(*, warehouse: str, run_id: str, access: settings.S3Access | None = None):
-    """Publish run ``run_id``'s staged tables into ``warehouse`` (after the audit passed)."""
-    from spark_jobs import publish, storage
+def publish_run(*, warehouse: str, run_id: str, access: settings.S3Access | None = None,
+                catalog: str | None = None, namespace: str | None = None):
+    """Publish run ``run_id``'s audited branch in ``warehouse`` (after the audit passed)."""
+    from spark_jobs import publish
 
-    access = access or settings.s3_access()
-    config = access.storage_config() if storage.is_s3(warehouse) else None
-    return publish.publish(warehouse, run_id, config)
+    return publish.publish_run(open_warehouse(warehouse, access, catalog=catalog,
+                                              namespace=namespace), run_id)
 
 
 # ------------------------------------------------------------ Airflow glue
@@ -223,6 +238,8 @@ def plan_from_context(context) -> list[list[str]]:
         raise fail(str(err)) from err
     ti = context["ti"]
     ti.xcom_push(key="warehouse", value=summary["warehouse"])
+    ti.xcom_push(key="catalog", value=summary["catalog"])
+    ti.xcom_push(key="namespace", value=summary["namespace"])
     ti.xcom_push(key="plan", value={k: v for k, v in summary.items() if k != "decode_args"})
     if not summary["decode_args"]:
         raise skip(f"nothing to decode for {', '.join(dates)}: {summary['segments']} new "
@@ -240,7 +257,15 @@ def publish_from_context(context, assets) -> dict:
     warehouse = ti.xcom_pull(task_ids="plan", key="warehouse")
     plan = ti.xcom_pull(task_ids="plan", key="plan") or {}
     run_id = context["run_id"]
-    result = publish_run(warehouse=warehouse, run_id=run_id)
+    from spark_jobs import iceberg
+
+    fail, _ = _airflow_errors()
+    try:
+        result = publish_run(warehouse=warehouse, run_id=run_id,
+                             catalog=ti.xcom_pull(task_ids="plan", key="catalog"),
+                             namespace=ti.xcom_pull(task_ids="plan", key="namespace"))
+    except (iceberg.ConflictError, iceberg.NothingStaged) as err:
+        raise fail(str(err)) from err  # no retry changes it: the run must be run again
     extra = {"warehouse": warehouse, "run_id": run_id, "dates": plan.get("dates", [])}
     outlet_events = context.get("outlet_events")
     if outlet_events is not None:

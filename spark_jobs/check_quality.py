@@ -1,12 +1,14 @@
 """Audit one decode run: ``check_quality.py --warehouse W --run-id ID``.
 
-Reads the run's staged tables (``W/_staging/<run_token>`` when it exists, else
-the run's published rows in ``W``), runs the checks of
-:mod:`spark_jobs.quality.checks` with the severity policy
+Reads the run's rows at the head of its branch (``run_<run token>``: exactly
+what publish will make current), or on ``main`` once published, runs the
+checks of :mod:`spark_jobs.quality.checks` with the severity policy
 (``expectations/policy.yaml`` unless ``--policy``), validates them with the
 great-expectations suites of ``expectations/suites.py``, and writes
 
-* ``W/dq_results/<run_token>.parquet`` — one row per check × topic-partition;
+* the Iceberg table ``dq_results`` — one row per check × topic-partition, the
+  run's earlier results replaced in one snapshot on ``main`` (the audit's
+  verdict is visible at once, for runs that will never be published too);
 * ``W/data_docs/<run_token>/index.html`` — the run's Data Docs.
 
 Exit status: 0 when no check failed (warnings allowed), 1 when one did (the
@@ -20,20 +22,19 @@ import json
 import os
 import sys
 
-from spark_jobs import storage
+from spark_jobs import iceberg, storage
 from spark_jobs.quality import checks as qc
 from spark_jobs.quality import results
 from spark_jobs.quality.policy import Policy, PolicyError
 
-TABLES = ("records", "batches", "markers", "findings", "ledger")
+TABLES = iceberg.DECODE_TABLES
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="check_quality", description=__doc__.split("\n\n")[0])
     p.add_argument("--warehouse", required=True, help="warehouse root W (local path or s3://bucket/prefix)")
     p.add_argument("--run-id", required=True, help="the run to audit (exact run_id)")
-    p.add_argument("--staging", help="root of the run's staged tables "
-                   "(default: W/_staging/<run_token> if it exists, else the run's rows in W)")
+    iceberg.add_catalog_args(p)
     p.add_argument("--policy", help="severity policy YAML (default: expectations/policy.yaml)")
     p.add_argument("--s3-endpoint", help="S3 endpoint URL (default: AWS_ENDPOINT_URL)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
@@ -41,52 +42,48 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def staging_root(store, warehouse: str, token: str, explicit: str | None) -> str | None:
-    if explicit:
-        return explicit
-    prefix = f"_staging/{token}/"
-    for _ in store.list(prefix):
-        return storage.join(warehouse, prefix.rstrip("/"))
-    return None
-
-
-def load_tables(spark, warehouse: str, run_id: str, staged: str | None, config):
-    """The run's five tables: from ``staged`` (every row there is the run's), else W."""
-    from spark_jobs.tables import read_table
-
+def audited_snapshots(wh: iceberg.Warehouse, run_id: str) -> dict[str, tuple[str, int]]:
+    """Per table: ``(where, snapshot id)`` the audit reads run ``run_id`` from: the head
+    of its branch, or ``main`` where it has none (already published)."""
     out = {}
     for name in TABLES:
-        if staged is not None:
-            df = read_table(spark, staged, name, config=config)
-        else:
-            df = read_table(spark, warehouse, name, run_id=run_id, config=config)
-        out[name] = df.where(df.run_id == run_id)
+        head = wh.staged_snapshot(name, run_id)
+        out[name] = (iceberg.branch_name(run_id), head) if head is not None \
+            else ("main", wh.table(name).current_snapshot().snapshot_id)
     return out
 
 
-def audit(spark, warehouse: str, run_id: str, *, policy: Policy, staging: str | None = None,
-          config=None, docs: bool = True, out=None):
-    """Run the audit; return the dq_results rows (also written to ``warehouse``)."""
+def load_tables(spark, wh: iceberg.Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]]):
+    """The run's five tables, as of ``snapshots`` (:func:`audited_snapshots`)."""
+    from spark_jobs.tables import read_table
+
+    return {name: read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id)
+            for name in TABLES}
+
+
+def audit(spark, wh: iceberg.Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
+          out=None):
+    """Run the audit; return the dq_results rows (also committed to ``dq_results``)."""
     out = out or sys.stdout
     from spark_jobs.tables import read_table
 
-    store = storage.open_store(warehouse, config)
-    token = storage.run_token(run_id)
-    staged = staging_root(store, warehouse, token, staging)
-    tables = load_tables(spark, warehouse, run_id, staged, config)
-    published_ledger = read_table(spark, warehouse, "ledger", config=config)
+    store = storage.open_store(wh.root, wh.s3)
+    snapshots = audited_snapshots(wh, run_id)
+    tables = load_tables(spark, wh, run_id, snapshots)
+    published_ledger = read_table(spark, wh, "ledger")
     prior = qc.prior_ends(published_ledger, tables["ledger"], run_id)
     units = results.partition_units(tables)
+    where = ", ".join(sorted({w for w, _ in snapshots.values()}))
     if not units:
-        raise LookupError(f"run {run_id!r} has no rows in {staged or warehouse}")
+        raise LookupError(f"run {run_id!r} has no rows in catalog {wh.catalog_name!r} ({where})")
     observations, _ = qc.run_checks(tables, policy, run_id, prior=prior)
     # computed once: everything below reads the materialized rows
     observations = observations.localCheckpoint()
     classes, items = results.summarize(observations)
     rows = results.build_rows(run_id, units, classes, items, policy)
-    key = results.write(store, run_id, rows)
-    print(f"check_quality: {len(rows)} results of run {run_id} "
-          f"({'staged at ' + staged if staged else 'published'}) -> {store.uri(key)}", file=out)
+    results.write(wh, run_id, rows, audited={n: s for n, (_, s) in snapshots.items()})
+    print(f"check_quality: {len(rows)} results of run {run_id} (read from {where}) -> "
+          f"{wh.namespace}.dq_results in catalog {wh.catalog_name!r}", file=out)
     if docs:
         verdicts = results.verdicts(spark, classes, items)
         summary = publish_docs(store, verdicts, run_id, list(qc.CHECKS), out=out)
@@ -149,16 +146,16 @@ def main(argv=None, spark=None) -> int:
         print(f"check_quality: policy: {err}", file=sys.stderr)
         return 2
     config = None
-    if storage.is_s3(args.warehouse):
+    if storage.is_s3(args.warehouse) or args.s3_endpoint:
         config = storage.S3Config.from_env(args.s3_endpoint)
+    wh = iceberg.Warehouse(args.warehouse, args.catalog, args.namespace, config)
     if spark is None:
         from spark_jobs.session import build_session
 
         spark = build_session("check_quality", master=args.master)
     try:
-        rows = audit(spark, args.warehouse, args.run_id, policy=policy, staging=args.staging,
-                     config=config, docs=not args.no_docs)
-    except (LookupError, storage.StorageError) as err:
+        rows = audit(spark, wh, args.run_id, policy=policy, docs=not args.no_docs)
+    except (LookupError, storage.StorageError, iceberg.CatalogError) as err:
         print(f"check_quality: {err}", file=sys.stderr)
         return 2
     return report(rows)

@@ -60,6 +60,8 @@ STAGE = "kafkalog.stage"  # staged | published | maintenance
 ROWS = "kafkalog.rows"
 FILES = "kafkalog.files"
 PUBLISHED_FROM = "kafkalog.published-from"  # a re-applied publish: the branch head it copies
+#: table property (on the first table published) while a run's publish is under way
+PUBLISHING = "kafkalog.publishing."
 
 #: the tables a decode run writes, in publish order (ledger last: later runs trust it)
 DECODE_TABLES = schemas.DECODE_TABLES
@@ -94,6 +96,10 @@ class NothingStaged(LookupError):
 
 def branch_name(run_id: str) -> str:
     return "run_" + storage.run_token(run_id)
+
+
+def publishing_key(run_id: str) -> str:
+    return PUBLISHING + storage.run_token(run_id)
 
 
 def run_files_prefix(run_id: str, chunk_id: str | None = None) -> str:
@@ -304,10 +310,24 @@ class Warehouse:
         """Make (``reset``: make again) run ``run_id``'s branch on each table; its first
         commit drops the run's files inherited from ``main``. Returns each table's fork
         point: the ``main`` snapshot the run reads as what is already published."""
+        self.complete_interrupted(names)
         bases = {}
         for name in names:
             bases[name] = self._begin(name, run_id, reset)
         return bases
+
+    def complete_interrupted(self, names=DECODE_TABLES) -> list[str]:
+        """Finish the publish of every run that stopped part-way (its publish marker is
+        still on the first table): its audit passed and its publish began, and a run that
+        begins now must see all of it, or it would take half a run for what is published
+        (its records without its ledger: the next night would decode them again).
+        Returns the runs completed; raises where one cannot be (:class:`ConflictError`)."""
+        table = self.table(names[0])
+        runs = sorted(v for k, v in table.properties.items() if k.startswith(PUBLISHING))
+        for run in runs:
+            log.warning("run %s stopped part-way through its publish: completing it", run)
+            self.publish(run, names)
+        return runs
 
     def _begin(self, name: str, run_id: str, reset: bool) -> int:
         from pyiceberg.exceptions import CommitFailedException
@@ -406,17 +426,48 @@ class Warehouse:
         any point completes the run. Returns ``{table: action}``."""
         branch = branch_name(run_id)
         tables = {name: self.table(name) for name in names}
+        marked = publishing_key(run_id) in tables[names[0]].properties
         if not any(branch in t.refs() for t in tables.values()):
-            if any(published_snapshot(t, run_id) is not None for t in tables.values()):
+            if marked or any(published_snapshot(t, run_id) is not None for t in tables.values()):
+                if marked:
+                    self._mark(names[0], run_id, False)
                 return {name: "published" for name in names}
             raise NothingStaged(f"run {run_id!r} has no branch {branch} and nothing published "
                                 f"in catalog {self.catalog_name!r}: nothing to publish")
+        if not marked:  # from here on, the publish is completed by whoever comes next
+            self._mark(names[0], run_id, True)
         out = {}
         for name in names:
-            out[name] = self._publish_table(name, run_id)
+            try:
+                out[name] = self._publish_table(name, run_id)
+            except ConflictError:
+                if all(action == "nothing" for action in out.values()):
+                    self._mark(names[0], run_id, False)  # nothing of it reached main
+                raise
         for name in names:  # only once every table is on main: a crash before leaves them
             self._drop_branch(name, branch)
+        self._mark(names[0], run_id, False)
         return out
+
+    def _mark(self, name: str, run_id: str, on: bool) -> None:
+        """Set (``on``) or remove run ``run_id``'s publish marker on table ``name``."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        key = publishing_key(run_id)
+        for attempt in range(COMMIT_ATTEMPTS):
+            table = self.table(name)
+            if (key in table.properties) == on:
+                return
+            try:
+                with table.transaction() as tx:
+                    if on:
+                        tx.set_properties(**{key: run_id})
+                    else:
+                        tx.remove_properties(key)
+                return
+            except CommitFailedException:
+                _backoff(attempt)
+        raise CatalogError(f"{name}: could not {'set' if on else 'remove'} {key}")
 
     def _publish_table(self, name: str, run_id: str) -> str:
         from pyiceberg.exceptions import CommitFailedException

@@ -94,7 +94,9 @@ def test_wiring_write_audit_publish(dag):
     assert check.application_args[0] == "spark_jobs.check_quality"
     assert check.application_args[1:] == [
         "--warehouse", "{{ ti.xcom_pull(task_ids='plan', key='warehouse') }}",
-        "--run-id", "{{ run_id }}"]
+        "--run-id", "{{ run_id }}",
+        "--catalog", "{{ ti.xcom_pull(task_ids='plan', key='catalog') }}",
+        "--namespace", "{{ ti.xcom_pull(task_ids='plan', key='namespace') }}"]
     assert {a.name for a in publish.outlets} == {a.name for a in TABLE_ASSETS.values()}
     assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess"}
     assert plan.retries >= 1

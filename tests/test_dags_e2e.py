@@ -21,6 +21,8 @@ import pytest
 # Airflow reads its configuration at import: airflow_env sets it first.
 from airflow_env import DAG_ID, DAGS  # noqa: E402
 
+from spark_jobs import iceberg  # noqa: E402
+
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
 NIGHTS = ("2026-11-20", "2026-11-21")
@@ -43,19 +45,15 @@ def expected_records(root: Path, dates) -> dict[str, set]:
 
 
 def warehouse_rows(warehouse: Path, name: str, columns=None) -> list[dict]:
-    import pyarrow.parquet as pq
+    """Rows of table ``name`` on ``main`` (the embedded catalog under ``warehouse``)."""
+    from spark_jobs.tables import read_arrow
 
-    rows = []
-    for f in sorted((warehouse / name).rglob("*.parquet")):
-        parts = dict(p.split("=", 1) for p in f.relative_to(warehouse / name).parts[:-1])
-        for row in pq.read_table(f, columns=columns).to_pylist():
-            rows.append({**parts, **row})
-    return rows
+    return read_arrow(str(warehouse), name, columns=tuple(columns) if columns else None).to_pylist()
 
 
 def record_keys(warehouse: Path) -> list[tuple]:
     return [(r["topic"], r["partition"], r["offset"])
-            for r in warehouse_rows(warehouse, "records", ["partition", "offset"])]
+            for r in warehouse_rows(warehouse, "records", ["topic", "partition", "offset"])]
 
 
 # ------------------------------------------------------------------ fixtures
@@ -146,8 +144,9 @@ def test_two_nights_rerun_and_manual_reprocess(dag, pipeline):
     assert len(keys) == len(set(keys))
     assert {t: {(p, o) for tt, p, o in keys if tt == t} for t in {k[0] for k in keys}} == want
     token1 = run_token(run_id)
-    assert (wh / "_runs" / f"{token1}.json").exists()
-    assert not (wh / "_staging" / token1).exists()
+    published = iceberg.Warehouse(str(wh)).table("ledger")
+    assert iceberg.published_snapshot(published, run_id) is not None
+    assert iceberg.branch_name(run_id) not in published.refs()  # publish dropped the branch
     assert (wh / "data_docs" / token1 / "index.html").exists()
 
     # night 2: rolled segments seen on night 1 are not decoded again, new bytes are
@@ -248,10 +247,12 @@ def test_failed_audit_holds_publish_back(dag, pipeline, tmp_path):
     assert tasks["check_quality"] == ["failed"]
     assert tasks["publish"] == ["upstream_failed"]
     wh = pipeline["warehouse"]
-    assert not (wh / "_runs" / f"{run_token(run_id)}.json").exists()
+    records = iceberg.Warehouse(str(wh)).table("records")
+    assert iceberg.published_snapshot(records, run_id) is None
     assert not any(r["run_id"] == run_id for r in warehouse_rows(wh, "records", ["run_id"]))
-    # the audit's results are there for the report
-    assert (wh / "dq_results" / f"{run_token(run_id)}.parquet").exists()
+    # what it decoded waits on its branch, and the audit's results are there for the report
+    assert iceberg.branch_name(run_id) in records.refs()
+    assert any(r["run_id"] == run_id for r in warehouse_rows(wh, "dq_results", ["run_id"]))
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 
 import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
-from spark_jobs import schemas, storage
+from spark_jobs import iceberg, schemas, storage, tables
 from spark_jobs.quality import checks as qc
 from spark_jobs.quality.policy import Policy
 
@@ -57,8 +57,10 @@ def decode_partition(logdir, topic: str, partition: int, run_id: str, *, ingeste
             cols["segment"] = pa.array([uri] * n, pa.string())
             cols["segment_base_offset"] = pa.array([base] * n, pa.int64())
             cols["run_id"] = pa.array([run_id] * n, pa.string())
+            cols["topic"] = pa.array([topic] * n, pa.string())
             if "raw" in schema.names and "raw" not in cols:
                 cols["raw"] = pa.nulls(n, pa.binary())
+            schema = pa.schema([f for f in schema if f.name in cols])  # records: dt comes later
             return pa.table({f.name: pc.cast(cols[f.name], f.type) for f in schema}, schema=schema)
 
         records = t.records.filter(pc.field("crc_valid"))
@@ -82,28 +84,43 @@ def decode_partition(logdir, topic: str, partition: int, run_id: str, *, ingeste
     return tables
 
 
-def stage(root: str, run_id: str, parts: list[dict], *, published: bool = False) -> None:
-    """Write decoded partitions under ``root`` (W/_staging/<token>/ unless ``published``)."""
-    store = storage.open_store(root)
-    token = storage.run_token(run_id)
-    prefix = "" if published else f"_staging/{token}/"
+def stage(root, run_id: str, parts: list[dict], *, published: bool = False) -> None:
+    """Commit decoded partitions to run ``run_id``'s branch of the warehouse ``root``
+    (a root path: its embedded catalog; or an iceberg.Warehouse), and publish them
+    with ``published``."""
+    wh = root if isinstance(root, iceberg.Warehouse) else iceberg.Warehouse(str(root))
+    wh.begin_run(run_id, reset=True)
+    prefix = iceberg.run_files_prefix(run_id)
+    files = {n: [] for n in iceberg.DECODE_TABLES}
 
-    def put(key, table):
+    def put(name, i, partition: dict, table):
+        schema = schemas.TABLES[name]
+        for col, value in partition.items():
+            if col not in table.column_names:
+                table = table.append_column(col, pa.array([value] * table.num_rows, pa.string()))
+        folder = "/".join(f"{k}={v}" for k, v in partition.items())
+        uri = f"{wh.data_root(name)}/{folder + '/' if folder else ''}{prefix}{i}.parquet"
+        store, key = storage.open_object(uri, wh.s3)
         buf = io.BytesIO()
-        pq.write_table(table, buf)
-        store.write(prefix + key, buf.getvalue())
+        pq.write_table(table.select(schema.names).cast(schema), buf)
+        store.write(key, buf.getvalue())
+        files[name].append(uri)
 
     for i, p in enumerate(parts):
         topic = p["topic"]
         for name in ("batches", "markers", "findings"):
-            put(f"{name}/topic={topic}/{token}~{i}.parquet", p[name])
-        put(f"ledger/{token}~{topic}-{i}.parquet", p["ledger"])
+            put(name, i, {"topic": topic}, p[name])
+        put("ledger", f"{topic}-{i}", {}, p["ledger"])
         records = p["records"]
         days = [("none" if ts is None else ts.strftime("%Y-%m-%d"))
                 for ts in records.column("timestamp").to_pylist()]
         for day in sorted(set(days)):
             mask = pa.array([d == day for d in days])
-            put(f"records/topic={topic}/dt={day}/{token}~{i}.parquet", records.filter(mask))
+            put("records", f"{i}-{day}", {"topic": topic, "dt": day}, records.filter(mask))
+    for name, uris in files.items():
+        wh.commit_files(name, run_id, uris)
+    if published:
+        wh.publish(run_id)
 
 
 def write_segments(directory, spec) -> str:
@@ -210,7 +227,7 @@ def faulty_parts(tmp, run_id):
         "partition": 0, "kind": "divergence", "position": 0, "end": None,
         "message": f"offset 2 differs between {seg} and s3://snap/2025-11-20/div-0/00000000000000000000.log",
         "base_offset": 2, "last_offset": 2, "bytes": None, "raw": None, "segment": seg,
-        "segment_base_offset": 0, "run_id": run_id}], schema=schemas.FINDINGS)])
+        "segment_base_offset": 0, "run_id": run_id, "topic": "div"}], schema=schemas.FINDINGS)])
     parts.append(p)
 
     def torn(directory, base, cut):
@@ -272,10 +289,9 @@ def staged_tables(spark, W, run_id):
     from spark_jobs import check_quality as cq
     from spark_jobs.tables import read_table
 
-    store = storage.open_store(W)
-    tables = cq.load_tables(spark, W, run_id, cq.staging_root(store, W, storage.run_token(run_id), None),
-                            None)
-    prior = qc.prior_ends(read_table(spark, W, "ledger"), tables["ledger"], run_id)
+    wh = iceberg.Warehouse(W)
+    tables = cq.load_tables(spark, wh, run_id, cq.audited_snapshots(wh, run_id))
+    prior = qc.prior_ends(read_table(spark, wh, "ledger"), tables["ledger"], run_id)
     return tables, prior
 
 
@@ -413,9 +429,10 @@ topics:
 
 # --------------------------------------------------------------- the job
 def dq_rows(root, run_id):
-    store = storage.open_store(root)
-    data = store.read(f"dq_results/{storage.run_token(run_id)}.parquet")
-    table = pq.read_table(io.BytesIO(data))
+    """Run ``run_id``'s rows of the dq_results table (``root``: a path or an iceberg.Warehouse)."""
+    from pyiceberg.expressions import EqualTo
+
+    table = tables.read_arrow(root, "dq_results", row_filter=EqualTo("run_id", run_id))
     assert table.schema.equals(schemas.DQ_RESULTS, check_metadata=False)
     return table.to_pylist()
 
@@ -473,21 +490,22 @@ def test_job_passes_explained_gaps(spark, legit_w, capsys):
     assert json.loads(compact["details"])["classes"] == {
         "compaction": {"status": "pass", "items": 1, "offsets": 3}}
     assert "WARN offset_gaps boundary-0" in capsys.readouterr().err
-    # a rerun replaces the run's results (same file, same rows)
+    # a rerun replaces the run's results (same rows, nothing added)
     assert check_quality.main(argv, spark=spark) == 0
     assert len(dq_rows(legit_w, run_id)) == len(rows)
-    assert [k for k in os.listdir(os.path.join(legit_w, "dq_results"))] == \
-        [storage.run_token(run_id) + ".parquet"]
+    assert tables.read_arrow(legit_w, "dq_results").num_rows == len(rows)
 
 
-def test_job_on_s3_clean_run(spark, s3_bucket, tmp_path):
+def test_job_on_s3_clean_run(spark, s3_bucket, tmp_path, s3_catalog):
     from spark_jobs import check_quality
 
     W = f"s3://{s3_bucket}/warehouse"
     run_id = "scheduled__2025-11-21T00:00:00+00:00"
-    stage(W, run_id, clean_parts(tmp_path, run_id))
-    assert check_quality.main(["--warehouse", W, "--run-id", run_id], spark=spark) == 0
-    rows = dq_rows(W, run_id)
+    wh = iceberg.Warehouse(W, s3_catalog, s3=storage.S3Config.from_env())
+    stage(wh, run_id, clean_parts(tmp_path, run_id))
+    assert check_quality.main(["--warehouse", W, "--run-id", run_id, "--catalog", s3_catalog],
+                              spark=spark) == 0
+    rows = dq_rows(wh, run_id)
     assert {(r["topic"], r["partition"]) for r in rows} == {("clean", 0)}
     assert [(r["check"], r["status"]) for r in rows if r["status"] != "pass"] == []
     by_check = {r["check"]: r for r in rows}

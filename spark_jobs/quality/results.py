@@ -8,13 +8,11 @@ worst first), so that only bounded data reaches the driver.
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from .. import schemas, storage
+from .. import schemas
 from .checks import CHECKS
 from .policy import RANK, Policy, worst
 
@@ -108,13 +106,12 @@ def to_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schemas.DQ_RESULTS)
 
 
-def write(store, run_id: str, rows: list[dict]) -> str:
-    """Write (replace) ``dq_results/<run_token>.parquet`` under ``store``; return its key."""
-    key = f"dq_results/{storage.run_token(run_id)}.parquet"
-    buf = io.BytesIO()
-    pq.write_table(to_table(rows), buf)
-    store.write(key, buf.getvalue())
-    return key
+def write(wh, run_id: str, rows: list[dict], audited: dict | None = None) -> None:
+    """Replace run ``run_id``'s rows of the ``dq_results`` table of ``wh`` (an
+    :class:`spark_jobs.iceberg.Warehouse`) in one snapshot; its summary names the
+    snapshots the audit read (``kafkalog.audited``)."""
+    summary = {"kafkalog.audited": json.dumps(audited, sort_keys=True)} if audited else {}
+    wh.replace_run_rows("dq_results", run_id, to_table(rows), summary)
 
 
 VERDICT_COLUMNS = ("check string, topic string, partition int, class string, status string, "

@@ -1,0 +1,308 @@
+"""Breaking the write -> audit -> publish path on purpose, and counting what it costs.
+
+Each test injects a fault (a process that dies at a commit point of a run or of its
+publish, a reader during publish, two runs at once outside Airflow, a rerun,
+unparsable names) and counts the (topic, partition, offset) keys lost and
+duplicated in the published ``records`` table against the snapshot's truth,
+decoded from the segment files on their own with ``kafkalog.decode``.
+
+A crash is the catalog commit that never happens: ``pyiceberg``'s
+``Table._do_commit`` (every catalog write goes through it) raises at the n-th
+call, as a process killed there would leave things; what ran before it stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import kafkalog
+from kafkalog.writer import SegmentWriter, WriteRecord
+from spark_jobs import decode_segments as job
+from spark_jobs import iceberg, publish, schemas, tables
+
+pytestmark = pytest.mark.pipeline
+
+T0 = 1_763_683_200_000
+
+
+class Crash(BaseException):
+    """The process died here (a BaseException: no ``except Exception`` swallows it)."""
+
+
+@contextlib.contextmanager
+def crash_at_commit(n: int | None, *, delay: float = 0.0):
+    """The ``n``-th catalog commit from now (0-based) dies before it reaches the
+    catalog; every commit first sleeps ``delay`` seconds. Yields the commit count."""
+    from pyiceberg.table import Table
+
+    original = Table._do_commit
+    count = [0]
+
+    def do_commit(self, updates, requirements):
+        i = count[0]
+        count[0] += 1
+        if i == n:
+            raise Crash(f"killed at catalog commit {n}")
+        if delay:
+            import time
+
+            time.sleep(delay)
+        return original(self, updates, requirements)
+
+    Table._do_commit = do_commit
+    try:
+        yield count
+    finally:
+        Table._do_commit = original
+
+
+def write_snapshot(root: Path, *, partitions=(0, 1), batches: int = 4, first: int = 0) -> Path:
+    """A log dir: topic ``orders``, each partition one segment of ``batches`` batches of 5."""
+    for p in partitions:
+        with SegmentWriter(root / f"orders-{p}", first) as w:
+            for b in range(batches):
+                i = w.next_offset
+                w.append([WriteRecord(b"k", f"{p}-{i + k}".encode(), timestamp=T0 + i + k)
+                          for k in range(5)], codec=("none", "lz4", "zstd", "gzip")[b % 4])
+    return root
+
+
+def truth(*roots: Path) -> set[tuple]:
+    """Every (topic, partition, offset) the snapshots' segments hold (CRC-valid records)."""
+    out = set()
+    for root in roots:
+        for log in root.rglob("*.log"):
+            topic, _, partition = log.parent.name.rpartition("-")
+            r = kafkalog.decode(str(log)).records
+            for off, ok in zip(r.column("offset").to_pylist(), r.column("crc_valid").to_pylist()):
+                if ok:
+                    out.add((topic, int(partition), off))
+    return out
+
+
+def published(wh) -> Counter:
+    t = tables.read_arrow(str(wh), "records", columns=("topic", "partition", "offset"))
+    return Counter(zip(*(t.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
+
+
+def lost_and_duplicated(want: set, got: Counter) -> tuple[int, int]:
+    return len(want - set(got)), sum(n - 1 for n in got.values() if n > 1)
+
+
+def decode(spark, src, wh, run_id, *extra) -> dict:
+    return job.main(["--input", str(src), "--output", str(wh), "--run-id", run_id, *extra],
+                    spark=spark)
+
+
+def commits_of(fn) -> int:
+    """How many catalog commits ``fn()`` makes."""
+    with crash_at_commit(None) as count:
+        fn()
+    return count[0]
+
+
+# ------------------------------------------------------------ a run dies at a commit point
+def test_a_decode_killed_at_any_commit_point_then_rerun_loses_and_duplicates_nothing(spark, tmp_path):
+    src = write_snapshot(tmp_path / "snap")
+    want = truth(src)
+    n = commits_of(lambda: decode(spark, src, tmp_path / "probe", "night-1", "--no-publish"))
+    assert n >= 2 * len(schemas.DECODE_TABLES)  # a branch and a commit per table at least
+    for k in range(n):
+        wh = tmp_path / f"wh-{k}"
+        with pytest.raises(Crash), crash_at_commit(k):
+            decode(spark, src, wh, "night-1", "--no-publish")
+        assert published(wh) == Counter(), k  # nothing reaches main before publish
+        decode(spark, src, wh, "night-1", "--no-publish")  # the task's retry
+        publish.publish(str(wh), "night-1")
+        assert lost_and_duplicated(want, published(wh)) == (0, 0), k
+        assert set(published(wh)) == want
+
+
+def staged_run(wh: iceberg.Warehouse, run_id: str, rows_by_partition: dict[int, range]) -> None:
+    """Commit a run's records (and a ledger row per partition) to its branch, as the job
+    would, without Spark."""
+    import pyarrow.parquet as pq
+
+    wh.begin_run(run_id, reset=True)
+    for name in ("records", "ledger"):
+        uris = []
+        for p, offsets in rows_by_partition.items():
+            n = len(offsets)
+            cols = {f.name: pa.nulls(n, f.type) for f in schemas.TABLES[name]}
+            cols.update(topic=pa.array(["orders"] * n), partition=pa.array([p] * n, pa.int32()),
+                        run_id=pa.array([run_id] * n))
+            if name == "records":
+                cols.update(offset=pa.array(list(offsets), pa.int64()), dt=pa.array(["none"] * n))
+                folder = "topic=orders/dt=none/"
+            else:
+                cols = {k: v[:1] for k, v in cols.items()}
+                cols.update(first_offset=pa.array([offsets[0]], pa.int64()),
+                            last_offset=pa.array([offsets[-1]], pa.int64()),
+                            action=pa.array(["decoded"]))
+                folder = ""
+            uri = f"{wh.data_root(name)}/{folder}{iceberg.run_files_prefix(run_id)}p{p}.parquet"
+            path = uri[len("file://"):]
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table(cols, schema=schemas.TABLES[name]), path)
+            uris.append(uri)
+        wh.commit_files(name, run_id, uris)
+
+
+def test_a_publish_killed_at_any_commit_point_then_retried_converges(tmp_path):
+    rows = {0: range(0, 10), 1: range(0, 7)}
+    want = {("orders", p, o) for p, r in rows.items() for o in r}
+    probe = iceberg.Warehouse(str(tmp_path / "probe"))
+    staged_run(probe, "r", rows)
+    n = commits_of(lambda: probe.publish("r"))
+    # the marker, a fast-forward of each table the run wrote (records, ledger), a branch
+    # dropped per table, the marker gone
+    assert n == 1 + 2 + len(schemas.DECODE_TABLES) + 1
+    for k in range(n):
+        wh = iceberg.Warehouse(str(tmp_path / f"wh-{k}"))
+        staged_run(wh, "r", rows)
+        with pytest.raises(Crash), crash_at_commit(k):
+            wh.publish("r")
+        got = published(wh.root)
+        assert got in (Counter(), Counter(want)), k  # a table shows all of the run or none
+        wh.publish("r")  # Airflow's retry of the publish task
+        assert lost_and_duplicated(want, published(wh.root)) == (0, 0), k
+        assert set(published(wh.root)) == want
+        for name in schemas.DECODE_TABLES:
+            t = wh.table(name)
+            assert list(t.refs()) == ["main"], (k, name)  # no branch left behind
+            assert not [p for p in t.properties if p.startswith(iceberg.PUBLISHING)]
+
+
+def test_a_publish_killed_part_way_is_completed_by_the_next_night(spark, tmp_path):
+    """The publish dies after ``records`` reached main and before the ledger did, and
+    nobody retries it: the next night, over an overlapping snapshot, completes it first
+    instead of decoding the same segments again (it would duplicate them)."""
+    night1 = write_snapshot(tmp_path / "n1", batches=3)
+    night2 = write_snapshot(tmp_path / "n2", batches=5)  # the same segments, grown
+    wh = tmp_path / "wh"
+    decode(spark, night1, wh, "night-1", "--no-publish")
+    records_done = 2  # the publish marker, then records' fast-forward
+    with pytest.raises(Crash), crash_at_commit(records_done):
+        publish.publish(str(wh), "night-1")
+    assert set(published(wh)) == truth(night1)  # records are there, the ledger is not
+    assert tables.read_arrow(str(wh), "ledger").num_rows == 0
+    s = decode(spark, night2, wh, "night-2")
+    assert s["actions"] == {"resumed": 2}  # night 1's ledger was published first
+    assert lost_and_duplicated(truth(night2), published(wh)) == (0, 0)
+
+
+# ------------------------------------------------------------ readers during publish
+def test_a_reader_during_publish_sees_none_or_all_of_the_run(tmp_path):
+    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    staged_run(wh, "night-1", {0: range(0, 50)})
+    wh.publish("night-1")
+    staged_run(wh, "night-2", {0: range(50, 80), 1: range(0, 40)})
+    seen, stop = [], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            seen.append((tables.read_arrow(wh.root, "records", columns=("offset",)).num_rows,
+                         tables.read_arrow(wh.root, "ledger", columns=("run_id",)).num_rows))
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        with crash_at_commit(None, delay=0.15):  # a slow catalog: publish takes ~2 s
+            wh.publish("night-2")
+    finally:
+        stop.set()
+        reader.join()
+    poll_once = [(tables.read_arrow(wh.root, "records", columns=("offset",)).num_rows, None)]
+    assert poll_once[0][0] == 120
+    assert len(seen) > 3
+    assert {r for r, _ in seen} <= {50, 120}  # never part of night 2's records
+    assert {ledger for _, ledger in seen} <= {1, 3}  # nor part of its ledger
+
+
+# ------------------------------------------------------------ two runs at once
+def test_two_runs_planned_together_publish_once_and_the_second_is_refused(spark, tmp_path):
+    """A scheduled run and a manual spark-submit over the same snapshot, both decoded
+    before either published (nothing outside the warehouse keeps them apart)."""
+    src = write_snapshot(tmp_path / "snap")
+    want = truth(src)
+    wh = tmp_path / "wh"
+    decode(spark, src, wh, "scheduled", "--no-publish")
+    decode(spark, src, wh, "manual", "--no-publish")
+    publish.publish(str(wh), "scheduled")
+    with pytest.raises(iceberg.ConflictError, match="scheduled"):
+        publish.publish(str(wh), "manual")
+    assert lost_and_duplicated(want, published(wh)) == (0, 0)
+    # run again, the refused run deduplicates against the new main: nothing to add
+    s = decode(spark, src, wh, "manual")
+    assert s["published"]
+    assert lost_and_duplicated(want, published(wh)) == (0, 0)
+    with pytest.raises(SystemExit):  # the command line says so and exits 1
+        publish.main(["--warehouse", str(wh), "--run-id", "nobody"])
+
+
+def test_two_runs_at_the_same_time_never_duplicate(spark, tmp_path):
+    src = write_snapshot(tmp_path / "snap", partitions=(0, 1, 2))
+    want = truth(src)
+    wh = tmp_path / "wh"
+    decode(spark, src, tmp_path / "warm", "warm")  # tables exist: both race on commits only
+    outcomes = {}
+
+    def run(run_id):
+        try:
+            outcomes[run_id] = decode(spark, src, wh, run_id)["published"]
+        except iceberg.ConflictError as err:
+            outcomes[run_id] = err
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert lost_and_duplicated(want, published(wh)) == (0, 0), outcomes
+    refused = [e for e in outcomes.values() if isinstance(e, iceberg.ConflictError)]
+    assert len(refused) <= 1 and sum(v is True for v in outcomes.values()) >= 1, outcomes
+
+
+# ------------------------------------------------------------ reruns and names
+def test_a_rerun_replaces_exactly_that_runs_rows(spark, tmp_path):
+    night1 = write_snapshot(tmp_path / "n1", partitions=(0,))
+    night2 = write_snapshot(tmp_path / "n2", partitions=(0, 1))
+    wh = tmp_path / "wh"
+    decode(spark, night1, wh, "night-1")
+    decode(spark, night2, wh, "night-2")
+    before = tables.read_arrow(str(wh), "records").sort_by([("partition", "ascending"),
+                                                             ("offset", "ascending")])
+    for run_id, src in (("night-1", night1), ("night-2", night2), ("night-1", night1)):
+        decode(spark, src, wh, run_id)
+        assert lost_and_duplicated(truth(night2), published(wh)) == (0, 0), run_id
+    after = tables.read_arrow(str(wh), "records").sort_by([("partition", "ascending"),
+                                                            ("offset", "ascending")])
+    assert after.drop_columns(["segment"]).equals(before.drop_columns(["segment"]))
+    history = iceberg.main_history(iceberg.Warehouse(str(wh)).table("records"))
+    assert [h["run_id"] for h in history if h["run_id"]][-1] == "night-1"
+
+
+def test_unparsable_log_names_are_findings_and_the_log_names_them(spark, tmp_path, capsys):
+    src = write_snapshot(tmp_path / "snap", partitions=(0,))
+    good = next(src.rglob("*.log"))
+    (src / "orders-0" / "garbage.log").write_bytes(good.read_bytes())
+    (src / "no_partition_dir").mkdir()
+    (src / "no_partition_dir" / f"{0:020d}.log").write_bytes(good.read_bytes())
+    wh = tmp_path / "wh"
+    s = decode(spark, src, wh, "r")
+    assert s["unparsable"] == 2
+    err = capsys.readouterr().err
+    assert "garbage.log is not <topic>-<partition>" in err and "no_partition_dir" in err
+    found = [f for f in tables.read_arrow(str(wh), "findings").to_pylist()
+             if f["kind"] == "unparsable_name"]
+    assert sorted(f["segment"].rsplit("/", 2)[-2] for f in found) == ["no_partition_dir", "orders-0"]
+    by_dir = {f["segment"].rsplit("/", 2)[-2]: f for f in found}
+    assert (by_dir["orders-0"]["topic"], by_dir["orders-0"]["partition"]) == ("orders", 0)
+    assert by_dir["no_partition_dir"]["topic"] is None
+    assert lost_and_duplicated(truth(src / "orders-0"), published(wh))[1] == 0
