@@ -85,7 +85,7 @@ def _pieces(root: Path, split_mib: int) -> list[tuple[str, int, int]]:
     """The byte ranges the job's tasks get (its own planner, on the same .index files)."""
     from spark_jobs import decode_segments
 
-    segs = decode_segments.discover(str(root))
+    segs, _ = decode_segments.discover(str(root))
     positions = {s.index_uri: decode_segments._index_positions(s.index_uri, None) for s in segs}
     tasks = decode_segments.plan(segs, {}, {}, positions, split_mib << 20)
     return [(t.uri, t.start, t.end) for t in tasks]

@@ -1,14 +1,17 @@
-"""Decode Kafka segment snapshots into the warehouse tables (docs/tables.md).
+"""Decode Kafka segment snapshots into the warehouse's Iceberg tables (docs/tables.md).
 
     spark-submit spark_jobs/decode_segments.py --input URI --output W --run-id ID
 
-The driver only lists objects, reads the ledger and (for big segments) the
-``.index`` files, and plans tasks; executors fetch segment bytes themselves
-(local files, or boto3 ranged GETs), decode them with ``kafkalog`` into Arrow
-and write Parquet into ``W/_staging/<run_token>``. Partitions whose offsets may
-already be in the warehouse (or appear twice in this run) are deduplicated in
-Spark; two copies of one offset with different content give a ``divergence``
-finding. Then the staged run is published into ``W`` (unless ``--no-publish``).
+The driver lists objects, reads the ledger (as ``main`` held it when the run
+began) and, for big segments, the ``.index`` files, and plans tasks; executors
+fetch segment bytes themselves (local files, or boto3 ranged GETs), decode them
+with ``kafkalog`` into Arrow and write Parquet data files into the tables' data
+folders. Partitions whose offsets may already be published (or appear twice in
+this run) are written to the run's scratch space first and deduplicated in
+Spark against only the files whose statistics can overlap them; two copies of
+one offset with different content give a ``divergence`` finding. The driver
+then commits every file to the run's branch (:mod:`spark_jobs.iceberg`), and
+publishes it unless ``--no-publish`` (the DAG audits the branch first).
 
 The planning and task functions are pure and importable; ``main(argv)`` wires
 them to a SparkSession.
@@ -48,7 +51,6 @@ DEFAULT_MAX_RAW = 64 * 1024 * 1024
 #: findings whose byte range is kept verbatim in ``findings.raw``
 RAW_KINDS = frozenset({"crc_mismatch", "corrupt_batch", "skipped_bytes", "truncated_tail",
                        "decompression_error", "unknown_codec", "limit_exceeded"})
-PENDING = "_pending"
 #: ascending per partition: delta-encoded (a few bits a row, and no dictionary to build)
 DELTA_COLUMNS = ("offset", "timestamp")
 #: plain pages, no dictionary: one value per batch (or per file) repeated on every record

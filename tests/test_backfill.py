@@ -240,12 +240,12 @@ def check_runs(af: Airflow, runs: list[dict]) -> None:
         dates = {re.search(r"/(\d{4}-\d\d-\d\d)/", x["segment"]).group(1)
                  for x in ledger if x["run_id"] == r["run_id"]}
         assert dates == {night}, (r["run_id"], dates)
-    from spark_jobs.storage import run_token
+    from spark_jobs import iceberg
 
+    ledger_table = iceberg.Warehouse(str(af.warehouse)).table("ledger")
     for r in runs:
-        token = run_token(r["run_id"])
-        assert (af.warehouse / "_runs" / f"{token}.json").exists()
-        assert not (af.warehouse / "_staging" / token).exists()
+        assert iceberg.published_snapshot(ledger_table, r["run_id"]) is not None
+        assert iceberg.branch_name(r["run_id"]) not in ledger_table.refs()
 
 
 # ------------------------------------------------------------------ the test

@@ -46,9 +46,12 @@ def expected_records(root: Path, dates) -> dict[str, set]:
 
 def warehouse_rows(warehouse: Path, name: str, columns=None) -> list[dict]:
     """Rows of table ``name`` on ``main`` (the embedded catalog under ``warehouse``)."""
+    from spark_jobs.schemas import PARTITIONS
     from spark_jobs.tables import read_arrow
 
-    return read_arrow(str(warehouse), name, columns=tuple(columns) if columns else None).to_pylist()
+    if columns:  # partition columns too, as the Hive folders gave them before
+        columns = tuple(columns) + tuple(c for c in PARTITIONS[name] if c not in columns)
+    return read_arrow(str(warehouse), name, columns=columns or None).to_pylist()
 
 
 def record_keys(warehouse: Path) -> list[tuple]:
@@ -238,8 +241,6 @@ def test_failed_audit_holds_publish_back(dag, pipeline, tmp_path):
     client = boto3.client("s3", endpoint_url=pipeline["endpoint"])
     for f in night.iterdir():
         client.upload_file(str(f), pipeline["bucket"], f"nightly/2026-11-27/audit-0/{f.name}")
-
-    from spark_jobs.storage import run_token
 
     run_id, state, tasks = run(dag, "2026-11-27")
     assert state == "failed"

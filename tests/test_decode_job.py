@@ -394,7 +394,6 @@ def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_
     finding runs past that window it reads further and decodes again, with a fresh set
     of files (a regression: the files of the retry had nowhere to go, and the task's
     records were lost behind a fetch_error)."""
-    import datetime as dt
 
     seg = write_partition(tmp_path / "snap" / "orders-0", 0, 40, per_batch=20,
                           index_interval=1024)
@@ -433,7 +432,6 @@ def test_a_task_reads_on_to_the_next_tasks_first_batch_for_its_time_index_share(
     """A task checks the .timeindex entries up to the next task's first batch. Where
     damage right at the split point puts that batch past the task's read window, the
     task reads further, so no entry is checked twice or missed."""
-    import datetime as dt
 
     seg = write_partition(tmp_path / "snap" / "orders-0", 0, 40, per_batch=20,
                           index_interval=1024)
@@ -464,7 +462,6 @@ def test_a_resumed_segment_checks_the_time_index_entries_of_its_new_bytes_only(t
     """An active segment that grew resumes after what an earlier run ingested: it checks
     the .timeindex entries naming offsets from its first new batch on (the earlier
     ones were the earlier run's), and none where there are no new bytes."""
-    import datetime as dt
 
     seg = write_partition(tmp_path / "snap" / "orders-0", 0, 12, per_batch=4, index_interval=256)
     batches = list(kafkalog.iter_batches(str(seg)))
