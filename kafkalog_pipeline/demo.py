@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import datetime as dt
 import fcntl
-import io
 import json
 import os
 import secrets

@@ -19,13 +19,12 @@ import datetime as dt
 import fnmatch
 import heapq
 import math
-import posixpath
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-_PARTITION_DIR = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)$")
-_SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})\.log$")
+from spark_jobs import layout
+
 
 #: S3 error codes no retry can fix
 PERMANENT_CODES = frozenset({
@@ -71,9 +70,9 @@ class Chunk:
                 "segments": len(self.segments),
                 "partitions": [f"{t}-{p}" for t, p in self.partitions]}
 
-    def manifest(self) -> dict:
-        return {"segments": [s.manifest_entry() for s in self.segments],
-                "chunk_id": self.chunk_id}
+    def manifest(self) -> bytes:
+        """The chunk's segment manifest (:func:`spark_jobs.layout.manifest`)."""
+        return layout.manifest([s.manifest_entry() for s in self.segments], self.chunk_id)
 
 
 # ------------------------------------------------------------------ dates
@@ -148,18 +147,11 @@ def topic_matcher(patterns: str | Iterable[str] | None):
 
 # ------------------------------------------------------------------ listing
 def parse_segment_key(key: str, prefix: str) -> tuple[str, int, int] | None:
-    """(topic, partition, base offset) of a ``.log`` key under ``prefix``, else None."""
+    """(topic, partition, base offset) of a ``.log`` key under ``prefix``, else None
+    (the grammar: :mod:`spark_jobs.layout`)."""
     if not key.startswith(prefix):
         return None
-    rest = key[len(prefix):]
-    directory, name = posixpath.split(rest)
-    m = _SEGMENT_FILE.match(name)
-    if not m:
-        return None
-    d = _PARTITION_DIR.match(posixpath.basename(directory))
-    if not d:
-        return None
-    return d["topic"], int(d["partition"]), int(m["base"])
+    return layout.parse_segment_key(key[len(prefix):])
 
 
 def s3_client(access):
@@ -194,12 +186,13 @@ def classify(err: Exception, where: str) -> Exception:
 
 
 def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
-                  client=None) -> tuple[list[Segment], int]:
+                  client=None, unparsable: list | None = None) -> tuple[list[Segment], int]:
     """Every ``.log`` segment under each snapshot date's prefix.
 
     ``prefixes`` maps snapshot date -> key prefix. Returns the segments (sorted
     by topic, partition, date, base offset) and the number of objects ignored
-    (not a segment, or a topic the filter leaves out).
+    (not a segment, or a topic the filter leaves out). The URIs of ``.log`` objects
+    whose names do not parse are appended to ``unparsable``.
     """
     client = client or s3_client(access)
     keep = topic_matcher(topics)
@@ -212,6 +205,8 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
             for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
                 for obj in page.get("Contents", ()):
                     parsed = parse_segment_key(obj["Key"], prefix)
+                    if parsed is None and unparsable is not None and layout.is_log(obj["Key"]):
+                        unparsable.append(f"s3://{bucket}/{obj['Key']}")
                     if parsed is None or not keep(parsed[0]):
                         ignored += 1
                         continue

@@ -24,8 +24,9 @@ the warehouse, i.e. has planned and not yet finished publishing
 
 from __future__ import annotations
 
-import json
 import logging
+
+from spark_jobs import layout
 
 from . import settings, snapshots
 
@@ -100,7 +101,11 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     prefixes = {d: snapshots.snapshot_prefix(template, prefix or "", d) for d in dates}
     log.info("run %s: snapshot dates %s under s3://%s (%r), topics %r, reprocess=%s",
              run_id, dates, bucket, access, topics, reprocess)
-    segments, ignored = snapshots.list_segments(bucket, prefixes, access, topics=topics)
+    unparsable: list[str] = []
+    segments, ignored = snapshots.list_segments(bucket, prefixes, access, topics=topics,
+                                                unparsable=unparsable)
+    for uri in unparsable:
+        log.warning("%s is not %s: not decoded", uri, layout.GRAMMAR)
 
     token = storage.run_token(run_id)
     store = storage.open_store(warehouse, access.storage_config()
@@ -119,7 +124,7 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     decode_args = []
     for chunk in chunks:
         key = manifest_key(token, chunk.chunk_id)
-        store.write(key, json.dumps(chunk.manifest(), indent=1).encode())
+        store.write(key, chunk.manifest())
         args = [DECODE_JOB, "--input", store.uri(key), "--output", warehouse, "--run-id", run_id,
                 "--chunk-id", str(chunk.chunk_id), "--no-publish",
                 "--catalog", wh.catalog_name, "--namespace", wh.namespace] \
@@ -141,6 +146,7 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
         "already_ingested": listed - len(segments),
         "bytes": sum(s.size for s in segments),
         "ignored": ignored,
+        "unparsable": unparsable,
         "decode_args": decode_args,
     }
 

@@ -25,14 +25,13 @@ import datetime as dt
 import functools
 import json
 import os
-import re
 import shutil
 import struct
 import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,10 +40,8 @@ import pyarrow.parquet as pq
 import kafkalog
 from kafkalog.indexes import offset_index_positions, offset_index_share
 from spark_jobs import publish as publishing
-from spark_jobs import iceberg, schemas, storage, tables
+from spark_jobs import iceberg, layout, schemas, storage, tables
 
-#: ``<topic>-<partition>/<20-digit base offset>.log`` at any depth
-SEGMENT_RE = re.compile(r"(?:^|/)(?P<topic>[^/]+)-(?P<partition>\d+)/(?P<base>\d{20})\.log$")
 DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
 DEFAULT_SLACK = 1024 * 1024
 DEFAULT_MAX_RAW = 64 * 1024 * 1024
@@ -91,9 +88,6 @@ def parquet_options(schema: pa.Schema) -> dict:
                 column_encoding={c: "DELTA_BINARY_PACKED" for c in delta})
 
 
-#: the index files a segment may have beside it (a manifest entry names them by
-#: these without the dot)
-INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 _OFFSET_SIZE_MAGIC = struct.Struct(">qiiB")  # offset, size, (leader epoch | crc), magic
 
 
@@ -165,13 +159,6 @@ class Coverage:
     etag: str | None
 
 
-def parse_segment_key(key: str) -> tuple[str, int, int] | None:
-    m = SEGMENT_RE.search(key)
-    if m is None:
-        return None
-    return m["topic"], int(m["partition"]), int(m["base"])
-
-
 def discover(input_uri: str, config: storage.S3Config | None = None) -> tuple[list[Segment], list[str]]:
     """Every segment under a directory/prefix, or listed by a JSON manifest; and the
     URIs of the ``.log`` objects whose names do not say where they belong."""
@@ -181,14 +168,14 @@ def discover(input_uri: str, config: storage.S3Config | None = None) -> tuple[li
     objects = {o.key: o for o in store.list("")}
     segments, unparsable = [], []
     for key, obj in objects.items():
-        parsed = parse_segment_key(key)
+        parsed = layout.parse_segment_key(key)
         if parsed is None:
-            if key.endswith(".log"):
+            if layout.is_log(key):
                 unparsable.append(store.uri(key))
             continue
-        stem = key[:-len(".log")]
-        beside = {suffix: store.uri(stem + suffix) if stem + suffix in objects else None
-                  for suffix in INDEX_SUFFIXES}
+        beside = {suffix: store.uri(layout.index_key(key, suffix))
+                  if layout.index_key(key, suffix) in objects else None
+                  for suffix in layout.INDEX_SUFFIXES}
         segments.append(Segment(
             uri=store.uri(key), topic=parsed[0], partition=parsed[1], base_offset=parsed[2],
             size=obj.size, etag=obj.etag, mtime=obj.mtime.isoformat(),
@@ -197,23 +184,12 @@ def discover(input_uri: str, config: storage.S3Config | None = None) -> tuple[li
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri)), unparsable
 
 
-class ManifestError(ValueError):
-    """A segment manifest that cannot be read."""
-
-
 def _from_manifest(uri: str, config) -> tuple[list[Segment], list[str]]:
     store, key = storage.open_object(uri, config)
-    try:
-        doc = json.loads(store.read(key))
-        entries = doc["segments"] if isinstance(doc, dict) else doc
-    except (ValueError, KeyError, TypeError) as err:
-        raise ManifestError(f"{uri} is not a segment manifest "
-                            f'({{"segments": [...]}}): {err}') from err
     segments, unparsable = [], []
-    for entry in entries:
-        entry = {"uri": entry} if isinstance(entry, str) else dict(entry)
+    for entry in layout.read_manifest(store.read(key), uri):
         seg_uri = entry["uri"]
-        parsed = parse_segment_key(seg_uri)
+        parsed = layout.parse_segment_key(seg_uri)
         if parsed is None:
             unparsable.append(seg_uri)
             continue
@@ -221,7 +197,7 @@ def _from_manifest(uri: str, config) -> tuple[list[Segment], list[str]]:
         if entry.get("size") is None:
             info = seg_store.stat(seg_key)
             entry.update(size=info.size, etag=info.etag, mtime=info.mtime.isoformat())
-        beside = {suffix: entry.get(suffix[1:]) for suffix in INDEX_SUFFIXES}
+        beside = {suffix: entry.get(suffix[1:]) for suffix in layout.INDEX_SUFFIXES}
         if entry["size"] > 0:
             for suffix, found in beside.items():
                 beside[suffix] = found or _beside(seg_store, seg_uri, seg_key, suffix)
@@ -233,7 +209,7 @@ def _from_manifest(uri: str, config) -> tuple[list[Segment], list[str]]:
 
 def _beside(store, seg_uri: str, seg_key: str, suffix: str) -> str | None:
     """The segment's index file with ``suffix`` where one exists beside it."""
-    key = seg_key[:-len(".log")] + suffix
+    key = layout.index_key(seg_key, suffix)
     if not store.exists(key):
         return None
     return store.uri(key) if storage.is_s3(seg_uri) else store.path(key)
@@ -1134,11 +1110,11 @@ def main(argv=None, spark=None) -> dict:
 
     try:
         segments, unparsable = discover(args.input, s3)
-    except ManifestError as err:
+    except layout.ManifestError as err:
         raise SystemExit(f"decode_segments: {err}") from err
     for uri in unparsable:
-        print(f"decode_segments: {uri} is not <topic>-<partition>/<20-digit base offset>.log: "
-              "not decoded (an unparsable_name finding)", file=sys.stderr)
+        print(f"decode_segments: {uri} is not {layout.GRAMMAR}: not decoded "
+              "(an unparsable_name finding)", file=sys.stderr)
     coverage = {} if args.reprocess else coverage_from_ledger(ledger, trusted_runs(ledger, args.run_id))
     published = ledger_ranges(ledger, args.run_id)
     index_positions = read_index_positions(
@@ -1221,13 +1197,13 @@ def unparsable_findings(uris: list[str], run_id: str) -> pa.Table:
     rows = []
     for uri in uris:
         parent = uri.rstrip("/").rsplit("/", 2)[-2] if "/" in uri else ""
-        m = re.fullmatch(r"(?P<topic>.+)-(?P<partition>\d+)", parent)
+        topic, partition = layout.parse_partition_dir(parent) or (None, None)
         rows.append(dict(
-            partition=int(m["partition"]) if m else None, kind="unparsable_name", position=0,
-            end=0, message=f"{uri}: the name is not <topic>-<partition>/<20-digit base "
-                           "offset>.log, so the object was not decoded",
+            partition=partition, kind="unparsable_name", position=0,
+            end=0, message=f"{uri}: the name is not {layout.GRAMMAR}, so the object was "
+                           "not decoded",
             base_offset=None, last_offset=None, bytes=None, raw=None, segment=uri,
-            segment_base_offset=None, run_id=run_id, topic=m["topic"] if m else None))
+            segment_base_offset=None, run_id=run_id, topic=topic))
     return pa.Table.from_pylist(rows, schema=schemas.FINDINGS)
 
 

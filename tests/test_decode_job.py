@@ -21,7 +21,7 @@ import pytest
 import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import decode_segments as job
-from spark_jobs import iceberg, storage, tables
+from spark_jobs import iceberg, layout, storage, tables
 
 from test_corpus import CORPUS
 
@@ -73,7 +73,7 @@ def expected_records(logs) -> set[tuple]:
     """(topic, partition, offset, key, value) of every CRC-valid data record."""
     out = set()
     for log in logs:
-        topic, partition, _ = job.parse_segment_key(str(log))
+        topic, partition, _ = layout.parse_segment_key(str(log))
         r = kafkalog.decode(str(log)).records
         for row in r.to_pylist():
             if row["crc_valid"]:

@@ -1,0 +1,82 @@
+"""Where things are in a broker's log directory, and the segment manifest: one grammar
+for the Airflow planner (kafkalog_pipeline.snapshots) and the decode job.
+
+A log directory holds one folder per partition, named as the broker names it,
+``<topic>-<partition>`` (a topic is Kafka's ``[A-Za-z0-9._-]``, at most 249
+characters), holding ``<20-digit base offset>.log`` segments and their index
+files beside them (:data:`INDEX_SUFFIXES`). Snapshots may nest log directories at
+any depth (``<night>/<broker>/<topic>-<partition>/...``).
+
+A segment manifest (the planner's chunks, the job's ``--input``) is JSON:
+``{"segments": [{"uri": ..., "size": ..., "etag": ..., "mtime": ...,
+"index": ..., "timeindex": ..., "txnindex": ...} or "a URI", ...], "chunk_id": K}``;
+all but ``uri`` are optional (the job looks up what is missing).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+_TOPIC = r"(?P<topic>[A-Za-z0-9._-]{1,249})-(?P<partition>\d+)"
+#: a partition folder's name
+PARTITION_DIR = re.compile(_TOPIC)
+#: a partition folder and a segment file, at any depth
+SEGMENT_KEY = re.compile(r"(?:^|/)" + _TOPIC + r"/(?P<base>\d{20})\.log$")
+#: the index files a segment may have beside it (a manifest entry names them by these
+#: without the dot)
+INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
+SEGMENT_SUFFIX = ".log"
+#: what the grammar says, for messages
+GRAMMAR = "<topic>-<partition>/<20-digit base offset>.log"
+
+
+class ManifestError(ValueError):
+    """A segment manifest that cannot be read."""
+
+
+def parse_segment_key(key: str) -> tuple[str, int, int] | None:
+    """``(topic, partition, base offset)`` of a segment's key, path or URI, else None."""
+    m = SEGMENT_KEY.search(key)
+    if m is None:
+        return None
+    return m["topic"], int(m["partition"]), int(m["base"])
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``(topic, partition)`` of a partition folder's name, else None."""
+    m = PARTITION_DIR.fullmatch(name)
+    return (m["topic"], int(m["partition"])) if m else None
+
+
+def is_log(key: str) -> bool:
+    """Whether an object is meant as a segment (its name may still not parse)."""
+    return key.endswith(SEGMENT_SUFFIX)
+
+
+def index_key(segment_key: str, suffix: str) -> str:
+    """The key of a segment's index file with ``suffix``."""
+    return segment_key[:-len(SEGMENT_SUFFIX)] + suffix
+
+
+def manifest(entries: list[dict], chunk_id: int | None = None) -> bytes:
+    """A segment manifest's bytes."""
+    doc: dict = {"segments": entries}
+    if chunk_id is not None:
+        doc["chunk_id"] = chunk_id
+    return json.dumps(doc, indent=1).encode()
+
+
+def read_manifest(data: bytes, where: str) -> list[dict]:
+    """A manifest's entries, each a dict with at least ``uri``."""
+    try:
+        doc = json.loads(data)
+        entries = doc["segments"] if isinstance(doc, dict) else doc
+        out = [{"uri": e} if isinstance(e, str) else dict(e) for e in entries]
+        for e in out:
+            if not isinstance(e.get("uri"), str):
+                raise ValueError(f"an entry has no uri: {e!r}")
+    except (ValueError, KeyError, TypeError) as err:
+        raise ManifestError(f"{where} is not a segment manifest "
+                            f'({{"segments": [...]}}): {err}') from err
+    return out
