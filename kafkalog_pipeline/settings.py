@@ -129,14 +129,6 @@ class S3Access:
         return (f"S3Access(endpoint_url={self.endpoint_url!r}, region={self.region!r}, "
                 f"explicit_keys={self.access_key is not None}, source={self.source!r})")
 
-    def boto3_kwargs(self) -> dict:
-        kwargs = {"endpoint_url": self.endpoint_url, "region_name": self.region}
-        if self.access_key:
-            kwargs.update(aws_access_key_id=self.access_key,
-                          aws_secret_access_key=self.secret_key,
-                          aws_session_token=self.session_token)
-        return {k: v for k, v in kwargs.items() if v is not None}
-
     def env(self) -> dict[str, str]:
         """Environment for a child process (spark-submit) so that its boto3 sees the same S3."""
         out = {}

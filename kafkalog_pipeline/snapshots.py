@@ -154,15 +154,6 @@ def parse_segment_key(key: str, prefix: str) -> tuple[str, int, int] | None:
     return layout.parse_segment_key(key[len(prefix):])
 
 
-def s3_client(access):
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client("s3", config=Config(retries={"max_attempts": 4, "mode": "standard"},
-                                            connect_timeout=10, read_timeout=60),
-                        **access.boto3_kwargs())
-
-
 def classify(err: Exception, where: str) -> Exception:
     """A :class:`PermanentS3Error` or :class:`TransientS3Error` saying what went wrong."""
     from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
@@ -194,7 +185,7 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
     (not a segment, or a topic the filter leaves out). The URIs of ``.log`` objects
     whose names do not parse are appended to ``unparsable``.
     """
-    client = client or s3_client(access)
+    client = client or access.storage_config().client()  # the job's client: one retry policy
     keep = topic_matcher(topics)
     segments: list[Segment] = []
     ignored = 0

@@ -214,9 +214,13 @@ def load_catalog(root: str, name: str = DEFAULT_CATALOG, s3: storage.S3Config | 
         cat = _CATALOGS.get(key)
         if cat is None:
             uri = props.get("uri", "")
-            if uri.startswith("sqlite:") and "timeout=" not in uri:
-                # several processes commit at once (chunks, publish): wait for SQLite's lock
-                props["uri"] = uri + ("&" if "?" in uri else "?") + "timeout=60"
+            if uri.startswith("sqlite:///"):
+                path = uri[len("sqlite:///"):].split("?", 1)[0]
+                if path and path != ":memory:":  # a new warehouse: the file's folder too
+                    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                if "timeout=" not in uri:
+                    # several processes commit at once (chunks, publish): wait for the lock
+                    props["uri"] = uri + ("&" if "?" in uri else "?") + "timeout=60"
             try:
                 cat = _load(name, **props)
             except Exception as err:  # noqa: BLE001 - any misconfiguration, said once
