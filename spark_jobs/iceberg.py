@@ -34,8 +34,10 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -173,7 +175,9 @@ def catalog_properties(root: str, name: str = DEFAULT_CATALOG,
         conf = os.path.join(local, CONFIG_FILE)
         if os.path.exists(conf):
             props = _read_config(conf).get(name.lower())
-        if props is None:
+            if props is None:  # never overwritten: a mistyped --catalog must not lose it
+                raise CatalogError(f"{conf} defines no catalog named {name!r}")
+        else:
             props = embedded_config(local, name)
             write_config(local, name, props)
     if props is None:
@@ -190,6 +194,14 @@ def catalog_properties(root: str, name: str = DEFAULT_CATALOG,
             if value and key not in props:
                 props[key] = value
     return props
+
+
+def mask_password(text: str) -> str:
+    """``text`` with the password of any ``scheme://user:password@host`` in it masked."""
+    return _PASSWORD.sub(r"\1***@", text)
+
+
+_PASSWORD = re.compile(r"(://[^/:@\s]*:)[^@/\s]+@")
 
 
 def _read_config(path: str) -> dict:
@@ -224,8 +236,9 @@ def load_catalog(root: str, name: str = DEFAULT_CATALOG, s3: storage.S3Config | 
             try:
                 cat = _load(name, **props)
             except Exception as err:  # noqa: BLE001 - any misconfiguration, said once
-                raise CatalogError(f"cannot open Iceberg catalog {name!r} "
-                                   f"({props.get('type', '?')} {props.get('uri', '')}): {err}") from err
+                raise CatalogError(f"cannot open Iceberg catalog {name!r} ({props.get('type', '?')} "
+                                   f"{mask_password(props.get('uri', ''))}): "
+                                   f"{mask_password(str(err))}") from err
             _CATALOGS[key] = cat
     return cat
 
@@ -537,8 +550,10 @@ class Warehouse:
         for attempt in range(COMMIT_ATTEMPTS):
             table = self.table(name)
             try:
-                table.overwrite(rows, overwrite_filter=EqualTo("run_id", run_id),
-                                snapshot_properties=props)
+                with warnings.catch_warnings():  # a run's first write deletes nothing: fine
+                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                    table.overwrite(rows, overwrite_filter=EqualTo("run_id", run_id),
+                                    snapshot_properties=props)
                 return
             except CommitFailedException:
                 _backoff(attempt)

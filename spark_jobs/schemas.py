@@ -85,12 +85,12 @@ PARTITIONS = {
 }
 
 #: columns whose min/max statistics the job's data files carry, and the catalog keeps
-#: (queries and the dedupe prune on them; on key/value bytes they would cost ~10% of a
-#: write). The partition columns' are what the catalog takes as a file's partition
+#: (queries, the dedupe and a run's replacement by ``run_id`` prune on them; on key/value
+#: bytes they would cost ~10% of a write). The partition columns' are what the catalog takes as a file's partition
 #: value: without them a file would be registered with null partitions.
-STATISTICS = ("topic", "dt", "partition", "offset", "timestamp", "base_offset", "last_offset",
-              "position", "batch_position", "segment_base_offset", "max_timestamp",
-              "first_timestamp")
+STATISTICS = ("topic", "dt", "run_id", "partition", "offset", "timestamp", "base_offset",
+              "last_offset", "position", "batch_position", "segment_base_offset",
+              "max_timestamp", "first_timestamp")
 
 #: the tables a decode run writes, in publish order (ledger last: it is what later runs trust)
 DECODE_TABLES = ("records", "batches", "markers", "findings", "ledger")

@@ -1,6 +1,8 @@
 """The Data quality plugin without a server: loading dq_results, charts, pages, the extra link.
 
 Every expectation is computed from the rows the test writes (``scenario``), never typed in.
+The rows are committed to the warehouse's Iceberg table ``dq_results`` as the audit commits
+them (``spark_jobs.iceberg.Warehouse.replace_run_rows``); Data Docs are files under the root.
 The pages are served by the plugin's own FastAPI app through Starlette's test client, with
 authentication off (the api-server test, test_plugin_ui.py, covers Airflow's auth manager).
 """
@@ -28,7 +30,7 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafkalog-plugin-a
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_jobs import schemas, storage
+from spark_jobs import iceberg, schemas, storage, tables
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGINS = REPO / "plugins"
@@ -96,13 +98,21 @@ def scenario(seed: int = 7) -> list[dict]:
     return runs
 
 
-def write_run(store, run: dict, *, docs: bool = True) -> str:
-    """Write one run's dq_results file (and Data Docs with an asset); return its token."""
+def iceberg_warehouse(root: str, catalog: str = iceberg.DEFAULT_CATALOG,
+                      namespace: str = iceberg.DEFAULT_NAMESPACE) -> iceberg.Warehouse:
+    s3 = storage.S3Config.from_env() if storage.is_s3(root) else None
+    return iceberg.Warehouse(str(root), catalog_name=catalog, namespace=namespace, s3=s3)
+
+
+def write_run(root: str, run: dict, *, docs: bool = True, catalog: str = iceberg.DEFAULT_CATALOG,
+              namespace: str = iceberg.DEFAULT_NAMESPACE) -> str:
+    """Commit one run's rows to dq_results (replacing that run's earlier rows) and write its
+    Data Docs with an asset; return its token."""
     token = storage.run_token(run["run_id"])
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pylist(run["rows"], schema=schemas.DQ_RESULTS), sink)
-    store.write(f"dq_results/{token}.parquet", sink.getvalue().to_pybytes())
+    iceberg_warehouse(root, catalog, namespace).replace_run_rows(
+        "dq_results", run["run_id"], pa.Table.from_pylist(run["rows"], schema=schemas.DQ_RESULTS))
     if docs:
+        store = storage.open_store(str(root))
         store.write(f"data_docs/{token}/index.html", docs_html(run["run_id"]).encode())
         store.write(f"data_docs/{token}/static/styles.css", docs_css(run["run_id"]).encode())
     return token
@@ -117,12 +127,20 @@ def docs_css(run_id: str) -> str:
     return f"/* {run_id} */ h1 {{ color: #123456; }}"
 
 
-def write_warehouse(root: str) -> list[dict]:
-    store = storage.open_store(root)
+def write_warehouse(root: str, catalog: str = iceberg.DEFAULT_CATALOG) -> list[dict]:
     runs = scenario()
     for run in runs:
-        run["token"] = write_run(store, run)
+        run["token"] = write_run(root, run, catalog=catalog)
     return runs
+
+
+def data_file_of(root: str, run_id: str, catalog: str = iceberg.DEFAULT_CATALOG) -> str:
+    """The local path of the data file holding run ``run_id``'s rows on main."""
+    table = iceberg_warehouse(root, catalog).load("dq_results")
+    [path] = [t.file.file_path for t in table.scan().plan_files()
+              if pq.read_table(t.file.file_path[len("file://"):]).column("run_id").to_pylist()
+              == [run_id] * t.file.record_count]
+    return path[len("file://"):]
 
 
 def expected_counts(run: dict) -> dict:
@@ -297,26 +315,104 @@ def test_gap_causes_from_classes_else_by_cause_else_failed():
         ["crc", "gaps", None, "timestamps", "timestamps", None, None]
 
 
-def test_unreadable_file_is_an_error_run_not_a_broken_page(warehouse, client):
+def test_unreadable_data_file_is_an_error_run_not_a_broken_page(warehouse, client):
+    """A data file of dq_results that cannot be read: the run that committed it is an error
+    run, the other runs are read as usual."""
     root, runs = warehouse
-    storage.open_store(root).write("dq_results/broken.parquet", b"not parquet at all")
+    broken = {"run_id": "broken", "rows": [dict(r, run_id="broken") for r in scenario()[0]["rows"]]}
+    write_run(root, broken, docs=False)
+    Path(data_file_of(root, "broken")).write_bytes(b"not parquet at all")
     loaded = {r.token: r for r in data.Warehouse(root).runs()}
     assert loaded["broken"].verdict == "error" and loaded["broken"].error
     assert len(loaded) == len(runs) + 1
+    assert {t: r.verdict for t, r in loaded.items() if t != "broken"} == \
+        {r["token"]: expected_verdict(r) for r in runs}
     page = client.get("/")
     assert page.status_code == 200
     assert Dom(page.text).one("tr", data_token="broken").attrs["data-verdict"] == "error"
 
 
-def test_changed_file_is_read_again(warehouse):
+def test_unreadable_catalog_is_an_error_page_not_a_crash(warehouse, client, monkeypatch):
+    """A catalog the settings name but nothing defines, then a broken catalog database: the
+    pages and the API say so (503), the Data Docs are still served."""
+    root, runs = warehouse
+    token = runs[0]["token"]
+    monkeypatch.delenv("AIRFLOW_VAR_KAFKALOG_CATALOG", raising=False)
+    monkeypatch.setenv("KAFKALOG_CATALOG", "nosuch")
+    for path in ("/", f"/runs/{token}"):
+        page = client.get(path)
+        assert page.status_code == 503 and "'nosuch'" in Dom(page.text).one(id="message").text
+    assert client.get("/api/runs").status_code == 503
+    assert "nosuch" in client.get("/api/series").json()["detail"]
+    monkeypatch.delenv("KAFKALOG_CATALOG")
+    assert client.get("/").status_code == 200
+    # the embedded catalog's SQLite file, overwritten in place
+    with open(Path(root, iceberg.EMBEDDED_DB), "r+b") as f:
+        f.write(b"not a database" * 512)
+    for path in ("/", f"/runs/{token}"):
+        page = client.get(path)
+        assert page.status_code == 503
+        message = Dom(page.text).one(id="message").text
+        assert "dq_results" in message and "'kafkalog'" in message
+    assert client.get("/api/runs").status_code == 503
+    assert client.get(f"/runs/{token}/docs/index.html").text == docs_html(runs[0]["run_id"])
+
+
+def test_new_snapshot_is_read_again(warehouse):
     root, runs = warehouse
     wh = data.Warehouse(root)
     before = wh.run(runs[0]["token"])
     changed = dict(runs[0], rows=[dict(r, status="fail", failed=1) for r in runs[0]["rows"]])
-    write_run(storage.open_store(root), changed, docs=False)
+    write_run(root, changed, docs=False)
     after = wh.run(runs[0]["token"])
     assert before.verdict == expected_verdict(runs[0]) != "fail"
     assert after.counts["fail"] == len(changed["rows"])
+
+
+def test_a_view_costs_one_catalog_lookup_until_a_new_snapshot(warehouse, monkeypatch):
+    root, runs = warehouse
+    lookups, reads = Counter(), Counter()
+    load, read_arrow = iceberg.Warehouse.load, tables.read_arrow
+
+    def counted_load(self, name):
+        lookups[name] += 1
+        return load(self, name)
+
+    def counted_read(*args, **kwargs):
+        reads[args[1]] += 1
+        return read_arrow(*args, **kwargs)
+
+    monkeypatch.setattr(iceberg.Warehouse, "load", counted_load)
+    monkeypatch.setattr(tables, "read_arrow", counted_read)
+    assert len(data.Warehouse(root).runs()) == len(runs)
+    assert reads == {"dq_results": 1}
+    for view in (lambda wh: wh.runs(), lambda wh: wh.run(runs[1]["token"])):
+        lookups.clear()
+        reads.clear()
+        assert view(data.Warehouse(root))  # a new Warehouse per request, as the app makes
+        assert lookups == {"dq_results": 1} and not reads
+    write_run(root, dict(runs[0], rows=runs[0]["rows"][:3]), docs=False)
+    reads.clear()
+    assert len(data.Warehouse(root).run(runs[0]["token"]).results) == 3
+    assert reads == {"dq_results": 1}
+
+
+def test_catalog_and_namespace_come_from_the_settings(tmp_path, monkeypatch):
+    root = str(tmp_path / "wh")
+    run = scenario()[0]
+    write_run(root, run, namespace="quality")
+    for name in ("CATALOG", "NAMESPACE"):
+        monkeypatch.delenv(f"KAFKALOG_{name}", raising=False)
+        monkeypatch.delenv(f"AIRFLOW_VAR_KAFKALOG_{name}", raising=False)
+    wh = data.Warehouse(root)
+    assert (wh.catalog_name, wh.namespace) == ("kafkalog", "kafka") and wh.runs() == []
+    monkeypatch.setenv("KAFKALOG_NAMESPACE", "quality")
+    assert [r.run_id for r in data.Warehouse(root).runs()] == [run["run_id"]]
+    # the Airflow Variable wins over the environment variable
+    monkeypatch.setenv("KAFKALOG_NAMESPACE", "kafka")
+    monkeypatch.setenv("AIRFLOW_VAR_KAFKALOG_NAMESPACE", "quality")
+    assert [r.run_id for r in data.Warehouse(root).runs()] == [run["run_id"]]
+    assert data.Warehouse(root, namespace="kafka").runs() == []
 
 
 # ---- charts --------------------------------------------------------------------------------
@@ -462,13 +558,14 @@ def test_empty_and_unconfigured_warehouse(tmp_path, monkeypatch):
     empty = TestClient(create_app(authenticate=False, root=str(tmp_path / "empty")))
     dom = Dom(empty.get("/").text)
     assert dom.one(id="no-runs") and not dom.find("tr", cls="run")
+    assert not (tmp_path / "empty").exists()  # viewing makes no catalog
     monkeypatch.delenv(data.ENV, raising=False)
     monkeypatch.delenv("AIRFLOW_VAR_KAFKALOG_WAREHOUSE", raising=False)
     unset = TestClient(create_app(authenticate=False))
     assert unset.get("/").status_code == 503 and data.ENV in unset.get("/").text
     assert unset.get("/api/runs").status_code == 503
     monkeypatch.setenv(data.ENV, str(tmp_path / "from-env"))
-    write_run(storage.open_store(str(tmp_path / "from-env")), scenario()[0])
+    write_run(str(tmp_path / "from-env"), scenario()[0])
     assert [r["run_id"] for r in unset.get("/api/runs").json()["runs"]] == [scenario()[0]["run_id"]]
     # the Airflow Variable wins over the environment variable
     monkeypatch.setenv("AIRFLOW_VAR_KAFKALOG_WAREHOUSE", str(tmp_path / "from-variable"))
@@ -476,11 +573,15 @@ def test_empty_and_unconfigured_warehouse(tmp_path, monkeypatch):
     assert unset.get("/api/runs").json()["runs"] == []
 
 
-def test_s3_warehouse(s3_bucket):
+def test_s3_warehouse(s3_bucket, s3_catalog, monkeypatch):
+    """dq_results in a catalog whose tables live on S3 (named by $KAFKALOG_CATALOG), Data Docs
+    under an s3:// root; S3 access from the environment."""
     from fastapi.testclient import TestClient
 
     root = f"s3://{s3_bucket}/wh"
-    runs = write_warehouse(root)
+    runs = write_warehouse(root, catalog=s3_catalog)
+    monkeypatch.delenv("AIRFLOW_VAR_KAFKALOG_CATALOG", raising=False)
+    monkeypatch.setenv("KAFKALOG_CATALOG", s3_catalog)
     app = TestClient(create_app(authenticate=False, root=root))
     body = app.get("/api/runs").json()
     newest_first = sorted(runs, key=lambda r: r["checked_at"], reverse=True)

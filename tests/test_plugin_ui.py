@@ -1,7 +1,9 @@
 """The Data quality plugin in a real Airflow api-server, driven by Debian's headless Chromium.
 
 One api-server (temporary AIRFLOW_HOME, SQLite, all users admins) serves a warehouse written
-by the test: three runs from test_plugin.scenario() plus one for a real DAG run of a small
+by the test (rows committed to its Iceberg table dq_results, in the embedded SQLite catalog
+under the warehouse; Data Docs files): three runs from test_plugin.scenario() plus one,
+committed while the server runs, for a real DAG run of a small
 ``kafka_segments_nightly`` DAG (run with ``airflow dags test``), whose ``check_quality`` task
 carries the "Data quality report" link. A second api-server with a password user checks that
 the plugin's routes ask Airflow's auth manager. Chromium is started per page
@@ -170,7 +172,7 @@ def site(tmp_path_factory):
         dag_run_results = {
             "run_id": dag_run["dag_run_id"], "checked_at": later,
             "rows": [dict(r, run_id=dag_run["dag_run_id"], checked_at=later) for r in template["rows"]]}
-        dag_run_results["token"] = write_run(storage.open_store(warehouse), dag_run_results)
+        dag_run_results["token"] = write_run(warehouse, dag_run_results)
         runs.append(dag_run_results)
         yield {"url": server.url, "runs": runs, "dag_run": dag_run_results, "home": home,
                "warehouse": warehouse, "headers": headers,

@@ -1,6 +1,9 @@
 """The "Data quality" view of kafkalog's warehouse in the Airflow 3 UI.
 
-- :mod:`.data`: reads ``W/dq_results/*.parquet`` and ``W/data_docs/<token>/`` (pyarrow, no Spark);
+- :mod:`.data`: reads the runs' results from the Iceberg table ``dq_results`` of the warehouse's
+  catalog (pyiceberg and pyarrow through :mod:`spark_jobs.iceberg` / :mod:`spark_jobs.tables`,
+  no Spark; catalog and namespace from the ``kafkalog_catalog`` / ``kafkalog_namespace``
+  settings) and their Data Docs from ``W/data_docs/<token>/`` (local or S3);
 - :mod:`.svg`: server-side SVG charts; :mod:`.pages`: the HTML;
 - :mod:`.app`: the FastAPI app Airflow mounts (``fastapi_apps``), authenticated by Airflow's
   auth manager; :mod:`.links`: the "Data quality report" operator extra link.

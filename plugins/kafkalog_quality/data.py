@@ -1,24 +1,43 @@
 """Reading the data-quality results of a warehouse (docs/tables.md), without Spark.
 
-Two things per run live in a warehouse root ``W`` (local directory or ``s3://``):
+Two things per run:
 
-- ``W/dq_results/<run_token>.parquet``: one row per run x check x topic-partition
-  (schema :data:`spark_jobs.schemas.DQ_RESULTS`), written by ``check_quality.py``;
-- ``W/data_docs/<run_token>/index.html`` and whatever sits beside it: that run's
-  Great Expectations Data Docs.
+- its rows in the Apache Iceberg table ``dq_results`` of the warehouse's catalog
+  (:mod:`spark_jobs.iceberg`; schema :data:`spark_jobs.schemas.DQ_RESULTS`): one row
+  per run x check x topic-partition, all of a run's rows replaced in one snapshot on
+  ``main`` by ``check_quality.py`` (:meth:`spark_jobs.iceberg.Warehouse.replace_run_rows`).
+  A run is the rows of one ``run_id``; its token is :func:`spark_jobs.storage.run_token`
+  of that id;
+- ``W/data_docs/<run_token>/index.html`` and whatever sits beside it: that run's Great
+  Expectations Data Docs, files under the warehouse root ``W`` (local directory or
+  ``s3://``), read through :mod:`spark_jobs.storage`.
 
-Everything goes through :mod:`spark_jobs.storage`, so both kinds of root behave the
-same. Parquet files are read with pyarrow and kept in a small cache keyed by the
-object's size and ETag/mtime, so a page view lists ``dq_results/`` once and reads
-only the files that changed.
+**Catalog**: the Iceberg catalog's name and the tables' namespace are the settings
+``catalog`` and ``namespace`` of :mod:`kafkalog_pipeline.settings` (Airflow Variables
+``kafkalog_catalog`` / ``kafkalog_namespace``, else ``$KAFKALOG_CATALOG`` /
+``$KAFKALOG_NAMESPACE``, else ``kafkalog`` / ``kafka``), read on every request like the
+warehouse root; the catalog itself is found as :func:`spark_jobs.iceberg.catalog_properties`
+says (pyiceberg's configuration, else the embedded SQLite catalog of a local ``W``). S3
+access (an ``s3://`` warehouse, its data files and Data Docs) comes from the environment.
+
+**Cache**: the table is read with pyarrow through pyiceberg
+(:func:`spark_jobs.tables.read_arrow`) and its runs are kept in a cache keyed by the
+table's current snapshot id, so a page view costs one catalog lookup (the table's
+metadata) and reads data files only after a new snapshot.
+
+**Failures never break a page**: a catalog or table that cannot be read raises
+:class:`WarehouseUnavailable`, which the app shows as a message (status 503); a data file
+that cannot be read makes the run that committed it an ``error`` run, and the other runs
+are shown as usual. A local warehouse without a catalog yet has no runs (nothing is
+created there by the viewer).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
-import posixpath
 import re
 import threading
 from collections import Counter
@@ -27,14 +46,18 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_jobs import schemas, storage
+from kafkalog_pipeline.settings import SETTINGS
+from spark_jobs import iceberg, schemas, storage, tables
+
+log = logging.getLogger(__name__)
 
 #: Airflow Variable naming the warehouse root (checked first) ...
-VARIABLE = "kafkalog_warehouse"
+VARIABLE = SETTINGS["warehouse"][0]
 #: ... then this environment variable.
-ENV = "KAFKALOG_WAREHOUSE"
+ENV = SETTINGS["warehouse"][1]
 
-RESULTS_DIR = "dq_results"
+#: the Iceberg table of the results (schema spark_jobs.schemas.DQ_RESULTS)
+RESULTS_TABLE = "dq_results"
 DOCS_DIR = "data_docs"
 
 #: verdict order, worst first; a run's verdict is the worst status among its rows
@@ -49,21 +72,40 @@ _TOKEN = re.compile(r"[A-Za-z0-9._-]+")
 #: cause used for a gap row whose details carry no ``by_cause`` counts
 UNSPECIFIED_CAUSE = "unspecified"
 
+#: the pseudo-run of rows whose ``run_id`` is null or empty (shown as an error run)
+NO_RUN_ID = "_no_run_id"
+
 
 class WarehouseNotConfigured(RuntimeError):
     """Neither the Airflow Variable nor the environment variable names a warehouse."""
 
 
-def warehouse_root() -> str:
-    """The warehouse root: Airflow Variable ``kafkalog_warehouse``, else ``$KAFKALOG_WAREHOUSE``."""
+class WarehouseUnavailable(WarehouseNotConfigured):
+    """A warehouse is named but its ``dq_results`` table cannot be read: the catalog is
+    unreachable or misconfigured, or the table's metadata cannot be read.
+
+    A subclass of :class:`WarehouseNotConfigured` so that the app's handler for it shows the
+    message on the page (status 503) instead of failing the request.
+    """
+
+
+def setting(name: str) -> str | None:
+    """Setting ``name`` of :data:`kafkalog_pipeline.settings.SETTINGS`: its Airflow Variable,
+    else its environment variable, else its default (read on every call)."""
+    var, env, default = SETTINGS[name]
     value = None
     try:
         from airflow.models.variable import Variable
 
-        value = Variable.get(VARIABLE, default_var=None)
+        value = Variable.get(var, default_var=None)
     except Exception:  # no metadata database reachable (e.g. outside Airflow): use the env
         value = None
-    value = (value or os.environ.get(ENV) or "").strip()
+    return (value or os.environ.get(env) or "").strip() or default
+
+
+def warehouse_root() -> str:
+    """The warehouse root: Airflow Variable ``kafkalog_warehouse``, else ``$KAFKALOG_WAREHOUSE``."""
+    value = setting("warehouse")
     if not value:
         raise WarehouseNotConfigured(
             f"no warehouse configured: set the Airflow Variable {VARIABLE!r} or ${ENV}")
@@ -96,13 +138,13 @@ class Result:
 
 @dataclass
 class Run:
-    """The results of one run (one ``dq_results/<token>.parquet`` file)."""
+    """The results of one run: its rows of the ``dq_results`` table (one ``run_id``)."""
 
     token: str
     run_id: str
     checked_at: dt.datetime | None
     results: list[Result] = field(default_factory=list)
-    error: str | None = None  # set when the file could not be read
+    error: str | None = None  # set when its rows could not be read (a broken data file)
     has_docs: bool = False
 
     @property
@@ -161,27 +203,36 @@ class Run:
 
 
 def parse_results(data: bytes) -> list[Result]:
-    """Rows of a dq_results Parquet file (columns by name; missing optional ones are null)."""
-    table = pq.read_table(pa.BufferReader(data))
+    """Rows of a dq_results Parquet file (see :func:`results_from_arrow`)."""
+    return results_from_arrow(pq.read_table(pa.BufferReader(data)))
+
+
+def results_from_arrow(table: pa.Table) -> list[Result]:
+    """Rows of dq_results as an Arrow table (columns by name; missing optional ones are null)."""
     missing = {"run_id", "check", "status"} - set(table.column_names)
     if missing:
-        raise ValueError(f"not a dq_results file: no column(s) {', '.join(sorted(missing))}")
+        raise ValueError(f"not a dq_results table: no column(s) {', '.join(sorted(missing))}")
     cols = {}
     for f in schemas.DQ_RESULTS:
         cols[f.name] = (table.column(f.name).to_pylist() if f.name in table.column_names
                         else [None] * table.num_rows)
     out = []
     for i in range(table.num_rows):
-        checked = cols["checked_at"][i]
-        if isinstance(checked, dt.datetime) and checked.tzinfo is None:
-            checked = checked.replace(tzinfo=dt.timezone.utc)
         out.append(Result(
             run_id=cols["run_id"][i], check=cols["check"][i] or "", topic=cols["topic"][i],
             partition=cols["partition"][i], status=(cols["status"][i] or "").lower(),
             severity=cols["severity"][i], observed=cols["observed"][i], failed=cols["failed"][i],
-            details=_parse_details(cols["details"][i]), checked_at=checked,
+            details=_parse_details(cols["details"][i]), checked_at=_utc(cols["checked_at"][i]),
         ))
     return out
+
+
+def _utc(value):
+    if not isinstance(value, dt.datetime):
+        return value
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
+    return value.astimezone(dt.timezone.utc)
 
 
 def _parse_details(raw):
@@ -193,26 +244,48 @@ def _parse_details(raw):
         return raw
 
 
-# (root, key) -> (size, etag or mtime, results or error text)
-_CACHE: dict[tuple[str, str], tuple[int, object, list[Result] | str]] = {}
+@dataclass(frozen=True)
+class _Loaded:
+    """One run as read from a snapshot (immutable: cached, and made into a fresh Run per view)."""
+
+    token: str
+    run_id: str
+    checked_at: dt.datetime | None
+    results: tuple[Result, ...]
+    error: str | None = None
+
+    def to_run(self) -> Run:
+        return Run(self.token, self.run_id, self.checked_at, list(self.results), error=self.error)
+
+
+# (root, catalog, namespace) -> (snapshot id, {token: _Loaded}) of the last complete read
+_CACHE: dict[tuple[str, str, str], tuple[int, dict[str, _Loaded]]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
 class Warehouse:
-    """The data-quality view of one warehouse root."""
+    """The data-quality view of one warehouse root (see the module docstring).
 
-    def __init__(self, root: str, store=None):
+    ``catalog`` and ``namespace`` default to the settings of the same names, ``s3`` (a
+    :class:`spark_jobs.storage.S3Config`, for an ``s3://`` root) to the environment's access.
+    """
+
+    def __init__(self, root: str, store=None, *, catalog: str | None = None,
+                 namespace: str | None = None, s3: storage.S3Config | None = None):
         self.root = root
-        self.store = store if store is not None else storage.open_store(root)
+        self.catalog_name = catalog or setting("catalog") or iceberg.DEFAULT_CATALOG
+        self.namespace = namespace or setting("namespace") or iceberg.DEFAULT_NAMESPACE
+        if s3 is None and storage.is_s3(root):
+            try:
+                s3 = storage.S3Config.from_env()
+            except Exception as err:  # noqa: BLE001 - shown on the page, never a crash
+                raise self._unavailable(err) from err
+        self.store = store if store is not None else storage.open_store(root, s3)
+        self.tables = iceberg.Warehouse(root, self.catalog_name, self.namespace, s3)
 
     def runs(self) -> list[Run]:
-        """Every run with a dq_results file, newest first (by ``checked_at``, else file time)."""
-        runs = []
-        for info in self.store.list(RESULTS_DIR + "/"):
-            name = posixpath.basename(info.key)
-            if posixpath.dirname(info.key) != RESULTS_DIR or not name.endswith(".parquet"):
-                continue
-            runs.append(self._load(info))
+        """Every run with rows in dq_results, newest first (by ``checked_at``, else commit time)."""
+        runs = [loaded.to_run() for loaded in self._load().values()]
         for run in runs:
             run.has_docs = self.store.exists(docs_key(run.token, "index.html"))
         epoch = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
@@ -222,36 +295,113 @@ class Warehouse:
     def run(self, token: str) -> Run | None:
         if not valid_token(token):
             return None
-        key = f"{RESULTS_DIR}/{token}.parquet"
-        try:
-            info = self.store.stat(key)
-        except (OSError, storage.StorageError):
+        loaded = self._load().get(token)
+        if loaded is None:
             return None
-        run = self._load(info)
+        run = loaded.to_run()
         run.has_docs = self.store.exists(docs_key(token, "index.html"))
         return run
 
-    def _load(self, info: storage.ObjectInfo) -> Run:
-        token = posixpath.basename(info.key)[: -len(".parquet")]
-        version = info.etag or info.mtime
-        cache_key = (self.root, info.key)
+    # ---- reading the table ----------------------------------------------------------------
+
+    def _load(self) -> dict[str, _Loaded]:
+        """The runs of ``main``'s current snapshot: one catalog lookup, data files read only
+        when the snapshot is not the one cached."""
+        if not self._has_catalog():
+            return {}
+        try:
+            table = self.tables.load(RESULTS_TABLE)
+            snapshot = table.current_snapshot() if table is not None else None
+        except Exception as err:  # noqa: BLE001 - any catalog failure is shown, never a crash
+            raise self._unavailable(err) from err
+        if snapshot is None:  # no table yet, or no commit yet
+            return {}
+        key = (self.root, self.catalog_name, self.namespace)
         with _CACHE_LOCK:
-            hit = _CACHE.get(cache_key)
-        if hit is not None and hit[0] == info.size and hit[1] == version:
-            loaded = hit[2]
-        else:
-            try:
-                loaded = parse_results(self.store.read(info.key))
-            except Exception as err:  # a broken file is shown as such, never breaks the page
-                loaded = f"{type(err).__name__}: {err}"
+            hit = _CACHE.get(key)
+        if hit is not None and hit[0] == snapshot.snapshot_id:
+            return hit[1]
+        try:
+            loaded = self._read(table, snapshot.snapshot_id)
+        except WarehouseUnavailable:
+            raise
+        except Exception as err:  # noqa: BLE001 - whatever else went wrong: shown, never a crash
+            raise self._unavailable(err) from err
+        if not any(run.error for run in loaded.values()):  # failures are tried again next view
             with _CACHE_LOCK:
-                _CACHE[cache_key] = (info.size, version, loaded)
-        if isinstance(loaded, str):
-            return Run(token, token, info.mtime, [], error=loaded)
-        run_ids = sorted({r.run_id for r in loaded if r.run_id})
-        times = [r.checked_at for r in loaded if r.checked_at is not None]
-        return Run(token, " | ".join(run_ids) or token, max(times) if times else info.mtime,
-                   list(loaded))
+                _CACHE[key] = (snapshot.snapshot_id, loaded)
+        return loaded
+
+    def _read(self, table, snapshot_id: int) -> dict[str, _Loaded]:
+        try:
+            arrow = tables.read_arrow(self.tables, RESULTS_TABLE, snapshot=snapshot_id)
+            return _group(table, results_from_arrow(arrow), {})
+        except Exception as err:  # noqa: BLE001 - find out which file (or the catalog) failed
+            log.warning("reading %s.%s at snapshot %s failed (%s: %s); reading its files one by one",
+                        self.namespace, RESULTS_TABLE, snapshot_id, type(err).__name__, err)
+        try:
+            scan = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(schemas.DQ_RESULTS.names))
+            tasks = list(scan.plan_files())
+            added_by = _adding_runs(table, snapshot_id)
+        except Exception as err:  # noqa: BLE001 - manifests unreadable: the table is
+            raise self._unavailable(err) from err
+        from pyiceberg.io.pyarrow import ArrowScan
+
+        reader = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter,
+                           scan.case_sensitive)
+        results, broken = [], {}
+        for task in tasks:
+            path = task.file.file_path
+            try:
+                if task.delete_files:
+                    raise iceberg.CatalogError("the file has delete files, which this pipeline "
+                                               "never writes")
+                part = reader.to_table([task]).select(schemas.DQ_RESULTS.names)
+                results += results_from_arrow(part.cast(schemas.DQ_RESULTS))
+            except Exception as err:  # noqa: BLE001 - a broken file is shown as its run's error
+                log.warning("cannot read %s: %s: %s", path, type(err).__name__, err)
+                broken.setdefault(added_by.get(path) or _file_token(path), []).append(
+                    f"cannot read data file {path}: {type(err).__name__}: {_first_line(err)}")
+        return _group(table, results, broken)
+
+    def _has_catalog(self) -> bool:
+        """False for a local root without a catalog yet: no pyiceberg configuration names the
+        catalog and ``W`` has no ``.pyiceberg.yaml`` (opening it would create the embedded one).
+        Raises :class:`WarehouseUnavailable` where ``W/.pyiceberg.yaml`` names other catalogs."""
+        if storage.is_s3(self.root):
+            return True
+        try:
+            from pyiceberg.utils.config import Config
+
+            if Config().get_catalog_config(self.catalog_name) is not None:
+                return True
+        except Exception:  # noqa: BLE001 - let the catalog lookup say what is wrong
+            return True
+        local = self.root[len("file://"):] if self.root.startswith("file://") else self.root
+        conf = os.path.join(local, iceberg.CONFIG_FILE)
+        if not os.path.exists(conf):
+            return False
+        try:
+            names = sorted(iceberg._read_config(conf))
+        except Exception:  # noqa: BLE001 - let the catalog lookup say what is wrong
+            return True
+        if self.catalog_name.lower() not in names:
+            # opening it would write a new embedded configuration over W's
+            raise WarehouseUnavailable(
+                f"no Iceberg catalog named {self.catalog_name!r} is configured for warehouse "
+                f"{self.root}: {conf} names {', '.join(map(repr, names)) or 'none'} (set the "
+                f"Airflow Variable {SETTINGS['catalog'][0]!r} or ${SETTINGS['catalog'][1]}, or "
+                "configure pyiceberg)")
+        return True
+
+    def _unavailable(self, err: Exception) -> WarehouseUnavailable:
+        log.warning("data-quality results of %s unreadable", self.root, exc_info=err)
+        return WarehouseUnavailable(
+            f"cannot read the data-quality results of warehouse {self.root} (table "
+            f"{self.namespace}.{RESULTS_TABLE} of Iceberg catalog {self.catalog_name!r}): "
+            f"{type(err).__name__}: {_first_line(err)}")
+
+    # ---- Data Docs ------------------------------------------------------------------------
 
     def read_doc(self, token: str, path: str) -> bytes:
         """A file of a run's Data Docs; FileNotFoundError if it is not there."""
@@ -262,6 +412,72 @@ class Warehouse:
             return self.store.read(key)
         except (OSError, storage.StorageError) as err:
             raise FileNotFoundError(key) from err
+
+
+def _group(table, results: list[Result], broken: dict[str, list[str]]) -> dict[str, _Loaded]:
+    """Runs by token: the rows of each ``run_id``, and an error run for each key of ``broken``
+    (a run id, or the token of a file no run is known to have committed)."""
+    by_token: dict[str, list[Result]] = {}
+    for r in results:
+        by_token.setdefault(storage.run_token(r.run_id) if r.run_id else NO_RUN_ID, []).append(r)
+    committed = _commit_times(table) if (broken or any(
+        r.checked_at is None for rows in by_token.values() for r in rows)) else {}
+    out = {}
+    for token, rows in by_token.items():
+        run_ids = sorted({r.run_id for r in rows if r.run_id})
+        times = [r.checked_at for r in rows if r.checked_at is not None]
+        when = max(times) if times else max((committed[i] for i in run_ids if i in committed),
+                                            default=None)
+        error = (f"{len(rows)} row(s) without a run_id" if token == NO_RUN_ID else None)
+        out[token] = _Loaded(token, " | ".join(run_ids) or token, when, tuple(rows), error)
+    for key, errors in broken.items():
+        token = storage.run_token(key)
+        known = out.get(token)
+        run_id = known.run_id if known is not None else key
+        # a run with an unreadable file is an error run: its other rows would be half of it
+        out[token] = _Loaded(token, run_id, known.checked_at if known else committed.get(key),
+                             (), "; ".join(errors))
+    return out
+
+
+def _adding_runs(table, snapshot_id: int) -> dict[str, str]:
+    """Data file path -> run id of the snapshot that added it (as far as history is kept)."""
+    snap = table.metadata.snapshot_by_id(snapshot_id)
+    out = {}
+    for manifest in snap.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            run_id = (iceberg.snapshot_summary(table, entry.snapshot_id).get(iceberg.RUN_ID)
+                      if entry.snapshot_id is not None else None)
+            if run_id:
+                out[entry.data_file.file_path] = run_id
+    return out
+
+
+def _commit_times(table) -> dict[str, dt.datetime]:
+    """Run id -> time of the newest ``main`` snapshot committed for it (only a fallback for
+    ordering: empty where the history cannot be walked)."""
+    out = {}
+    try:
+        history = iceberg.main_history(table)
+    except Exception as err:  # noqa: BLE001
+        log.warning("cannot walk the history of %s: %s", table.name(), err)
+        return out
+    for entry in reversed(history):
+        if entry["run_id"]:
+            out.setdefault(entry["run_id"], dt.datetime.fromtimestamp(
+                entry["timestamp_ms"] / 1000, dt.timezone.utc))
+    return out
+
+
+def _file_token(path: str) -> str:
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return name[: -len(".parquet")] if name.endswith(".parquet") else name
+
+
+def _first_line(err: Exception) -> str:
+    """An error's message for a page: its first line (SQLAlchemy appends the SQL; the log has
+    it all), credentials in URIs masked."""
+    return iceberg.mask_password(str(err).strip().split("\n", 1)[0])
 
 
 def valid_token(token: str) -> bool:
