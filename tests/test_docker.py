@@ -14,9 +14,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shlex
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -314,6 +320,341 @@ def test_buckets_the_pipeline_reads_are_created_by_minio_init():
     assert env["AWS_ACCESS_KEY_ID"] == init_env["KAFKALOG_S3_ACCESS_KEY"]
     assert env["AWS_SECRET_ACCESS_KEY"] == init_env["KAFKALOG_S3_SECRET_KEY"]
     assert 'mc admin user add local "$$KAFKALOG_S3_ACCESS_KEY"' in COMPOSE.read_text()
+
+
+#: services whose processes run the jobs or open the catalog: Airflow tasks (plan, the Spark
+#: drivers, publish), the UI plugin, airflow-init, and the Spark workers (executors)
+JOB_SERVICES = AIRFLOW_SERVICES | SPARK_SERVICES
+
+
+def catalog_env(env: dict) -> dict[str, str]:
+    """The PYICEBERG_CATALOG__<name>__* variables of the catalog KAFKALOG_CATALOG names."""
+    prefix = f"PYICEBERG_CATALOG__{env['KAFKALOG_CATALOG'].upper()}__"
+    return {k: v for k, v in env.items() if k.startswith(prefix)}
+
+
+def test_iceberg_catalog_env_is_set_on_every_service_that_runs_jobs(tmp_path):
+    svc = services()
+    first = env_of(svc["airflow-scheduler"])
+    assert first["KAFKALOG_CATALOG"] == "kafkalog" and first["KAFKALOG_NAMESPACE"] == "kafka"
+    wanted = catalog_env(first)
+    assert wanted, "no PYICEBERG_CATALOG__KAFKALOG__* variable"
+    for name in JOB_SERVICES:
+        env = env_of(svc[name])
+        for key in ("KAFKALOG_CATALOG", "KAFKALOG_NAMESPACE", *wanted):
+            assert env.get(key) == first[key], f"{name}: {key}"
+    # pyiceberg itself turns the (interpolated) variables into the catalog's properties
+    values = generated_env(tmp_path)
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("PYICEBERG")}
+    run_env.update({k: interpolate(v, values) for k, v in first.items()})
+    run_env["PYICEBERG_HOME"] = str(tmp_path)  # no .pyiceberg.yaml there
+    code = """
+import json
+from pyiceberg.utils.config import Config
+print("RESULT " + json.dumps(Config().get_catalog_config("kafkalog")))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    props = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    import pyiceberg.io as pio
+
+    assert set(props) == {"type", "uri", "warehouse", pio.S3_ENDPOINT, pio.S3_REGION,
+                          pio.S3_ACCESS_KEY_ID, pio.S3_SECRET_ACCESS_KEY}, props
+    assert props["type"] == "sql"
+    # the tables' files are on MinIO with the pipeline's key, in a bucket minio-init makes
+    env = {k: interpolate(v, values) for k, v in first.items()}
+    assert props[pio.S3_ENDPOINT] == env["AWS_ENDPOINT_URL"] == "http://minio:9000"
+    assert props[pio.S3_REGION] == env["AWS_DEFAULT_REGION"]  # set: no region lookup on AWS
+    assert props[pio.S3_ACCESS_KEY_ID] == env["AWS_ACCESS_KEY_ID"] == values["KAFKALOG_S3_ACCESS_KEY"]
+    assert props[pio.S3_SECRET_ACCESS_KEY] == env["AWS_SECRET_ACCESS_KEY"] == values["KAFKALOG_S3_SECRET_KEY"]
+    assert props["warehouse"].startswith("s3://")
+    bucket = props["warehouse"].removeprefix("s3://").split("/")[0]
+    script = "\n".join(argv(svc["minio-init"]["command"]))
+    assert bucket in set(re.findall(r"mc mb (?:--ignore-existing )?local/([a-z0-9.-]+)", script))
+    # apart from the scratch, Data Docs and manifests under the warehouse root W
+    assert props["warehouse"].rstrip("/") != env["KAFKALOG_WAREHOUSE"].rstrip("/")
+
+
+def test_iceberg_catalog_uri_names_the_postgres_service_and_secrets_from_env(tmp_path):
+    from sqlalchemy.engine import make_url
+
+    svc = services()
+    raw = catalog_env(env_of(svc["airflow-scheduler"]))
+    uri_key = next(k for k in raw if k.endswith("__URI"))
+    # user and password are .env variables (required), never literals in compose.yaml
+    m = re.fullmatch(r"postgresql\+psycopg2://(\$\{[A-Z_]+:\?[^}]*\}):(\$\{[A-Z_]+:\?[^}]*\})@"
+                     r"([a-z0-9-]+):(\d+)/([a-z_][a-z0-9_]*)", raw[uri_key])
+    assert m, raw[uri_key]
+    user_var, password_var = (compose_variables(m.group(i)) for i in (1, 2))
+    assert set(password_var) == {"ICEBERG_DB_PASSWORD"} and set(user_var) == {"ICEBERG_DB_USER"}
+    assert read_env_file(ENV_EXAMPLE)["ICEBERG_DB_PASSWORD"] == ""  # gen-env.py fills it
+    host, port, database = m.group(3), int(m.group(4)), m.group(5)
+    assert host == "postgres" and host in svc and port == 5432
+    assert "image" in svc[host] and svc[host]["image"].startswith("postgres:")
+    # the catalog's own role and database: not Airflow's
+    assert database != svc["postgres"]["environment"]["POSTGRES_DB"]
+    values = generated_env(tmp_path)
+    url = make_url(interpolate(raw[uri_key], values))
+    assert url.username == values["ICEBERG_DB_USER"] != "airflow"
+    assert url.password == values["ICEBERG_DB_PASSWORD"] and len(url.password) >= 16
+    # airflow-init, which creates that database, starts after postgres is healthy
+    assert svc["airflow-init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in AIRFLOW_SERVICES - {"airflow-init"}:
+        assert svc[name]["depends_on"]["airflow-init"]["condition"] == "service_completed_successfully"
+
+
+def test_no_literal_password_or_secret_in_compose():
+    """Every password, secret and URL credential in compose.yaml is a ${VARIABLE} from .env."""
+    reference = re.compile(r"\$\{[A-Z_][A-Z0-9_]*(?::?[-?][^}]*)?\}")
+    for name, s in services().items():
+        for key, value in env_of(s).items():
+            if re.search(r"PASSWORD|SECRET|FERNET", key):
+                assert reference.fullmatch(value), f"{name}: {key} is not from docker/.env"
+            for userinfo in re.findall(r"://([^/@\s]+)@", value):
+                user, _, password = userinfo.partition(":")
+                assert reference.fullmatch(password), f"{name}: {key} has a literal password"
+
+
+def _init_python(function: str) -> str:
+    """The Python that function ``function`` of airflow-init.sh runs (its heredoc)."""
+    text = (DOCKER / "airflow-init.sh").read_text()
+    m = re.search(rf"^{function}\(\) \{{\n\s*python - <<'PY'\n(.*?)\nPY\n\}}", text, re.S | re.M)
+    assert m, f"airflow-init.sh has no function {function} running python"
+    return m.group(1)
+
+
+def _init_env(tmp_path: Path) -> tuple[dict, dict]:
+    """airflow-init's environment as compose gives it (values from a fresh gen-env.py), and the
+    generated values; without PYICEBERG_*/AIRFLOW* of ours and with no .pyiceberg.yaml around."""
+    values = generated_env(tmp_path)
+    env = {k: interpolate(v, values) for k, v in env_of(services()["airflow-init"]).items()}
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYICEBERG", "AIRFLOW"))}
+    run_env.update(env, PYICEBERG_HOME=str(tmp_path))
+    return run_env, values
+
+
+def _uri_key(env: dict) -> str:
+    return next(k for k in catalog_env(env) if k.endswith("__URI"))
+
+
+def _run_init_step(function: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _init_python(function)], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_airflow_init_catalog_step_refuses_what_it_must_not_touch(tmp_path):
+    """Refusals that need no server (each exits before connecting): another server than the
+    metadata database's, names that would need quoting or are PostgreSQL's own, the admin's
+    own account or database; a catalog that is not PostgreSQL has nothing to create."""
+    run_env, _ = _init_env(tmp_path)
+    key = _uri_key(run_env)
+    pg = "postgresql+psycopg2://{}:pw@{}:5432/{}"
+    for uri_value, expect, status in (
+            (f"sqlite:///{tmp_path}/c.db", "no database to create", 0),
+            (pg.format("iceberg", "elsewhere", "iceberg"), "yourself", 1),
+            (pg.format("Bad-User", "postgres", "iceberg"), "use lower-case", 1),
+            (pg.format("ice\"berg", "postgres", "iceberg"), "use lower-case", 1),
+            (pg.format("pg_monitor", "postgres", "iceberg"), "use lower-case", 1),
+            (pg.format("iceberg", "postgres", "ice;berg"), "use lower-case", 1),
+            (pg.format("airflow", "postgres", "iceberg"), "metadata database's own account", 1),
+            (pg.format("iceberg", "postgres", "airflow"), "is not its own", 1),
+            (pg.format("iceberg", "postgres", "postgres"), "is not its own", 1),
+            ("postgresql+psycopg2://iceberg@postgres:5432/iceberg", "no password", 1)):
+        proc = _run_init_step("catalog_database", {**run_env, key: uri_value}, tmp_path)
+        assert proc.returncode == status and expect in proc.stdout + proc.stderr, \
+            (uri_value, proc.stdout, proc.stderr[-2000:])
+
+
+# ---- airflow-init's catalog step against a real PostgreSQL server ------------------------------
+
+def _postgres_bindir() -> Path | None:
+    """The folder of a PostgreSQL server's initdb and postgres (PATH, else Debian's layout)."""
+    found = shutil.which("initdb")
+    candidates = [Path(found).resolve().parent] if found else []
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    return next((d for d in candidates if (d / "initdb").exists() and (d / "postgres").exists()),
+                None)
+
+
+@pytest.fixture
+def postgres_server():
+    """A throwaway PostgreSQL server on 127.0.0.1 (a free port), its data in a temp dir, with the
+    postgres image's setup: superuser ``airflow`` with a password (SCRAM over TCP) and database
+    ``airflow``. Started as the ``postgres`` user when running as root (the server refuses
+    root), stopped by its pid (fast shutdown), its folder removed."""
+    import pwd
+
+    psycopg2 = pytest.importorskip("psycopg2", reason="no psycopg2 (requirements.txt has it)")
+    bindir = _postgres_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server (initdb, postgres) on this machine")
+    prefix: list[str] = []
+    base = Path(tempfile.mkdtemp(prefix="kafkalog-pg-"))
+    if os.geteuid() == 0:
+        try:
+            user = pwd.getpwnam("postgres")
+        except KeyError:
+            shutil.rmtree(base)
+            pytest.skip("running as root and there is no 'postgres' user to run the server as")
+        os.chown(base, user.pw_uid, user.pw_gid)
+        prefix = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
+    password = secrets.token_urlsafe(16)
+    pwfile = base / "pw"
+    pwfile.write_text(password + "\n")
+    if prefix:
+        os.chown(pwfile, user.pw_uid, user.pw_gid)
+    data, log = base / "data", base / "server.log"
+    proc = None
+    try:
+        init = subprocess.run(prefix + [str(bindir / "initdb"), "-D", str(data), "-U", "airflow",
+                                        f"--pwfile={pwfile}", "--auth-local=trust",
+                                        "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync"],
+                              capture_output=True, text=True, timeout=120)
+        assert init.returncode == 0, init.stdout + init.stderr
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with open(log, "w") as out:
+            # every statement logged: the test reads the log for the catalog's password
+            proc = subprocess.Popen(prefix + [str(bindir / "postgres"), "-D", str(data),
+                                              "-p", str(port), "-k", str(base),
+                                              "-c", "listen_addresses=127.0.0.1",
+                                              "-c", "fsync=off", "-c", "log_statement=all"],
+                                    stdout=out, stderr=subprocess.STDOUT)
+        admin = dict(host="127.0.0.1", port=port, user="airflow", password=password)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = psycopg2.connect(dbname="postgres", connect_timeout=5, **admin)
+                break
+            except psycopg2.OperationalError:
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.3)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("CREATE DATABASE airflow")  # the image's POSTGRES_DB
+        conn.close()
+        yield {**admin, "log": log}
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_airflow_init_creates_the_catalog_role_and_database_on_a_real_postgres(
+        postgres_server, tmp_path):
+    """airflow-init's catalog steps (its own Python, compose's environment with the host and
+    port of a real server instead of ``postgres:5432``) against PostgreSQL: the role and the
+    database are made once, the role's password follows docker/.env on every start, a password
+    full of quotes and URL characters works and never reaches the server as text, the SQL
+    catalog opens on it and pyiceberg commits through it; and nothing that belongs to someone
+    else is taken over."""
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    pg = postgres_server
+    run_env, values = _init_env(tmp_path)
+    key = _uri_key(run_env)
+    compose_admin = make_url(run_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    compose_uri = make_url(run_env[key])
+    assert (compose_admin.host, compose_uri.host) == ("postgres", "postgres")
+    where = dict(host=pg["host"], port=pg["port"])
+    run_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = compose_admin.set(
+        password=pg["password"], **where).render_as_string(hide_password=False)
+    warehouse = tmp_path / "iceberg"
+    catalog = f"PYICEBERG_CATALOG__{run_env['KAFKALOG_CATALOG'].upper()}__"
+    run_env[catalog + "WAREHOUSE"] = warehouse.as_uri()  # files local: this checks the catalog
+    run_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    role, database = compose_uri.username, compose_uri.database
+    hostile = "it's \"a\" @%/:?#; DROP ROLE airflow; -- " + secrets.token_hex(4)
+
+    def with_password(password: str) -> dict:
+        uri = compose_uri.set(password=password, **where).render_as_string(hide_password=False)
+        return {**run_env, key: uri}
+
+    def step(function: str, env: dict) -> str:
+        proc = _run_init_step(function, env, tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+        return proc.stdout
+
+    def query(sql: str, params=(), dbname: str = "airflow", fetch: bool = True):
+        conn = psycopg2.connect(dbname=dbname, user="airflow", password=pg["password"], **where)
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+                return cur.fetchall() if fetch else None
+        finally:
+            conn.close()
+
+    def can_log_in(password: str) -> bool:
+        try:
+            psycopg2.connect(dbname=database, user=role, password=password, connect_timeout=5,
+                             **where).close()
+            return True
+        except psycopg2.OperationalError:
+            return False
+
+    # the compose password (gen-env.py's), then a new one: the role follows docker/.env
+    assert "database iceberg created" in step("catalog_database", with_password(values["ICEBERG_DB_PASSWORD"]))
+    assert can_log_in(values["ICEBERG_DB_PASSWORD"])
+    env = with_password(hostile)
+    assert "kept, password set again" in step("catalog_database", env)
+    assert "already there" in step("catalog_database", env)
+    assert can_log_in(hostile) and not can_log_in(values["ICEBERG_DB_PASSWORD"])
+    assert query("SELECT rolsuper, rolcreatedb, rolcreaterole, rolcanlogin FROM pg_roles "
+                 "WHERE rolname = %s", (role,)) == [(False, False, False, True)]
+    assert query("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s",
+                 (database,)) == [(role,)]
+    assert query("SELECT count(*) FROM pg_roles WHERE rolname = 'airflow'") == [(1,)]
+    # the server saw the SCRAM verifier only, never the password
+    server_log = pg["log"].read_text()
+    assert "ALTER ROLE" in server_log and "SCRAM-SHA-256$" in server_log
+    assert values["ICEBERG_DB_PASSWORD"] not in server_log and "DROP ROLE" not in server_log
+
+    # the catalog opens as the role (its own tables in its database), the namespace is made
+    out = step("open_catalog", env)
+    assert f"opened, namespace {run_env['KAFKALOG_NAMESPACE']}" in out and "SqlCatalog" in out
+    tables = {r[0] for r in query("SELECT tablename FROM pg_tables WHERE tableowner = %s",
+                                  (role,), dbname=database)}
+    assert {"iceberg_tables", "iceberg_namespace_properties"} <= tables
+    # and the pipeline commits through it: a table made, a run's rows replaced, read back
+    code = """
+import datetime as dt, json, os, sys
+import pyarrow as pa
+from spark_jobs import iceberg, schemas, tables
+wh = iceberg.Warehouse(sys.argv[1], os.environ["KAFKALOG_CATALOG"], os.environ["KAFKALOG_NAMESPACE"])
+row = dict(run_id="r1", check="c", topic="t", partition=0, status="pass", severity="error",
+           observed=1, failed=0, details="{}", checked_at=dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc))
+for attempt in (1, 2):
+    wh.replace_run_rows("dq_results", "r1", pa.Table.from_pylist([row], schemas.DQ_RESULTS))
+print("RESULT " + json.dumps({"rows": tables.read_arrow(wh, "dq_results").num_rows,
+                              "catalog": type(wh.catalog).__name__}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "W")], env=env,
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert result == {"rows": 1, "catalog": "SqlCatalog"}
+    assert query("SELECT table_namespace, table_name FROM iceberg_tables", dbname=database) \
+        == [(run_env["KAFKALOG_NAMESPACE"], "dq_results")]
+    assert (warehouse / run_env["KAFKALOG_NAMESPACE"] / "dq_results" / "metadata").is_dir()
+
+    # never taken over: a superuser role, or a database that belongs to another role
+    query("CREATE ROLE other_admin SUPERUSER LOGIN", fetch=False)
+    query("CREATE DATABASE theirs", fetch=False)
+    for uri, expect in ((compose_uri.set(username="other_admin"), "is a superuser"),
+                        (compose_uri.set(database="theirs"), "belongs to airflow")):
+        proc = _run_init_step("catalog_database", {**run_env, key: uri.set(password="pw", **where)
+                                                   .render_as_string(hide_password=False)}, tmp_path)
+        assert proc.returncode == 1 and expect in proc.stderr, proc.stdout + proc.stderr[-2000:]
+    assert can_log_in(hostile)
 
 
 def test_depends_on_is_wired_and_acyclic():
@@ -677,11 +1018,16 @@ def test_airflow_init_migrates_and_creates_connections_the_provider_resolves(tmp
     values = generated_env(tmp_path)
     env = {k: interpolate(v, values) for k, v in env_of(svc["airflow-init"]).items()}
     env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{tmp_path}/airflow.db"
+    # the Iceberg catalog on SQLite as well (its PostgreSQL step: test_airflow_init_creates_...)
+    catalog = f"PYICEBERG_CATALOG__{env['KAFKALOG_CATALOG'].upper()}__"
+    env[catalog + "URI"] = f"sqlite:///{tmp_path}/catalog.db"
+    env[catalog + "WAREHOUSE"] = f"file://{tmp_path}/iceberg"
     run_env = clean_airflow_env(tmp_path, env)
     for attempt in (1, 2):
         proc = subprocess.run(["bash", str(DOCKER / "airflow-init.sh")], env=run_env,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"run {attempt}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        assert "no database to create" in proc.stdout and "opened, namespace kafka" in proc.stdout
     code = """
 import json, os
 from sqlalchemy import select
@@ -696,9 +1042,14 @@ spark = conns["spark_default"]
 os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({k: spark[k] for k in ("conn_type", "host", "port", "extra")})
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 resolved = SparkSubmitHook(conn_id="spark_default")._connection
-print("RESULT " + json.dumps({"conns": conns, "spark": resolved}))
+from pyiceberg.catalog import load_catalog
+catalog = load_catalog(os.environ["KAFKALOG_CATALOG"])
+print("RESULT " + json.dumps({"conns": conns, "spark": resolved,
+                              "catalog": [type(catalog).__name__, catalog.list_namespaces()]}))
 """
     result = run_python(code, run_env)
+    # the catalog airflow-init opened has its tables and the pipeline's namespace
+    assert result["catalog"] == ["SqlCatalog", [[env["KAFKALOG_NAMESPACE"]]]]
     worker = argv(svc["spark-worker"]["command"])
     assert result["spark"]["master"] == worker[2]
     assert result["spark"]["deploy_mode"] == "client"
