@@ -106,10 +106,23 @@ class Segment:
     index_uri: str | None = None
     timeindex_uri: str | None = None
     txnindex_uri: str | None = None
+    #: what the listing saw of the index files: ``(uri, size, etag, mtime)`` each
+    index_pins: tuple = ()
 
     @property
     def key(self) -> tuple[str, int, int]:
         return (self.topic, self.partition, self.base_offset)
+
+    @property
+    def pin(self) -> storage.Pin:
+        return storage.Pin(self.size, self.etag, self.mtime)
+
+    def index_pin(self, uri: str) -> storage.Pin | None:
+        """What the listing saw of one of the segment's index files (None: not known)."""
+        for pinned_uri, *pin in self.index_pins:
+            if pinned_uri == uri:
+                return storage.Pin(*pin)
+        return None
 
 
 @dataclass(frozen=True)
@@ -137,6 +150,10 @@ class Task:
     index_entries: tuple[int, int] | None = None  # ... which are entries [first, stop) (else: read all)
     timeindex_uri: str | None = None  # the segment's .timeindex: entries naming its offsets checked
     txnindex_uri: str | None = None  # the segment's .txnindex: entries ending at its offsets checked
+    index_pins: tuple = ()  # (uri, size, etag, mtime) of the index files, as listed
+
+    pin = Segment.pin
+    index_pin = Segment.index_pin
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -173,14 +190,17 @@ def discover(input_uri: str, config: storage.S3Config | None = None) -> tuple[li
             if layout.is_log(key):
                 unparsable.append(store.uri(key))
             continue
-        beside = {suffix: store.uri(layout.index_key(key, suffix))
-                  if layout.index_key(key, suffix) in objects else None
+        found = {suffix: objects[layout.index_key(key, suffix)] for suffix in layout.INDEX_SUFFIXES
+                 if layout.index_key(key, suffix) in objects}
+        beside = {suffix: store.uri(found[suffix].key) if suffix in found else None
                   for suffix in layout.INDEX_SUFFIXES}
         segments.append(Segment(
             uri=store.uri(key), topic=parsed[0], partition=parsed[1], base_offset=parsed[2],
             size=obj.size, etag=obj.etag, mtime=obj.mtime.isoformat(),
             index_uri=beside[".index"], timeindex_uri=beside[".timeindex"],
-            txnindex_uri=beside[".txnindex"]))
+            txnindex_uri=beside[".txnindex"],
+            index_pins=tuple((store.uri(info.key), *storage.Pin.of(info))
+                             for info in found.values())))
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri)), unparsable
 
 
@@ -198,21 +218,32 @@ def _from_manifest(uri: str, config) -> tuple[list[Segment], list[str]]:
             info = seg_store.stat(seg_key)
             entry.update(size=info.size, etag=info.etag, mtime=info.mtime.isoformat())
         beside = {suffix: entry.get(suffix[1:]) for suffix in layout.INDEX_SUFFIXES}
+        pins = []
         if entry["size"] > 0:
-            for suffix, found in beside.items():
-                beside[suffix] = found or _beside(seg_store, seg_uri, seg_key, suffix)
+            for suffix, named in beside.items():
+                beside[suffix], pin = _beside(seg_store, seg_uri, seg_key, suffix, named, config)
+                if pin is not None:
+                    pins.append((beside[suffix], *pin))
         segments.append(Segment(seg_uri, parsed[0], parsed[1], parsed[2], int(entry["size"]),
                                 entry.get("etag"), _iso(entry.get("mtime")), beside[".index"],
-                                beside[".timeindex"], beside[".txnindex"]))
+                                beside[".timeindex"], beside[".txnindex"], tuple(pins)))
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri)), unparsable
 
 
-def _beside(store, seg_uri: str, seg_key: str, suffix: str) -> str | None:
-    """The segment's index file with ``suffix`` where one exists beside it."""
-    key = layout.index_key(seg_key, suffix)
-    if not store.exists(key):
-        return None
-    return store.uri(key) if storage.is_s3(seg_uri) else store.path(key)
+def _beside(store, seg_uri: str, seg_key: str, suffix: str, named: str | None,
+            config) -> tuple[str | None, storage.Pin | None]:
+    """The segment's index file with ``suffix`` (the manifest's, else the one beside it
+    where one exists) and what it is now (its reads are pinned to that)."""
+    if named:
+        store, key = storage.open_object(named, config)
+    else:
+        key = layout.index_key(seg_key, suffix)
+    try:
+        info = store.stat(key)
+    except (storage.StorageError, OSError):
+        return named, None
+    return named or (store.uri(key) if storage.is_s3(seg_uri) else store.path(key)), \
+        storage.Pin.of(info)
 
 
 def _iso(value) -> str | None:
@@ -307,7 +338,7 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
             common = dict(uri=s.uri, topic=s.topic, partition=s.partition,
                           base_offset=s.base_offset, size=s.size, etag=s.etag, mtime=s.mtime,
                           index_uri=s.index_uri, timeindex_uri=s.timeindex_uri,
-                          txnindex_uri=s.txnindex_uri)
+                          txnindex_uri=s.txnindex_uri, index_pins=s.index_pins)
             if cov is not None and s.size >= cov.end:
                 lo = s.base_offset if cov.last_offset is None else cov.last_offset + 1
                 same = s.size == cov.object_size and (
@@ -540,17 +571,27 @@ def partition_path(topic: str | None, day: str | None = None) -> str:
 
 
 def _object_source(task: Task, ctx: Context):
+    """``fetch(lo, hi)`` -> (source, byte range) of the listed object only, and
+    ``check()``, which raises :class:`storage.ChangedObject` where it changed since
+    (a local file is read by the decoder itself: checked before and after it)."""
     store, key = storage.open_object(task.uri, ctx.s3)
+    pin = task.pin
     if isinstance(store, storage.LocalStore):
         path = store.path(key)
-        return lambda lo, hi: (path, (lo, hi))
-    return lambda lo, hi: (kafkalog.Slice(store.read(key, lo, hi), lo), None)
+
+        def fetch(lo, hi):
+            store.verify(key, pin)
+            return path, (lo, hi)
+        return fetch, lambda: store.verify(key, pin)
+    return lambda lo, hi: (kafkalog.Slice(store.read_pinned(key, pin, lo, hi), lo), None), \
+        lambda: None
 
 
 def _prefix_still_there(task: Task, ctx: Context) -> bool:
     """Whether the last batch an earlier run ingested is still at its position, same CRC."""
     store, key = storage.open_object(task.uri, ctx.s3)
-    head = store.read(key, task.verify_position, task.verify_position + 21)
+    head = store.read_pinned(key, task.pin, task.verify_position,
+                             min(task.size, task.verify_position + 21))
     if len(head) < 21:
         return False
     _offset, _size, epoch_or_crc, magic = _OFFSET_SIZE_MAGIC.unpack_from(head)
@@ -597,7 +638,7 @@ def run_task(task: Task, ctx: Context) -> dict:
                 base_offset=None, last_offset=None, bytes=None, raw=None))
     part = f"t{task.task:05d}"
     writer = PartWriter(ctx, part, ctx.scratch if row["pending"] else ctx.roots)
-    fetch = _object_source(task, ctx)
+    fetch, check = _object_source(task, ctx)
     slack = ctx.slack
     try:
         while True:
@@ -610,6 +651,7 @@ def run_task(task: Task, ctx: Context) -> dict:
                 slack *= 4
                 continue
             break
+        check()  # the file the decoder read was the listed one all along
     except (storage.StorageError, kafkalog.SourceError, OSError) as err:
         writer.abort()
         return _failed(row, task, ctx, str(err))
@@ -777,13 +819,13 @@ def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
     if owned is None and not last:
         return []
 
-    def read(store, key):
+    def read(fetch):
         if task.index_entries is not None and share:  # the planner's share: only those bytes
             first, stop = task.index_entries
-            return replace(kafkalog.read_offset_index(store.read(key, 8 * first, 8 * stop),
+            return replace(kafkalog.read_offset_index(fetch(8 * first, 8 * stop),
                                                       base_offset=task.base_offset),
                            first=first)
-        return kafkalog.read_offset_index_range(store.read(key), owned or (task.size, None),
+        return kafkalog.read_offset_index_range(fetch(), owned or (task.size, None),
                                                 base_offset=task.base_offset)
 
     return _checked_index(task, ctx, task.index_uri, read, lambda index: [] if owned is None
@@ -799,7 +841,7 @@ def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list
     --verify`` does, each finding once."""
     return _checked_index(
         task, ctx, task.timeindex_uri,
-        lambda store, key: kafkalog.read_time_index(store.read(key), base_offset=task.base_offset),
+        lambda fetch: kafkalog.read_time_index(fetch(), base_offset=task.base_offset),
         lambda index: [] if owned is None else kafkalog.check_time_index(index, by_last, owned))
 
 
@@ -810,18 +852,28 @@ def _txn_index_findings(task: Task, ctx: Context, owned, controls: dict) -> list
     ``kafkalog index --verify`` does, each finding once."""
     return _checked_index(
         task, ctx, task.txnindex_uri,
-        lambda store, key: kafkalog.read_txn_index(store.read(key), base_offset=task.base_offset),
+        lambda fetch: kafkalog.read_txn_index(fetch(), base_offset=task.base_offset),
         lambda index: [] if owned is None else kafkalog.check_txn_index(index, controls, owned))
 
 
 def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[dict]:
-    """Findings rows of an index file: ``check(read(store, key))``, and for the task
+    """Findings rows of an index file: ``check(read(fetch))``, and for the task
     that reads to the end of the segment the file's own findings, or that it could
-    not be read."""
+    not be read. ``fetch(start=0, end=None)`` reads the file as it was listed: where it
+    changed since, :class:`storage.ChangedObject` fails the task (the next run reads
+    it again), as for the segment itself."""
     last = task.end >= task.size
+    store, key = storage.open_object(uri, ctx.s3)
+    pin = task.index_pin(uri)
+
+    def fetch(start=0, end=None):
+        if pin is None:  # not listed (a manifest naming a file that was missing then)
+            return store.read(key, start, end)
+        return store.read_pinned(key, pin, start, end)
     try:
-        store, key = storage.open_object(uri, ctx.s3)
-        index = read(store, key)
+        index = read(fetch)
+    except storage.ChangedObject:
+        raise
     except (storage.StorageError, OSError, kafkalog.KafkaLogError) as err:
         return [dict(kind="index_mismatch", position=0, end=0, base_offset=None,
                      last_offset=None, bytes=None, raw=None,

@@ -120,6 +120,35 @@ class StorageError(RuntimeError):
     """A root could not be listed, read or written; the message says which and why."""
 
 
+class ChangedObject(StorageError):
+    """An object is no longer the one that was listed (another ETag, size or mtime), or a
+    read of it came back short: what was read must not be taken for the listed object."""
+
+
+class Pin(NamedTuple):
+    """What a listing saw of an object; reads made against it check it (``read_pinned``)."""
+
+    size: int
+    etag: str | None = None  # S3: checked with IfMatch
+    mtime: str | None = None  # ISO-8601 UTC; local files: checked with the size
+
+    @classmethod
+    def of(cls, info: "ObjectInfo") -> "Pin":
+        return cls(info.size, info.etag, info.mtime.isoformat())
+
+
+def _expected_length(pin: Pin, start: int, end: int | None) -> int:
+    return max(0, min(pin.size if end is None else end, pin.size) - start)
+
+
+def _check_length(uri: str, data: bytes, pin: Pin, start: int, end: int | None) -> bytes:
+    want = _expected_length(pin, start, end)
+    if len(data) != want:
+        raise ChangedObject(f"{uri} [{start}, {end}): read {len(data)} bytes, the listed "
+                            f"object ({pin.size} bytes) holds {want} there: cut short or replaced")
+    return data
+
+
 class LocalStore:
     def __init__(self, root: str):
         self.root = os.path.abspath(root[len("file://"):] if root.startswith("file://") else root)
@@ -155,6 +184,27 @@ class LocalStore:
         with open(self.path(key), "rb") as f:
             f.seek(start)
             return f.read() if end is None else f.read(end - start)
+
+    def verify(self, key: str, pin: Pin) -> None:
+        """Raise :class:`ChangedObject` unless the file has the pin's size (and mtime, where
+        the pin has one)."""
+        try:
+            st = os.stat(self.path(key))
+        except OSError as err:
+            raise ChangedObject(f"{self.uri(key)} is gone since it was listed ({err})") from err
+        if st.st_size != pin.size:
+            raise ChangedObject(f"{self.uri(key)} is {st.st_size} bytes, {pin.size} when "
+                                "listed: cut short or rewritten since")
+        if pin.mtime is not None and _utc(st.st_mtime) != dt.datetime.fromisoformat(pin.mtime):
+            raise ChangedObject(f"{self.uri(key)} was modified at {_utc(st.st_mtime).isoformat()}"
+                                f", after it was listed ({pin.mtime})")
+
+    def read_pinned(self, key: str, pin: Pin, start: int = 0, end: int | None = None) -> bytes:
+        """``read``, checked against the listed object before and after, and length-checked."""
+        self.verify(key, pin)
+        data = self.read(key, start, end)
+        self.verify(key, pin)
+        return _check_length(self.uri(key), data, pin, start, end)
 
     def write(self, key: str, data: bytes) -> None:
         full = self.path(key)
@@ -253,6 +303,30 @@ class S3Store:
         except Exception as err:
             raise StorageError(f"cannot read {self.uri(key)} [{start}, {end}): {_why(err)}") from err
 
+    def read_pinned(self, key: str, pin: Pin, start: int = 0, end: int | None = None) -> bytes:
+        """``read`` of the listed object only (``IfMatch`` its ETag; without one, the
+        object's total size must be the pin's), length-checked."""
+        if end is not None and end <= start:
+            return b""
+        extra = {"IfMatch": f'"{pin.etag}"'} if pin.etag else {}
+        if start or end is not None:
+            extra["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key), **extra)
+            data = resp["Body"].read()
+        except Exception as err:
+            if _code(err) in ("PreconditionFailed", "412"):
+                raise ChangedObject(f"{self.uri(key)} is no longer the listed object (ETag "
+                                    f"{pin.etag}): replaced since") from err
+            if _code(err) in ("InvalidRange", "416"):
+                raise ChangedObject(f"{self.uri(key)} [{start}, {end}): past its end, the "
+                                    f"listed object had {pin.size} bytes: cut short") from err
+            raise StorageError(f"cannot read {self.uri(key)} [{start}, {end}): {_why(err)}") from err
+        total = _total_size(resp)
+        if total is not None and total != pin.size:
+            raise ChangedObject(f"{self.uri(key)} is {total} bytes, {pin.size} when listed")
+        return _check_length(self.uri(key), data, pin, start, end)
+
     def write(self, key: str, data: bytes) -> None:
         try:
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
@@ -309,6 +383,23 @@ def open_store(root: str, config: S3Config | None = None) -> LocalStore | S3Stor
 
 def _utc(ts: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc)
+
+
+def _code(err: Exception) -> str | None:
+    response = getattr(err, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code")
+                   or response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "") or None
+    return None
+
+
+def _total_size(resp: dict) -> int | None:
+    """An object's whole size from a GET's response (``Content-Range: bytes a-b/total``)."""
+    content_range = resp.get("ContentRange")
+    if content_range:
+        total = content_range.rpartition("/")[2]
+        return int(total) if total.isdigit() else None
+    return resp.get("ContentLength")
 
 
 def _why(err: Exception) -> str:

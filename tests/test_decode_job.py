@@ -450,8 +450,12 @@ def test_a_task_reads_on_to_the_next_tasks_first_batch_for_its_time_index_share(
     i = next(i for i, rel in enumerate(named) if rel >= after.last_offset)
     entries[12 * i:12 * i + 8] = (int.from_bytes(entries[12 * i:12 * i + 8], "big") + 1).to_bytes(8, "big")
     timeindex.write_bytes(bytes(entries))
+    # listed again: reads are pinned to what the listing saw (the same split points)
+    segs = job.discover(str(tmp_path / "snap"))[0]
+    again = sorted(job.plan(segs, {}, {}, positions, len(data) // 4), key=lambda t: t.start)
+    assert [(t.start, t.end) for t in again] == [(t.start, t.end) for t in tasks]
     wh = tmp_path / "wh"
-    run_tasks_here(wh, tasks, slack=512)
+    run_tasks_here(wh, again, slack=512)
     got = read_local(wh, "findings").to_pylist()
     assert sorted((f["kind"], f["position"], f["message"]) for f in got) == \
         sorted(cli_findings(seg))

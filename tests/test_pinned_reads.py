@@ -1,0 +1,155 @@
+"""Reads are pinned to the object the listing saw: a segment or index file cut short,
+rewritten or replaced between listing and reading is a ``fetch_error`` finding and a
+``failed`` ledger row, never ``decoded`` with what happened to come back; the next
+night reads it again. Counted against the snapshot's truth (lost and duplicated
+(topic, partition, offset) keys), on the local S3 server and on local files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import boto3
+import pytest
+
+from spark_jobs import decode_segments as job
+from spark_jobs import storage, tables
+from test_faults import decode, lost_and_duplicated, published, truth, write_snapshot
+
+pytestmark = pytest.mark.pipeline
+
+
+# ------------------------------------------------------------ the storage layer
+def test_s3_read_pinned_refuses_a_replaced_or_short_object(s3_bucket, s3_endpoint):
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.put_object(Bucket=s3_bucket, Key="a/b.log", Body=b"x" * 100)
+    store = storage.open_store(f"s3://{s3_bucket}/a")
+    pin = storage.Pin.of(store.stat("b.log"))
+    assert store.read_pinned("b.log", pin, 10, 20) == b"x" * 10
+    assert store.read_pinned("b.log", pin) == b"x" * 100
+    s3.put_object(Bucket=s3_bucket, Key="a/b.log", Body=b"x" * 40)  # cut short: a new ETag
+    with pytest.raises(storage.ChangedObject, match="replaced"):
+        store.read_pinned("b.log", pin, 10, 20)
+    # without an ETag, the total size in the response still gives it away
+    with pytest.raises(storage.ChangedObject, match="40 bytes, 100 when listed"):
+        store.read_pinned("b.log", pin._replace(etag=None), 0, 20)
+    with pytest.raises(storage.ChangedObject):
+        store.read_pinned("b.log", pin._replace(etag=None), 50, 60)
+    assert isinstance(storage.ChangedObject("x"), storage.StorageError)
+
+
+def test_local_read_pinned_checks_size_and_mtime(tmp_path):
+    f = tmp_path / "00000000000000000000.log"
+    f.write_bytes(b"y" * 64)
+    store = storage.LocalStore(str(tmp_path))
+    pin = storage.Pin.of(store.stat(f.name))
+    assert store.read_pinned(f.name, pin, 0, 8) == b"y" * 8
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 5_000_000_000))
+    with pytest.raises(storage.ChangedObject, match="modified"):
+        store.read_pinned(f.name, pin, 0, 8)
+    f.write_bytes(b"y" * 10)
+    with pytest.raises(storage.ChangedObject, match="10 bytes, 64 when listed"):
+        store.verify(f.name, pin)
+    # a pin without an mtime (a manifest that gives only the size) checks the size
+    assert store.read_pinned(f.name, storage.Pin(10), 2, 4) == b"yy"
+
+
+# ------------------------------------------------------------ the decode job
+def _upload(s3, bucket: str, root: Path, prefix: str) -> dict[str, bytes]:
+    """Every file under ``root`` to ``s3://bucket/prefix/...``; their keys and bytes."""
+    out = {}
+    for f in sorted(root.rglob("*")):
+        if f.is_file():
+            key = f"{prefix}/{f.relative_to(root).as_posix()}"
+            s3.put_object(Bucket=bucket, Key=key, Body=f.read_bytes())
+            out[key] = f.read_bytes()
+    return out
+
+
+def _after_listing(monkeypatch, action):
+    """Run ``action()`` once, right after the job listed its input."""
+    real = job.discover
+
+    def discover(*args, **kwargs):
+        found = real(*args, **kwargs)
+        action()
+        return found
+    monkeypatch.setattr(job, "discover", discover)
+    return lambda: monkeypatch.setattr(job, "discover", real)
+
+
+def _ledger(wh) -> list[dict]:
+    return tables.read_arrow(str(wh), "ledger").to_pylist()
+
+
+def _findings(wh, kind: str) -> list[dict]:
+    return [f for f in tables.read_arrow(str(wh), "findings").to_pylist() if f["kind"] == kind]
+
+
+def test_an_s3_object_cut_short_after_listing_fails_and_the_next_night_takes_it(
+        spark, tmp_path, s3_bucket, s3_endpoint, monkeypatch):
+    src = write_snapshot(tmp_path / "snap", partitions=(0, 1), batches=4)
+    want = truth(src)
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    objects = _upload(s3, s3_bucket, src, "night-1")
+    victim = "night-1/orders-1/00000000000000000000.log"
+    restore = _after_listing(monkeypatch, lambda: s3.put_object(
+        Bucket=s3_bucket, Key=victim, Body=objects[victim][:len(objects[victim]) // 3]))
+    wh = tmp_path / "wh"
+    decode(spark, f"s3://{s3_bucket}/night-1", wh, "night-1")
+    restore()
+    rows = {(r["topic"], r["partition"]): r for r in _ledger(wh)}
+    assert rows[("orders", 1)]["action"] == "failed"
+    assert rows[("orders", 0)]["action"] == "decoded"
+    [finding] = _findings(wh, "fetch_error")
+    assert finding["partition"] == 1 and victim in finding["message"]
+    lost, dup = lost_and_duplicated(want, published(wh))
+    assert (lost, dup) == (20, 0)  # partition 1 is missing, not half-present
+
+    s3.put_object(Bucket=s3_bucket, Key=victim, Body=objects[victim])  # restored
+    decode(spark, f"s3://{s3_bucket}/night-1", wh, "night-2")
+    assert lost_and_duplicated(want, published(wh)) == (0, 0)
+    night2 = {(r["topic"], r["partition"]): r["action"] for r in _ledger(wh)
+              if r["run_id"] == "night-2"}
+    assert night2 == {("orders", 0): "unchanged", ("orders", 1): "decoded"}
+
+
+def test_a_local_segment_rewritten_after_listing_fails_and_the_next_night_takes_it(
+        spark, tmp_path, monkeypatch):
+    src = write_snapshot(tmp_path / "snap", partitions=(0, 1), batches=4)
+    want = truth(src)
+    victim = src / "orders-0" / "00000000000000000000.log"
+    whole = victim.read_bytes()
+    # the same size, other bytes (a broker's cleaner rewrote it in place): only the mtime
+    # tells (a file cut short is refused by the decoder's own range check as well)
+    half = len(whole) // 2
+    restore = _after_listing(monkeypatch, lambda: victim.write_bytes(
+        whole[:half] + bytes(len(whole) - half)))
+    wh = tmp_path / "wh"
+    decode(spark, src, wh, "night-1")
+    restore()
+    actions = {r["partition"]: r["action"] for r in _ledger(wh)}
+    assert actions == {0: "failed", 1: "decoded"}
+    assert [f["partition"] for f in _findings(wh, "fetch_error")] == [0]
+    assert lost_and_duplicated(want, published(wh)) == (20, 0)
+    victim.write_bytes(whole)
+    decode(spark, src, wh, "night-2")
+    assert lost_and_duplicated(want, published(wh)) == (0, 0)
+
+
+def test_an_index_file_changed_after_listing_fails_the_task(spark, tmp_path, monkeypatch):
+    src = write_snapshot(tmp_path / "snap", partitions=(0,), batches=4)
+    want = truth(src)
+    index = src / "orders-0" / "00000000000000000000.index"
+    assert index.exists()
+    whole = index.read_bytes()
+    restore = _after_listing(monkeypatch, lambda: index.write_bytes(whole + whole[-8:]))
+    wh = tmp_path / "wh"
+    decode(spark, src, wh, "night-1")
+    restore()
+    assert [r["action"] for r in _ledger(wh)] == ["failed"]
+    [finding] = _findings(wh, "fetch_error")
+    assert "00000000000000000000.index" in finding["message"]
+    index.write_bytes(whole)
+    decode(spark, src, wh, "night-2")
+    assert lost_and_duplicated(want, published(wh)) == (0, 0)
