@@ -13,7 +13,7 @@ Then, in one run:
   (the mean is used); and the same ranges over CORES processes at once
   (``records_table_parallel``), which meets the same memory bandwidth and
   neighbours as the job's CORES workers;
-* the job: ``spark_jobs.decode_segments.main`` on ``local[CORES]`` into a fresh
+* the job: ``spark_jobs.decode.main`` on ``local[CORES]`` into a fresh
   warehouse (list, plan, decode, Parquet, publish), with ``--split-bytes`` of
   ``--split-mib``. The session is started, and one trivial Python job run,
   before the clock starts: both are fixed costs of a session (reported as
@@ -83,11 +83,11 @@ def ensure_snapshot(out: Path, size_mib: int, partitions: int) -> tuple[Path, di
 
 def _pieces(root: Path, split_mib: int) -> list[tuple[str, int, int]]:
     """The byte ranges the job's tasks get (its own planner, on the same .index files)."""
-    from spark_jobs import decode_segments
+    from spark_jobs import decode
 
-    segs, _ = decode_segments.discover(str(root))
-    positions = {s.index_uri: decode_segments._index_positions(s.index_uri, None) for s in segs}
-    tasks = decode_segments.plan(segs, {}, {}, positions, split_mib << 20)
+    segs, _ = decode.discover(str(root))
+    positions = {s.index_uri: decode.index_positions(s.index_uri, None) for s in segs}
+    tasks = decode.plan(segs, {}, {}, positions, split_mib << 20)
     return [(t.uri, t.start, t.end) for t in tasks]
 
 
@@ -133,7 +133,7 @@ def _warm_up(spark, cores: int) -> float:
 
 
 def bench_job(root: Path, wh: Path, cores: int, split_mib: int) -> dict:
-    from spark_jobs import decode_segments
+    from spark_jobs import decode
     from spark_jobs.session import build_session
 
     shutil.rmtree(wh, ignore_errors=True)
@@ -144,7 +144,7 @@ def bench_job(root: Path, wh: Path, cores: int, split_mib: int) -> dict:
     try:
         warm = _warm_up(spark, cores)
         t0 = time.perf_counter()
-        summary = decode_segments.main(
+        summary = decode.main(
             ["--input", str(root), "--output", str(wh), "--run-id", "bench",
              "--split-bytes", str(split_mib << 20)], spark=spark)
         seconds = time.perf_counter() - t0
@@ -156,7 +156,7 @@ def bench_job(root: Path, wh: Path, cores: int, split_mib: int) -> dict:
 
 
 def main(argv=None) -> int:
-    from spark_jobs.decode_segments import DEFAULT_SPLIT_BYTES
+    from spark_jobs.decode import DEFAULT_SPLIT_BYTES
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size-mib", type=int, default=512)

@@ -1,7 +1,7 @@
 """Planner: reading the ``.index`` of every big segment, one at a time or 16 at a time.
 
 The job's planner reads each split-worthy segment's ``.index`` on the driver to
-find split positions (``decode_segments.read_index_positions``). On S3 every
+find split positions (``decode.read_index_positions``). On S3 every
 read is a round trip, so a snapshot of thousands of big segments waited on them
 one after another. This writes ``--files`` ``.index`` objects to an S3 server
 (a ``moto_server`` process on 127.0.0.1 it starts and stops, or ``--endpoint``)
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spark_jobs import decode_segments, storage  # noqa: E402
+from spark_jobs import decode, storage  # noqa: E402
 
 
 def _free_port() -> int:
@@ -85,10 +85,10 @@ def main(argv=None) -> int:
         best = {"one at a time": float("inf"), "16 at a time": float("inf")}
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            one = {u: decode_segments._index_positions(u, s3) for u in uris}
+            one = {u: decode.index_positions(u, s3) for u in uris}
             best["one at a time"] = min(best["one at a time"], time.perf_counter() - t0)
             t0 = time.perf_counter()
-            pooled = decode_segments.read_index_positions(uris, s3)
+            pooled = decode.read_index_positions(uris, s3)
             best["16 at a time"] = min(best["16 at a time"], time.perf_counter() - t0)
             if pooled != one or len(one[uris[0]]) != args.entries:
                 raise SystemExit("the two ways read different positions")

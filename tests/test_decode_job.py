@@ -20,8 +20,8 @@ import pytest
 
 import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
-from spark_jobs import decode_segments as job
-from spark_jobs import iceberg, layout, storage, tables
+from spark_jobs import decode as job
+from spark_jobs import decode_segments, iceberg, layout, schemas, storage, tables
 
 from test_corpus import CORPUS
 
@@ -162,8 +162,8 @@ def test_snapshot_tables_hold_exactly_what_the_segments_hold(spark, tmp_path):
         # its partition columns inside, one value per file
         for path in tables.table_paths(w, name):
             f = path[len("file://"):]
-            assert pq.read_schema(f) == job.schemas.TABLES[name], f
-            for col in job.schemas.PARTITIONS[name]:
+            assert pq.read_schema(f) == schemas.TABLES[name], f
+            for col in schemas.PARTITIONS[name]:
                 assert len(set(pq.read_table(f, columns=[col]).column(col).to_pylist())) == 1
     assert not list((wh / "_scratch").rglob("*.parquet"))
 
@@ -402,7 +402,7 @@ def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_
     data[mid:mid + 6000] = b"\x01" * 6000  # far more than the slack below
     seg.write_bytes(bytes(data))
     segs = job.discover(str(tmp_path / "snap"))[0]
-    positions = {s.index_uri: job._index_positions(s.index_uri, None) for s in segs}
+    positions = {s.index_uri: job.index_positions(s.index_uri, None) for s in segs}
     tasks = job.plan(segs, {}, {}, positions, len(data) // 4)
     assert len(tasks) >= 3 and any(t.start < mid < t.end for t in tasks)
     # each task but the last reads only its share of the .index (and the entry before)
@@ -437,7 +437,7 @@ def test_a_task_reads_on_to_the_next_tasks_first_batch_for_its_time_index_share(
                           index_interval=1024)
     data = bytearray(seg.read_bytes())
     segs = job.discover(str(tmp_path / "snap"))[0]
-    positions = {s.index_uri: job._index_positions(s.index_uri, None) for s in segs}
+    positions = {s.index_uri: job.index_positions(s.index_uri, None) for s in segs}
     tasks = sorted(job.plan(segs, {}, {}, positions, len(data) // 4), key=lambda t: t.start)
     assert len(tasks) >= 3
     cut = tasks[2].start
@@ -530,7 +530,7 @@ def test_planner_reads_indexes_concurrently_with_the_same_result(tmp_path, s3_bu
         uris.append(f"s3://{s3_bucket}/{key}")
     uris.append(f"s3://{s3_bucket}/snap/missing/{0:020d}.index")
     s3 = storage.S3Config.from_env(s3_endpoint)
-    alone = {u: job._index_positions(u, s3) for u in uris}
+    alone = {u: job.index_positions(u, s3) for u in uris}
     assert job.read_index_positions(uris, s3) == alone
     assert alone[uris[3]] == [4096 * k + 3 for k in range(21)]
     assert alone[uris[-1]] == []
@@ -682,7 +682,7 @@ def test_same_tables_on_a_standalone_cluster(spark, tmp_path):
             env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True))
         _wait_for(lambda: (master_json() or {}).get("aliveworkers", 0) >= 1, "a Spark worker")
         cluster = tmp_path / "cluster"
-        job_file = Path(job.__file__)
+        job_file = Path(decode_segments.__file__)
         out = subprocess.run(
             [str(bin_dir / "spark-submit"), "--master", master_url,
              "--conf", "spark.executor.memory=1g", "--conf", "spark.ui.enabled=false",
@@ -717,12 +717,12 @@ def _seg(base=0, size=1000, uri=None, topic="t", partition=0, etag=None, index=N
 def _ledger(rows):
     full = []
     for r in rows:
-        row = {n: None for n in job.schemas.LEDGER.names}
+        row = {n: None for n in schemas.LEDGER.names}
         row.update(topic="t", partition=0, segment_base_offset=0, records=1, batches=1,
                    findings=0, action="decoded")
         row.update(r)
         full.append(row)
-    return pa.Table.from_pylist(full, schema=job.schemas.LEDGER)
+    return pa.Table.from_pylist(full, schema=schemas.LEDGER)
 
 
 def test_plan_skips_resumes_splits_and_marks_overlaps():
@@ -779,7 +779,7 @@ def test_coverage_chains_resumed_rows_and_drops_broken_chains():
 
 def test_record_dates_cover_missing_and_absurd_timestamps():
     ts = pa.array([0, -1, None, 86_400_000 * 3, 2**62], pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
-    parts = dict(job._day_partitions(ts))
+    parts = dict(job.day_partitions(ts))
     assert sorted(parts) == ["1969-12-31", "1970-01-01", "1970-01-04", "none", "out_of_range"]
     assert parts["out_of_range"].to_pylist() == [False, False, False, False, True]
 
@@ -794,7 +794,7 @@ def test_contract_command_from_a_bare_shell(tmp_path):
     write_partition(src / "orders-0", 0, 3)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPARK_LOCAL_IP": "127.0.0.1"}
     out = subprocess.run(
-        [str(Path(sys.executable).parent / "spark-submit"), str(Path(job.__file__)),
+        [str(Path(sys.executable).parent / "spark-submit"), str(Path(decode_segments.__file__)),
          "--input", str(src), "--output", str(tmp_path / "wh"), "--run-id", "r1"],
         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]

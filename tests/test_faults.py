@@ -23,7 +23,7 @@ import pytest
 
 import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
-from spark_jobs import decode_segments as job
+from spark_jobs import decode as job
 from spark_jobs import iceberg, publish, schemas, tables
 
 pytestmark = pytest.mark.pipeline

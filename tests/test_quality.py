@@ -534,7 +534,7 @@ def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
     """decode_segments.py --no-publish, check_quality.py, publish; the next
     night starts above the last published offset (retention) and has a CRC flip."""
     from spark_jobs import check_quality, publish
-    from spark_jobs import decode_segments as job
+    from spark_jobs import decode as job
 
     W = str(tmp_path / "w")
     night1 = tmp_path / "snap1"
@@ -578,7 +578,7 @@ def test_real_corpus_passes(spark, tmp_path):
     import re
 
     from spark_jobs import check_quality
-    from spark_jobs import decode_segments as job
+    from spark_jobs import decode as job
 
     corpus = "/work/shared/corpus/real"
     logs = [p for p in glob.glob(f"{corpus}/**/*.log", recursive=True)

@@ -1,0 +1,156 @@
+"""The decode job's command line: plan, run the tasks, dedupe, commit, publish.
+
+    spark-submit spark_jobs/decode_segments.py --input URI --output W --run-id ID [--no-publish]
+
+:func:`main` raises; only the command-line entry (``spark_jobs/decode_segments.py``)
+turns an error into an exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+
+import pyarrow as pa
+
+from spark_jobs import iceberg, layout, schemas, storage, tables
+from spark_jobs import publish as publishing
+from spark_jobs.decode.deduplication import resolve_pending
+from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, coverage_from_ledger, discover,
+                                    first_ingested, ledger_ranges, plan, read_index_positions,
+                                    trusted_runs)
+from spark_jobs.decode.executor import run_tasks
+from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, ledger_table, make_context, task_files,
+                                     write_driver_table)
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="decode_segments.py",
+        description="Decode Kafka segment snapshots into Iceberg tables (records, batches, "
+                    "markers, findings, ledger); see docs/tables.md.")
+    p.add_argument("--input", required=True,
+                   help="a local directory or s3://bucket/prefix holding <topic>-<partition>/"
+                        "<base offset>.log at any depth, or a JSON manifest of segment URIs")
+    p.add_argument("--output", required=True,
+                   help="the warehouse root W (local path or s3://): scratch space, and the "
+                        "embedded catalog's home where no catalog is configured")
+    p.add_argument("--run-id", required=True,
+                   help="this run's id; rerunning an id replaces exactly that run's output")
+    p.add_argument("--chunk-id", help="this submission is one chunk of the run (see docs/tables.md)")
+    p.add_argument("--no-publish", action="store_true",
+                   help="stop after committing to the run's branch (the DAG audits, then runs "
+                        "spark_jobs.publish)")
+    iceberg.add_catalog_args(p)
+    p.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL)")
+    p.add_argument("--reprocess", action="store_true",
+                   help="decode every segment from byte 0 even where the ledger proves it "
+                        "ingested; published offsets are deduplicated, changed ones give "
+                        "divergence findings")
+    p.add_argument("--split-bytes", type=int, default=DEFAULT_SPLIT_BYTES,
+                   help="split segments with an .index into tasks of about this many bytes "
+                        "(default %(default)s)")
+    p.add_argument("--max-raw-bytes", type=int, default=DEFAULT_MAX_RAW,
+                   help="keep at most this many raw bytes per finding (default %(default)s)")
+    p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    return p.parse_args(argv)
+
+
+def main(argv=None, spark=None) -> dict:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    t0 = time.time()
+    needs_s3 = any(storage.is_s3(u) for u in (args.input, args.output)) or args.s3_endpoint
+    s3 = storage.S3Config.from_env(args.s3_endpoint) if needs_s3 else None
+    wh = iceberg.Warehouse(args.output, args.catalog, args.namespace, s3)
+    # what main held when the run began is what it deduplicates against (a whole run
+    # starts its branch again; a chunk joins the branch its run's plan made)
+    bases = wh.begin_run(args.run_id, reset=args.chunk_id is None)
+    ledger = tables.read_arrow(wh, "ledger", snapshot=bases["ledger"])
+    ctx = make_context(wh, args.run_id, uuid.uuid4().hex[:8], chunk_id=args.chunk_id,
+                       max_raw=args.max_raw_bytes,
+                       ingested_at=first_ingested(ledger, args.run_id))
+
+    try:
+        segments, unparsable = discover(args.input, s3)
+    except layout.ManifestError as err:
+        raise SystemExit(f"decode_segments: {err}") from err
+    for uri in unparsable:
+        print(f"decode_segments: {uri} is not {layout.GRAMMAR}: not decoded "
+              "(an unparsable_name finding)", file=sys.stderr)
+    coverage = {} if args.reprocess else coverage_from_ledger(ledger, trusted_runs(ledger, args.run_id))
+    published = ledger_ranges(ledger, args.run_id)
+    index_positions = read_index_positions(
+        [s.index_uri for s in segments
+         if s.index_uri and s.size > args.split_bytes and s.key not in coverage], s3)
+    tasks = plan(segments, coverage, published, index_positions, args.split_bytes)
+
+    own_session = spark is None
+    if own_session:
+        from spark_jobs.session import build_session
+
+        spark = build_session("kafkalog-decode-segments", master=args.master)
+    timings = {"plan": time.time() - t0}
+    try:
+        t1 = time.time()
+        rows = run_tasks(spark, tasks, ctx)
+        timings["decode"] = time.time() - t1
+        files = task_files(rows)
+        pending = {(r["topic"], r["partition"]) for r in rows if r["pending"]}
+        t1 = time.time()
+        divergences = 0
+        if pending:
+            divergences, deduped = resolve_pending(spark, ctx, wh, bases, rows, args.chunk_id)
+            for name, fs in deduped.items():
+                files[name].extend(fs)
+        timings["deduplicate"] = time.time() - t1
+    finally:
+        if own_session and args.master is not None:
+            spark.stop()
+    if unparsable:
+        files["findings"].extend(write_driver_table(ctx, "findings", unparsable_findings(
+            unparsable, args.run_id), "names"))
+    ledger_out = ledger_table(rows)
+    if ledger_out.num_rows:
+        files["ledger"].extend(write_driver_table(ctx, "ledger", ledger_out, "ledger"))
+    t1 = time.time()
+    counts = {"records": sum(r["records"] for r in rows), "batches": sum(r["batches"] for r in rows),
+              "findings": sum(r["findings"] for r in rows) + divergences + len(unparsable)}
+    for name in schemas.DECODE_TABLES:
+        wh.commit_files(name, args.run_id, files[name], chunk_id=args.chunk_id,
+                        summary={"kafkalog.segments": len(segments), "kafkalog.tasks": len(tasks)})
+    timings["commit"] = time.time() - t1
+    summary = {
+        "run_id": args.run_id, "chunk_id": args.chunk_id, "segments": len(segments),
+        "tasks": len(tasks), "bytes": sum(t.end - t.start for t in tasks),
+        **counts, "divergences": divergences, "unparsable": len(unparsable),
+        "actions": {a: sum(1 for r in rows if r["action"] == a)
+                    for a in sorted({r["action"] for r in rows})},
+        "pending_partitions": len(pending), "branch": iceberg.branch_name(args.run_id),
+        "catalog": args.catalog, "published": False, "seconds": None,
+    }
+    if not args.no_publish:
+        t1 = time.time()
+        publishing.publish_run(wh, args.run_id)
+        timings["publish"] = time.time() - t1
+        summary["published"] = True
+    summary["seconds"] = round(time.time() - t0, 3)
+    summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    print(json.dumps(summary, sort_keys=True))
+    return summary
+
+
+def unparsable_findings(uris: list[str], run_id: str) -> pa.Table:
+    """An ``unparsable_name`` finding per listed ``.log`` object the job cannot place."""
+    rows = []
+    for uri in uris:
+        parent = uri.rstrip("/").rsplit("/", 2)[-2] if "/" in uri else ""
+        topic, partition = layout.parse_partition_dir(parent) or (None, None)
+        rows.append(dict(
+            partition=partition, kind="unparsable_name", position=0,
+            end=0, message=f"{uri}: the name is not {layout.GRAMMAR}, so the object was "
+                           "not decoded",
+            base_offset=None, last_offset=None, bytes=None, raw=None, segment=uri,
+            segment_base_offset=None, run_id=run_id, topic=topic))
+    return pa.Table.from_pylist(rows, schema=schemas.FINDINGS)

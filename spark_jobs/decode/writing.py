@@ -1,0 +1,314 @@
+"""Write: the tables' Parquet data files, as the executors (and the driver, for its
+small tables) make them.
+
+One file per task, table and partition value (``topic``, and ``dt`` for records),
+the partition columns inside, named ``<run prefix>~<part>.parquet`` so that a rerun
+of the run (or of the chunk) removes exactly its files (docs/tables.md). Files are
+written locally and moved into the table's data folder (or the run's scratch, for
+output to be deduplicated) when the task ends; the driver commits them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime as dt
+import functools
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from spark_jobs import iceberg, schemas, storage
+from spark_jobs.decode.planning import Task
+
+DEFAULT_SLACK = 1024 * 1024
+
+
+DEFAULT_MAX_RAW = 64 * 1024 * 1024
+
+
+#: ascending per partition: delta-encoded (a few bits a row, and no dictionary to build)
+DELTA_COLUMNS = ("offset", "timestamp")
+
+
+#: plain pages, no dictionary: one value per batch (or per file) repeated on every record
+#: row, which LZ4 squeezes as well as a dictionary would (files +2%), at a third of the
+#: cost; and the nested headers, whose dictionary saves nothing on unique values
+PLAIN_COLUMNS = frozenset({
+    "partition", "batch_position", "batch_base_offset", "batch_last_offset", "magic",
+    "producer_id", "producer_epoch", "sequence", "partition_leader_epoch",
+    "segment_base_offset", "is_transactional", "headers"})
+
+
+#: strings the job hands to Parquet as dictionary arrays: the same few values on every
+#: row (index types: the records' two come from kafkalog.stream(dictionary=True))
+_LINEAGE_DICTIONARIES = {"segment": pa.int32(), "run_id": pa.int32(), "topic": pa.int32()}
+
+
+DICTIONARY_COLUMNS = {"records": {**_LINEAGE_DICTIONARIES, "dt": pa.int32(),
+                                  "timestamp_type": pa.int8(), "compression": pa.int8()}}
+
+
+@functools.lru_cache(maxsize=None)
+def write_schema(table: str) -> pa.Schema:
+    """The Arrow schema a task writes ``table`` with: its file schema, with the
+    :data:`DICTIONARY_COLUMNS` as dictionaries. A Parquet string column is the same
+    either way, and files are written without the Arrow schema
+    (``store_schema=False``), so readers see the file schema's plain strings."""
+    dictionaries = DICTIONARY_COLUMNS.get(table, _LINEAGE_DICTIONARIES)
+    return pa.schema([
+        pa.field(f.name, pa.dictionary(dictionaries[f.name], f.type))
+        if f.name in dictionaries else f for f in schemas.TABLES[table]])
+
+
+def parquet_options(schema: pa.Schema) -> dict:
+    """ParquetWriter options: LZ4 (raw) pages, delta-encoded offsets and timestamps,
+    :data:`PLAIN_COLUMNS` plain, dictionaries elsewhere (Parquet falls back to plain
+    pages by itself)."""
+    delta = [c for c in DELTA_COLUMNS if c in schema.names]
+    return dict(compression="lz4", store_schema=False,
+                write_statistics=[c for c in schemas.STATISTICS if c in schema.names],
+                use_dictionary=[n for n in schema.names
+                                if n not in delta and n not in PLAIN_COLUMNS],
+                column_encoding={c: "DELTA_BINARY_PACKED" for c in delta})
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every executor task needs (picklable)."""
+
+    run_id: str
+    prefix: str  # file-name prefix of this attempt: <run_token>[~c<chunk>]~<attempt>
+    roots: dict  # table -> where its data files go (the Iceberg table's data folder)
+    scratch: dict  # table -> where output to be deduplicated goes (the run's scratch)
+    s3: storage.S3Config | None
+    max_raw: int = DEFAULT_MAX_RAW
+    slack: int = DEFAULT_SLACK
+    ingested_at: str = ""
+
+
+def make_context(wh, run_id: str, attempt: str, *, chunk_id: str | None = None,
+                 **kwargs) -> Context:
+    """The executors' context for one attempt of a submission of run ``run_id`` into
+    warehouse ``wh`` (an :class:`iceberg.Warehouse`)."""
+    scratch = f"{wh.scratch_root(run_id)}/{attempt}"
+    return Context(run_id=run_id, prefix=iceberg.run_files_prefix(run_id, chunk_id) + attempt,
+                   roots={n: wh.data_root(n) for n in schemas.DECODE_TABLES},
+                   scratch={n: f"{scratch}/{n}" for n in schemas.DECODE_TABLES},
+                   s3=wh.s3, **kwargs)
+
+
+def task_files(rows: list[dict], *, pending: bool = False) -> dict[str, list[str]]:
+    """The data files of the tasks' ``rows``: those in the scratch, to be deduplicated
+    (``pending``), or the others (a failed task's finding is never pending)."""
+    files: dict[str, list[str]] = {n: [] for n in schemas.DECODE_TABLES}
+    for r in rows:
+        if (bool(r["pending"]) and r["action"] != "failed") == pending:
+            for name, fs in (r.get("files") or {}).items():
+                files[name].extend(fs)
+    return files
+
+
+class PartWriter:
+    """Parquet files of one task, one per table and partition value, moved into the
+    table's data folder (``roots``) at the end; :meth:`commit` returns their URIs.
+
+    Parquet encoding runs on a thread of its own (Arrow releases the GIL), one
+    batch at a time, while the task decodes the next: at most one batch waits.
+    """
+
+    def __init__(self, ctx: Context, part: str, roots: dict):
+        self.ctx = ctx
+        self.part = part
+        self.roots = roots
+        self.tmp = tempfile.mkdtemp(prefix="kafkalog-")
+        self.writers: dict[tuple[str, str], tuple[pq.ParquetWriter, str]] = {}
+        self._thread: concurrent.futures.ThreadPoolExecutor | None = None  # from the first write
+        self._in_flight: concurrent.futures.Future | None = None
+
+    def write(self, table: str, directory: str, batch: pa.RecordBatch | pa.Table) -> None:
+        if batch.num_rows == 0:
+            return
+        name = f"{self.ctx.prefix}~{self.part}.parquet"
+        key = (table, f"{directory}/{name}" if directory else name)
+        entry = self.writers.get(key)
+        target = write_schema(table)
+        if entry is None:
+            os.makedirs(self.tmp, exist_ok=True)  # again after an abort
+            local = os.path.join(self.tmp, f"{len(self.writers)}.parquet")
+            entry = (pq.ParquetWriter(local, target, **parquet_options(target)), local)
+            self.writers[key] = entry
+        if batch.schema != target:
+            batch = batch.cast(target)
+        self._wait()
+        if self._thread is None:
+            self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="parquet")
+        write = entry[0].write_batch if isinstance(batch, pa.RecordBatch) else entry[0].write_table
+        self._in_flight = self._thread.submit(write, batch)
+
+    def _wait(self) -> None:
+        """Wait for the batch in flight; its error, if any, is raised here."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.result()
+
+    def _stop_thread(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.shutdown()
+
+    def commit(self) -> dict[str, list[str]]:
+        try:
+            self._wait()
+        finally:
+            self._stop_thread()
+        files: dict[str, list[str]] = {}
+        for (table, key), (writer, local) in self.writers.items():
+            writer.close()
+            store = storage.open_store(self.roots[table], self.ctx.s3)
+            store.put_file(key, local)
+            files.setdefault(table, []).append(storage.join(self.roots[table], key))
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return files
+
+    def abort(self) -> None:
+        """Throw away what was written; writing can start again."""
+        try:
+            self._wait()
+        except Exception:  # noqa: BLE001 - the files are thrown away anyway
+            pass
+        self._stop_thread()
+        for writer, _ in self.writers.values():
+            writer.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.writers.clear()
+
+
+def lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.Table:
+    """``batch`` (a kafkalog table's rows) with the warehouse table's lineage and
+    partition columns (records: all but ``dt``, which :func:`records_out` adds)."""
+    n = batch.num_rows
+    cols = {name: batch.column(name) for name in batch.schema.names}
+    cols["partition"] = pa.repeat(pa.scalar(task.partition, pa.int32()), n)
+    cols["segment"] = _constant(task.uri, n)
+    cols["segment_base_offset"] = pa.repeat(pa.scalar(task.base_offset, pa.int64()), n)
+    cols["run_id"] = _constant(ctx.run_id, n)
+    cols["topic"] = _constant(task.topic, n)
+    target = write_schema(table)
+    names = [name for name in target.names if name in cols]
+    out = pa.table([cols[name] for name in names], names=names)
+    want = pa.schema([target.field(name) for name in names])
+    return out if out.schema == want else out.cast(want)
+
+
+def _constant(value, n: int) -> pa.DictionaryArray:
+    """``n`` rows of one string (or null): a dictionary array, as Parquet stores it best."""
+    zeros = pa.repeat(pa.scalar(0, pa.int32()), n)
+    return pa.DictionaryArray.from_arrays(zeros, pa.array([value], pa.string()))
+
+
+def day_partitions(ts: pa.ChunkedArray | pa.Array) -> list[tuple[str, pa.Array | None]]:
+    """``[(dt, mask)]`` for the rows of ``ts``; mask None means every row."""
+    ms = ts.cast(pa.int64())
+    # floor division (integer division truncates towards zero; timestamps can be negative)
+    days = pc.divide(pc.if_else(pc.less(ms, 0), pc.subtract(ms, 86_399_999), ms), 86_400_000)
+    unique = pc.unique(days).to_pylist()
+    if len(unique) == 1:
+        d = unique[0]
+        return [("none" if d is None else _day(d), None)]
+    out = []
+    for d in unique:
+        mask = pc.is_null(days) if d is None else pc.fill_null(pc.equal(days, d), False)
+        out.append(("none" if d is None else _day(d), mask))
+    return out
+
+
+def _day(days: int) -> str:
+    """``YYYY-MM-DD`` of an epoch day; a producer's timestamp outside years 1-9999 gets
+    ``out_of_range`` (its record keeps the raw value in ``timestamp``)."""
+    try:
+        return (dt.date(1970, 1, 1) + dt.timedelta(days=days)).isoformat()
+    except OverflowError:
+        return "out_of_range"
+
+
+def records_out(writer: PartWriter, rows: pa.Table, topic: str) -> None:
+    """Records rows (all columns but ``dt``) into one file per ``dt`` value."""
+    for day, mask in day_partitions(rows.column("timestamp")):
+        chunk = rows if mask is None else rows.filter(mask)
+        writer.write("records", partition_path(topic, day),
+                     chunk.append_column(write_schema("records").field("dt"),
+                                         _constant(day, chunk.num_rows)))
+
+
+def partition_path(topic: str | None, day: str | None = None) -> str:
+    """A data file's folder under its table's data root (Iceberg ignores folder names:
+    the partition values are the files' own columns; these keep the layout readable)."""
+    path = f"topic={topic if topic is not None else '__null__'}"
+    return path if day is None else f"{path}/dt={day}"
+
+
+def write_frame(df, table: str, ctx: Context, tag: str) -> list[str]:
+    """Write a DataFrame of ``table`` rows (every column but, for records, ``dt``) into
+    the table's data folder from the executors; returns the files' URIs."""
+    from pyspark import TaskContext
+
+    target = write_schema(table)
+    names = [n for n in target.names if n != "dt"]
+
+    def write(batches):
+        part = f"{tag}{TaskContext.get().partitionId():05d}"
+        writer = PartWriter(ctx, part, ctx.roots)
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            t = pa.Table.from_batches([b])
+            for topic in pc.unique(t.column("topic")).to_pylist():
+                rows = t.filter(pc.equal(t.column("topic"), topic)).select(names) \
+                    .cast(pa.schema([target.field(n) for n in names]))
+                if table == "records":
+                    records_out(writer, rows, topic)
+                else:
+                    writer.write(table, partition_path(topic), rows)
+        files = writer.commit().get(table, [])
+        yield pa.RecordBatch.from_arrays([pa.array(files, pa.string())], names=["file"])
+
+    cols = [c for c in df.columns if c != "dt"]
+    return [r.file for r in df.select(*cols).repartition("topic", "partition")
+            .mapInArrow(write, "file string").collect()]
+
+
+def write_driver_table(ctx: Context, name: str, rows: pa.Table, part: str) -> list[str]:
+    """A small table the driver itself writes (the ledger, findings of the listing)."""
+    writer = PartWriter(ctx, part, ctx.roots)
+    target = write_schema(name)
+    rows = rows.select(target.names)
+    if "topic" not in schemas.PARTITIONS[name]:
+        writer.write(name, "", rows.cast(target))
+    else:
+        topics = rows.column("topic")
+        for topic in pc.unique(topics).to_pylist():
+            mask = pc.is_null(topics) if topic is None else pc.fill_null(pc.equal(topics, topic), False)
+            writer.write(name, partition_path(topic), rows.filter(mask).cast(target))
+    return writer.commit().get(name, [])
+
+
+def delete_files(uris: list[str], s3) -> None:
+    by_store: dict = {}
+    for uri in uris:
+        store, key = storage.open_object(uri, s3)
+        by_store.setdefault(store.uri(), (store, []))[1].append(key)
+    for store, keys in by_store.values():
+        store.delete(keys)
+
+
+def ledger_table(rows: list[dict]) -> pa.Table:
+    def ts(v):
+        return dt.datetime.fromisoformat(v) if isinstance(v, str) else v
+    clean = [{**{k: r.get(k) for k in schemas.LEDGER.names},
+              "mtime": ts(r.get("mtime")), "ingested_at": ts(r.get("ingested_at"))} for r in rows]
+    return pa.Table.from_pylist(clean, schema=schemas.LEDGER)
