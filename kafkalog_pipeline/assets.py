@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from airflow.sdk import Asset
 
-TABLES = ("records", "batches", "markers", "findings", "ledger", "dq_results")
+from spark_jobs.layout import TABLE_NAMES as TABLES
 
 TABLE_ASSETS: dict[str, Asset] = {
     name: Asset(name=f"kafkalog.{name}", uri=f"kafkalog://warehouse/{name}", group="kafkalog")

@@ -153,11 +153,12 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
 
 def publish_run(*, warehouse: str, run_id: str, access: settings.S3Access | None = None,
                 catalog: str | None = None, namespace: str | None = None):
-    """Publish run ``run_id``'s audited branch in ``warehouse`` (after the audit passed)."""
+    """Publish run ``run_id``'s audited branch in ``warehouse`` (after the audit passed):
+    exactly the branch heads the audit read."""
     from spark_jobs import publish
 
     return publish.publish_run(open_warehouse(warehouse, access, catalog=catalog,
-                                              namespace=namespace), run_id)
+                                              namespace=namespace), run_id, audited=True)
 
 
 # ------------------------------------------------------------ Airflow glue
@@ -270,7 +271,7 @@ def publish_from_context(context, assets) -> dict:
         result = publish_run(warehouse=warehouse, run_id=run_id,
                              catalog=ti.xcom_pull(task_ids="plan", key="catalog"),
                              namespace=ti.xcom_pull(task_ids="plan", key="namespace"))
-    except (iceberg.ConflictError, iceberg.NothingStaged) as err:
+    except (iceberg.ConflictError, iceberg.NothingStaged, iceberg.NotAudited) as err:
         raise fail(str(err)) from err  # no retry changes it: the run must be run again
     extra = {"warehouse": warehouse, "run_id": run_id, "dates": plan.get("dates", [])}
     outlet_events = context.get("outlet_events")

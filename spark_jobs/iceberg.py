@@ -31,6 +31,7 @@ pyiceberg's own commit retries are off on these tables (``commit.retry.num-retri
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -61,6 +62,7 @@ DAG_RUN_ID = "kafkalog.dag-run-id"
 STAGE = "kafkalog.stage"  # staged | published | maintenance
 ROWS = "kafkalog.rows"
 FILES = "kafkalog.files"
+AUDITED = "kafkalog.audited"  # dq_results: {table: snapshot id} the audit of the run read
 PUBLISHED_FROM = "kafkalog.published-from"  # a re-applied publish: the branch head it copies
 #: table property (on the first table published) while a run's publish is under way
 PUBLISHING = "kafkalog.publishing."
@@ -94,6 +96,10 @@ class ConflictError(RuntimeError):
 
 class NothingStaged(LookupError):
     """A run has no branch and nothing published: there is nothing to publish."""
+
+
+class NotAudited(RuntimeError):
+    """A publish that requires the audit found a branch head the audit did not read."""
 
 
 def branch_name(run_id: str) -> str:
@@ -436,11 +442,41 @@ class Warehouse:
 
     # ---------------------------------------------------------- publish
 
-    def publish(self, run_id: str, names=DECODE_TABLES) -> dict:
+    def audited_heads(self, run_id: str) -> dict[str, int] | None:
+        """``{table: snapshot id}`` the newest audit of run ``run_id`` read (the
+        ``kafkalog.audited`` summary of its ``dq_results`` snapshot); None: never audited."""
+        table = self.load("dq_results")
+        if table is None or table.current_snapshot() is None:
+            return None
+        for sid in ancestry(table, table.current_snapshot().snapshot_id):
+            summary = snapshot_summary(table, sid)
+            if summary.get(RUN_ID) == run_id and AUDITED in summary:
+                return {name: int(s) for name, s in json.loads(summary[AUDITED]).items()}
+        return None
+
+    def check_audited(self, run_id: str, names=DECODE_TABLES) -> None:
+        """Raise :class:`NotAudited` unless every branch head of run ``run_id`` is the
+        snapshot its newest audit read (a table already published has no branch left)."""
+        heads = self.audited_heads(run_id)
+        if heads is None:
+            raise NotAudited(f"run {run_id!r} has no audit in {self.namespace}.dq_results: "
+                             "audit it (spark_jobs/check_quality.py) before publishing")
+        for name in names:
+            head = self.staged_snapshot(name, run_id)
+            if head is not None and heads.get(name) != head:
+                raise NotAudited(
+                    f"{name}: the head of {branch_name(run_id)} is snapshot {head}, the audit "
+                    f"read {heads.get(name)}: the run was written again after its audit; "
+                    "audit it again before publishing")
+
+    def publish(self, run_id: str, names=DECODE_TABLES, *, audited: bool = False) -> dict:
         """Make run ``run_id``'s audited branch the current state of ``main``, table by
         table in ``names`` order (ledger last), then drop the branches. Idempotent: a
         table already published is left as it is, so publishing again after a crash at
-        any point completes the run. Returns ``{table: action}``."""
+        any point completes the run. ``audited``: refuse (:class:`NotAudited`) unless
+        the branches are what the run's newest audit read. Returns ``{table: action}``."""
+        if audited:
+            self.check_audited(run_id, names)
         branch = branch_name(run_id)
         tables = {name: self.table(name) for name in names}
         marked = publishing_key(run_id) in tables[names[0]].properties

@@ -1,5 +1,6 @@
-"""Where things are in a broker's log directory, and the segment manifest: one grammar
-for the Airflow planner (kafkalog_pipeline.snapshots) and the decode job.
+"""Where things are in a broker's log directory, the segment manifest and the names of
+the warehouse's tables: one place for the Airflow planner (kafkalog_pipeline), the UI
+plugin and the jobs. Imports nothing heavy (DAG files import it).
 
 A log directory holds one folder per partition, named as the broker names it,
 ``<topic>-<partition>`` (a topic is Kafka's ``[A-Za-z0-9._-]``, at most 249
@@ -29,6 +30,11 @@ INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 SEGMENT_SUFFIX = ".log"
 #: what the grammar says, for messages
 GRAMMAR = "<topic>-<partition>/<20-digit base offset>.log"
+
+#: the warehouse's tables (namespace ``kafka`` by default; columns: spark_jobs.schemas)
+TABLE_NAMES = ("records", "batches", "markers", "findings", "ledger", "dq_results")
+#: the tables a decode run writes, in publish order (ledger last: it is what later runs trust)
+DECODE_TABLES = TABLE_NAMES[:5]
 
 
 class ManifestError(ValueError):

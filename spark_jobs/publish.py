@@ -19,16 +19,18 @@ import sys
 from spark_jobs import iceberg, storage
 
 
-def publish_run(wh: iceberg.Warehouse, run_id: str) -> dict:
-    """Publish run ``run_id`` in ``wh``; returns ``{"run_id", "tables": {table: action}}``."""
-    return {"run_id": run_id, "tables": wh.publish(run_id)}
+def publish_run(wh: iceberg.Warehouse, run_id: str, *, audited: bool = False) -> dict:
+    """Publish run ``run_id`` in ``wh``; returns ``{"run_id", "tables": {table: action}}``.
+    ``audited``: only what the run's newest audit read (else :class:`iceberg.NotAudited`)."""
+    return {"run_id": run_id, "tables": wh.publish(run_id, audited=audited)}
 
 
 def publish(warehouse: str, run_id: str, config: storage.S3Config | None = None, *,
             catalog: str = iceberg.DEFAULT_CATALOG,
-            namespace: str = iceberg.DEFAULT_NAMESPACE) -> dict:
+            namespace: str = iceberg.DEFAULT_NAMESPACE, audited: bool = False) -> dict:
     """:func:`publish_run` on the warehouse at root ``warehouse``."""
-    return publish_run(iceberg.Warehouse(warehouse, catalog, namespace, config), run_id)
+    return publish_run(iceberg.Warehouse(warehouse, catalog, namespace, config), run_id,
+                       audited=audited)
 
 
 def main(argv=None) -> dict:
@@ -37,13 +39,17 @@ def main(argv=None) -> dict:
     p.add_argument("--run-id", required=True)
     iceberg.add_catalog_args(p)
     p.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL)")
+    p.add_argument("--require-audit", action="store_true",
+                   help="publish only the branch heads the run's newest audit read (its "
+                        "dq_results snapshot); refuse (exit 1) if the run was written again since")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     config = storage.S3Config.from_env(args.s3_endpoint) if storage.is_s3(args.warehouse) \
         or args.s3_endpoint else None
     try:
         result = publish(args.warehouse, args.run_id, config, catalog=args.catalog,
-                         namespace=args.namespace)
-    except (iceberg.ConflictError, iceberg.NothingStaged, iceberg.CatalogError) as err:
+                         namespace=args.namespace, audited=args.require_audit)
+    except (iceberg.ConflictError, iceberg.NothingStaged, iceberg.CatalogError,
+            iceberg.NotAudited) as err:
         print(f"publish: {err}", file=sys.stderr)
         raise SystemExit(1) from err
     print(json.dumps(result, sort_keys=True))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from kafkalog import arrow as ka
+from spark_jobs import layout
 
 TS = ka.TIMESTAMP
 _LINEAGE = [("segment", pa.string()), ("segment_base_offset", pa.int64()), ("run_id", pa.string())]
@@ -92,12 +93,11 @@ STATISTICS = ("topic", "dt", "run_id", "partition", "offset", "timestamp", "base
               "last_offset", "position", "batch_position", "segment_base_offset",
               "max_timestamp", "first_timestamp")
 
-#: the tables a decode run writes, in publish order (ledger last: it is what later runs trust)
-DECODE_TABLES = ("records", "batches", "markers", "findings", "ledger")
-
-
+DECODE_TABLES = layout.DECODE_TABLES
 #: every table
-NAMES = tuple(TABLES)
+NAMES = layout.TABLE_NAMES
+if tuple(TABLES) != NAMES:
+    raise RuntimeError("spark_jobs.layout.TABLE_NAMES and schemas.TABLES name different tables")
 
 
 def spark_arrow_schema(name: str) -> pa.Schema:

@@ -179,6 +179,35 @@ def test_a_publish_killed_at_any_commit_point_then_retried_converges(tmp_path):
             assert not [p for p in t.properties if p.startswith(iceberg.PUBLISHING)]
 
 
+def test_publish_with_the_audit_required_takes_only_what_the_audit_read(tmp_path):
+    """The DAG publishes with the audit required: a run written again after its audit
+    (a rerun of the decode task, a manual spark-submit with the same run id) is refused
+    until it is audited again, also where a publish crashed part-way in between."""
+    from spark_jobs.check_quality import audited_snapshots
+    from spark_jobs.quality import results
+
+    def audit(wh, run_id):
+        results.write(wh, run_id, [], audited={n: s for n, (_, s) in
+                                               audited_snapshots(wh, run_id).items()})
+
+    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    staged_run(wh, "r", {0: range(0, 10)})
+    with pytest.raises(iceberg.NotAudited, match="no audit"):
+        wh.publish("r", audited=True)
+    audit(wh, "r")
+    staged_run(wh, "r", {0: range(0, 12)})  # written again after the audit
+    with pytest.raises(iceberg.NotAudited, match="written again after its audit"):
+        publish.publish(str(wh.root), "r", audited=True)
+    with pytest.raises(SystemExit):  # the command line says so and exits 1
+        publish.main(["--warehouse", str(wh.root), "--run-id", "r", "--require-audit"])
+    assert published(wh.root) == Counter()
+    audit(wh, "r")
+    with pytest.raises(Crash), crash_at_commit(2):  # records reach main, the ledger not
+        wh.publish("r", audited=True)
+    wh.publish("r", audited=True)  # the retry: the ledger's branch is still the audited one
+    assert set(published(wh.root)) == {("orders", 0, o) for o in range(12)}
+
+
 def test_a_publish_killed_part_way_is_completed_by_the_next_night(spark, tmp_path):
     """The publish dies after ``records`` reached main and before the ledger did, and
     nobody retries it: the next night, over an overlapping snapshot, completes it first

@@ -13,6 +13,7 @@ import json
 import pyarrow as pa
 
 from .. import schemas
+from ..iceberg import AUDITED
 from .checks import CHECKS
 from .policy import RANK, Policy, worst
 
@@ -110,7 +111,7 @@ def write(wh, run_id: str, rows: list[dict], audited: dict | None = None) -> Non
     """Replace run ``run_id``'s rows of the ``dq_results`` table of ``wh`` (an
     :class:`spark_jobs.iceberg.Warehouse`) in one snapshot; its summary names the
     snapshots the audit read (``kafkalog.audited``)."""
-    summary = {"kafkalog.audited": json.dumps(audited, sort_keys=True)} if audited else {}
+    summary = {AUDITED: json.dumps(audited, sort_keys=True)} if audited else {}
     wh.replace_run_rows("dq_results", run_id, to_table(rows), summary)
 
 
