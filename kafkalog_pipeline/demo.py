@@ -149,6 +149,10 @@ def start_s3(snapshots: Path):
     return server, endpoint
 
 
+class DemoError(RuntimeError):
+    """The demo cannot go on; the message says why (``main`` prints it and exits 1)."""
+
+
 def airflow(env, *args, **kwargs):
     return subprocess.run([str(BIN / "airflow"), *args], env=env, **kwargs)
 
@@ -157,7 +161,7 @@ def migrate(env, log_dir: Path) -> None:
     with open(log_dir / "airflow-db-migrate.log", "w") as log:
         rc = airflow(env, "db", "migrate", stdout=log, stderr=subprocess.STDOUT).returncode
     if rc:
-        raise SystemExit(f"airflow db migrate failed: see {log_dir / 'airflow-db-migrate.log'}")
+        raise DemoError(f"airflow db migrate failed: see {log_dir / 'airflow-db-migrate.log'}")
 
 
 # ------------------------------------------------------------------ Airflow components
@@ -357,7 +361,7 @@ def exclusive(out: Path, what: str):
         f.seek(0)
         holder = f.read().strip() or "another process"
         f.close()
-        raise SystemExit(f"{out} is in use by {holder}: stop it first (Ctrl-C where it runs), "
+        raise DemoError(f"{out} is in use by {holder}: stop it first (Ctrl-C where it runs), "
                          f"then start {what} again") from None
     try:
         f.seek(0)
@@ -494,11 +498,15 @@ def main(argv: list[str] | None = None) -> int:
     test = sub.add_parser("dagtest", help=argparse.SUPPRESS)
     test.add_argument("date")
     args = parser.parse_args(argv)
-    if args.command == "run":
-        return cmd_run(Path(args.out))
-    if args.command == "ui":
-        return cmd_ui(Path(args.out), args.port)
-    return dagtest(args.date)
+    try:
+        if args.command == "run":
+            return cmd_run(Path(args.out))
+        if args.command == "ui":
+            return cmd_ui(Path(args.out), args.port)
+        return dagtest(args.date)
+    except DemoError as err:
+        print(f"demo: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
