@@ -57,6 +57,7 @@ bench: venv
 	$(BIN)/python bench/bench_memory.py
 	$(BIN)/python bench/bench_job.py
 	$(BIN)/python bench/bench_plan.py
+	$(BIN)/python bench/bench_iceberg.py
 
 clean:
 	rm -rf $(VENV) demo-output build *.egg-info
