@@ -16,6 +16,7 @@ imports pyarrow, pyiceberg or Spark at import time (the DAG file imports this).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 
@@ -96,8 +97,6 @@ def compact(table: str, params: dict | None = None, *, warehouse: str | None = N
 
 def expire(table: str, params: dict | None = None, *, warehouse: str | None = None,
            now=None) -> dict:
-    import datetime as dt
-
     from spark_jobs import maintenance
 
     opts = options(params)
@@ -109,8 +108,6 @@ def expire(table: str, params: dict | None = None, *, warehouse: str | None = No
 
 
 def remove_orphans(table: str, params: dict | None = None, *, warehouse: str | None = None) -> dict:
-    import datetime as dt
-
     from spark_jobs import maintenance
 
     opts = options(params)
@@ -120,8 +117,6 @@ def remove_orphans(table: str, params: dict | None = None, *, warehouse: str | N
 
 
 def clean_scratch(params: dict | None = None, *, warehouse: str | None = None) -> dict:
-    import datetime as dt
-
     from spark_jobs import maintenance
 
     opts = options(params)
@@ -161,8 +156,6 @@ def nightly_runs_holding(ti) -> list[str]:
 def wait_for_nightly(context) -> None:
     """Reschedule the task while a nightly run holds the warehouse (nothing to wait for
     outside a running task)."""
-    import datetime as dt
-
     from airflow.sdk.exceptions import AirflowRescheduleException
 
     ti = context.get("ti")

@@ -291,15 +291,19 @@ class S3Store:
         return ObjectInfo(key, head["ContentLength"], head.get("ETag", "").strip('"') or None,
                           head["LastModified"].astimezone(dt.timezone.utc))
 
+    def _get(self, key: str, start: int, end: int | None, **extra) -> tuple[dict, bytes]:
+        """A GET of ``[start, end)`` (the whole object from 0 to None): the response and
+        its bytes; boto3's errors as they come."""
+        if start or end is not None:
+            extra["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
+        resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key), **extra)
+        return resp, resp["Body"].read()
+
     def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         if end is not None and end <= start:
             return b""
-        extra = {}
-        if start or end is not None:
-            extra["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
         try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key), **extra)
-            return resp["Body"].read()
+            return self._get(key, start, end)[1]
         except Exception as err:
             raise StorageError(f"cannot read {self.uri(key)} [{start}, {end}): {_why(err)}") from err
 
@@ -308,12 +312,9 @@ class S3Store:
         object's total size must be the pin's), length-checked."""
         if end is not None and end <= start:
             return b""
-        extra = {"IfMatch": f'"{pin.etag}"'} if pin.etag else {}
-        if start or end is not None:
-            extra["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
         try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key), **extra)
-            data = resp["Body"].read()
+            resp, data = self._get(key, start, end,
+                                   **({"IfMatch": f'"{pin.etag}"'} if pin.etag else {}))
         except Exception as err:
             if _code(err) in ("PreconditionFailed", "412"):
                 raise ChangedObject(f"{self.uri(key)} is no longer the listed object (ETag "
