@@ -265,12 +265,6 @@ def rewrite(group: Group, data_root: str, config: storage.S3Config | None = None
     return storage.join(data_root, key)
 
 
-def _delete_uris(uris, config) -> None:
-    for uri in uris:
-        store, key = storage.open_object(uri, config)
-        store.delete([key])
-
-
 def _commit_replacement(table, old, new, summary: dict) -> None:
     """One overwrite snapshot on ``main``: DataFiles ``old`` out, ``new`` in. A
     compare-and-swap on ``main``'s head as ``table`` has it (CommitFailedException);
@@ -320,7 +314,7 @@ def _commit_batch(wh, name: str, batch: list[_Rewritten], out: dict, attempts: i
                 else:
                     keep.append(r)
                     continue
-                _delete_uris([r.uri], wh.s3)
+                storage.delete_objects([r.uri], wh.s3)
             pending = keep
             if not pending:
                 return
@@ -353,7 +347,7 @@ def _commit_batch(wh, name: str, batch: list[_Rewritten], out: dict, attempts: i
             _skip(out, r.group, f"main kept moving: not committed after {attempts} tries")
     finally:
         if pending:  # not committed (an error, or out of tries): the new files go
-            _delete_uris([r.uri for r in pending], wh.s3)
+            storage.delete_objects([r.uri for r in pending], wh.s3)
 
 
 def compact_table(wh: iceberg.Warehouse, name: str, *, min_files: int = DEFAULT_MIN_FILES,
@@ -408,7 +402,7 @@ def compact_table(wh: iceberg.Warehouse, name: str, *, min_files: int = DEFAULT_
             _commit_batch(wh, name, done, out, attempts)
     finally:
         if batch:  # an error before its commit: its new files go
-            _delete_uris([r.uri for r in batch], wh.s3)
+            storage.delete_objects([r.uri for r in batch], wh.s3)
     if not dry_run:
         table = wh.load(name)
         out["files_after"] = len(iceberg.live_files(table, table.current_snapshot().snapshot_id))

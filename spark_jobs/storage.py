@@ -377,6 +377,16 @@ def open_object(uri: str, config: S3Config | None = None):
     return LocalStore(os.path.dirname(path)), os.path.basename(path)
 
 
+def delete_objects(uris, config: S3Config | None = None) -> None:
+    """Delete objects by full URI (local paths or ``s3://``), a batch per store."""
+    by_store: dict = {}
+    for uri in uris:
+        store, key = open_object(uri, config)
+        by_store.setdefault(store.uri(), (store, []))[1].append(key)
+    for store, keys in by_store.values():
+        store.delete(keys)
+
+
 def open_store(root: str, config: S3Config | None = None) -> LocalStore | S3Store:
     """The store for ``root`` (``s3://bucket/prefix`` or a local path)."""
     return S3Store(root, config) if is_s3(root) else LocalStore(root)

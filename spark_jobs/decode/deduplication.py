@@ -10,8 +10,8 @@ gives a ``divergence`` finding.
 
 from __future__ import annotations
 
-from spark_jobs import iceberg, tables
-from spark_jobs.decode.writing import Context, delete_files, task_files, write_frame
+from spark_jobs import iceberg, storage, tables
+from spark_jobs.decode.writing import Context, task_files, write_frame
 
 def dedupe(existing, staged, pending, keys: list[str], order: list[str], content: list[str] | None):
     """Rows of ``pending`` to keep, and (if ``content``) its copies that differ from the kept one.
@@ -130,5 +130,5 @@ def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[d
                                   "findings", ctx, "d")
     diverging.unpersist()
     for files in scratch.values():
-        delete_files(files, ctx.s3)
+        storage.delete_objects(files, ctx.s3)
     return n_div, out

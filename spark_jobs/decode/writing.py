@@ -297,15 +297,6 @@ def write_driver_table(ctx: Context, name: str, rows: pa.Table, part: str) -> li
     return writer.commit().get(name, [])
 
 
-def delete_files(uris: list[str], s3) -> None:
-    by_store: dict = {}
-    for uri in uris:
-        store, key = storage.open_object(uri, s3)
-        by_store.setdefault(store.uri(), (store, []))[1].append(key)
-    for store, keys in by_store.values():
-        store.delete(keys)
-
-
 def ledger_table(rows: list[dict]) -> pa.Table:
     def ts(v):
         return dt.datetime.fromisoformat(v) if isinstance(v, str) else v
