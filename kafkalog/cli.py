@@ -1,8 +1,18 @@
-"""The ``kafkalog`` command line: ``dump`` segments, read ``index`` files.
+"""The ``kafkalog`` command line: ``dump`` segments and index files, read ``index`` files.
 
-Exit status: 0 when nothing was found wrong, 1 when findings were reported
-(the output is still complete), 2 for usage or I/O errors (one line on
-stderr, no traceback).
+``dump`` chooses what a file is by its name, as Kafka's ``kafka-dump-log.sh``
+does: ``.log`` is a segment, ``.index``/``.timeindex``/``.txnindex`` an index
+(printed as ``index`` prints it). Kafka renames a segment's files by appending
+``.deleted``, ``.cleaned`` or ``.swap``; the suffix before that still decides
+(``…0.log.deleted`` is a log). Anything else (a producer-state ``.snapshot``, a
+file without a suffix) is refused, unless ``--force-log`` decodes it as a log.
+
+Exit status, the same for both commands (with several files the highest wins):
+see :data:`EXIT_STATUS`. Errors and refusals are one line on stderr, with no
+traceback and nothing printed for that file before them.
+
+Text output ends each file with a summary line; with ``--json`` stdout holds
+only the JSON objects (one per line) and the summary line goes to stderr.
 """
 
 from __future__ import annotations
@@ -12,10 +22,12 @@ import base64
 import json
 import os
 import sys
+from collections import Counter
+from itertools import chain
 from typing import Callable, TextIO
 
 from . import __version__, _accel
-from .errors import KafkaLogError, SourceError
+from .errors import KafkaLogError
 from .indexes import (
     base_offset_of,
     read_offset_index,
@@ -25,10 +37,19 @@ from .indexes import (
     verify_time_index,
     verify_txn_index,
 )
-from .log_reader import scan
+from .log_reader import MAGIC_OFFSET, scan
 from .model import Batch, Finding, Limits, increment_sequence
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+EXIT_STATUS = """\
+Exit status (with several FILEs, the highest):
+  0  read completely, nothing wrong (index --verify: every entry agrees)
+  1  the input is wrong: findings were reported (the output is still complete),
+     or a .log is empty or is not a Kafka log segment (one line on stderr)
+  2  could not run: usage error, a file type not read (dump --force-log reads
+     any file as a log), a file that cannot be opened, a byte range outside the
+     file (one line on stderr, nothing printed for that file)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,6 +115,10 @@ def record_json(b: Batch, r, file: str) -> dict:
     return out
 
 
+def _num(v) -> str:
+    return "null" if v is None else str(v)
+
+
 def _bool(v) -> str:
     return "null" if v is None else str(v).lower()
 
@@ -102,7 +127,7 @@ def batch_text(b: Batch) -> str:
     ts_name = b.timestamp_type or "NoTimestampType"
     horizon = f"OptionalLong[{b.delete_horizon_ms}]" if b.has_delete_horizon else "OptionalLong.empty"
     parts = [
-        f"baseOffset: {b.base_offset} lastOffset: {b.last_offset} count: {b.record_count}",
+        f"baseOffset: {_num(b.base_offset)} lastOffset: {b.last_offset} count: {b.record_count}",
     ]
     if b.magic == 2:
         parts.append(
@@ -166,43 +191,194 @@ def _emit(out: TextIO, as_json: bool, obj: dict, text: Callable[[], str]) -> Non
     out.write("\n")
 
 
-def cmd_dump(args, out: TextIO) -> int:
-    limits = Limits(max_decompressed_size=args.max_decompressed_size)
-    status = EXIT_OK
-    byte_range = None
-    if args.start is not None or args.end is not None:
-        byte_range = (args.start or 0, args.end)
-    for path in args.files:
-        if not args.json:
-            out.write(f"Dumping {path}\n")
-            try:
-                out.write(f"Log starting offset: {base_offset_of(path)}\n")
-            except KafkaLogError:
-                pass
-        try:
-            for item in scan(path, verify_crc=not args.no_verify_crc, limits=limits,
-                             byte_range=byte_range):
-                if isinstance(item, Finding):
-                    status = max(status, EXIT_FINDINGS)
-                    _emit(out, args.json, {**item.to_dict(), "file": path},
-                          lambda: finding_text(item))
-                    continue
-                _emit(out, args.json, batch_json(item, path), lambda: batch_text(item))
-                if args.records:
-                    for r in item.records:
-                        _emit(out, args.json, record_json(item, r, path),
-                              lambda: record_text(item, r, args.print_data))
-        except SourceError as err:
-            print(f"kafkalog: {err}", file=sys.stderr)
-            status = EXIT_ERROR
-    return status
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
+
+def summary_text(counts: list[str], kinds: Counter, nbytes: int, verdict: str = "") -> str:
+    """``16 batches, 18 records, 2 findings (crc_mismatch 1, truncated_tail 1), 1412 bytes``."""
+    n = sum(kinds.values())
+    found = "no findings" if not n else (
+        f"{_count(n, 'finding', 'findings')} ({', '.join(f'{k} {c}' for k, c in kinds.items())})")
+    return f"{', '.join(counts)}, {found}, {_count(nbytes, 'byte', 'bytes')}{verdict}"
+
+
+def _summary(args, out: TextIO, path: str, text: str) -> None:
+    if args.json:  # stdout stays JSON objects only
+        print(f"kafkalog: {path}: {text}", file=sys.stderr)
+    else:
+        out.write(f"Summary: {text}\n")
+
+
+def _error(path: str, err: Exception) -> None:
+    """One line on stderr that names the file."""
+    message = str(err)
+    print(f"kafkalog: {message if path in message else f'{path}: {message}'}", file=sys.stderr)
+
+
+class _Refused(Exception):
+    """A file the command will not read (one line on stderr, exit 2)."""
+
+
+#: Kafka renames a segment's files by appending one of these (deleted,
+#: cleaned, swap); the suffix before it still says what the file holds.
+RENAME_SUFFIXES = (".deleted", ".cleaned", ".swap")
+LOG_SUFFIX = ".log"
 
 _READERS = {
     ".index": (read_offset_index, verify_offset_index),
     ".timeindex": (read_time_index, verify_time_index),
     ".txnindex": (read_txn_index, verify_txn_index),
 }
+
+#: Files of a partition directory that are neither a segment nor an index.
+_NOT_READ = {".snapshot": "a producer-state snapshot, not a log segment or index"}
+
+
+def _split_name(path: str) -> tuple[str, str, str]:
+    """``(stem, type suffix, rename suffix)``: ``0.log.deleted`` -> ``("0", ".log", ".deleted")``."""
+    stem, ext = os.path.splitext(path)
+    rename = ""
+    if ext in RENAME_SUFFIXES:
+        rename = ext
+        stem, ext = os.path.splitext(stem)
+    return stem, ext, rename
+
+
+def file_type(path: str) -> str:
+    """The suffix that says what ``path`` holds (``.log``, ``.index``, ...),
+    looking through Kafka's rename suffixes; ``""`` if it has none."""
+    return _split_name(os.path.basename(path))[1]
+
+
+def _dump_type(path: str, force_log: bool) -> str:
+    if force_log:
+        return LOG_SUFFIX
+    ext = file_type(path)
+    if ext == LOG_SUFFIX or ext in _READERS:
+        return ext
+    what = _NOT_READ.get(ext) or (f"unknown file type {ext!r}" if ext else "no file type suffix")
+    raise _Refused(
+        f"{path}: {what}: dump reads .log, .index, .timeindex and .txnindex files (also "
+        f"renamed .deleted, .cleaned or .swap); --force-log decodes any file as a log"
+    )
+
+
+def _log_beside(index_path: str) -> str:
+    """The ``.log`` of an index file's segment (``0.index.swap`` -> ``0.log.swap``)."""
+    stem, _, rename = _split_name(index_path)
+    return stem + LOG_SUFFIX + rename
+
+
+def cmd_dump(args, out: TextIO) -> int:
+    try:  # everything wrong with the arguments is said before any output
+        if (args.start is not None and args.start < 0) or (
+                args.end is not None and args.end < (args.start or 0)):
+            raise _Refused(f"bad byte range --start {args.start} --end {args.end}: "
+                           "need 0 <= start <= end")
+        types = [_dump_type(path, args.force_log) for path in args.files]
+        if args.start is not None or args.end is not None:
+            for path, ext in zip(args.files, types):
+                if ext != LOG_SUFFIX:
+                    raise _Refused(f"{path}: --start/--end apply to .log segments only")
+    except _Refused as err:
+        print(f"kafkalog: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    status = EXIT_OK
+    for path, ext in zip(args.files, types):
+        try:
+            if ext == LOG_SUFFIX:
+                s = _dump_log(args, path, out)
+            else:
+                s = _dump_index(args, path, ext, None, out)
+        except KafkaLogError as err:
+            _error(path, err)
+            s = EXIT_ERROR
+        status = max(status, s)
+    return status
+
+
+def _peek(items) -> list:
+    """The first items of a scan, up to its first batch (at most 3): enough to
+    tell a segment from something else. Opening the file happens here."""
+    head = []
+    for item in items:
+        head.append(item)
+        if isinstance(item, Batch) or len(head) == 3:
+            break
+    return head
+
+
+def not_a_segment(head: list, start: int, stop: int, size: int) -> str | None:
+    """Why the bytes ``start..stop`` of a ``size``-byte file are no log segment
+    at all, from the first items :func:`_peek` took; None if they may be one.
+
+    They are not when the file is empty, when they are too few for one entry
+    header, or when the first entry is impossible (magic, size) and no valid
+    entry follows anywhere. Damage after a first plausible entry, a truncated
+    first entry and a zero-filled (preallocated) file stay findings.
+    """
+    if any(isinstance(i, Batch) for i in head):
+        return None
+    if size == 0:
+        return "empty file (0 bytes), not a Kafka log segment"
+    n = stop - start
+    if n == 0:
+        return None  # an empty range of a segment: nothing to decode, nothing wrong
+    if start == 0 and stop == size:
+        where = f"not a Kafka log segment ({_count(n, 'byte', 'bytes')})"
+    else:
+        where = f"no Kafka log entry in bytes {start}..{stop}"
+    if n <= MAGIC_OFFSET:
+        return f"{where}: fewer bytes than an entry header ({MAGIC_OFFSET + 1})"
+    if (len(head) == 2 and head[0].kind == "corrupt_batch" and head[0].position == start
+            and head[1].kind == "skipped_bytes" and head[1].end == stop):
+        return f"{where}: {head[0].message}, and no valid entry follows"
+    return None
+
+
+def _dump_log(args, path: str, out: TextIO) -> int:
+    byte_range = None
+    if args.start is not None or args.end is not None:
+        byte_range = (args.start or 0, args.end)
+    items = scan(path, verify_crc=not args.no_verify_crc,
+                 limits=Limits(max_decompressed_size=args.max_decompressed_size),
+                 byte_range=byte_range)
+    try:
+        head = _peek(items)  # open errors and bad ranges: raised before any output
+        size = os.stat(path).st_size
+        start = args.start or 0
+        stop = size if args.end is None else args.end
+        why = not_a_segment(head, start, stop, size)
+        if why:
+            print(f"kafkalog: {path}: {why}", file=sys.stderr)
+            return EXIT_FINDINGS
+        if not args.json:
+            out.write(f"Dumping {path}\n")
+            try:
+                out.write(f"Log starting offset: {base_offset_of(path)}\n")
+            except KafkaLogError:
+                pass
+        batches = records = 0
+        kinds: Counter = Counter()
+        for item in chain(head, items):
+            if isinstance(item, Finding):
+                kinds[item.kind] += 1
+                _emit(out, args.json, {**item.to_dict(), "file": path},
+                      lambda: finding_text(item))
+                continue
+            batches += 1
+            records += len(item.records)
+            _emit(out, args.json, batch_json(item, path), lambda: batch_text(item))
+            if args.records:
+                for r in item.records:
+                    _emit(out, args.json, record_json(item, r, path),
+                          lambda: record_text(item, r, args.print_data))
+    finally:
+        items.close()
+    _summary(args, out, path, summary_text(
+        [_count(batches, "batch", "batches"), _count(records, "record", "records")], kinds, stop - start))
+    return EXIT_FINDINGS if kinds else EXIT_OK
 
 
 def _index_entry_json(kind: str, e) -> dict:
@@ -213,34 +389,44 @@ def _index_entry_text(e) -> str:
     return " ".join(f"{k}: {v}" for k, v in e._asdict().items())
 
 
+def _dump_index(args, path: str, ext: str, log: str | None, out: TextIO) -> int:
+    """Print one index file's entries (and, with ``log``, its check against that .log)."""
+    read, verify = _READERS[ext]
+    index = read(path)  # everything that can fail happens before any output
+    found = list(index.findings)
+    if log is not None:
+        found = verify(index, log)
+    size = os.stat(path).st_size
+    if not args.json:
+        out.write(f"Dumping {path}\n")
+    for e in index.entries:
+        _emit(out, args.json, {**_index_entry_json(index.kind, e), "file": path},
+              lambda: _index_entry_text(e))
+    for f in found:
+        _emit(out, args.json, {**f.to_dict(), "file": path}, lambda: finding_text(f))
+    verdict = "" if log is None else \
+        f"; verified against {log}: {'FAILED' if found else 'OK'}"
+    _summary(args, out, path, summary_text(
+        [_count(len(index.entries), "entry", "entries")],
+        Counter(f.kind for f in found), size, verdict))
+    return EXIT_FINDINGS if found else EXIT_OK
+
+
 def cmd_index(args, out: TextIO) -> int:
+    bad = [p for p in args.files if file_type(p) not in _READERS]
+    if bad:  # before any output
+        print(f"kafkalog: {bad[0]}: not an index file (.index, .timeindex or .txnindex, "
+              "also renamed .deleted, .cleaned or .swap)", file=sys.stderr)
+        return EXIT_ERROR
     status = EXIT_OK
     for path in args.files:
-        ext = os.path.splitext(path)[1]
-        if ext not in _READERS:
-            print(f"kafkalog: {path}: not an index file (.index, .timeindex or .txnindex)",
-                  file=sys.stderr)
-            status = EXIT_ERROR
-            continue
-        read, verify = _READERS[ext]
+        log = (args.log or _log_beside(path)) if args.verify else None
         try:
-            index = read(path)
-            found = list(index.findings)
-            if args.verify:
-                log = args.log or os.path.splitext(path)[0] + ".log"
-                found = verify(index, log)
+            s = _dump_index(args, path, file_type(path), log, out)
         except KafkaLogError as err:
-            print(f"kafkalog: {err}", file=sys.stderr)
-            status = EXIT_ERROR
-            continue
-        if not args.json:
-            out.write(f"Dumping {path}\n")
-        for e in index.entries:
-            _emit(out, args.json, {**_index_entry_json(index.kind, e), "file": path},
-                  lambda: _index_entry_text(e))
-        for f in found:
-            status = max(status, EXIT_FINDINGS)
-            _emit(out, args.json, {**f.to_dict(), "file": path}, lambda: finding_text(f))
+            _error(path, err)
+            s = EXIT_ERROR
+        status = max(status, s)
     return status
 
 
@@ -248,8 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kafkalog",
         description="Decode Kafka log segments (v0/v1/v2, every codec) and their index files.",
-        epilog="Exit status: 0 nothing wrong, 1 findings reported (output complete), "
-        "2 usage or I/O error.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"kafkalog {__version__} ("
                         + ("compiled fast path" if _accel.active() else "pure Python") + ")")
@@ -257,20 +443,41 @@ def build_parser() -> argparse.ArgumentParser:
 
     dump = sub.add_parser(
         "dump",
-        help="print the batches (and records) of .log segments",
-        description="Print every batch of each segment in file order, like kafka-dump-log.sh, "
-        "with findings (CRC mismatches, truncated tails, corruption) where they occur.",
+        help="print the batches (and records) of .log segments, or index entries",
+        description="""\
+Print every batch of each segment in file order, like kafka-dump-log.sh, with
+findings (CRC mismatches, truncated tails, corruption) where they occur, then a
+summary line per file (batches, records, findings by kind, bytes; on stderr
+with --json, so stdout stays JSON Lines).
+
+The file name decides what a FILE is: .log a segment; .index, .timeindex and
+.txnindex an index, printed as `kafkalog index` prints it. Kafka's rename
+suffixes are looked through: 0.log.deleted, .log.cleaned and .log.swap are
+logs, 0.index.swap an index. Anything else (a producer-state .snapshot, a file
+without a suffix) is refused (exit 2) unless --force-log.
+
+An empty .log, or one whose first bytes are no entry header and where no valid
+entry follows (a text file, say), is said in one line on stderr (exit 1);
+damage inside a segment is reported as findings in place.""",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    dump.add_argument("files", nargs="+", metavar="FILE", help="segment (.log) files")
+    dump.add_argument("files", nargs="+", metavar="FILE",
+                      help="segment (.log) or index (.index, .timeindex, .txnindex) files")
     dump.add_argument("--records", action="store_true", help="also print every record")
     dump.add_argument("--json", action="store_true",
-                      help="JSON Lines: batch, record and finding objects; bytes as base64")
+                      help="JSON Lines: batch, record and finding objects (index_entry and "
+                      "finding for index files); bytes as base64; the summary goes to stderr")
     dump.add_argument("--print-data", action="store_true",
                       help="text mode: also print keys and values (UTF-8, escaped)")
+    dump.add_argument("--force-log", action="store_true",
+                      help="decode every FILE as a log segment, whatever its name "
+                      "(e.g. a segment saved under another name)")
     dump.add_argument("--no-verify-crc", action="store_true", help="skip CRC verification")
     dump.add_argument("--start", type=int, metavar="BYTE",
-                      help="decode from this byte position (must be an entry start)")
-    dump.add_argument("--end", type=int, metavar="BYTE", help="decode up to this byte position")
+                      help="decode from this byte position (must be an entry start; .log only)")
+    dump.add_argument("--end", type=int, metavar="BYTE",
+                      help="decode up to this byte position (.log only)")
     dump.add_argument("--max-decompressed-size", type=int, metavar="BYTES",
                       default=Limits().max_decompressed_size,
                       help="largest payload one compressed batch may inflate to "
@@ -280,10 +487,18 @@ def build_parser() -> argparse.ArgumentParser:
     index = sub.add_parser(
         "index",
         help="print .index/.timeindex/.txnindex entries",
-        description="Print the entries of index files; --verify checks them against the .log.",
+        description="""\
+Print the entries of index files, then a summary line per file (entries,
+findings, bytes; on stderr with --json). --verify checks the entries against
+the segment's .log and the summary line ends with the verdict, OK or FAILED.
+An empty index is normal: Kafka writes the first entry after 4 KiB of a
+segment.""",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     index.add_argument("files", nargs="+", metavar="FILE")
-    index.add_argument("--json", action="store_true", help="JSON Lines output")
+    index.add_argument("--json", action="store_true",
+                       help="JSON Lines output; the summary goes to stderr")
     index.add_argument("--verify", action="store_true",
                        help="check entries against the segment (.index: positions and "
                        "last offsets; .timeindex: last offsets and max timestamps; .txnindex: "

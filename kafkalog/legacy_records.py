@@ -155,17 +155,21 @@ def decode_entry(buf, pos: int, end: int, verify_crc: bool, limits: Limits):
     ``fields`` is a dict of the Batch's header fields. When the records cannot
     be decoded (decompression failure, malformed inner set), ``records`` is
     ``None`` and ``error`` holds the :class:`CorruptDataError`; the header is
-    still reported.
+    still reported, with ``base_offset`` None for a compressed wrapper (its
+    own offset is its last inner offset; the first is not known).
     """
     offset, crc, computed, magic, attributes, timestamp, key, value = read_message(
         buf, pos, end, verify_crc
     )
     codec = attributes & CODEC_MASK
     log_append = magic == 1 and bool(attributes & TIMESTAMP_TYPE_MASK)
+    compressed = codec != codecs.NONE
     fields = dict(
         size=end - pos,
         magic=magic,
-        base_offset=offset,
+        # a wrapper's own offset is its *last* inner offset; the first is
+        # known only once its value is decompressed (unknown until then: None)
+        base_offset=None if compressed else offset,
         last_offset=offset,
         crc=crc,
         computed_crc=computed,
@@ -176,7 +180,7 @@ def decode_entry(buf, pos: int, end: int, verify_crc: bool, limits: Limits):
         max_timestamp=timestamp,
         record_count=1,
     )
-    if codec == codecs.NONE:
+    if not compressed:
         return fields, [Record(offset, timestamp, key, value)], [], None
     try:
         if value is None:

@@ -152,10 +152,13 @@ def _scan(buf, base: int, verify_crc: bool, limits: Limits, sink=None,
             continue
 
         batch, found, trusted = _decode(buf, pos, end, base, magic, verify_crc, limits, sink)
-        if prev_last is not None and batch.base_offset <= prev_last:
+        # an undecodable v0/v1 wrapper's first offset is unknown: its last must do
+        first = batch.last_offset if batch.base_offset is None else batch.base_offset
+        if prev_last is not None and first <= prev_last:
+            starts = "ends" if batch.base_offset is None else "starts"
             found.append(Finding(
                 "offset_regression", batch.position, batch.end,
-                f"batch at position {batch.position} starts at offset {batch.base_offset}, "
+                f"batch at position {batch.position} {starts} at offset {first}, "
                 f"not above the previous batch's last offset {prev_last}",
                 batch.base_offset, batch.last_offset,
             ))
@@ -205,14 +208,14 @@ def _decode(buf, pos, end, base, magic, verify_crc, limits, sink=None):
     if crc_valid is False:
         found.append(Finding(
             "crc_mismatch", batch.position, batch.end,
-            f"batch at position {batch.position} (offsets {batch.base_offset}..{batch.last_offset}): "
+            f"batch at position {batch.position} ({_offsets(batch)}): "
             f"stored crc 0x{batch.crc:08x}, computed 0x{batch.computed_crc:08x}",
             batch.base_offset, batch.last_offset,
         ))
     if error is not None:
         found.append(Finding(
             error.kind, batch.position, batch.end,
-            f"batch at position {batch.position} (offsets {batch.base_offset}..{batch.last_offset}): {error}",
+            f"batch at position {batch.position} ({_offsets(batch)}): {error}",
             batch.base_offset, batch.last_offset,
         ))
     for kind, message in notes:
@@ -221,6 +224,13 @@ def _decode(buf, pos, end, base, magic, verify_crc, limits, sink=None):
                              batch.base_offset, batch.last_offset))
     trusted = crc_valid is True or batch.decoded
     return batch, found, trusted
+
+
+def _offsets(batch: Batch) -> str:
+    """``offsets 6..17``; ``last offset 17`` where the first is unknown."""
+    if batch.base_offset is None:
+        return f"last offset {batch.last_offset}"
+    return f"offsets {batch.base_offset}..{batch.last_offset}"
 
 
 def _decode_v2(buf, pos, end, base, verify_crc, limits, sink=None):

@@ -168,13 +168,16 @@ class Batch:
 
     A compressed v0/v1 wrapper is one Batch whose ``records`` are its inner
     messages; ``base_offset``/``last_offset`` are its first/last inner offsets.
+    When the wrapper cannot be decompressed (``decoded`` False) its first inner
+    offset is unknown: ``base_offset`` is None (``last_offset`` is the
+    wrapper's own offset). It is an int everywhere else.
     Fields that exist only in v2 are ``None`` for v0/v1.
     """
 
     position: int
     size: int  # total bytes of the entry, 12-byte offset+size overhead included
     magic: int
-    base_offset: int
+    base_offset: int | None  # None only for an undecodable v0/v1 compressed wrapper
     last_offset: int
     crc: int
     computed_crc: int | None  # None when CRC verification was off

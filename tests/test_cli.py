@@ -66,10 +66,17 @@ def test_usage_errors_are_one_line_exit_2(argv):
     assert "Traceback" not in p.stderr
 
 
-def test_help_names_both_commands():
-    p = run("--help")
+@pytest.mark.parametrize("argv", [["--help"], ["dump", "--help"], ["index", "--help"]])
+def test_help_documents_the_exit_statuses(argv):
+    p = run(*argv)
     assert p.returncode == 0
-    assert "dump" in p.stdout and "index" in p.stdout and "Exit status" in p.stdout
+    assert "Exit status" in p.stdout
+    for status in ("0  read completely", "1  the input is wrong", "2  could not run"):
+        assert status in p.stdout, status
+    if argv == ["--help"]:
+        assert "dump" in p.stdout and "index" in p.stdout
+    if argv[0] == "dump":
+        assert "--force-log" in p.stdout and ".deleted" in p.stdout
 
 
 def test_dump_starts_without_importing_pandas():
@@ -124,7 +131,9 @@ def test_txn_index_verify(tmp_path, capsys):
     txn = tmp_path / "00000000000000000000.txnindex"
     assert main(["index", "--verify", str(txn)]) == 0
     out = capsys.readouterr().out
-    assert f"producer_id: 5 first_offset: 0 last_offset: {abort}" in out and "finding" not in out
+    assert f"producer_id: 5 first_offset: 0 last_offset: {abort}" in out
+    assert not [ln for ln in out.splitlines() if ln.startswith("finding:")]
+    assert out.splitlines()[-1].endswith(": OK")
     # an entry whose last offset is the data batch's, not the marker's
     txn.write_bytes(struct.pack(">hqqqq", 0, 5, 0, 0, 1))
     assert main(["index", "--verify", "--json", str(txn)]) == 1
@@ -137,3 +146,255 @@ def test_txn_index_verify(tmp_path, capsys):
 def test_index_rejects_other_files():
     p = run("index", str(SMALL))
     assert p.returncode == 2 and "not an index file" in p.stderr
+
+
+# ---------------------------------------------------------------- issue 17
+# Every bad input: one line on stderr, nothing on stdout, the documented status
+# (1: the input is wrong; 2: the command could not run).
+
+def _one_line_error(p: subprocess.CompletedProcess, status: int, *words: str) -> str:
+    assert p.returncode == status, (p.returncode, p.stdout, p.stderr)
+    assert p.stdout == "", p.stdout  # nothing before (or instead of) the error
+    assert len(p.stderr.splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
+    for w in words:
+        assert w in p.stderr, (w, p.stderr)
+    return p.stderr
+
+
+def test_empty_log_says_so_exit_1(tmp_path):
+    empty = tmp_path / "00000000000000000000.log"
+    empty.write_bytes(b"")
+    _one_line_error(run("dump", str(empty)), 1, "empty file", "not a Kafka log segment")
+    _one_line_error(run("dump", "--json", str(empty)), 1, "empty file")
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"this is a text file that someone saved as a segment\n" * 3, "impossible magic"),
+    (b"hello\n", "fewer bytes than an entry header"),
+])
+def test_a_file_that_is_no_segment_says_so_exit_1(tmp_path, content, why):
+    text = tmp_path / "00000000000000000000.log"
+    text.write_bytes(content)
+    err = _one_line_error(run("dump", "--records", str(text)), 1,
+                          "not a Kafka log segment", why, str(text))
+    assert "corrupt_batch" not in err
+
+
+def test_damage_inside_a_segment_stays_findings(tmp_path, capsys):
+    # the first entry's magic is impossible, but valid entries follow: not
+    # "not a segment", the findings are printed in place as before
+    data = bytearray(SMALL.read_bytes())
+    data[16] = 99
+    bad = tmp_path / "00000000000000000000.log"
+    bad.write_bytes(bytes(data))
+    assert main(["dump", str(bad)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == ("finding: corrupt_batch position: 0 end: 82 entry at position 0 has "
+                        "impossible magic 99")
+    assert lines[-1] == ("Summary: 15 batches, 17 records, 2 findings (corrupt_batch 1, "
+                         f"skipped_bytes 1), {len(data)} bytes")
+
+
+@pytest.mark.parametrize("name, words", [
+    ("00000000000000000000.snapshot", ["producer-state snapshot", "--force-log"]),
+    ("notes.txt", ["unknown file type '.txt'", "--force-log"]),
+    ("segment", ["no file type suffix"]),
+    ("leader-epoch-checkpoint", ["no file type suffix"]),
+])
+def test_dump_refuses_other_file_types_exit_2(tmp_path, name, words):
+    other = tmp_path / name
+    other.write_bytes(SMALL.read_bytes())
+    # refused before anything is printed, even after a file that is fine
+    _one_line_error(run("dump", str(SMALL), str(other)), 2, str(other), *words)
+
+
+def test_force_log_reads_any_name_as_a_log(tmp_path, capsys):
+    copy = tmp_path / "segment.bin"
+    copy.write_bytes(SMALL.read_bytes())
+    assert main(["dump", "--force-log", str(copy)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"Dumping {copy}" and len([ln for ln in out if ln.startswith("baseOffset:")]) == 16
+
+
+def _segment(tmp_path, rename: str = ""):
+    """A written segment of 3 batches (offsets 0, 1 and an ABORT marker at 2) with an
+    .index and a .timeindex of 2 entries (batches 1 and 2) and a .txnindex of 1."""
+    from kafkalog.writer import SegmentWriter, WriteRecord
+
+    with SegmentWriter(tmp_path, 0, index_interval_bytes=1) as w:
+        w.append([WriteRecord(b"k", b"v", timestamp=1000)])
+        w.append([WriteRecord(b"k", b"w", timestamp=2000)], producer_id=5, producer_epoch=0,
+                 base_sequence=0, transactional=True)
+        w.append_marker(producer_id=5, producer_epoch=0, commit=False)
+    if rename:
+        for f in list(tmp_path.iterdir()):
+            f.rename(f.with_name(f.name + rename))
+    return {f.name.split(".")[1]: f for f in tmp_path.iterdir()}
+
+
+@pytest.mark.parametrize("rename", ["", ".deleted", ".swap"])
+@pytest.mark.parametrize("kind", ["index", "timeindex", "txnindex"])
+def test_dump_of_an_index_file_prints_it_as_index_does(tmp_path, capsys, kind, rename):
+    path = str(_segment(tmp_path, rename)[kind])
+    assert main(["dump", path]) == 0
+    dumped = capsys.readouterr().out
+    assert main(["index", path]) == 0
+    assert dumped == capsys.readouterr().out
+    lines = dumped.splitlines()
+    assert lines[0] == f"Dumping {path}" and "baseOffset" not in dumped
+    n = {"index": 2, "timeindex": 2, "txnindex": 1}[kind]
+    assert len(lines) == n + 2 and lines[1].startswith(("offset:", "timestamp:", "version:"))
+    assert lines[-1].startswith(f"Summary: {n} {'entry' if n == 1 else 'entries'}, no findings, ")
+
+
+@pytest.mark.parametrize("rename", ["", ".deleted", ".cleaned", ".swap"])
+def test_renamed_segments_are_still_logs(tmp_path, capsys, rename):
+    log = _segment(tmp_path, rename)["log"]
+    assert main(["dump", "--records", str(log)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [f"Dumping {log}", "Log starting offset: 0"]
+    assert len([ln for ln in out if ln.startswith("baseOffset:")]) == 3
+    # --verify finds the .log of a renamed index beside it, renamed the same way
+    assert main(["index", "--verify", str(log).replace(".log", ".index")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"verified against {log}: OK")
+
+
+def test_text_summary_line(tmp_path, capsys):
+    assert main(["dump", str(SMALL)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"Summary: 16 batches, 18 records, no findings, {SMALL.stat().st_size} bytes")
+    data = bytearray(SMALL.read_bytes())
+    data[82 + 70] ^= 0xFF  # a CRC mismatch in batch 1, and a zero tail
+    bad = tmp_path / "00000000000000000000.log"
+    bad.write_bytes(bytes(data) + bytes(100))
+    assert main(["dump", "--start", "82", str(bad)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "Summary: 15 batches, 17 records, 2 findings (crc_mismatch 1, truncated_tail 1), "
+        f"{len(data) + 100 - 82} bytes")
+
+
+def test_json_output_stays_json_lines_summary_on_stderr(tmp_path):
+    p = run("dump", "--json", "--records", str(SMALL))
+    assert p.returncode == 0
+    objs = [json.loads(ln) for ln in p.stdout.splitlines()]  # every line an object
+    assert {o["type"] for o in objs} == {"batch", "record"}
+    assert p.stderr == (f"kafkalog: {SMALL}: 16 batches, 18 records, no findings, "
+                        f"{SMALL.stat().st_size} bytes\n")
+    idx = str(_segment(tmp_path)["index"])
+    p = run("index", "--json", "--verify", idx)
+    assert p.returncode == 0
+    assert {json.loads(ln)["type"] for ln in p.stdout.splitlines()} == {"index_entry"}
+    assert p.stderr.startswith(f"kafkalog: {idx}: 2 entries, no findings, 16 bytes; verified ")
+    assert p.stderr.endswith(": OK\n")
+
+
+def test_index_verify_prints_its_verdict(tmp_path, capsys):
+    seg = _segment(tmp_path)
+    assert main(["index", "--verify", str(seg["index"])]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"Summary: 2 entries, no findings, 16 bytes; verified against {seg['log']}: OK")
+    assert main(["index", str(seg["index"])]) == 0  # no verdict without --verify
+    assert capsys.readouterr().out.splitlines()[-1] == "Summary: 2 entries, no findings, 16 bytes"
+    data = bytearray(seg["index"].read_bytes())
+    data[8:12] = (7).to_bytes(4, "big")  # entry 1 (batch 2 at position 140) names offset 7
+    seg["index"].write_bytes(bytes(data))
+    assert main(["index", "--verify", str(seg["index"])]) == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == (f"Summary: 2 entries, 1 finding (index_mismatch 1), 16 bytes; "
+                    f"verified against {seg['log']}: FAILED")
+
+
+@pytest.mark.parametrize("argv, status, words", [
+    (["dump", "/nonexistent/00000000000000000000.log"], 2, ["cannot open"]),
+    (["dump", "--start", "0", "--end", "999999", str(SMALL)], 2, ["byte range", str(SMALL)]),
+    (["dump", "--start", "10", "--end", "5", str(SMALL)], 2, ["byte range"]),
+    (["dump", "--start", "-1", str(SMALL)], 2, ["byte range"]),
+    (["dump", "--json", "--start", "99999", str(SMALL)], 2, ["byte range"]),
+    (["index", "/nonexistent/00000000000000000000.index"], 2, ["cannot open"]),
+    (["index", str(SMALL)], 2, ["not an index file"]),
+])
+def test_no_output_before_an_error(argv, status, words):
+    _one_line_error(run(*argv), status, *words)
+
+
+def test_no_output_before_a_verify_error(tmp_path):
+    seg = _segment(tmp_path)
+    seg["log"].unlink()
+    _one_line_error(run("index", "--verify", str(seg["index"])), 2, "cannot open", str(seg["log"]))
+    _one_line_error(run("dump", "--start", "0", str(seg["index"])), 2, "--start/--end", ".log")
+
+
+def test_several_files_highest_status_wins(tmp_path):
+    empty = tmp_path / "00000000000000000000.log"
+    empty.write_bytes(b"")
+    p = run("dump", str(SMALL), str(empty), "/nonexistent/00000000000000000000.log")
+    assert p.returncode == 2
+    assert p.stdout.startswith(f"Dumping {SMALL}\n") and p.stdout.count("Dumping") == 1
+    assert len(p.stderr.splitlines()) == 2
+
+
+# A v1 gzip wrapper holding offsets 6..17, built by kafka-python's legacy
+# builder: inner offsets relative 0..11, the wrapper's own offset is the last
+# (17). Its deflate body is zeroed and its CRC-32 recomputed, so the entry is
+# valid but cannot be decompressed: the first inner offset is unknown.
+def _undecodable_v1_wrapper(damaged: bool = True) -> bytes:
+    import zlib
+
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    builder = LegacyRecordBatchBuilder(1, LegacyRecordBatchBuilder.CODEC_GZIP, 1 << 20)
+    for i in range(12):
+        builder.append(i, timestamp=1000 + i, key=None, value=b"value %d" % i)
+    buf = bytearray(builder.build())
+    struct.pack_into(">q", buf, 0, 17)  # the broker's offset: the last inner one
+    value_at = 12 + 4 + 1 + 1 + 8 + 4 + 4  # offset, size, crc, magic, attrs, ts, key len, value len
+    (value_len,) = struct.unpack_from(">i", buf, value_at - 4)
+    assert struct.unpack_from(">i", buf, value_at - 8) == (-1,) and buf[value_at:value_at + 2] == b"\x1f\x8b"
+    if damaged:  # the gzip body, not its 10-byte header or 8-byte trailer
+        buf[value_at + 10:value_at + value_len - 8] = bytes(value_len - 18)
+    struct.pack_into(">I", buf, 12, zlib.crc32(buf[16:]))  # CRC-32 from magic to the end
+    return bytes(buf)
+
+
+def test_undecodable_v1_wrapper_has_null_base_offset(tmp_path, capsys):
+    from paths import assert_same_tables, decode_both
+
+    import kafkalog
+    from kafkalog.writer import WriteRecord, encode_v2_batch
+
+    wrapper = _undecodable_v1_wrapper()
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(wrapper)
+    assert main(["dump", "--json", str(seg)]) == 1
+    batch, finding = map(json.loads, capsys.readouterr().out.splitlines())
+    assert (batch["base_offset"], batch["last_offset"], batch["status"]) == (None, 17, "undecoded")
+    assert batch["crc_valid"] is True
+    assert (finding["kind"], finding["base_offset"], finding["last_offset"]) == (
+        "decompression_error", None, 17)
+    assert "(last offset 17)" in finding["message"]
+    assert main(["dump", str(seg)]) == 1
+    assert "baseOffset: null lastOffset: 17 " in capsys.readouterr().out
+    # the Arrow tables, on both decoder paths
+    pure, compiled = decode_both(seg)
+    assert_same_tables(pure, compiled)
+    assert pure.batches.column("base_offset").to_pylist() == [None]
+    assert pure.findings.column("base_offset").to_pylist() == [None]
+    # undamaged, the same wrapper holds offsets 6..17
+    (whole,) = kafkalog.iter_batches(_undecodable_v1_wrapper(damaged=False))
+    assert (whole.base_offset, whole.last_offset, len(whole.records)) == (6, 17, 12)
+    # a batch after the undecodable wrapper is checked against its last offset: no regression
+    after = encode_v2_batch(18, [WriteRecord(b"k", b"v")])
+    items = list(kafkalog.scan(wrapper + after))
+    assert [(type(i).__name__, i.base_offset) for i in items] == [
+        ("Batch", None), ("Finding", None), ("Batch", 18)]
+
+
+def test_undecodable_wrapper_below_the_previous_batch_is_a_regression():
+    import kafkalog
+    from kafkalog.writer import WriteRecord, encode_v2_batch
+
+    data = encode_v2_batch(20, [WriteRecord(b"k", b"v")]) + _undecodable_v1_wrapper()
+    found = kafkalog.findings(data)
+    assert [(f.kind, f.base_offset, f.last_offset) for f in found] == [
+        ("decompression_error", None, 17), ("offset_regression", None, 17)]
+    assert "ends at offset 17, not above the previous batch's last offset 20" in found[1].message
