@@ -72,11 +72,12 @@ def audit(spark, wh: iceberg.Warehouse, run_id: str, *, policy: Policy, docs: bo
     tables = load_tables(spark, wh, run_id, snapshots)
     published_ledger = read_table(spark, wh, "ledger")
     prior = qc.prior_ends(published_ledger, tables["ledger"], run_id)
+    listed = qc.listed_segments(tables["ledger"], published_ledger, run_id)
     units = results.partition_units(tables)
     where = ", ".join(sorted({w for w, _ in snapshots.values()}))
     if not units:
         raise LookupError(f"run {run_id!r} has no rows in catalog {wh.catalog_name!r} ({where})")
-    observations, _ = qc.run_checks(tables, policy, run_id, prior=prior)
+    observations, _ = qc.run_checks(tables, policy, run_id, prior=prior, listed=listed)
     # computed once: everything below reads the materialized rows
     observations = observations.localCheckpoint()
     classes, items = results.summarize(observations)

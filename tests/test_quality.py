@@ -84,6 +84,18 @@ def decode_partition(logdir, topic: str, partition: int, run_id: str, *, ingeste
     return tables
 
 
+def skipped_segment(part: dict, uri: str, base: int, action: str = "unchanged") -> dict:
+    """``part`` (a :func:`decode_partition` result) with a ledger row for a segment the
+    run listed but did not decode, as the decode job writes one for a segment an
+    earlier run ingested whole (``unchanged``: no offsets, no rows in the other tables)."""
+    row = part["ledger"].to_pylist()[0]
+    row.update(segment=uri, segment_base_offset=base, byte_start=0, first_offset=None,
+               last_offset=None, records=0, batches=0, findings=0, action=action)
+    part["ledger"] = pa.concat_tables([part["ledger"],
+                                       pa.Table.from_pylist([row], schema=schemas.LEDGER)])
+    return part
+
+
 def stage(root, run_id: str, parts: list[dict], *, published: bool = False) -> None:
     """Commit decoded partitions to run ``run_id``'s branch of the warehouse ``root``
     (a root path: its embedded catalog; or an iceberg.Warehouse), and publish them
@@ -106,17 +118,24 @@ def stage(root, run_id: str, parts: list[dict], *, published: bool = False) -> N
         store.write(key, buf.getvalue())
         files[name].append(uri)
 
+    def values(name, **given):
+        """The table's partition values (schemas.PARTITIONS), in order."""
+        return {col: given[col] for col in schemas.PARTITIONS[name]}
+
     for i, p in enumerate(parts):
         topic = p["topic"]
+        at = p["ledger"].column("ingested_at")[0].as_py()
+        ingest = {"ingest_dt": at.astimezone(dt.timezone.utc).date().isoformat()}
         for name in ("batches", "markers", "findings"):
-            put(name, i, {"topic": topic}, p[name])
+            put(name, i, values(name, topic=topic, **ingest), p[name])
         put("ledger", f"{topic}-{i}", {}, p["ledger"])
         records = p["records"]
         days = [("none" if ts is None else ts.strftime("%Y-%m-%d"))
                 for ts in records.column("timestamp").to_pylist()]
         for day in sorted(set(days)):
             mask = pa.array([d == day for d in days])
-            put("records", f"{i}-{day}", {"topic": topic, "dt": day}, records.filter(mask))
+            put("records", f"{i}-{day}", values("records", topic=topic, dt=day, **ingest),
+                records.filter(mask))
     for name, uris in files.items():
         wh.commit_files(name, run_id, uris)
     if published:
@@ -168,6 +187,26 @@ def legit_parts(tmp, run_id):
         (40, lambda w: w.append(recs(5, T0 + 40000))),             # 40..44: segment 30 not copied
     ]), "boundary", 0, run_id))
 
+    # the demo's night 2 (kafkalog_pipeline/demo_data.py): segment 0 of payments-0/-1 is
+    # unchanged since the previous run (skipped: no batches in this run); payments-1's
+    # copy misses the segment 15..24 (planted), payments-0's next segment is adjacent
+    for partition, bases in ((0, [15]), (1, [25])):
+        d = write_segments(tmp / f"payments-{partition}", [
+            (base, lambda w, base=base: w.append(recs(10, T0 + base * 1000))) for base in bases])
+        parts.append(skipped_segment(
+            decode_partition(d, "payments", partition, run_id), f"s3://snap/2025-11-21/"
+            f"payments-{partition}/{0:020d}.log", 0))
+
+    def cleaned_head(w):
+        skip_to(8)(w)                                              # the cleaner removed 5..7
+        w.append([WriteRecord(b"a", b"1", offset_delta=0, timestamp=T0 + 8000),
+                  WriteRecord(b"b", b"2", offset_delta=2, timestamp=T0 + 8000),
+                  WriteRecord(b"c", b"3", offset_delta=4, timestamp=T0 + 8000)])  # 8, 10, 12 of 8..12
+        w.append(recs(2, T0 + 13_000))                             # 13..14
+    parts.append(decode_partition(write_segments(tmp / "cleanhead-0", [
+        (0, lambda w: w.append(recs(5))),                          # 0..4
+        (5, cleaned_head)]), "cleanhead", 0, run_id))
+
     def horizon(w):
         # a cleaned batch whose baseTimestamp is the delete horizon, a day after its records
         w.append(recs(3), delete_horizon_ms=T0 + 86_400_000)
@@ -180,10 +219,15 @@ def legit_parts(tmp, run_id):
 
 
 def previous_run(tmp, run_id):
-    """The published run before: boundary-0 up to offset 5."""
+    """The published run before: boundary-0 up to offset 5; segment 0 (0..14) of
+    payments-0 and payments-1 (the demo's night 1)."""
     return [decode_partition(write_segments(tmp / "prev-boundary-0", [
         (0, lambda w: w.append(recs(6)))]), "boundary", 0, run_id, ingested_at=EARLIER,
-        snapshot="s3://snap/2025-11-20")]
+        snapshot="s3://snap/2025-11-20")] + [
+        decode_partition(write_segments(tmp / f"prev-payments-{p}", [
+            (0, lambda w: [w.append(recs(5)), w.append(recs(10, T0 + 5000))])]),
+            "payments", p, run_id, ingested_at=EARLIER, snapshot="s3://snap/2025-11-20")
+        for p in (0, 1)]
 
 
 def faulty_parts(tmp, run_id):
@@ -291,13 +335,14 @@ def staged_tables(spark, W, run_id):
 
     wh = iceberg.Warehouse(W)
     tables = cq.load_tables(spark, wh, run_id, cq.audited_snapshots(wh, run_id))
-    prior = qc.prior_ends(read_table(spark, wh, "ledger"), tables["ledger"], run_id)
-    return tables, prior
+    published = read_table(spark, wh, "ledger")
+    prior = qc.prior_ends(published, tables["ledger"], run_id)
+    return tables, prior, qc.listed_segments(tables["ledger"], published, run_id)
 
 
 def observed(spark, W, run_id, policy):
-    tables, prior = staged_tables(spark, W, run_id)
-    obs, _ = qc.run_checks(tables, policy, run_id, prior=prior)
+    tables, prior, listed = staged_tables(spark, W, run_id)
+    obs, _ = qc.run_checks(tables, policy, run_id, prior=prior, listed=listed)
     return sorted(tuple(r) for r in obs.select(
         "topic", "check", "class", "first_offset", "last_offset", "offsets", "value", "status").collect())
 
@@ -327,10 +372,18 @@ def test_legitimate_gaps_are_explained(spark, legit_w):
         ("boundary", "offset_gaps", "retention", 6, 19, 14, None, "pass"),
         ("boundary", "offset_gaps", "missing_segment", 30, 39, 10, None, "warn"),
         ("boundary", "record_gaps", "batch_gap", 30, 39, 10, None, "pass"),
+        # the cleaner removed the head of segment 5 (not unreadable_bytes: it has batches)
+        ("cleanhead", "offset_gaps", "compaction", 5, 7, 3, None, "pass"),
+        ("cleanhead", "record_gaps", "batch_gap", 5, 7, 3, None, "pass"),
+        ("cleanhead", "record_gaps", "compaction", 9, 9, 1, None, "pass"),
+        ("cleanhead", "record_gaps", "compaction", 11, 11, 1, None, "pass"),
         ("compact", "offset_gaps", "compaction", 13, 15, 3, None, "pass"),
         ("compact", "record_gaps", "compaction", 4, 6, 3, None, "pass"),
         ("compact", "record_gaps", "compaction", 8, 11, 4, None, "pass"),
         ("compact", "record_gaps", "batch_gap", 13, 15, 3, None, "pass"),
+        # the demo's planted case: after segment 0 (unchanged, not decoded by this run),
+        # not after the previous run's end (no retention); payments-0 has no gap
+        ("payments", "offset_gaps", "missing_segment", 15, 24, 10, None, "warn"),
         ("txn", "offset_gaps", "aborted_txn", 7, 8, 2, None, "pass"),
         ("txn", "record_gaps", "control_marker", 4, 4, 1, None, "pass"),
         ("txn", "record_gaps", "control_marker", 7, 9, 1, None, "pass"),
@@ -360,7 +413,7 @@ def test_each_fault_is_caught(spark, faulty_w, test_policy):
 
 
 def test_crc_failure_names_where(spark, faulty_w):
-    tables, _ = staged_tables(spark, faulty_w, "faulty")
+    tables, _, _ = staged_tables(spark, faulty_w, "faulty")
     got = [tuple(r) for r in qc.crc_failures(tables["batches"], tables["findings"])
            .select("topic", "partition", "segment", "position", "first_offset").collect()]
     assert got == [("crc", 0, "s3://snap/2025-11-21/crc-0/00000000000000000000.log", 96, 3)]
@@ -484,8 +537,18 @@ def test_job_passes_explained_gaps(spark, legit_w, capsys):
     argv = ["--warehouse", legit_w, "--run-id", run_id, "--no-docs"]
     assert check_quality.main(argv, spark=spark) == 0
     rows = dq_rows(legit_w, run_id)
-    assert sorted((r["topic"], r["check"], r["status"]) for r in rows if r["status"] != "pass") == [
-        ("boundary", "offset_gaps", "warn")]
+    assert sorted((r["topic"], r["partition"], r["check"], r["status"])
+                  for r in rows if r["status"] != "pass") == [
+        ("boundary", 0, "offset_gaps", "warn"), ("payments", 1, "offset_gaps", "warn")]
+    planted = next(r for r in rows if (r["topic"], r["partition"], r["check"])
+                   == ("payments", 1, "offset_gaps"))
+    assert (planted["severity"], planted["failed"]) == ("warn", 1)
+    details = json.loads(planted["details"])
+    assert details["classes"] == {"missing_segment": {"status": "warn", "items": 1, "offsets": 10}}
+    assert details["items"][0]["message"] == (
+        "offsets 15..24: s3://snap/2025-11-21/payments-1/00000000000000000000.log ends at 14 but "
+        "the next segment file s3://snap/2025-11-21/payments-1/00000000000000000025.log starts at "
+        "25: a segment based at 15 is missing from the snapshot")
     compact = next(r for r in rows if (r["topic"], r["check"]) == ("compact", "offset_gaps"))
     assert json.loads(compact["details"])["classes"] == {
         "compaction": {"status": "pass", "items": 1, "offsets": 3}}
@@ -532,7 +595,9 @@ def test_job_usage_errors(spark, tmp_path, capsys):
 # ------------------------------------------------ with the decode job itself
 def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
     """decode_segments.py --no-publish, check_quality.py, publish; the next
-    night starts above the last published offset (retention) and has a CRC flip."""
+    night starts above the last published offset (retention) and has a CRC flip.
+    payments-1 is the demo's planted case: night 2 copies segment 0 unchanged (the
+    job skips it) and segment 25, not segment 15."""
     from spark_jobs import check_quality, publish
     from spark_jobs import decode as job
 
@@ -545,6 +610,8 @@ def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
         w.append_marker(producer_id=4, producer_epoch=0, commit=True, timestamp=T0 + 13_000)  # 13
         w.append(recs(6, T0 + 14_000))                                          # 14..19
     write_segments(night1 / "orders-0", [(0, lambda w: w.append(recs(10))), (10, with_txn)])
+    payments0 = (0, lambda w: [w.append(recs(5)), w.append(recs(10, T0 + 5000))])      # 0..14
+    write_segments(night1 / "payments-1", [payments0])
     job.main(["--input", str(night1), "--output", W, "--run-id", "night-1", "--no-publish"], spark=spark)
     assert check_quality.main(["--warehouse", W, "--run-id", "night-1", "--no-docs"], spark=spark) == 0
     publish.publish(W, "night-1")
@@ -553,6 +620,8 @@ def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
     write_segments(night2 / "orders-0", [
         (30, lambda w: w.append(recs(5, T0 + 30_000))),                          # 20..29 retained away
         (35, lambda w: [w.append(recs(5, T0 + 35_000)), w.append(recs(5, T0 + 40_000))])])
+    write_segments(night2 / "payments-1", [
+        payments0, (25, lambda w: w.append(recs(10, T0 + 25_000)))])             # 15..24 not copied
     log = night2 / "orders-0" / f"{35:020d}.log"
     data = bytearray(log.read_bytes())
     data[-3] ^= 0x01                                                             # the batch 40..44
@@ -561,11 +630,21 @@ def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
     capsys.readouterr()
     assert check_quality.main(["--warehouse", W, "--run-id", "night-2", "--no-docs"], spark=spark) == 1
     assert "FAIL crc orders-0" in capsys.readouterr().err
-    rows = {r["check"]: r for r in dq_rows(W, "night-2")}
-    assert {c: r["status"] for c, r in rows.items() if r["status"] != "pass"} == {"crc": "fail"}
+    ledger = tables.read_arrow(W, "ledger", ref=iceberg.branch_name("night-2")).to_pylist()
+    assert sorted((r["topic"], r["segment_base_offset"], r["action"]) for r in ledger
+                  if r["run_id"] == "night-2" and r["topic"] == "payments") == [
+        ("payments", 0, "unchanged"), ("payments", 25, "decoded")]
+    results = dq_rows(W, "night-2")
+    assert sorted((r["topic"], r["check"], r["status"]) for r in results if r["status"] != "pass") \
+        == [("orders", "crc", "fail"), ("payments", "offset_gaps", "warn")]
+    rows = {r["check"]: r for r in results if r["topic"] == "orders"}
     gaps = json.loads(rows["offset_gaps"]["details"])
     assert [(i["class"], i["first_offset"], i["last_offset"]) for i in gaps["items"]] == [
         ("retention", 20, 29)]
+    planted = next(r for r in results if (r["topic"], r["check"]) == ("payments", "offset_gaps"))
+    assert [(i["class"], i["status"], i["first_offset"], i["last_offset"], i["segment"])
+            for i in json.loads(planted["details"])["items"]] == [
+        ("missing_segment", "warn", 15, 24, str(night2 / "payments-1" / f"{25:020d}.log"))]
     crc = json.loads(rows["crc"]["details"])["items"][0]
     assert (crc["first_offset"], crc["segment"]) == (40, str(log))
 
@@ -630,3 +709,70 @@ def test_gap_rules_for_holes_between_segments(spark):
                  .select("topic", "class", "first_offset", "last_offset").collect())
     assert got == [("compacted", "compaction", 5, 19), ("fetch", "unreadable_bytes", 5, 19),
                    ("listed", "unreadable_bytes", 5, 19), ("lost", "missing_segment", 5, 19)]
+
+
+def test_gap_rules_with_every_listed_segment(spark):
+    """The audit sees every segment the run listed: a segment skipped as unchanged
+    (or resumed) stands for the offsets earlier runs ingested of it, so a hole after
+    it is a missing segment, not retention; retention only where the snapshot's
+    log starts past the previous run's end; a hole at the head of a segment that
+    has batches is compaction where it shows compaction, else unexplained."""
+    b = spark.createDataFrame([
+        ("planted", 0, 25, 34, 10, False, False, "s/25.log", 25, 0),
+        ("retained", 0, 25, 34, 10, False, False, "s/25.log", 25, 0),
+        ("resumed", 0, 12, 14, 3, False, False, "s/0.log", 0, 500),
+        ("headless", 0, 0, 4, 5, False, False, "s/0.log", 0, 0),
+        ("headless", 0, 8, 12, 3, False, False, "s/5.log", 5, 0),      # 8, 10, 12 of 8..12
+        ("headless_plain", 0, 0, 4, 5, False, False, "s/0.log", 0, 0),
+        ("headless_plain", 0, 8, 12, 5, False, False, "s/5.log", 5, 0),
+        ("first_head", 0, 3, 7, 2, False, False, "s/0.log", 0, 0),     # no prior: base 0, 0..2 cleaned
+    ], BATCH_COLS)
+    listed = spark.createDataFrame([
+        ("planted", 0, "s/0.log", 0, 14), ("planted", 0, "s/25.log", 25, None),
+        ("retained", 0, "s/25.log", 25, None),
+        ("resumed", 0, "s/0.log", 0, 9),
+        ("headless", 0, "s/0.log", 0, None), ("headless", 0, "s/5.log", 5, None),
+        ("headless_plain", 0, "s/0.log", 0, None), ("headless_plain", 0, "s/5.log", 5, None),
+        ("first_head", 0, "s/0.log", 0, None),
+        ("skipped_only", 0, "s/0.log", 0, 9), ("skipped_only", 0, "s/20.log", 20, 29),
+    ], "topic string, partition int, segment string, segment_base_offset long, carried_last long")
+    prior = spark.createDataFrame(
+        [(t, 0, end, "old/0.log", 0, "prev") for t, end in
+         (("planted", 14), ("retained", 14), ("resumed", 9), ("skipped_only", 29))],
+        "topic string, partition int, prior_last_offset bigint, prior_segment string, "
+        "prior_segment_base_offset bigint, prior_run_id string")
+    markers = spark.createDataFrame([], "topic string, partition int, offset long, producer_id long, "
+                                        "control_type string")
+    findings = spark.createDataFrame([], "topic string, partition int, kind string, position long, "
+                                         "bytes long, segment string, segment_base_offset long")
+    got = sorted(tuple(r) for r in qc.offset_gaps(b, markers, findings, prior=prior, ledger=listed)
+                 .select("topic", "class", "first_offset", "last_offset").collect())
+    assert got == [
+        ("first_head", "compaction", 0, 2),
+        ("headless", "compaction", 5, 7),
+        ("headless_plain", "unexplained", 5, 7),
+        ("planted", "missing_segment", 15, 24),
+        ("resumed", "unexplained", 10, 11),
+        ("retained", "retention", 15, 24),
+        ("skipped_only", "missing_segment", 10, 19),
+    ]
+
+
+def test_listed_segments_carry_earlier_offsets(spark):
+    """What an unchanged or resumed segment holds comes from the earlier runs' ledger
+    rows since the last one that decoded it from byte 0."""
+    cols = ("run_id string, segment string, topic string, partition int, segment_base_offset long, "
+            "byte_start long, last_offset long, action string, ingested_at timestamp")
+    t = [dt.datetime(2025, 11, d, tzinfo=dt.timezone.utc) for d in (18, 19, 20, 21)]
+    published = spark.createDataFrame([
+        ("r1", "n1/0.log", "p", 0, 0, 0, 99, "decoded", t[0]),       # an older version of segment 0
+        ("r2", "n2/0.log", "p", 0, 0, 0, 9, "redecoded", t[1]),      # rewritten: decoded again
+        ("r3", "n3/0.log", "p", 0, 0, 300, 14, "resumed", t[2]),     # grew
+        ("r3", "n3/20.log", "p", 0, 20, 0, None, "failed", t[2]),
+    ], cols)
+    run = spark.createDataFrame([
+        ("r4", "n4/0.log", "p", 0, 0, 0, None, "unchanged", t[3]),
+        ("r4", "n4/20.log", "p", 0, 20, 0, 24, "decoded", t[3]),
+    ], cols)
+    got = sorted(tuple(r) for r in qc.listed_segments(run, published, "r4").collect())
+    assert got == [("p", 0, "n4/0.log", 0, 14), ("p", 0, "n4/20.log", 20, None)]

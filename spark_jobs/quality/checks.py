@@ -103,15 +103,62 @@ def prior_ends(published_ledger, run_ledger, run_id: str):
         FROM ranked WHERE _n = 1""", l=published_ledger, r=run_ledger, args={"run": run_id})
 
 
-def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_topics=()):
-    """Gaps between consecutive batches of each partition, classified.
+def listed_segments(run_ledger, published_ledger=None, run_id: str | None = None):
+    """Every segment this run listed (its ledger rows: decoded, resumed, unchanged,
+    failed ...), one row per (topic, partition, segment), with ``carried_last``: for
+    a segment the run skipped as ``unchanged`` or ``resumed``, the last offset the
+    earlier runs ingested of it (their ledger rows since the last one that decoded
+    it from byte 0, ingested before this run started), else null.
 
-    ``prior``: :func:`prior_ends` (or None); ``ledger``: this run's ledger rows
-    (segments listed in a hole with unreadable content make the hole
-    ``unreadable_bytes``); ``compacted_topics``: topics the policy declares
-    compacted. Classes, in the order they are tried: ``unreadable_bytes``,
-    ``retention``, ``missing_segment``, ``aborted_txn``, ``compaction``,
-    ``unexplained`` (expectations/README.md states each rule).
+    The offsets of a skipped segment are in no table of this run: without them
+    the audit would see a hole after the last segment it decoded, not after the
+    segments still in the snapshot.
+    """
+    spark = run_ledger.sparkSession
+    if published_ledger is None:
+        published_ledger = run_ledger.limit(0)
+    return _sql(spark, """
+        WITH mine AS (SELECT MIN(ingested_at) AS started FROM {r}),
+        run AS (
+          SELECT topic, partition, segment, FIRST(segment_base_offset) AS segment_base_offset,
+                 MAX(CASE WHEN action IN ('unchanged', 'resumed') THEN 1 ELSE 0 END) = 1 AS carried
+          FROM {r} GROUP BY topic, partition, segment),
+        other AS (
+          SELECT l.* FROM {l} l CROSS JOIN mine
+          WHERE l.run_id <> :run AND l.action <> 'failed'
+            AND (mine.started IS NULL OR l.ingested_at < mine.started)),
+        since AS (  -- the newest earlier run that decoded the segment from byte 0
+          SELECT topic, partition, segment_base_offset, MAX(ingested_at) AS since FROM other
+          WHERE byte_start = 0 AND action IN ('decoded', 'redecoded')
+          GROUP BY topic, partition, segment_base_offset),
+        earlier AS (
+          SELECT o.topic, o.partition, o.segment_base_offset, MAX(o.last_offset) AS last_offset
+          FROM other o JOIN since s ON s.topic = o.topic AND s.partition = o.partition
+                                   AND s.segment_base_offset = o.segment_base_offset
+          WHERE o.ingested_at >= s.since
+          GROUP BY o.topic, o.partition, o.segment_base_offset)
+        SELECT run.topic, run.partition, run.segment, run.segment_base_offset,
+               CASE WHEN run.carried THEN e.last_offset END AS carried_last
+        FROM run LEFT JOIN earlier e ON e.topic = run.topic AND e.partition = run.partition
+                                    AND e.segment_base_offset = run.segment_base_offset""",
+                r=run_ledger, l=published_ledger, args={"run": run_id or ""})
+
+
+def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_topics=()):
+    """Gaps in the offsets of each partition, classified.
+
+    The sequence is made of this run's batches and of every segment the run
+    listed but did not decode (``ledger``: :func:`listed_segments`, whose
+    ``carried_last`` says what earlier runs ingested of a skipped segment: it
+    stands for offsets ``segment_base_offset .. carried_last``), after the
+    point where the partition is known to start: the previous run's end
+    (``prior``: :func:`prior_ends`) when the snapshot's log starts past it,
+    else the base offset of its first listed segment. ``ledger`` may also be
+    plain ledger rows (nothing carried): a listed segment in a hole that
+    yielded no batches makes the hole ``unreadable_bytes``. ``compacted_topics``:
+    topics the policy declares compacted. Classes, in the order they are tried:
+    ``unreadable_bytes``, ``retention``, ``missing_segment``, ``aborted_txn``,
+    ``compaction``, ``unexplained`` (expectations/README.md states each rule).
     """
     spark = batches.sparkSession
     if prior is None:
@@ -120,30 +167,55 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
                                           "prior_run_id string")
     if ledger is None:
         ledger = spark.createDataFrame([], "topic string, partition int, segment string, "
-                                           "segment_base_offset bigint")
+                                           "segment_base_offset bigint, carried_last bigint")
+    elif "carried_last" not in ledger.columns:
+        ledger = ledger.selectExpr("topic", "partition", "segment", "segment_base_offset",
+                                   "CAST(NULL AS bigint) AS carried_last")
     compacted = spark.createDataFrame([(t,) for t in compacted_topics] or [("\u0000",)],
                                       "topic string")
+    # pseudo: 0 a batch of this run, 1 where the partition is known to start, 2 a listed
+    # segment this run did not decode (its offsets from earlier runs)
     gaps = _sql(spark, """
         WITH b AS (SELECT * FROM {b}),
+        listed AS (SELECT DISTINCT topic, partition, segment, segment_base_offset, carried_last FROM {l}),
+        carried AS (
+          SELECT topic, partition, segment_base_offset AS base_offset, carried_last AS last_offset,
+                 segment, segment_base_offset, CAST(NULL AS bigint) AS position, 2 AS pseudo,
+                 false AS from_prior
+          FROM listed WHERE carried_last IS NOT NULL AND carried_last >= segment_base_offset),
         seg AS (
           SELECT topic, partition, segment, MIN(base_offset) AS seg_first,
-                 MAX(CASE WHEN has_delete_horizon
-                           OR (NOT is_control AND record_count < last_offset - base_offset + 1)
+                 MAX(CASE WHEN pseudo = 0 AND (has_delete_horizon
+                           OR (NOT is_control AND record_count < last_offset - base_offset + 1))
                           THEN 1 ELSE 0 END) AS shows_compaction
-          FROM b GROUP BY topic, partition, segment),
-        parts AS (SELECT topic, partition, MIN(base_offset) AS first_base FROM b GROUP BY topic, partition),
-        head AS (  -- where the partition's log is known to start: the prior run, else its first segment
-          SELECT p.topic, p.partition,
-                 COALESCE(pr.prior_last_offset, fs.segment_base_offset - 1) AS base_offset,
-                 COALESCE(pr.prior_segment, fs.segment) AS segment,
-                 COALESCE(pr.prior_segment_base_offset, fs.segment_base_offset) AS segment_base_offset,
-                 pr.prior_last_offset IS NOT NULL AS from_prior
-          FROM parts p
-          JOIN b fs ON fs.topic = p.topic AND fs.partition = p.partition AND fs.base_offset = p.first_base
-          LEFT JOIN {prior} pr ON pr.topic = p.topic AND pr.partition = p.partition),
+          FROM (SELECT topic, partition, segment, base_offset, last_offset, record_count,
+                       is_control, has_delete_horizon, 0 AS pseudo FROM b
+                UNION ALL
+                SELECT topic, partition, segment, base_offset, last_offset, 0, false, false, 2
+                FROM carried)
+          GROUP BY topic, partition, segment),
+        starts AS (  -- the first segment listed (or decoded) of each partition
+          SELECT *, ROW_NUMBER() OVER (PARTITION BY topic, partition
+                                       ORDER BY segment_base_offset, segment) AS _n
+          FROM (SELECT topic, partition, segment, segment_base_offset FROM b
+                UNION SELECT topic, partition, segment, segment_base_offset FROM listed)),
+        head AS (  -- where the partition's log is known to start: the prior run's end where
+                   -- the snapshot's log starts past it, else its first listed segment
+          SELECT topic, partition,
+                 IF(from_prior, prior_last_offset, segment_base_offset - 1) AS base_offset,
+                 IF(from_prior, prior_segment, segment) AS segment,
+                 IF(from_prior, prior_segment_base_offset, segment_base_offset) AS segment_base_offset,
+                 from_prior
+          FROM (SELECT s.topic, s.partition, s.segment, s.segment_base_offset, pr.prior_last_offset,
+                       pr.prior_segment, pr.prior_segment_base_offset,
+                       COALESCE(s.segment_base_offset > pr.prior_last_offset, false) AS from_prior
+                FROM starts s LEFT JOIN {prior} pr ON pr.topic = s.topic AND pr.partition = s.partition
+                WHERE s._n = 1)),
         seq AS (
           SELECT topic, partition, base_offset, last_offset, segment, segment_base_offset, position,
                  0 AS pseudo, false AS from_prior FROM b
+          UNION ALL
+          SELECT * FROM carried
           UNION ALL
           SELECT topic, partition, base_offset, base_offset, segment, segment_base_offset, CAST(NULL AS bigint),
                  1, from_prior FROM head),
@@ -158,6 +230,7 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
           FROM seq)
         SELECT w.topic, w.partition, w.prev_end + 1 AS lo, w.base_offset - 1 AS hi,
                w.segment, w.segment_base_offset, w.position, w.prev_segment, w.prev_position,
+               w.pseudo = 2 AS carried, w.prev_pseudo = 2 AS after_carried,
                w.prev_pseudo = 1 AND w.prev_from_prior AS after_prior,
                w.prev_pseudo = 1 AS at_head,
                w.base_offset = s.seg_first AND w.segment_base_offset > w.prev_end + 1
@@ -167,8 +240,8 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
         FROM w
         JOIN seg s ON s.topic = w.topic AND s.partition = w.partition AND s.segment = w.segment
         LEFT JOIN seg ps ON ps.topic = w.topic AND ps.partition = w.partition AND ps.segment = w.prev_segment
-        WHERE w.pseudo = 0 AND w.prev_end IS NOT NULL AND w.base_offset > w.prev_end + 1
-        """, b=batches, prior=prior).localCheckpoint()  # few rows, read four times below
+        WHERE w.pseudo <> 1 AND w.prev_end IS NOT NULL AND w.base_offset > w.prev_end + 1
+        """, b=batches, l=ledger, prior=prior).localCheckpoint()  # few rows, read four times below
 
     return _select(_sql(spark, """
         WITH g AS (SELECT * FROM {g}),
@@ -177,16 +250,19 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
                  FIRST(f.position) AS f_position, SUM(COALESCE(f.bytes, 0)) AS f_bytes
           FROM g JOIN {f} f ON f.topic = g.topic AND f.partition = g.partition
           WHERE f.kind IN (""" + ", ".join(f"'{k}'" for k in UNREADABLE_KINDS) + """)
-            AND ((f.segment = g.segment AND f.position < g.position
+            AND ((f.segment = g.segment AND (g.position IS NULL OR f.position < g.position)
                   AND (g.prev_segment <> g.segment OR g.prev_position IS NULL OR f.position > g.prev_position))
-                 OR (f.segment = g.prev_segment AND g.prev_segment <> g.segment AND f.position > g.prev_position)
-                 OR (f.segment_base_offset BETWEEN g.lo AND g.hi))
+                 OR (f.segment = g.prev_segment AND g.prev_segment <> g.segment
+                     AND (g.prev_position IS NULL OR f.position > g.prev_position))
+                 OR (f.segment <> g.segment AND f.segment_base_offset BETWEEN g.lo AND g.hi))
           GROUP BY g.topic, g.partition, g.lo
-          UNION ALL   -- a segment listed in the hole that yielded nothing
+          UNION ALL   -- a segment listed in the hole that yielded nothing (and was not skipped)
           SELECT g.topic, g.partition, g.lo, 'listed_segment', FIRST(l.segment), CAST(NULL AS bigint),
                  CAST(NULL AS bigint)
           FROM g JOIN {l} l ON l.topic = g.topic AND l.partition = g.partition
-          WHERE l.segment_base_offset BETWEEN g.lo AND g.hi
+          LEFT ANTI JOIN (SELECT DISTINCT topic, partition, segment FROM {b}) d
+            ON d.topic = l.topic AND d.partition = l.partition AND d.segment = l.segment
+          WHERE l.segment_base_offset BETWEEN g.lo AND g.hi AND l.carried_last IS NULL
           GROUP BY g.topic, g.partition, g.lo),
         u AS (SELECT topic, partition, lo, FIRST(kind) AS kind, FIRST(f_segment) AS f_segment,
                      FIRST(f_position) AS f_position, SUM(f_bytes) AS f_bytes
@@ -240,12 +316,17 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
                  WHEN 'compaction' THEN format_string(
                    'offsets %d..%d: removed by log compaction (%s)', lo, hi,
                    CASE WHEN topic_compacted THEN 'the policy declares the topic compacted'
+                        WHEN NOT at_boundary AND segment_base_offset <= lo THEN format_string(
+                          'the head of segment %s, based at %d, whose first batch starts at %d; it holds compacted batches',
+                          segment, segment_base_offset, hi + 1)
                         ELSE 'the segment holds compacted batches' END)
                  ELSE format_string(
-                   'offsets %d..%d are missing before the batch at position %d of %s; no compaction, transaction marker or segment boundary explains them',
-                   lo, hi, position, segment)
+                   'offsets %d..%d are missing before %s; no compaction, transaction marker or segment boundary explains them',
+                   lo, hi, CASE WHEN carried THEN format_string(
+                     'segment %s (not decoded: unchanged since an earlier run)', segment)
+                     ELSE format_string('the batch at position %d of %s', position, segment) END)
                END AS message
-        FROM k""", g=gaps, f=findings, l=ledger, m=markers, ct=compacted))
+        FROM k""", g=gaps, f=findings, l=ledger, b=batches, m=markers, ct=compacted))
 
 
 def batch_kinds(batches):
@@ -519,9 +600,11 @@ def tolerances(policy: Policy, topics):
     return [(t, policy.tolerance_ms(t)) for t in topics if policy.tolerance_ms(t) is not None]
 
 
-def run_checks(tables: dict, policy: Policy, run_id: str, prior=None):
+def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=None):
     """All checks over one run's tables (``records``, ``batches``, ``markers``,
-    ``findings``, ``ledger``): observations with severity and status."""
+    ``findings``, ``ledger``): observations with severity and status. ``prior``:
+    :func:`prior_ends`; ``listed``: :func:`listed_segments` (by default from the
+    run's ledger alone: what skipped segments hold is then not known)."""
     b, r, m, f, l = (tables[n] for n in ("batches", "records", "markers", "findings", "ledger"))
     spark = b.sparkSession
     topics = sorted(row[0] for row in b.select("topic").union(r.select("topic"))
@@ -533,7 +616,8 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None):
     kinds = batch_kinds(b).cache()
     parts = [
         crc_failures(b, f),
-        offset_gaps(b, m, f, prior=prior, ledger=l, compacted_topics=compacted),
+        offset_gaps(b, m, f, prior=prior, compacted_topics=compacted,
+                    ledger=listed_segments(l, run_id=run_id) if listed is None else listed),
         record_gaps(r, b, kinds),
         record_counts(r, b, kinds),
         duplicate_offsets(r),
