@@ -228,18 +228,35 @@ class Dom(HTMLParser):
 # ---- fixtures ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def warehouse(tmp_path):
-    root = str(tmp_path / "warehouse")
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory):
+    """scenario()'s runs in a warehouse, written once for the tests that only read it
+    (a dozen Iceberg commits); a test that changes its warehouse takes ``own_warehouse``."""
+    root = str(tmp_path_factory.mktemp("shared") / "warehouse")
     return root, write_warehouse(root)
 
 
 @pytest.fixture
-def client(warehouse):
+def own_warehouse(tmp_path):
+    """scenario()'s runs in a warehouse of this test's own, free to change."""
+    root = str(tmp_path / "warehouse")
+    return root, write_warehouse(root)
+
+
+def make_client(root: str):
     from fastapi.testclient import TestClient
 
-    root, _ = warehouse
     return TestClient(create_app(authenticate=False, root=root), root_path=URL_PREFIX)
+
+
+@pytest.fixture
+def client(warehouse):
+    return make_client(warehouse[0])
+
+
+@pytest.fixture
+def own_client(own_warehouse):
+    return make_client(own_warehouse[0])
 
 
 # ---- data ----------------------------------------------------------------------------------
@@ -315,10 +332,10 @@ def test_gap_causes_from_classes_else_by_cause_else_failed():
         ["crc", "gaps", None, "timestamps", "timestamps", None, None]
 
 
-def test_unreadable_data_file_is_an_error_run_not_a_broken_page(warehouse, client):
+def test_unreadable_data_file_is_an_error_run_not_a_broken_page(own_warehouse, own_client):
     """A data file of dq_results that cannot be read: the run that committed it is an error
     run, the other runs are read as usual."""
-    root, runs = warehouse
+    root, runs = own_warehouse
     broken = {"run_id": "broken", "rows": [dict(r, run_id="broken") for r in scenario()[0]["rows"]]}
     write_run(root, broken, docs=False)
     Path(data_file_of(root, "broken")).write_bytes(b"not parquet at all")
@@ -327,39 +344,39 @@ def test_unreadable_data_file_is_an_error_run_not_a_broken_page(warehouse, clien
     assert len(loaded) == len(runs) + 1
     assert {t: r.verdict for t, r in loaded.items() if t != "broken"} == \
         {r["token"]: expected_verdict(r) for r in runs}
-    page = client.get("/")
+    page = own_client.get("/")
     assert page.status_code == 200
     assert Dom(page.text).one("tr", data_token="broken").attrs["data-verdict"] == "error"
 
 
-def test_unreadable_catalog_is_an_error_page_not_a_crash(warehouse, client, monkeypatch):
+def test_unreadable_catalog_is_an_error_page_not_a_crash(own_warehouse, own_client, monkeypatch):
     """A catalog the settings name but nothing defines, then a broken catalog database: the
     pages and the API say so (503), the Data Docs are still served."""
-    root, runs = warehouse
+    root, runs = own_warehouse
     token = runs[0]["token"]
     monkeypatch.delenv("AIRFLOW_VAR_KAFKALOG_CATALOG", raising=False)
     monkeypatch.setenv("KAFKALOG_CATALOG", "nosuch")
     for path in ("/", f"/runs/{token}"):
-        page = client.get(path)
+        page = own_client.get(path)
         assert page.status_code == 503 and "'nosuch'" in Dom(page.text).one(id="message").text
-    assert client.get("/api/runs").status_code == 503
-    assert "nosuch" in client.get("/api/series").json()["detail"]
+    assert own_client.get("/api/runs").status_code == 503
+    assert "nosuch" in own_client.get("/api/series").json()["detail"]
     monkeypatch.delenv("KAFKALOG_CATALOG")
-    assert client.get("/").status_code == 200
+    assert own_client.get("/").status_code == 200
     # the embedded catalog's SQLite file, overwritten in place
     with open(Path(root, iceberg.EMBEDDED_DB), "r+b") as f:
         f.write(b"not a database" * 512)
     for path in ("/", f"/runs/{token}"):
-        page = client.get(path)
+        page = own_client.get(path)
         assert page.status_code == 503
         message = Dom(page.text).one(id="message").text
         assert "dq_results" in message and "'kafkalog'" in message
-    assert client.get("/api/runs").status_code == 503
-    assert client.get(f"/runs/{token}/docs/index.html").text == docs_html(runs[0]["run_id"])
+    assert own_client.get("/api/runs").status_code == 503
+    assert own_client.get(f"/runs/{token}/docs/index.html").text == docs_html(runs[0]["run_id"])
 
 
-def test_new_snapshot_is_read_again(warehouse):
-    root, runs = warehouse
+def test_new_snapshot_is_read_again(own_warehouse):
+    root, runs = own_warehouse
     wh = data.Warehouse(root)
     before = wh.run(runs[0]["token"])
     changed = dict(runs[0], rows=[dict(r, status="fail", failed=1) for r in runs[0]["rows"]])
@@ -369,8 +386,8 @@ def test_new_snapshot_is_read_again(warehouse):
     assert after.counts["fail"] == len(changed["rows"])
 
 
-def test_a_view_costs_one_catalog_lookup_until_a_new_snapshot(warehouse, monkeypatch):
-    root, runs = warehouse
+def test_a_view_costs_one_catalog_lookup_until_a_new_snapshot(own_warehouse, monkeypatch):
+    root, runs = own_warehouse
     lookups, reads = Counter(), Counter()
     load, read_arrow = iceberg.Warehouse.load, tables.read_arrow
 
