@@ -73,6 +73,7 @@ DECODE_TABLES = schemas.DECODE_TABLES
 OFFSET_COLUMNS = {"records": ("offset", "offset"), "markers": ("offset", "offset"),
                   "batches": ("base_offset", "last_offset")}
 
+NAME_MAPPING = "schema.name-mapping.default"
 TABLE_PROPERTIES = {
     "format-version": "2",
     # our own retry loop re-checks the overlap before committing again
@@ -263,6 +264,41 @@ def partition_spec(name: str, iceberg_schema):
     return PartitionSpec(*fields)
 
 
+def evolve(table, name: str, attempts: int = COMMIT_ATTEMPTS):
+    """``table`` (warehouse table ``name``) with the columns, partition fields and table
+    properties this version adds, by Iceberg's own schema and partition evolution in one
+    commit: files written before keep their columns (read as null) and their spec."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(attempts):
+        have = {f.name for f in table.schema().fields}
+        spec = {table.schema().find_column_name(f.source_id) for f in table.spec().fields}
+        cols = [f.name for f in schemas.TABLES[name] if f.name not in have]
+        parts = [c for c in schemas.PARTITIONS[name] if c not in spec]
+        props = {k: v for k, v in TABLE_PROPERTIES.items()
+                 if k != "format-version" and k not in table.properties}
+        if not (cols or parts or props):
+            return table
+        log.warning("%s: adding columns %s, partition fields %s, properties %s",
+                    name, cols, parts, sorted(props))
+        try:
+            with table.transaction() as tx:
+                if cols:
+                    with tx.update_schema() as update:
+                        update.union_by_name(schemas.TABLES[name])
+                if parts:
+                    with tx.update_spec() as update:
+                        for col in parts:
+                            update.add_identity(col)
+                # files are written without field ids: columns are found by name
+                tx.set_properties(**props, **{NAME_MAPPING: tx.table_metadata.schema()
+                                              .name_mapping.model_dump_json()})
+        except CommitFailedException:
+            _backoff(attempt)
+        table = table.refresh()
+    raise CatalogError(f"{name}: could not evolve the table after {attempts} tries")
+
+
 @dataclass(frozen=True)
 class Warehouse:
     """The tables of one warehouse: root ``W`` (data, scratch), catalog and namespace."""
@@ -291,12 +327,16 @@ class Warehouse:
             return None
 
     def table(self, name: str):
-        """Table ``name``, created (with its empty first snapshot) where missing."""
+        """Table ``name``, created (with its empty first snapshot) where missing, and
+        brought up to this version's schema, partition spec and properties where an
+        earlier version made it (:func:`evolve`)."""
         from pyiceberg.catalog import Catalog
         from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
         from pyiceberg.schema import assign_fresh_schema_ids
 
         table = self.load(name)
+        if table is not None:
+            table = evolve(table, name)
         if table is None:
             self.catalog.create_namespace_if_not_exists(self.namespace)
             ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schemas.TABLES[name]))
@@ -310,7 +350,7 @@ class Warehouse:
             try:
                 with table.transaction() as tx:
                     # files are written without field ids: columns are found by name
-                    tx.set_properties(**{"schema.name-mapping.default":
+                    tx.set_properties(**{NAME_MAPPING:
                                          table.schema().name_mapping.model_dump_json()})
                     tx.append(schemas.TABLES[name].empty_table(),
                               snapshot_properties={STAGE: "created"})

@@ -34,14 +34,20 @@ Four steps per table, in this order (each one's output is what the next one free
    that run's publish would take the rewritten file for another run's output over
    the same offsets (:func:`spark_jobs.iceberg.check_overlap`).
 2. **Manifests.** Every nightly commit adds a manifest to ``main``, and planning a
-   scan (the dedupe's, the ledger's, a reader's) opens every manifest it cannot prune:
-   after a year, hundreds. Where ``main``'s current snapshot has at least
-   ``--min-manifests`` data manifests, they are merged, oldest with oldest, into
-   manifests of up to the table's ``commit.manifest.target-size-bytes`` (Iceberg's
-   default 8 MiB) in one snapshot that changes no data file (an ``append`` of nothing:
-   pyiceberg 0.12 has no rewrite-manifests operation; its merge of manifests on append
-   does it, enabled for that one commit). Entries keep their snapshot ids and
-   sequence numbers; a compare-and-swap on ``main``, tried again when ``main`` moved.
+   scan opens every manifest it cannot prune by its partition summary. Where ``main``
+   has at least ``--min-manifests`` data manifests, they are clustered by the day their
+   runs ingested (the ``ingest_dt`` partition of records, batches and markers): one
+   manifest per day of the newest week, per ISO week of the five before, per month
+   back to 400 days, per year before that (:func:`ingest_period`; split further past
+   the table's ``commit.manifest.target-size-bytes``, Iceberg's default 8 MiB). A
+   manifest that already holds exactly one period is kept as it is; files of no known
+   day (tables without ``ingest_dt``, files from before it existed) share one. So the
+   dedupe's scan, bounded to the days of the runs it can overlap, opens a manifest or
+   two however long the history, and a full scan ~25 a year. One snapshot that
+   changes no data file (an ``append`` of nothing: pyiceberg 0.12 has no
+   rewrite-manifests operation; :func:`_cluster_producer` extends its fast append).
+   Entries keep their snapshot ids and sequence numbers; a compare-and-swap on
+   ``main``, tried again when ``main`` moved.
 3. **Snapshot expiry** (pyiceberg's ``expire_snapshots``): snapshots older than
    ``--older-than-days``, except the last ``--retain-last`` of ``main``, every
    branch and tag head, and what an open run branch still needs: its own snapshots,
@@ -419,11 +425,147 @@ def _data_manifests(table) -> list:
             if m.content == ManifestContent.DATA]
 
 
+def ingest_period(day: str | None, newest: dt.date) -> str | None:
+    """The period of ingest days whose entries share a manifest after maintenance, for
+    ``day`` (an ``ingest_dt`` value) when the table's newest is ``newest``: the day
+    itself in the last week, its ISO week in the five before, then its month, then its
+    year. None for a file of no known day (one group). A scan of recent nights (the
+    dedupe's) opens a day's manifest or two; a full scan ~25 manifests a year."""
+    if day is None:
+        return None
+    try:
+        d = dt.date.fromisoformat(day)
+    except ValueError:
+        return None
+    age = (newest - d).days
+    if age < 7:
+        return day
+    if age < 42:
+        year, week, _ = d.isocalendar()
+        return f"{year}-W{week:02d}"
+    return day[:7] if age < 400 else day[:4]
+
+
+def _ingest_positions(table) -> dict[int, int]:
+    """Per partition spec id: the position of the ``ingest_dt`` field in its partition
+    tuples (specs without one are left out)."""
+    out = {}
+    for spec_id, spec in table.metadata.specs().items():
+        for pos, f in enumerate(spec.fields):
+            if table.schema().find_column_name(f.source_id) == schemas.INGEST_DT:
+                out[spec_id] = pos
+    return out
+
+
+def _summary_days(manifest, pos: int | None) -> tuple[str | None, str | None, bool]:
+    """``(lowest, highest, has_null)`` ingest day of a manifest's entries, from its
+    partition summary in the manifest list (nothing is opened)."""
+    if pos is None or not manifest.partitions:
+        return None, None, True
+    f = manifest.partitions[pos]
+    lo = f.lower_bound.decode() if f.lower_bound is not None else None
+    hi = f.upper_bound.decode() if f.upper_bound is not None else None
+    return lo, hi, bool(f.contains_null)
+
+
+@dataclass
+class ManifestPlan:
+    """How :func:`merge_manifests` clusters ``main``'s data manifests: per
+    ``(spec id, period)`` key, ``keep`` has the one manifest that already holds exactly
+    that period's entries, ``groups`` the manifests to merge into one; ``split`` are the
+    manifests whose entries span periods (read entry by entry). ``newest`` is the
+    table's newest ingest day, which the periods are counted back from."""
+
+    keep: dict
+    groups: dict
+    split: list
+    newest: dt.date
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.split or self.groups)
+
+
+def plan_manifests(manifests, positions: dict[int, int]) -> ManifestPlan:
+    """Cluster data ``manifests`` by :func:`ingest_period` of their entries, from the
+    manifest list alone; ``positions`` from :func:`_ingest_positions`."""
+    days = {m.manifest_path: _summary_days(m, positions.get(m.partition_spec_id))
+            for m in manifests}
+    highs = [hi for _, hi, _ in days.values() if hi is not None]
+    newest = max(dt.date.fromisoformat(h) for h in highs) if highs else dt.date.today()
+    by_key: dict[tuple, list] = {}
+    split = []
+    for m in manifests:
+        lo, hi, has_null = days[m.manifest_path]
+        period = ingest_period(lo, newest)
+        if lo is None or (not has_null and period == ingest_period(hi, newest)):
+            by_key.setdefault((m.partition_spec_id, None if lo is None else period), []).append(m)
+        else:
+            split.append(m)
+    return ManifestPlan(keep={k: ms[0] for k, ms in by_key.items() if len(ms) == 1},
+                        groups={k: ms for k, ms in by_key.items() if len(ms) > 1},
+                        split=split, newest=newest)
+
+
+def _cluster_producer():
+    """A pyiceberg snapshot producer that commits ``main`` again with its data
+    manifests clustered by :func:`plan_manifests` (an append of no file; entries keep
+    their status, snapshot ids and sequence numbers). pyiceberg 0.12 has no
+    rewrite-manifests operation: this extends its fast append (pinned version)."""
+    from pyiceberg.manifest import ManifestContent
+    from pyiceberg.table.update.snapshot import _FastAppendFiles
+
+    class ClusterManifests(_FastAppendFiles):
+        def __init__(self, *args, positions: dict[int, int], target_bytes: int, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._positions = positions
+            self._target_bytes = target_bytes
+
+        def _key(self, m, entry) -> tuple:
+            pos = self._positions.get(m.partition_spec_id)
+            day = entry.data_file.partition[pos] if pos is not None else None
+            return m.partition_spec_id, ingest_period(day, self._plan.newest)
+
+        def _process_manifests(self, manifests):
+            data = [m for m in manifests if m.content == ManifestContent.DATA]
+            other = [m for m in manifests if m.content != ManifestContent.DATA]
+            self._plan = plan = plan_manifests(data, self._positions)
+            entries: dict[tuple, list] = {}
+            sizes: dict[tuple, float] = {}
+            keep = dict(plan.keep)
+            todo = [(m, True) for m in plan.split]
+            todo += [(m, False) for ms in plan.groups.values() for m in ms]
+            while todo:
+                m, spans = todo.pop()
+                per_entry = m.manifest_length / max(1, (m.added_files_count or 0)
+                                                    + (m.existing_files_count or 0))
+                for entry in self.fetch_manifest_entry(m, discard_deleted=True):
+                    key = self._key(m, entry)
+                    if spans and key in keep:  # a period's one manifest joins its rewrite
+                        todo.append((keep.pop(key), False))
+                    entries.setdefault(key, []).append(entry)
+                    sizes[key] = sizes.get(key, 0.0) + per_entry
+            written = []
+            for key, group in sorted(entries.items(), key=lambda kv: repr(kv[0])):
+                group.sort(key=lambda e: e.data_file.file_path)
+                step = -(-len(group) // max(1, -(-int(sizes[key]) // self._target_bytes)))
+                for i in range(0, len(group), step):
+                    with self.new_manifest_writer(spec=self.spec(key[0])) as writer:
+                        for entry in group[i:i + step]:
+                            writer.existing(entry)
+                    written.append(writer.to_manifest_file())
+            return written + list(keep.values()) + other
+
+    return ClusterManifests
+
+
 def merge_manifests(wh: iceberg.Warehouse, name: str, *, min_manifests: int = DEFAULT_MIN_MANIFESTS,
                     dry_run: bool = False, attempts: int = iceberg.COMMIT_ATTEMPTS) -> dict:
-    """Merge ``main``'s data manifests of table ``name`` (module docstring, step 2)."""
+    """Cluster ``main``'s data manifests of table ``name`` by ingest period (module
+    docstring, step 2)."""
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.table import TableProperties as P
+    from pyiceberg.table.snapshots import Operation
 
     out = {"manifests_before": 0, "manifests_after": 0}
     for attempt in range(attempts):
@@ -432,26 +574,24 @@ def merge_manifests(wh: iceberg.Warehouse, name: str, *, min_manifests: int = DE
             return out
         before = _data_manifests(table)
         out["manifests_before"] = out["manifests_after"] = len(before)
+        live = [m for m in before if m.has_added_files() or m.has_existing_files()]
+        positions = _ingest_positions(table)
+        changes = plan_manifests(live, positions).changes or len(live) < len(before)
+        if len(before) < max(2, min_manifests) or not changes or dry_run:
+            return out  # (a dry run says how many there are)
         target = int(table.properties.get(P.MANIFEST_TARGET_SIZE_BYTES,
                                           P.MANIFEST_TARGET_SIZE_BYTES_DEFAULT))
-        if sum(m.manifest_length < target for m in before) < max(2, min_manifests) or dry_run:
-            return out  # (a dry run says how many there are)
-        # pyiceberg's merging append merges when these are set: for this commit only
-        merge = {P.MANIFEST_MERGE_ENABLED: "true", P.MANIFEST_MIN_MERGE_COUNT: "2"}
-        kept = {k: table.properties[k] for k in merge if k in table.properties}
         summary = {iceberg.STAGE: "maintenance", MAINTENANCE: "manifests",
                    iceberg.ROWS: "0", **iceberg.airflow_summary()}
         try:
             with table.transaction() as tx:
-                tx.set_properties(merge)
-                with tx.update_snapshot(snapshot_properties=summary, branch=iceberg.MAIN) \
-                        .merge_append():
-                    pass  # nothing added: the existing manifests are merged
-                if kept:
-                    tx.set_properties(kept)
-                tx.remove_properties(*(k for k in merge if k not in kept))
+                producer = _cluster_producer()(
+                    operation=Operation.APPEND, transaction=tx, io=table.io,
+                    snapshot_properties=summary, branch=iceberg.MAIN,
+                    positions=positions, target_bytes=target)
+                producer.commit()
         except CommitFailedException as err:
-            log.info("%s: main moved while merging manifests (%s); again", name, err)
+            log.info("%s: main moved while clustering manifests (%s); again", name, err)
             iceberg._backoff(attempt)
             continue
         out["manifests_after"] = len(_data_manifests(wh.load(name)))

@@ -17,6 +17,11 @@ _LINEAGE = [("segment", pa.string()), ("segment_base_offset", pa.int64()), ("run
 
 
 _TOPIC = [("topic", pa.string())]
+#: the day (UTC, ``YYYY-MM-DD``) the run that wrote a row first ingested: a partition of
+#: the tables the dedupe reads, so that its scans skip whole manifests of older nights
+#: (:func:`ingest_day`, docs/tables.md)
+INGEST_DT = "ingest_dt"
+_INGESTED = _TOPIC + [(INGEST_DT, pa.string())]
 
 
 def _with(schema: pa.Schema, drop=(), retype=None, extra=(), partitions=_TOPIC) -> pa.Schema:
@@ -26,9 +31,11 @@ def _with(schema: pa.Schema, drop=(), retype=None, extra=(), partitions=_TOPIC) 
                      + list(partitions))
 
 
-RECORDS = _with(ka.RECORDS_SCHEMA, drop={"crc_valid"}, partitions=_TOPIC + [("dt", pa.string())])
-BATCHES = _with(ka.BATCHES_SCHEMA, retype={"crc": pa.int64(), "computed_crc": pa.int64()})
-MARKERS = _with(ka.MARKERS_SCHEMA)
+RECORDS = _with(ka.RECORDS_SCHEMA, drop={"crc_valid"},
+                partitions=_INGESTED + [("dt", pa.string())])
+BATCHES = _with(ka.BATCHES_SCHEMA, retype={"crc": pa.int64(), "computed_crc": pa.int64()},
+                partitions=_INGESTED)
+MARKERS = _with(ka.MARKERS_SCHEMA, partitions=_INGESTED)
 FINDINGS = _with(ka.FINDINGS_SCHEMA, extra=[("raw", pa.binary())])
 LEDGER = pa.schema([
     ("run_id", pa.string()),
@@ -77,9 +84,9 @@ TABLES = {
 
 #: identity partition columns of each table, outermost first
 PARTITIONS = {
-    "records": ("topic", "dt"),
-    "batches": ("topic",),
-    "markers": ("topic",),
+    "records": ("topic", "dt", INGEST_DT),
+    "batches": ("topic", INGEST_DT),
+    "markers": ("topic", INGEST_DT),
     "findings": ("topic",),
     "ledger": (),
     "dq_results": (),
@@ -89,7 +96,7 @@ PARTITIONS = {
 #: (queries, the dedupe and a run's replacement by ``run_id`` prune on them; on key/value
 #: bytes they would cost ~10% of a write). The partition columns' are what the catalog takes as a file's partition
 #: value: without them a file would be registered with null partitions.
-STATISTICS = ("topic", "dt", "run_id", "partition", "offset", "timestamp", "base_offset",
+STATISTICS = ("topic", "dt", INGEST_DT, "run_id", "partition", "offset", "timestamp", "base_offset",
               "last_offset", "position", "batch_position", "segment_base_offset",
               "max_timestamp", "first_timestamp")
 
@@ -98,6 +105,18 @@ DECODE_TABLES = layout.DECODE_TABLES
 NAMES = layout.TABLE_NAMES
 if tuple(TABLES) != NAMES:
     raise RuntimeError("spark_jobs.layout.TABLE_NAMES and schemas.TABLES name different tables")
+
+
+def ingest_day(when) -> str:
+    """The :data:`INGEST_DT` value of a run that first ingested at ``when`` (a datetime,
+    or its ISO-8601 text; naive means UTC): its UTC day, ``YYYY-MM-DD``."""
+    import datetime as dt
+
+    if isinstance(when, str):
+        when = dt.datetime.fromisoformat(when)
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.timezone.utc)
+    return when.date().isoformat()
 
 
 def spark_arrow_schema(name: str) -> pa.Schema:

@@ -64,6 +64,7 @@ def record_rows(run_id: str, topic: str, partition: int, offsets, day: str = DAY
         "run_id": [run_id] * n,
         "topic": [topic] * n,
         "dt": [day] * n,
+        schemas.INGEST_DT: [day] * n,
     }
     return pa.table({f.name: pa.array(cols[f.name], f.type) for f in schemas.RECORDS},
                     schema=schemas.RECORDS)

@@ -101,7 +101,8 @@ def main(argv=None, spark=None) -> dict:
         t1 = time.time()
         divergences = 0
         if pending:
-            divergences, deduped = resolve_pending(spark, ctx, wh, bases, rows, args.chunk_id)
+            divergences, deduped = resolve_pending(spark, ctx, wh, bases, rows, args.chunk_id,
+                                                      ledger)
             for name, fs in deduped.items():
                 files[name].extend(fs)
         timings["deduplicate"] = time.time() - t1

@@ -10,7 +10,8 @@ gives a ``divergence`` finding.
 
 from __future__ import annotations
 
-from spark_jobs import iceberg, storage, tables
+from spark_jobs import iceberg, schemas, storage, tables
+from spark_jobs.decode.planning import overlap_days
 from spark_jobs.decode.writing import Context, task_files, write_frame
 
 def dedupe(existing, staged, pending, keys: list[str], order: list[str], content: list[str] | None):
@@ -59,12 +60,18 @@ def divergence_findings(diverging, run_id: str):
         F.lit(run_id).alias("run_id"))
 
 
-def overlap_filter(ranges: dict[tuple[str, int], tuple[int, int]], table: str):
+def overlap_filter(ranges: dict[tuple[str, int], tuple[int, int]], table: str,
+                   days: list[str] | None = None):
     """A pyiceberg row filter for the rows of ``table`` that can meet the offset
     ``ranges`` per (topic, partition): the catalog prunes the other files by their
     partition values and column statistics, so a dedupe reads no more of a topic's
-    history than can overlap."""
-    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThanOrEqual, Or
+    history than can overlap. With ``days``
+    (:func:`~spark_jobs.decode.planning.overlap_days`), only files of runs that
+    ingested on those days (or of no known day) can match, and the catalog skips the
+    manifests of other nights by their partition summaries without opening them: the
+    plan costs what those nights cost, however long the history (docs/tables.md)."""
+    from pyiceberg.expressions import (And, EqualTo, GreaterThanOrEqual, In, IsNull,
+                                       LessThanOrEqual, Or)
 
     lo_col, hi_col = {"batches": ("last_offset", "base_offset")}.get(table, ("offset", "offset"))
     terms = [And(EqualTo("topic", t), EqualTo("partition", p), GreaterThanOrEqual(lo_col, lo),
@@ -72,14 +79,18 @@ def overlap_filter(ranges: dict[tuple[str, int], tuple[int, int]], table: str):
     out = terms[0]
     for term in terms[1:]:
         out = Or(out, term)
+    if days is not None and schemas.INGEST_DT in schemas.PARTITIONS[table]:
+        when = IsNull(schemas.INGEST_DT)
+        out = And(Or(when, In(schemas.INGEST_DT, set(days))) if days else when, out)
     return out
 
 
 def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[dict],
-                    chunk_id: str | None) -> tuple[int, dict[str, list[str]]]:
+                    chunk_id: str | None, ledger) -> tuple[int, dict[str, list[str]]]:
     """Deduplicate the pending output (in the run's scratch) against what ``main`` held
-    at ``bases`` and this run's other submissions; write the rows to keep into the
-    tables' data folders. Returns ``(divergences, {table: files})``."""
+    at ``bases`` (whose ``ledger`` table says which runs wrote which offsets) and this
+    run's other submissions; write the rows to keep into the tables' data folders.
+    Returns ``(divergences, {table: files})``."""
     from pyspark.sql import functions as F
 
     pend = [r for r in rows if r["pending"] and r["action"] != "failed"]
@@ -90,6 +101,7 @@ def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[d
         key = (r["topic"], r["partition"])
         lo, hi = ranges.get(key, (r["first_offset"], r["last_offset"]))
         ranges[key] = (min(lo, r["first_offset"]), max(hi, r["last_offset"]))
+    days = overlap_days(ledger, ctx.run_id, ranges)
     scratch = task_files(pend, pending=True)
     out: dict[str, list[str]] = {}
     branch = iceberg.branch_name(ctx.run_id)
@@ -99,13 +111,16 @@ def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[d
         if not ranges:
             empty = pending.limit(0)
             return empty, empty, pending
-        flt = overlap_filter(ranges, name)
         tp = F.broadcast(spark.createDataFrame(sorted(ranges), "topic string, partition int"))
-        existing = tables.read_table(spark, wh, name, snapshot=bases[name], row_filter=flt)
+        existing = tables.read_table(spark, wh, name, snapshot=bases[name],
+                                     row_filter=overlap_filter(ranges, name, days))
         existing = existing.where(F.col("run_id") != ctx.run_id)
-        # this run's other submissions (chunks) already on its branch
-        others = [p for p in tables.table_paths(wh, name, ref=branch, row_filter=flt, run_id=ctx.run_id)
-                  if chunk_id is not None and not iceberg.is_run_file(p, ctx.run_id, chunk_id)]
+        # this run's other submissions (chunks) already on its branch: of any day (a
+        # chunk's day is when it began)
+        others = [] if chunk_id is None else [
+            p for p in tables.table_paths(wh, name, ref=branch, run_id=ctx.run_id,
+                                          row_filter=overlap_filter(ranges, name))
+            if not iceberg.is_run_file(p, ctx.run_id, chunk_id)]
         staged = tables.read_files(spark, others, name, ctx.s3)
         return (existing.join(tp, ["topic", "partition"], "left_semi"),
                 staged.join(tp, ["topic", "partition"], "left_semi"), pending)

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 import kafkalog
 from kafkalog.indexes import offset_index_positions, offset_index_share
-from spark_jobs import layout, storage
+from spark_jobs import layout, schemas, storage
 
 DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
 
@@ -236,6 +236,28 @@ def ledger_ranges(ledger: pa.Table, exclude_run: str) -> dict[tuple, list[tuple[
             continue
         out.setdefault((r["topic"], r["partition"]), []).append((r["first_offset"], r["last_offset"]))
     return out
+
+
+def overlap_days(ledger: pa.Table, run_id: str,
+                 ranges: dict[tuple, tuple[int, int]]) -> list[str] | None:
+    """The :data:`~spark_jobs.schemas.INGEST_DT` days of the published runs (other than
+    ``run_id``) whose ledger rows meet the offset ``ranges`` per (topic, partition),
+    sorted: every row of the warehouse that can share an offset with ``ranges`` was
+    written by such a run (a run's rows lie within its ledger rows' offsets), in a file
+    of its day, or else in a file of no day (written before ``ingest_dt`` existed).
+    None (no bound) where such a run has no recorded ingestion time."""
+    days = set()
+    cols = [ledger.column(n).to_pylist()
+            for n in ("run_id", "topic", "partition", "first_offset", "last_offset",
+                      "ingested_at")]
+    for run, topic, part, lo, hi, at in zip(*cols):
+        want = ranges.get((topic, part))
+        if run == run_id or lo is None or want is None or not meets((lo, hi), want):
+            continue
+        if at is None:
+            return None
+        days.add(schemas.ingest_day(at))
+    return sorted(days)
 
 
 def split_points(segment: Segment, index_positions: list[int], split_bytes: int) -> list[int]:

@@ -1,7 +1,8 @@
 """Write: the tables' Parquet data files, as the executors (and the driver, for its
 small tables) make them.
 
-One file per task, table and partition value (``topic``, and ``dt`` for records),
+One file per task, table and partition value (``topic``, the run's ``ingest_dt`` for
+the tables the dedupe reads, and ``dt`` for records),
 the partition columns inside, named ``<run prefix>~<part>.parquet`` so that a rerun
 of the run (or of the chunk) removes exactly its files (docs/tables.md). Files are
 written locally and moved into the table's data folder (or the run's scratch, for
@@ -46,7 +47,8 @@ PLAIN_COLUMNS = frozenset({
 
 #: strings the job hands to Parquet as dictionary arrays: the same few values on every
 #: row (index types: the records' two come from kafkalog.stream(dictionary=True))
-_LINEAGE_DICTIONARIES = {"segment": pa.int32(), "run_id": pa.int32(), "topic": pa.int32()}
+_LINEAGE_DICTIONARIES = {"segment": pa.int32(), "run_id": pa.int32(), "topic": pa.int32(),
+                         schemas.INGEST_DT: pa.int32()}
 
 
 DICTIONARY_COLUMNS = {"records": {**_LINEAGE_DICTIONARIES, "dt": pa.int32(),
@@ -89,6 +91,11 @@ class Context:
     max_raw: int = DEFAULT_MAX_RAW
     slack: int = DEFAULT_SLACK
     ingested_at: str = ""
+
+    @property
+    def ingest_dt(self) -> str | None:
+        """The run's :data:`schemas.INGEST_DT` partition value."""
+        return schemas.ingest_day(self.ingested_at) if self.ingested_at else None
 
 
 def make_context(wh, run_id: str, attempt: str, *, chunk_id: str | None = None,
@@ -198,6 +205,7 @@ def lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.T
     cols["segment_base_offset"] = pa.repeat(pa.scalar(task.base_offset, pa.int64()), n)
     cols["run_id"] = _constant(ctx.run_id, n)
     cols["topic"] = _constant(task.topic, n)
+    cols[schemas.INGEST_DT] = _constant(ctx.ingest_dt, n)
     target = write_schema(table)
     names = [name for name in target.names if name in cols]
     out = pa.table([cols[name] for name in names], names=names)
