@@ -153,3 +153,21 @@ def test_an_index_file_changed_after_listing_fails_the_task(spark, tmp_path, mon
     index.write_bytes(whole)
     decode(spark, src, wh, "night-2")
     assert lost_and_duplicated(want, published(wh)) == (0, 0)
+
+
+def test_the_planner_reads_an_index_against_its_listing(tmp_path):
+    """The plan splits big segments at the ``.index``'s batch positions: an index
+    changed since it was listed is not trusted (the segment is one task), the
+    listed one is."""
+    from spark_jobs.decode import planning
+
+    src = write_snapshot(tmp_path / "snap", partitions=(0,), batches=200)  # past the index interval
+    index = src / "orders-0" / "00000000000000000000.index"
+    store = storage.LocalStore(str(index.parent))
+    pin = storage.Pin.of(store.stat(index.name))
+    listed = planning.read_index_positions([str(index)], None, pins={str(index): pin})
+    assert listed[str(index)] and listed == planning.read_index_positions([str(index)], None)
+    index.write_bytes(index.read_bytes() + index.read_bytes()[-8:])
+    assert planning.read_index_positions([str(index)], None, pins={str(index): pin}) == {
+        str(index): []}
+    assert planning.read_index_positions([str(index)], None)[str(index)]  # unpinned: read

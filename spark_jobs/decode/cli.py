@@ -81,9 +81,11 @@ def main(argv=None, spark=None) -> dict:
               "(an unparsable_name finding)", file=sys.stderr)
     coverage = {} if args.reprocess else coverage_from_ledger(ledger, trusted_runs(ledger, args.run_id))
     published = ledger_ranges(ledger, args.run_id)
+    to_split = [s for s in segments
+                if s.index_uri and s.size > args.split_bytes and s.key not in coverage]
     index_positions = read_index_positions(
-        [s.index_uri for s in segments
-         if s.index_uri and s.size > args.split_bytes and s.key not in coverage], s3)
+        [s.index_uri for s in to_split], s3,
+        pins={s.index_uri: s.index_pin(s.index_uri) for s in to_split})
     tasks = plan(segments, coverage, published, index_positions, args.split_bytes)
 
     own_session = spark is None

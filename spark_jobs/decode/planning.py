@@ -373,21 +373,27 @@ def trusted_runs(ledger: pa.Table, run_id: str) -> list[str]:
     return [r for r in ordered if first[r] < first[run_id]]
 
 
-def read_index_positions(index_uris: list[str], s3, workers: int = 16) -> dict[str, list[int]]:
-    """:func:`index_positions` of each ``.index``, read ``workers`` at a time: on S3
-    each is a round trip, and a snapshot can hold thousands of big segments (the
-    S3 client pools 16 connections)."""
+def read_index_positions(index_uris: list[str], s3, workers: int = 16,
+                         pins: dict | None = None) -> dict[str, list[int]]:
+    """:func:`index_positions` of each ``.index`` (against its listed ``pins[uri]``),
+    read ``workers`` at a time: on S3 each is a round trip, and a snapshot can hold
+    thousands of big segments (the S3 client pools 16 connections)."""
+    pins = pins or {}
+
+    def one(uri):
+        return index_positions(uri, s3, pins.get(uri))
     if len(index_uris) < 2:
-        return {u: index_positions(u, s3) for u in index_uris}
+        return {u: one(u) for u in index_uris}
     with concurrent.futures.ThreadPoolExecutor(min(workers, len(index_uris)),
                                                thread_name_prefix="plan-index") as pool:
-        return dict(zip(index_uris, pool.map(lambda u: index_positions(u, s3), index_uris)))
+        return dict(zip(index_uris, pool.map(one, index_uris)))
 
 
-def index_positions(index_uri: str, s3) -> list[int]:
-    """Positions of a ``.index`` file's entries (batch starts, as the broker recorded them)."""
+def index_positions(index_uri: str, s3, pin: storage.Pin | None = None) -> list[int]:
+    """Positions of a ``.index`` file's entries (batch starts, as the broker recorded
+    them), read against ``pin`` (what the listing saw) where given."""
     store, key = storage.open_object(index_uri, s3)
     try:
-        return offset_index_positions(store.read(key))
+        return offset_index_positions(store.read(key) if pin is None else store.read_pinned(key, pin))
     except (kafkalog.KafkaLogError, storage.StorageError):
-        return []  # no trustworthy index: the segment is one task
+        return []  # no trustworthy index (or not the one listed): the segment is one task
