@@ -8,6 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from spark_settings import SUBMIT_CONF
+
 REPO = Path(__file__).resolve().parent.parent
 DAGS = REPO / "dags"
 DAG_ID = "kafka_segments_nightly"
@@ -17,6 +19,8 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__PARALLELISM"] = "2"
 os.environ.setdefault("KAFKALOG_RETRY_DELAY_SECONDS", "1")
+# every spark-submit of the DAGs (read at parse time): a JVM that starts fast (spark_settings)
+os.environ.setdefault("KAFKALOG_SPARK_CONF", SUBMIT_CONF)
 
 
 def parse_dags(dag_folder: Path) -> dict:

@@ -30,9 +30,12 @@ S3_ENV = {
 def spark():
     from spark_jobs.session import build_session
 
+    from spark_settings import FAST_START_JVM
+
     session = build_session("kafkalog-tests", master="local[2]",
                             conf={"spark.sql.shuffle.partitions": "4",
-                                  "spark.default.parallelism": "4"})
+                                  "spark.default.parallelism": "4",
+                                  "spark.driver.extraJavaOptions": FAST_START_JVM})
     yield session
     session.stop()
     # py4j says goodbye at INFO from __del__ when the interpreter exits; by then the
