@@ -47,14 +47,65 @@ CAUSES = {"compaction": "pass", "aborted_txn": "pass", "missing_segment": "warn"
 # check name (spark_jobs/quality/checks.py) -> status of a row that found something
 CHECKS = {"crc": "fail", "offset_gaps": "warn", "create_time": "warn", "log_append_time": "fail",
           "record_count": "pass"}
+# the unit each check's ``observed`` counts (spark_jobs/quality/checks.py CHECKS)
+UNITS = {"crc": "batches", "offset_gaps": "batches", "create_time": "records",
+         "log_append_time": "batches", "record_count": "batches"}
+# the severity a check reports when it found nothing (its strictest setting, policy.headline)
+CONFIGURED = {"crc": "fail", "offset_gaps": "fail", "create_time": "warn",
+              "log_append_time": "fail", "record_count": "fail"}
 
 
 # ---- writing a warehouse ------------------------------------------------------------------
 
 
+def segment_name(base: int) -> str:
+    return f"{base:020d}.log"
+
+
+def gap_item(cause: str, status: str, lo: int, hi: int, rng: random.Random) -> dict:
+    """An offset-gap item as check_quality.py stores it (its message phrased as checks.py does)."""
+    before, after = segment_name(rng.randrange(0, lo + 1)), segment_name(hi + 1)
+    message = {
+        "missing_segment": f"offsets {lo}..{hi}: {before} ends at {lo - 1} but the next segment "
+                           f"file {after} starts at {hi + 1}: a segment based at {lo} is missing "
+                           "from the snapshot",
+        "compaction": f"offsets {lo}..{hi}: removed by log compaction (the segment holds "
+                      "compacted batches)",
+        "aborted_txn": f"offsets {lo}..{hi}: inside the transaction producer 4001 aborted at "
+                       f"offset {hi + 3} (aborted data cleaned away)",
+    }[cause]
+    return {"class": cause, "status": status, "first_offset": lo, "last_offset": hi,
+            "offsets": hi - lo + 1, "value": None, "segment": after, "position": 0,
+            "message": message}
+
+
+def crc_item(rng: random.Random) -> dict:
+    base = rng.randrange(10**5)
+    last, position = base + rng.randrange(0, 9), rng.randrange(0, 10**6)
+    segment = segment_name(base - base % 1000)
+    return {"class": "crc_mismatch", "status": "fail", "first_offset": base, "last_offset": last,
+            "offsets": 1, "value": None, "segment": segment, "position": position,
+            "message": f"batch at position {position} of {segment} (offsets {base}..{last}): "
+                       f"stored crc 0x{rng.getrandbits(32):08x}, computed 0x{rng.getrandbits(32):08x}"}
+
+
+def regression_item(check: str, status: str, rng: random.Random) -> dict:
+    offset, step = rng.randrange(10**6), rng.randrange(1, 10**5)
+    segment, position = segment_name(offset - offset % 1000), rng.randrange(0, 10**6)
+    message = (f"CreateTime went back {step} ms at offset {offset} (2026-11-20 01:00:00 after "
+               f"2026-11-20 01:00:05 at offset {offset - 1})" if check == "create_time" else
+               f"LogAppendTime went back {step} ms: batch {offset}..{offset + 4} stamped "
+               f"2026-11-19 01:00:00 after batch at {offset - 5} stamped 2026-11-19 01:00:07")
+    return {"class": "regression", "status": status, "first_offset": offset,
+            "last_offset": offset if check == "create_time" else offset + 4, "offsets": 1,
+            "value": step, "segment": segment, "position": position, "message": message}
+
+
 def scenario(seed: int = 7) -> list[dict]:
     """Three runs a day apart: the first passes, the second fails (CRC, broker timestamps),
-    the third only warns (a missing segment, producer timestamps)."""
+    the third only warns (a missing segment, producer timestamps). Rows as check_quality.py
+    writes them: details with ``unit``, ``classes`` and ``items`` (worst first); ``severity``
+    the worst of the classes that found something, else the check's configured one."""
     rng = random.Random(seed)
     start = dt.datetime(2026, 11, 18, 2, 30, tzinfo=dt.timezone.utc)
     runs = []
@@ -66,31 +117,39 @@ def scenario(seed: int = 7) -> list[dict]:
         for check, bad_status in CHECKS.items():
             for topic, partition in PARTITIONS:
                 observed = rng.randrange(1000, 5000)
-                failed, details, status = 0, {"classes": {}, "items": []}, "pass"
+                failed, status = 0, "pass"
+                details = {"unit": UNITS[check], "classes": {}, "items": [], "more_items": 0}
                 if check == "crc" and i == 1:
                     failed = rng.randrange(1, 9)
                     details["classes"]["crc_mismatch"] = {"status": "fail", "items": failed, "offsets": 3 * failed}
+                    details["items"] = sorted((crc_item(rng) for _ in range(failed)),
+                                              key=lambda it: it["first_offset"])
                 elif check == "offset_gaps" and i > 0:
+                    items = []
                     for cause, cause_status in CAUSES.items():
                         n = rng.randrange(0, 4)
                         if n:
                             details["classes"][cause] = {"status": cause_status, "items": n, "offsets": 7 * n}
                             failed += n if cause_status != "pass" else 0
+                            for _ in range(n):
+                                lo = rng.randrange(1, 10**5)
+                                items.append(gap_item(cause, cause_status, lo, lo + 6, rng))
+                    details["items"] = sorted(items, key=lambda it: (
+                        ("fail", "warn", "pass").index(it["status"]), it["first_offset"]))
                 elif (check, i, partition) in (("create_time", 2, 0), ("log_append_time", 1, 1)):
                     failed = rng.randrange(1, 5)
                     details["classes"]["regression"] = {"status": bad_status, "items": failed, "offsets": failed}
                     details["regressions"] = failed
                     details["max_step_back_ms"] = rng.randrange(1, 10**5)
-                    details["items"] = [{"class": "regression", "first_offset": rng.randrange(10**6),
-                                         "message": "timestamp went back"} for _ in range(3)]
+                    details["items"] = sorted((regression_item(check, bad_status, rng)
+                                               for _ in range(failed)), key=lambda it: it["first_offset"])
                 if failed:
                     status = bad_status
                 elif any(c["status"] == "warn" for c in details["classes"].values()):
                     status = "warn"
                 rows.append({
                     "run_id": run_id, "check": check, "topic": topic, "partition": partition,
-                    "status": status,
-                    "severity": "error" if bad_status == "fail" else "warning",
+                    "status": status, "severity": status if status != "pass" else CONFIGURED[check],
                     "observed": observed, "failed": failed, "details": json.dumps(details),
                     "checked_at": checked_at,
                 })
@@ -505,28 +564,134 @@ def test_index_page_lists_runs_with_charts_and_links(warehouse, client):
     assert "<script" not in page.text and "http://" not in page.text.replace("http://www.w3.org", "")
 
 
-def test_run_page_shows_every_result_with_status_and_details(warehouse, client):
+def run_page_rows(dom: Dom):
+    """The run page's result rows in page order, with the disclosure (if any) each sits in."""
+    return dom.find("tr", cls="result")
+
+
+def test_run_page_lists_problems_first_then_collapsed_passes(warehouse, client):
     root, runs = warehouse
-    run = runs[2]
-    page = client.get(f"/runs/{run['token']}")
-    assert page.status_code == 200
-    dom = Dom(page.text)
-    assert dom.one(id="run-id").text == run["run_id"]
-    assert dom.one(id="verdict").text == expected_verdict(run)
-    sections = dom.find("section", cls="check")
-    assert sorted(s.attrs["data-check"] for s in sections) == sorted(CHECKS)
-    results = dom.find("tr", cls="result")
-    assert len(results) == len(run["rows"])
-    by_key = Counter((r.attrs["data-topic"], r.attrs["data-partition"], r.attrs["data-status"]) for r in results)
-    assert by_key == Counter((r["topic"], str(r["partition"]), r["status"]) for r in run["rows"])
-    status_badges = Counter(s.text for s in dom.find("span", cls="status") if s.text in ("pass", "warn", "fail"))
-    assert status_badges["warn"] >= sum(1 for r in run["rows"] if r["status"] == "warn")
-    for r in run["rows"]:  # details: short JSON inline, long JSON in a <details> element
-        d = json.loads(r["details"])
-        if d:
-            assert json.dumps(d, sort_keys=True)[:40] in page.text.replace("&quot;", '"')
-    assert dom.find("details")  # the timestamp rows' details are long
-    assert dom.one("a", cls="docs-link").attrs["href"] == f"runs/{run['token']}/docs/index.html"
+    for run in runs:
+        page = client.get(f"/runs/{run['token']}")
+        assert page.status_code == 200
+        dom = Dom(page.text)
+        assert dom.one(id="run-id").text == run["run_id"]
+        assert dom.one(id="verdict").text == expected_verdict(run)
+        want = expected_counts(run)
+        # one count vocabulary: checks per topic-partition failed / warned / passed
+        assert dom.one(id="counts").text == "Checks per topic-partition: " + " · ".join(
+            f"{want[s]} {w}" for s, w in (("fail", "failed"), ("warn", "warned"), ("pass", "passed")))
+        rows = run_page_rows(dom)
+        assert Counter((r.attrs["data-check"], r.attrs["data-topic"], r.attrs["data-partition"],
+                        r.attrs["data-status"]) for r in rows) == \
+            Counter((r["check"], r["topic"], str(r["partition"]), r["status"]) for r in run["rows"])
+        statuses = [r.attrs["data-status"] for r in rows]
+        assert statuses == sorted(statuses, key=["fail", "warn", "pass"].index)  # problems first
+        # passes are inside one collapsed <details>, problems are not
+        passes = dom.find("details", id="passes")
+        if want["pass"]:
+            assert len(passes) == 1 and "open" not in passes[0].attrs
+            pass_rows = [r for r in rows if r.attrs["data-status"] == "pass"]
+            section_of = {s.attrs["data-status"]: s for s in dom.find(cls="outcome")}
+            assert set(section_of) == {s for s in ("fail", "warn", "pass") if want[s]}
+            for r in pass_rows:  # each pass row's check name is in the passes' text
+                assert r.attrs["data-check"] in passes[0].text
+        for status, title in (("fail", "Failed"), ("warn", "Warned")):
+            sections = dom.find("section", id=f"outcome-{status}")
+            assert len(sections) == (1 if want[status] else 0)
+            if want[status]:
+                assert sections[0].text.startswith(f"{title}: {want[status]} check")
+        # never a severity column: the configured severity is a label of passing rows only
+        assert "Severity" not in [th.text for th in dom.find("th")]
+        assert all(c.text in data.SEVERITY_LABELS.values() for c in dom.find("td", cls="if-found"))
+        assert len(dom.find("td", cls="if-found")) == want["pass"]
+
+
+def test_run_page_says_each_problem_in_one_plain_line(warehouse, client):
+    root, runs = warehouse
+    run = runs[1]  # fails (CRC, broker timestamps) and warns (a missing segment)
+    dom = Dom(client.get(f"/runs/{run['token']}").text)
+    problems = [r for r in run["rows"] if r["status"] != "pass"]
+    lines = [el.text for el in dom.find("div", cls="problem-line")]
+    assert len(lines) == len(problems) > 0
+    by_key = {(r["check"], r["topic"], r["partition"]): r for r in problems}
+    rows = [r for r in dom.find("tr", cls="result") if r.attrs["data-status"] != "pass"]
+    for row, line in zip(rows, lines):
+        want = by_key[(row.attrs["data-check"], row.attrs["data-topic"], int(row.attrs["data-partition"]))]
+        first = json.loads(want["details"])["items"][0]
+        assert line == f"{row.attrs['data-topic']}-{row.attrs['data-partition']}: " + data.describe_item(first)
+        assert f"{first['first_offset']}..{first['last_offset']}" in line or \
+            f"offset {first['first_offset']}" in line
+        assert first["segment"] in line
+        assert line in row.text and f"{want['failed']} item" in row.text
+        assert f"{want['observed']:,} {UNITS[want['check']]} checked" in row.text
+    # raw JSON only inside the "raw details" disclosures, one per row
+    raws = dom.find("details", cls="raw")
+    assert len(raws) == len(run["rows"])
+    text_outside = "".join(el.text for el in dom.find("div", cls="problem-line"))
+    assert '{"' not in text_outside
+    for r in run["rows"]:
+        assert any(json.dumps(json.loads(r["details"]), indent=2, sort_keys=True) in d.text for d in raws)
+
+
+def test_item_lines_name_the_partition_offsets_segment_and_bytes():
+    seg = "00000000000000000025.log"
+    crc = {"class": "crc_mismatch", "status": "fail", "first_offset": 10, "last_offset": 14,
+           "segment": seg, "position": 4096,
+           "message": f"batch at position 4096 of {seg} (offsets 10..14): stored crc 0x00000001, "
+                      "computed 0x00000002"}
+    # the audit's message already names all of it: nothing is added
+    assert data.item_line("payments", 1, crc) == f"payments-1: {crc['message']}"
+    gap = {"class": "missing_segment", "status": "warn", "first_offset": 15, "last_offset": 24,
+           "segment": seg, "position": 0,
+           "message": f"offsets 15..24: 00000000000000000000.log ends at 14 but the next segment "
+                      f"file {seg} starts at 25: a segment based at 15 is missing from the snapshot"}
+    assert data.item_line("payments", 1, gap) == f"payments-1: {gap['message']} (segment {seg} at byte 0)"
+    count = {"class": "records_missing", "status": "fail", "first_offset": 40, "last_offset": 44,
+             "segment": seg, "position": 812, "message": "batch 40..44 declares 5 records; the records table holds 3"}
+    assert data.describe_item(count) == f"{count['message']} (segment {seg} at byte 812)"
+    one = {"class": "regression", "first_offset": 7, "last_offset": 7, "segment": seg, "position": 9,
+           "message": "CreateTime went back 5 ms at offset 7 (…)"}
+    assert data.describe_item(one) == f"{one['message']} (segment {seg} at byte 9)"
+    bare = {"class": "unexplained", "first_offset": 3, "last_offset": 5}
+    assert data.describe_item(bare) == "unexplained at offsets 3..5"
+    assert data.describe_item({"class": "duplicate", "first_offset": 8, "last_offset": 8,
+                               "message": ""}) == "duplicate at offset 8"
+    finding = {"class": "corrupt_batch", "first_offset": None, "last_offset": None, "segment": seg,
+               "position": 100, "message": f"corrupt_batch in {seg} at 100..160: impossible magic 7"}
+    assert data.describe_item(finding) == finding["message"]
+
+
+def test_problem_line_is_the_audits_log_line_in_the_reports_words():
+    details = {"unit": "batches", "classes": {
+        "missing_segment": {"status": "warn", "items": 1, "offsets": 10},
+        "compaction": {"status": "pass", "items": 2, "offsets": 4}},
+        "items": [{"class": "missing_segment", "status": "warn", "first_offset": 15, "last_offset": 24,
+                   "segment": "b.log", "position": 0, "message": "offsets 15..24: a.log ends at 14 "
+                   "but the next segment file b.log starts at 25: a segment based at 15 is missing"},
+                  {"class": "compaction", "status": "pass", "first_offset": 30, "last_offset": 31,
+                   "segment": "b.log", "position": 640, "message": "offsets 30..31: removed by log compaction"}],
+        "more_items": 0}
+    line = data.problem_line("offset_gaps", "payments", 1, "warn", json.dumps(details), failed=1, observed=1204)
+    assert line == ("WARN offset_gaps payments-1: 1 item, 1,204 batches checked; first: "
+                    + data.describe_item(details["items"][0]))
+    assert data.first_problem("payments", 1, details) == "payments-1: " + data.describe_item(details["items"][0])
+    assert data.problem_items(details) == details["items"][:1]
+    assert data.accepted_items(details) == details["items"][1:]
+    assert data.accepted_classes(details) == {"compaction": {"items": 2, "offsets": 4}}
+    # no stored items: the classes' counts; no details at all: the row's count
+    no_items = dict(details, items=[])
+    assert data.first_problem("payments", 1, no_items) == \
+        "payments-1: missing_segment: 1 item (10 offsets) (no item details recorded)"
+    assert data.first_problem("orders", 0, None, failed=3) == "orders-0: 3 items found (no details recorded)"
+    assert data.first_problem("orders", 0, "not json\nsecond line") == "orders-0: not json"
+    assert data.problem_line("crc", "orders", 0, "fail", None) == \
+        "FAIL crc orders-0: 0 items found (no details recorded)"
+    assert data.checked_text(5, {"unit": "segments"}) == "5 segments checked"
+    assert data.checked_text(None, details) is None
+    assert [data.severity_label(s) for s in ("fail", "warn", "pass", None, "odd")] == \
+        ["would fail", "warn-only", "report-only", None, "severity odd"]
+    assert data.topic_partition("orders", None) == "orders-?"
 
 
 def test_unknown_run_is_404_page(client):

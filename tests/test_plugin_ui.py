@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -139,6 +140,97 @@ class Chromium:
         return path.read_bytes()
 
 
+class DevTools:
+    """One headless Chromium driven over the DevTools protocol on a pipe
+    (``--remote-debugging-pipe``: it reads commands from fd 3 and writes replies and events to
+    fd 4, each a JSON message ended by NUL), for what the DOM alone does not say: what is
+    rendered (``innerText``, layout) before and after a disclosure is opened."""
+
+    def __init__(self, path: str, profile: Path):
+        to_chrome_r, self._w = os.pipe()
+        self._r, from_chrome_w = os.pipe()
+
+        def fds():  # in the child, before exec: the pipe ends at 3 and 4
+            high_r, high_w = os.dup(to_chrome_r), os.dup(from_chrome_w)
+            os.dup2(high_r, 3)
+            os.dup2(high_w, 4)
+
+        self.proc = subprocess.Popen(
+            [path, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-pipe",
+             "--hide-scrollbars", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self._buf, self._id, self.session = b"", 0, None
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Page.enable")
+
+    def _read(self, deadline: float) -> dict:
+        import select
+
+        while b"\0" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._r], [], [], left)[0]:
+                raise TimeoutError("no reply from Chromium's DevTools pipe")
+            chunk = os.read(self._r, 1 << 20)
+            if not chunk:
+                raise EOFError("Chromium closed its DevTools pipe")
+            self._buf += chunk
+        raw, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(raw)
+
+    def call(self, method: str, timeout: float = 60, **params):
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params}
+        if self.session and not method.startswith(("Target.", "Browser.")):
+            msg["sessionId"] = self.session
+        os.write(self._w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._read(deadline)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, f"{method}: {reply['error']}"
+                return reply.get("result", {})
+            # anything else is an event (or a reply to nothing we wait for): not needed
+
+    def open(self, url: str, width: int = 1400, height: int = 1000):
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+        self.call("Page.navigate", url=url)
+        deadline = time.monotonic() + 60
+        while self.js("document.readyState") != "complete":
+            assert time.monotonic() < deadline, f"{url} did not load"
+            time.sleep(0.2)
+
+    def js(self, expression: str):
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in result, result["exceptionDetails"]
+        return result["result"].get("value")
+
+    def screenshot(self, path: Path) -> bytes:
+        import base64
+
+        data = base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
+        path.write_bytes(data)
+        return data
+
+    def close(self):
+        try:
+            self.call("Browser.close", timeout=10)
+        except (OSError, TimeoutError, EOFError, AssertionError):
+            pass
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        os.close(self._w)
+        os.close(self._r)
+
+
 @pytest.fixture(scope="module")
 def chromium(tmp_path_factory) -> Chromium:
     path = shutil.which("chromium")
@@ -146,6 +238,15 @@ def chromium(tmp_path_factory) -> Chromium:
         pytest.fail("Debian's `chromium` is not installed: run `make browser` "
                     "(apt-get update && apt-get install -y chromium)")
     return Chromium(path, tmp_path_factory.mktemp("chromium-profile"))
+
+
+@pytest.fixture(scope="module")
+def devtools(chromium, tmp_path_factory):
+    browser = DevTools(chromium.path, tmp_path_factory.mktemp("devtools-profile"))
+    try:
+        yield browser
+    finally:
+        browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +322,20 @@ def test_runs_page_in_chromium(site, chromium, tmp_path):
     assert_png(shot)
 
 
-def test_run_page_in_chromium(site, chromium, tmp_path):
+#: JSON as the page would show it: an object's opening brace and its first key
+JSON_TEXT = re.compile(r'\{\s*"')
+#: where each result row is drawn, and whether it is (``checkVisibility``)
+ROWS_JS = """[...document.querySelectorAll('tr.result')].map(r => ({
+    status: r.dataset.status, check: r.dataset.check, tp: r.dataset.topic + '-' + r.dataset.partition,
+    top: r.getBoundingClientRect().top, visible: r.checkVisibility(),
+    line: (r.querySelector('.problem-line') || {}).innerText || null}))"""
+SCREENSHOT = Path("/tmp/report-run.png")  # for the closing note of issue 17
+
+
+def test_run_page_in_chromium(site, chromium, devtools, tmp_path):
+    """The run page as a reader sees it: fail rows, then warn rows, then the passes collapsed;
+    one plain line per problem naming the topic-partition and offsets; raw JSON nowhere in
+    the rendered text until a disclosure is opened."""
     failing = next(r for r in newest_first(site["runs"]) if expected_verdict(r) == "fail")
     url = f"{site['url']}{PREFIX}/runs/{quote(failing['token'])}"
     dom = Dom(chromium.dom(url))
@@ -232,10 +346,46 @@ def test_run_page_in_chromium(site, chromium, tmp_path):
     assert sum(1 for r in results if r.attrs["data-status"] == "fail") == \
         sum(1 for r in failing["rows"] if r["status"] == "fail") > 0
     assert all("row-fail" in r.classes for r in results if r.attrs["data-status"] == "fail")
-    failed_checks = {s.attrs["data-check"] for s in dom.find("section", cls="check")
-                     if s.attrs["data-status"] == "fail"}
-    assert failed_checks == {r["check"] for r in failing["rows"] if r["status"] == "fail"}
-    assert_png(chromium.screenshot(url, tmp_path / "run.png"))
+
+    devtools.open(url)
+    text = devtools.js("document.body.innerText")
+    assert not JSON_TEXT.search(text), "raw JSON is visible before any disclosure is opened"
+    counts = expected_counts(failing)
+    assert (f"Checks per topic-partition: {counts['fail']} failed · {counts['warn']} warned · "
+            f"{counts['pass']} passed") in text
+    rows = devtools.js(ROWS_JS)
+    order = [r["status"] for r in rows]
+    assert {"fail", "warn", "pass"} <= set(order)  # the page shows all three
+    fails = [r for r in rows if r["status"] == "fail"]
+    warns = [r for r in rows if r["status"] == "warn"]
+    passes = [r for r in rows if r["status"] == "pass"]
+    # problems first, on screen: every fail row above every warn row, the passes collapsed
+    assert all(r["visible"] for r in fails + warns) and not any(r["visible"] for r in passes)
+    assert max(r["top"] for r in fails) < min(r["top"] for r in warns)
+    summary = devtools.js("(() => { const s = document.querySelector('details#passes > summary');"
+                          " return {top: s.getBoundingClientRect().top, text: s.innerText}; })()")
+    assert summary["top"] > max(r["top"] for r in warns)
+    assert summary["text"].startswith(f"Passed: {counts['pass']} checks")
+    # one plain line per problem: the topic-partition, the offsets, the segment of its first item
+    want = {(r["check"], f"{r['topic']}-{r['partition']}"): json.loads(r["details"])
+            for r in failing["rows"] if r["status"] != "pass"}
+    for row in fails + warns:
+        first = want[(row["check"], row["tp"])]["items"][0]
+        assert row["line"].startswith(row["tp"] + ": ")
+        assert f"{first['first_offset']}..{first['last_offset']}" in row["line"] or \
+            f"offset {first['first_offset']}" in row["line"]
+        assert first["segment"] in row["line"]
+        assert row["line"] in text
+    devtools.screenshot(SCREENSHOT)
+    assert_png(SCREENSHOT.read_bytes())
+    # opened, every disclosure shows what was behind it: the items, the raw JSON, the passes
+    devtools.js("document.querySelectorAll('details').forEach(d => { d.open = true; })")
+    opened = devtools.js("document.body.innerText")
+    assert JSON_TEXT.search(opened) and '"classes":' in opened
+    rows = devtools.js(ROWS_JS)
+    assert all(r["visible"] for r in rows)
+    assert min(r["top"] for r in rows if r["status"] == "pass") > \
+        max(r["top"] for r in rows if r["status"] == "warn")
 
 
 def test_embedded_in_the_airflow_ui(site, chromium, tmp_path):

@@ -188,6 +188,17 @@ class Run:
             })
         return out
 
+    def by_outcome(self) -> list[tuple[str, list[Result]]]:
+        """The rows grouped by outcome, problems first: ``fail``, ``warn``, any status outside
+        pass|warn|fail, then ``pass``; in a group by check, topic and partition. Only groups
+        with rows."""
+        groups: dict[str, list[Result]] = {}
+        for r in self.results:
+            groups.setdefault(r.status, []).append(r)
+        order = ["fail", "warn"] + sorted(set(groups) - set(STATUSES)) + ["pass"]
+        key = (lambda r: (r.check, r.topic or "", -1 if r.partition is None else r.partition))
+        return [(s, sorted(groups[s], key=key)) for s in order if groups.get(s)]
+
     def summary_json(self) -> dict:
         return {
             "token": self.token, "run_id": self.run_id, "checked_at": _iso(self.checked_at),
@@ -582,3 +593,170 @@ def series(runs: list[Run]) -> dict:
 
 def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+# ---- problems in plain words --------------------------------------------------------------
+#
+# One formatter for the report page and for log lines: ``check_quality.report`` prints
+# ``FAIL crc orders-1: ...`` lines of its own today and could print :func:`problem_line`
+# instead (this module needs no Spark, only the dq_results row's fields).
+
+#: how a result's ``status`` reads in a sentence
+OUTCOME_WORDS = {"fail": "failed", "warn": "warned", "pass": "passed"}
+#: what a result's configured ``severity`` means when nothing was found (never an outcome)
+SEVERITY_LABELS = {"fail": "would fail", "warn": "warn-only", "pass": "report-only"}
+
+
+def topic_partition(topic, partition) -> str:
+    """``orders-1``, as Kafka names a partition's log directory (and the audit's log lines)."""
+    return f"{topic if topic is not None else '?'}-{'?' if partition is None else partition}"
+
+
+def severity_label(severity) -> str | None:
+    """The configured severity as a label (``would fail``, ``warn-only``), never as an outcome."""
+    if not severity:
+        return None
+    return SEVERITY_LABELS.get(str(severity).lower(), f"severity {severity}")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def _as_details(details) -> dict:
+    if isinstance(details, (str, bytes)):
+        details = _parse_details(details)
+    return details if isinstance(details, dict) else {}
+
+
+def _offsets_text(first, last) -> str | None:
+    if first is None and last is None:
+        return None
+    if first is None or last is None or first == last:
+        return f"offset {first if first is not None else last}"
+    return f"offsets {first}..{last}"
+
+
+def describe_item(item: dict) -> str:
+    """One item a check found (an entry of ``details.items``), in the audit's own words: its
+    ``message`` (checks.py phrases each with offsets, segment and byte position), followed by
+    whichever of offsets, segment and byte position the message does not already name."""
+    if not isinstance(item, dict):
+        return str(item)
+    message = str(item.get("message") or "").strip()
+    first, last = item.get("first_offset"), item.get("last_offset")
+    segment, position = item.get("segment"), item.get("position")
+    where = []
+    offsets = _offsets_text(first, last)
+    if offsets and not (
+            (first is not None and last is not None and f"{first}..{last}" in message)
+            or (first is not None and first == last and f"offset {first}" in message)
+            or (last is None and f"offset {first}" in message)):
+        where.append(offsets)
+    seg_in = bool(segment) and str(segment) in message
+    pos_in = position is not None and any(
+        f"{word}{position}" in message for word in ("position ", " at ", "byte "))
+    if position is not None and not pos_in:  # a byte position means nothing without its file
+        where.append(f"segment {segment} at byte {position}" if segment else f"at byte {position}")
+    elif segment and not seg_in:
+        where.append(f"segment {segment}")
+    if not message:
+        label = str(item.get("class") or "item").replace("_", " ")
+        return f"{label} at {', '.join(where)}" if where else label
+    return f"{message} ({', '.join(where)})" if where else message
+
+
+def item_line(topic, partition, item: dict) -> str:
+    """``payments-1: offsets 15..24: ... is missing from the snapshot``."""
+    return f"{topic_partition(topic, partition)}: {describe_item(item)}"
+
+
+def _items(details: dict) -> list[dict]:
+    items = details.get("items")
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+def problem_items(details) -> list[dict]:
+    """The items of a result that are problems (status fail/warn/other), worst first as the
+    audit stores them; accepted items (status ``pass``) are left out."""
+    return [i for i in _items(_as_details(details)) if str(i.get("status") or "").lower() != "pass"]
+
+
+def more_items(details) -> int:
+    """Items the audit found beyond those it stored (``details.more_items``)."""
+    return _count(_as_details(details).get("more_items")) or 0
+
+
+def accepted_items(details) -> list[dict]:
+    """The stored items the policy accepted (status ``pass``), e.g. gaps of a compacted log."""
+    return [i for i in _items(_as_details(details)) if str(i.get("status") or "").lower() == "pass"]
+
+
+def accepted_classes(details) -> dict[str, dict]:
+    """``{class: {"items", "offsets"}}`` of the classes the policy accepted (status ``pass``)
+    that found something, e.g. gaps explained by compaction."""
+    classes = _as_details(details).get("classes")
+    out = {}
+    if isinstance(classes, dict):
+        for name, info in classes.items():
+            if isinstance(info, dict) and str(info.get("status") or "").lower() == "pass":
+                n = _count(info.get("items"))
+                if n:
+                    out[str(name)] = {"items": n, "offsets": _count(info.get("offsets"))}
+    return out
+
+
+def _classes_text(details: dict, bad: bool = True) -> str | None:
+    classes = details.get("classes")
+    if not isinstance(classes, dict):
+        return None
+    parts = []
+    for name, info in classes.items():
+        if not isinstance(info, dict):
+            continue
+        status = str(info.get("status") or "").lower()
+        n = _count(info.get("items"))
+        if not n or (status == "pass") == bad:
+            continue
+        offsets = _count(info.get("offsets"))
+        parts.append(f"{name}: {plural(n, 'item')}"
+                     + (f" ({plural(offsets, 'offset')})" if offsets else ""))
+    return ", ".join(parts) or None
+
+
+def first_problem(topic, partition, details, failed=None) -> str:
+    """The one line of a result that failed or warned: its first (worst) item in plain words
+    (:func:`item_line`), else what its classes counted."""
+    d = _as_details(details)
+    items = problem_items(d)
+    if items:
+        return item_line(topic, partition, items[0])
+    summary = _classes_text(d)
+    if summary:
+        return f"{topic_partition(topic, partition)}: {summary} (no item details recorded)"
+    if isinstance(details, str) and details.strip() and not d:
+        return f"{topic_partition(topic, partition)}: {details.strip().splitlines()[0]}"
+    n = _count(failed) or 0
+    return f"{topic_partition(topic, partition)}: {plural(n, 'item')} found (no details recorded)"
+
+
+def checked_text(observed, details) -> str | None:
+    """``1,204 batches checked``: the result's ``observed`` count in the unit the audit gives
+    (``details.unit``: batches, records or segments)."""
+    n = _count(observed)
+    if n is None:
+        return None
+    unit = _as_details(details).get("unit")
+    return f"{n:,} {unit} checked" if unit else f"{n:,} checked"
+
+
+def problem_line(check, topic, partition, status, details, failed=None, observed=None) -> str:
+    """A result as one log line, e.g. ``WARN offset_gaps payments-1: 1 item, 12 batches
+    checked; first: offsets 15..24: ...``: the form of ``check_quality.report``'s lines, in
+    the report's vocabulary (items found, units checked)."""
+    head = f"{str(status or '?').upper()} {check} {topic_partition(topic, partition)}"
+    counts = [c for c in (plural(_count(failed), "item") if _count(failed) is not None else None,
+                          checked_text(observed, details)) if c]
+    line = first_problem(topic, partition, details, failed)
+    first = line.split(": ", 1)[1] if ": " in line else line
+    return f"{head}: {', '.join(counts)}; first: {first}" if counts else f"{head}: {first}"

@@ -27,6 +27,10 @@ th{background:#f6f8fa;font-weight:600}td.num,th.num{text-align:right;font-varian
 tr.row-fail td{background:#fff5f5}tr.row-warn td{background:#fffdf0}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #e1e4e8;border-radius:6px;background:#fff}
 pre{margin:4px 0;white-space:pre-wrap;font-size:12px}summary{cursor:pointer;color:#0969da}
+.problem-line{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
+td.items,td.checked,td.tp,td.check-name{white-space:nowrap}
+.group-title{font-size:16px;font-weight:600;color:#1f2328}#passes{margin:20px 0}
+details.more-items ul{margin:4px 0;padding-left:18px;font-family:ui-monospace,monospace;font-size:12px}
 .muted{color:#656d76}.error{color:#a40e26}nav a{margin-right:12px}
 """
 
@@ -110,19 +114,91 @@ def index_page(runs: list[data.Run], base: str, root: str) -> str:
     return _page("Data quality", base, body)
 
 
-def _details_cell(details) -> str:
+def _raw_details(details) -> str:
+    """The row's ``details`` as stored (JSON), only behind a disclosure."""
     if details is None:
-        return '<span class="muted">—</span>'
+        return ""
     text = details if isinstance(details, str) else json.dumps(details, indent=2, sort_keys=True)
-    short = details if isinstance(details, str) else json.dumps(details, sort_keys=True)
-    if len(short) <= 80:
-        return f"<code>{escape(short)}</code>"
-    return (f"<details><summary>{escape(short[:77])}…</summary>"
+    return (f'<details class="raw"><summary>raw details (JSON)</summary>'
             f"<pre>{escape(text)}</pre></details>")
 
 
+def _more_items(r: data.Result) -> str:
+    """Every other stored item of a result, one plain line each (the first is already shown)."""
+    problems = data.problem_items(r.details)
+    lines = [f'<li class="item item-{escape(str(i.get("status") or "other"))}">'
+             f'{escape(data.item_line(r.topic, r.partition, i))}</li>' for i in problems[1:]]
+    lines += [f'<li class="item item-pass"><span class="muted">accepted:</span> '
+              f'{escape(data.item_line(r.topic, r.partition, i))}</li>'
+              for i in data.accepted_items(r.details)]
+    shown = len(lines)
+    more = data.more_items(r.details)
+    if more:
+        lines.append(f'<li class="muted">{data.plural(more, "more item")} not stored '
+                     "(the audit keeps the first 20 per check and topic-partition)</li>")
+    if not lines:
+        return ""
+    summary = data.plural(shown, "more item") if shown else "more"
+    return f'<details class="more-items"><summary>{summary}</summary><ul>{"".join(lines)}</ul></details>'
+
+
+def _accepted_text(details) -> str:
+    acc = data.accepted_classes(details)
+    return ", ".join(f"{k}: {data.plural(v['items'], 'item')}" for k, v in acc.items())
+
+
+def _tp(r: data.Result) -> str:
+    return data.topic_partition(r.topic, r.partition) if r.topic is not None else "—"
+
+
+def _row_attrs(r: data.Result) -> str:
+    return (f'class="result row-{escape(r.status)}" data-check="{escape(r.check)}" '
+            f'data-topic="{escape(r.topic or "")}" '
+            f'data-partition="{"" if r.partition is None else r.partition}" '
+            f'data-status="{escape(r.status)}"')
+
+
+def _problem_row(r: data.Result) -> str:
+    accepted = _accepted_text(r.details)
+    also = f'<div class="muted">also accepted: {escape(accepted)}</div>' if accepted else ""
+    items = "—" if r.failed is None else data.plural(r.failed, "item")
+    checked = data.checked_text(r.observed, r.details) or "—"
+    return (
+        f"<tr {_row_attrs(r)}>"
+        f'<td><span class="status {_status_class(r.status)}">{escape(r.status)}</span></td>'
+        f'<td class="check-name">{escape(r.check)}</td><td class="tp">{escape(_tp(r))}</td>'
+        f'<td class="problem"><div class="problem-line">'
+        f"{escape(data.first_problem(r.topic, r.partition, r.details, r.failed))}</div>"
+        f"{also}{_more_items(r)}{_raw_details(r.details)}</td>"
+        f'<td class="num items">{escape(items)}</td>'
+        f'<td class="num checked">{escape(checked)}</td></tr>')
+
+
+def _pass_row(r: data.Result) -> str:
+    accepted = _accepted_text(r.details)
+    label = data.severity_label(r.severity)
+    return (
+        f"<tr {_row_attrs(r)}>"
+        f'<td class="check-name">{escape(r.check)}</td><td class="tp">{escape(_tp(r))}</td>'
+        f'<td class="num checked">{escape(data.checked_text(r.observed, r.details) or "—")}</td>'
+        f'<td class="accepted">{escape(accepted) if accepted else "<span class=muted>—</span>"}</td>'
+        f'<td class="if-found">{escape(label) if label else "—"}</td>'
+        f"<td>{_raw_details(r.details)}</td></tr>")
+
+
+_GROUP_TITLES = {"fail": "Failed", "warn": "Warned"}
+_COUNT_WORDS = data.OUTCOME_WORDS
+
+
+def counts_line(run: data.Run) -> str:
+    """``Checks per topic-partition: 2 failed · 3 warned · 28 passed`` (the page's one count
+    vocabulary: a check on one topic-partition fails, warns or passes; it finds items)."""
+    parts = [f'<span class="count-{escape(k)}">{v} {escape(_COUNT_WORDS.get(k, k))}</span>'
+             for k, v in run.counts.items()]
+    return ('<p id="counts">Checks per topic-partition: ' + " · ".join(parts) + "</p>")
+
+
 def run_page(run: data.Run, base: str) -> str:
-    counts = run.counts
     docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}">Data Docs of this run</a>'
             if run.has_docs else '<span class="muted">no Data Docs for this run</span>')
     parts = [
@@ -130,37 +206,35 @@ def run_page(run: data.Run, base: str) -> str:
         f'<a href="api/runs/{escape(quote(run.token))}">JSON</a></nav>',
         f'<h1>Run <span id="run-id">{escape(run.run_id)}</span> '
         f'<span id="verdict" class="verdict verdict-{escape(run.verdict)}">{escape(run.verdict)}</span></h1>',
-        f'<p>Checked at {_when(run.checked_at)} · '
-        + " · ".join(f'<span class="count-{escape(k)}">{v} {escape(k)}</span>' for k, v in counts.items())
-        + f" · {docs}</p>",
+        f"<p>Checked at {_when(run.checked_at)} · {docs}</p>",
+        counts_line(run),
     ]
     if run.error:
         parts.append(f'<p class="error">This run\'s results could not be read: {escape(run.error)}</p>')
-    for check in run.checks():
-        rows = []
-        for r in check["rows"]:
-            rows.append(
-                f'<tr class="result row-{escape(r.status)}" data-topic="{escape(r.topic or "")}" '
-                f'data-partition="{"" if r.partition is None else r.partition}" '
-                f'data-status="{escape(r.status)}">'
-                f'<td>{escape(r.topic or "—")}</td>'
-                f'<td class="num">{"—" if r.partition is None else r.partition}</td>'
-                f'<td><span class="status {_status_class(r.status)}">{escape(r.status)}</span></td>'
-                f'<td>{escape(r.severity or "—")}</td>'
-                f'<td class="num">{"—" if r.observed is None else r.observed}</td>'
-                f'<td class="num">{"—" if r.failed is None else r.failed}</td>'
-                f"<td>{_details_cell(r.details)}</td></tr>")
-        summary = ", ".join(f"{n} {escape(s)}" for s, n in sorted(check["counts"].items()))
+    groups = run.by_outcome()
+    if run.results and not any(s != "pass" for s, _ in groups):
+        parts.append('<p id="no-problems">No check failed or warned.</p>')
+    for status, rows in groups:
+        n = data.plural(len(rows), "check")
+        if status == "pass":
+            body = "".join(_pass_row(r) for r in rows)
+            parts.append(
+                f'<details id="passes" class="outcome" data-status="pass">'
+                f'<summary><span class="group-title">Passed: {n}</span> '
+                '<span class="muted">(items the policy accepts are listed; '
+                "“would fail” is what a check does if it finds something)</span></summary>"
+                '<table><thead><tr><th>Check</th><th>Topic-partition</th><th class="num">Checked</th>'
+                '<th>Accepted items</th><th>If found</th><th></th></tr></thead>'
+                f"<tbody>{body}</tbody></table></details>")
+            continue
+        title = _GROUP_TITLES.get(status, f"Status {status}")
+        body = "".join(_problem_row(r) for r in rows)
         parts.append(
-            f'<section class="check" data-check="{escape(check["check"])}" '
-            f'data-status="{escape(check["status"])}">'
-            f'<h2>{escape(check["check"])} '
-            f'<span class="status {_status_class(check["status"])}">{escape(check["status"])}</span></h2>'
-            f'<p class="muted">severity {escape(", ".join(check["severity"]) or "—")} · {summary} · '
-            f'{check["failed"]} failed in total</p>'
-            '<table><thead><tr><th>Topic</th><th class="num">Partition</th><th>Status</th>'
-            '<th>Severity</th><th class="num">Observed</th><th class="num">Failed</th>'
-            f'<th>Details</th></tr></thead><tbody>{"".join(rows)}</tbody></table></section>')
+            f'<section id="outcome-{escape(status)}" class="outcome" data-status="{escape(status)}">'
+            f'<h2>{escape(title)}: {n}</h2>'
+            '<table><thead><tr><th>Outcome</th><th>Check</th><th>Topic-partition</th><th>Problem</th>'
+            '<th class="num">Items</th><th class="num">Checked</th></tr></thead>'
+            f"<tbody>{body}</tbody></table></section>")
     return _page(f"Data quality · {run.run_id}", base, "".join(parts))
 
 
