@@ -596,6 +596,17 @@ def test_run_page_lists_problems_first_then_collapsed_passes(warehouse, client):
             assert set(section_of) == {s for s in ("fail", "warn", "pass") if want[s]}
             for r in pass_rows:  # each pass row's check name is in the passes' text
                 assert r.attrs["data-check"] in passes[0].text
+            # what a passing check accepted is said (e.g. gaps explained by compaction)
+            for want_row in run["rows"]:
+                if want_row["status"] != "pass":
+                    continue
+                accepted = {c: v["items"] for c, v in json.loads(want_row["details"])["classes"].items()
+                            if v["status"] == "pass" and v["items"]}
+                [cell] = [r for r in pass_rows if (r.attrs["data-check"], r.attrs["data-topic"],
+                          r.attrs["data-partition"]) == (want_row["check"], want_row["topic"],
+                                                         str(want_row["partition"]))]
+                for c, n in accepted.items():
+                    assert f"{c}: {n} item" in cell.text
         for status, title in (("fail", "Failed"), ("warn", "Warned")):
             sections = dom.find("section", id=f"outcome-{status}")
             assert len(sections) == (1 if want[status] else 0)

@@ -4,7 +4,7 @@ Routes (relative to the prefix):
 
 =====================================  ============================================================
 ``GET /``                              runs, newest first, with verdict counts and the charts
-``GET /runs/{token}``                  one run: its checks, per topic-partition results, details
+``GET /runs/{token}``                  failed then warned checks, one line each; passes collapsed
 ``GET /runs/{token}/docs/{path}``      that run's Data Docs, read from the warehouse (local or S3)
 ``GET /api/runs``                      the runs list as JSON
 ``GET /api/runs/{token}``              one run as JSON (summary, checks, every result row)

@@ -28,7 +28,7 @@ tr.row-fail td{background:#fff5f5}tr.row-warn td{background:#fffdf0}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #e1e4e8;border-radius:6px;background:#fff}
 pre{margin:4px 0;white-space:pre-wrap;font-size:12px}summary{cursor:pointer;color:#0969da}
 .problem-line{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
-td.items,td.checked,td.tp,td.check-name{white-space:nowrap}
+td.items,td.checked,td.tp,td.check-name,th{white-space:nowrap}
 .group-title{font-size:16px;font-weight:600;color:#1f2328}#passes{margin:20px 0}
 details.more-items ul{margin:4px 0;padding-left:18px;font-family:ui-monospace,monospace;font-size:12px}
 .muted{color:#656d76}.error{color:#a40e26}nav a{margin-right:12px}
@@ -94,14 +94,15 @@ def index_page(runs: list[data.Run], base: str, root: str) -> str:
             f'data-run-id="{escape(run.run_id)}" data-verdict="{escape(run.verdict)}">'
             f'<td><a class="run-link" href="{escape(run_href(run.token))}">{escape(run.run_id)}</a>{note}</td>'
             f"<td>{_when(run.checked_at)}</td>"
-            f'<td class="num count-pass">{counts["pass"]}</td>'
-            f'<td class="num count-warn">{counts["warn"]}</td>'
             f'<td class="num count-fail">{counts["fail"]}</td>'
+            f'<td class="num count-warn">{counts["warn"]}</td>'
+            f'<td class="num count-pass">{counts["pass"]}</td>'
             f'<td><span class="verdict verdict-{escape(run.verdict)}">{escape(run.verdict)}</span></td>'
             f"<td>{docs}</td></tr>")
     table = (
-        '<table id="runs"><thead><tr><th>Run</th><th>Checked at</th><th class="num">pass</th>'
-        '<th class="num">warn</th><th class="num">fail</th><th>Verdict</th><th>Data Docs</th>'
+        '<table id="runs"><thead><tr><th>Run</th><th>Checked at</th>'
+        '<th class="num" title="checks per topic-partition">failed</th>'
+        '<th class="num">warned</th><th class="num">passed</th><th>Verdict</th><th>Data Docs</th>'
         f'</tr></thead><tbody>{"".join(rows)}</tbody></table>'
         if runs else '<p id="no-runs" class="muted">No data-quality results in this warehouse yet.</p>')
     body = (
