@@ -23,6 +23,7 @@ from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import decode as job
 from spark_jobs import decode_segments, iceberg, layout, schemas, storage, tables
 
+from spark_settings import FAST_START_JVM
 from test_corpus import CORPUS
 
 pytestmark = pytest.mark.pipeline
@@ -658,8 +659,11 @@ def test_same_tables_on_a_standalone_cluster(spark, tmp_path):
     local = tmp_path / "local"
     run(spark, src, local, "r1", "--split-bytes", "2048")
 
+    # the master's and worker's JVMs (SPARK_DAEMON_JAVA_OPTS), the driver's and the
+    # executor's start fast, as every test JVM (spark_settings)
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-               SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"))
+               SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"),
+               SPARK_DAEMON_JAVA_OPTS=FAST_START_JVM)
     port, ui, wui = _free_port(), _free_port(), _free_port()
     master_url = f"spark://127.0.0.1:{port}"
     logs = open(tmp_path / "cluster.log", "wb")
@@ -686,6 +690,8 @@ def test_same_tables_on_a_standalone_cluster(spark, tmp_path):
         out = subprocess.run(
             [str(bin_dir / "spark-submit"), "--master", master_url,
              "--conf", "spark.executor.memory=1g", "--conf", "spark.ui.enabled=false",
+             "--conf", f"spark.driver.extraJavaOptions={FAST_START_JVM}",
+             "--conf", f"spark.executor.extraJavaOptions={FAST_START_JVM}",
              str(job_file), "--input", str(src), "--output", str(cluster), "--run-id", "r1",
              "--split-bytes", "2048"],
             env=env, capture_output=True, text=True, timeout=300)
