@@ -4,7 +4,7 @@ The demo's two nights of snapshots are served from a moto S3 server on 127.0.0.1
 Airflow runs as in ``make ui`` (kafkalog_pipeline.demo): SQLite metadata DB in a
 temporary AIRFLOW_HOME, ``dag-processor``, ``api-server`` (127.0.0.1, a free port)
 and ``scheduler`` as subprocesses in their own sessions, LocalExecutor with
-parallelism 1, local Spark. Then, with the CLI:
+parallelism 2, local Spark. Then, with the CLI:
 
 1. ``airflow backfill create`` over both nights, with the backfill's defaults: it
    starts both runs at once (its own ``max_active_runs``, 10, not the DAG's 1).
@@ -36,6 +36,7 @@ import pytest
 from test_dags_e2e import expected_records, record_keys, warehouse_rows  # noqa: E402
 
 from kafkalog_pipeline import demo, demo_data  # noqa: E402
+from spark_settings import SUBMIT_CONF  # noqa: E402
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
@@ -99,11 +100,17 @@ def airflow(tmp_path_factory):
     port = demo.free_port()
     env = demo.airflow_env(out, endpoint, api_port=port)
     env.update({
-        "AIRFLOW__CORE__PARALLELISM": "1",  # the machine has 2 cores, shared
-        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "1",
+        # two task slots (demo.airflow_env's, as `make ui` runs): a run's decode chunks run
+        # side by side, and the other night's plan waits for the warehouse while they do
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
         # no scheduled run for "today": only the backfills' runs exist
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
-        "KAFKALOG_WAIT_SECONDS": "15",  # a waiting plan looks again every 15 s
+        "KAFKALOG_WAIT_SECONDS": "5",  # a waiting plan looks again every 5 s
+        # a task's supervisor notices that its process exited at its next heartbeat, every
+        # 5 s by default: each task (a plan's wait included) held its slot ~5 s after it ended
+        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "2",
+        "KAFKALOG_SPARK_CONF": SUBMIT_CONF,  # JVMs that start fast (spark_settings)
     })
     demo.migrate(env, logs)
     procs = []
