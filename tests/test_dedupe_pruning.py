@@ -14,17 +14,16 @@ evolved in place and still deduplicated.
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import decode as job
 from spark_jobs import iceberg, maintenance, schemas, tables
+from test_faults import lost_and_duplicated, published, truth
 
 T0 = 1_763_683_200_000
 DAY0 = dt.date(2026, 1, 1)
@@ -44,21 +43,6 @@ def write_log(root: Path, topic: str, partition: int, first: int, count: int) ->
             w.append([WriteRecord(b"k", f"{partition}-{i + k}".encode(), timestamp=T0 + i + k)
                       for k in range(5)], codec="lz4")
     return root
-
-
-def truth(*roots: Path) -> set[tuple]:
-    out = set()
-    for root in roots:
-        for log in root.rglob("*.log"):
-            topic, _, partition = log.parent.name.rpartition("-")
-            for off in kafkalog.decode(str(log)).records.column("offset").to_pylist():
-                out.add((topic, int(partition), off))
-    return out
-
-
-def published(wh: Path) -> Counter:
-    t = tables.read_arrow(str(wh), "records", columns=("topic", "partition", "offset"))
-    return Counter(zip(*(t.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
 
 
 @pytest.mark.pipeline
@@ -89,8 +73,7 @@ def test_a_night_overlapping_an_old_run_finds_its_rows_past_clustered_manifests(
     out = job.main(["--input", str(n3), "--output", str(wh), "--run-id", "night-3"], spark=spark)
 
     assert out["pending_partitions"] == 1 and seen == [[day(0), day(20)]]
-    got, want = published(wh), truth(n1, n2, n3)
-    assert len(want - set(got)) == 0 and sum(n - 1 for n in got.values()) == 0
+    assert lost_and_duplicated(truth(n1, n2, n3), published(wh)) == (0, 0)
     rows = tables.read_arrow(str(wh), "records", columns=("run_id", schemas.INGEST_DT))
     assert set(zip(*(rows.column(c).to_pylist() for c in ("run_id", schemas.INGEST_DT)))) == {
         ("night-1", day(0)), ("night-2", day(20)), ("night-3", day(30))}
