@@ -14,6 +14,8 @@ import json
 #: JVM options of every test driver (``spark.driver.extraJavaOptions``)
 FAST_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
-#: the pipeline's default ``KAFKALOG_SPARK_CONF`` (kafkalog_pipeline.settings) plus the above
+#: the pipeline's default ``KAFKALOG_SPARK_CONF`` (kafkalog_pipeline.settings) plus the above,
+#: and no web UI (nobody looks at it; the in-process session has none either)
 SUBMIT_CONF = json.dumps({"spark.sql.shuffle.partitions": "8", "spark.default.parallelism": "4",
-                          "spark.driver.extraJavaOptions": FAST_START_JVM})
+                          "spark.driver.extraJavaOptions": FAST_START_JVM,
+                          "spark.ui.enabled": "false"})
