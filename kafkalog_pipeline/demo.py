@@ -8,9 +8,12 @@
    ``kafka-snapshots``, prefix ``snapshots``;
 3. runs the nightly DAG for both nights with embedded Airflow (SQLite metadata
    DB in ``OUT/airflow``) and local Spark (``local[2]``), each night as
-   ``dag.test()`` in a child process (log in ``OUT/logs/``);
-4. prints where the tables and the data-quality report are, with row counts,
-   and whether they changed since the previous ``make demo``.
+   ``dag.test()`` in a child process whose output fills
+   ``OUT/pipeline-logs/dag-test-DATE.log`` as it runs, while a line per task
+   start and end (state, seconds) is printed from the metadata DB;
+4. prints where the tables and the data-quality report are, with row counts, each
+   night's checks that warned or failed (check, topic-partitions, causes), one
+   query to copy, and whether the counts changed since the previous ``make demo``.
 
 ``ui`` (``make ui``) serves the same data: moto again (its state is in memory),
 then Airflow's api-server, scheduler and dag-processor on 127.0.0.1, each in its
@@ -269,22 +272,114 @@ def table_counts(out: Path) -> dict:
     return counts
 
 
+#: outcomes of a check, worst first (a row's ``status``; anything else sorts after them)
+OUTCOMES = ("fail", "warn", "pass")
+
+
+def _rank(status: str) -> int:
+    return OUTCOMES.index(status) if status in OUTCOMES else len(OUTCOMES)
+
+
+def _causes(details: str | None) -> str:
+    """The classes a result's ``details`` graded not ``pass``, with their items:
+    ``"missing_segment 1, index_mismatch 2"`` ("" where there are none or no JSON)."""
+    try:
+        classes = json.loads(details or "{}").get("classes") or {}
+        return ", ".join(f"{name} {c.get('items', '?')}" for name, c in classes.items()
+                         if isinstance(c, dict) and c.get("status") != "pass")
+    except (ValueError, AttributeError):
+        return ""
+
+
+def problem_lines(rows: list[dict]) -> list[str]:
+    """One line per check that did not pass, worst outcome first: the outcome, the check
+    and its topic-partitions, each with its causes (``rows``: dq_results rows)."""
+    problems: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        if row["status"] != "pass":
+            problems.setdefault((row["status"], row["check"]), []).append(row)
+    lines = []
+    for status, check in sorted(problems, key=lambda k: (_rank(k[0]), k)):
+        parts = []
+        for row in sorted(problems[status, check], key=lambda r: (r["topic"], r["partition"])):
+            causes = _causes(row.get("details"))
+            parts.append(f"{row['topic']}-{row['partition']}" + (f" ({causes})" if causes else ""))
+        lines.append(f"{status} {check}: {', '.join(parts)}")
+    return lines
+
+
 def dq_summary(out: Path, run_id: str) -> dict:
+    """Run ``run_id``'s data quality: its report's path (None if missing), the count of
+    its results per status (worst first) and :func:`problem_lines`."""
     from pyiceberg.expressions import EqualTo
 
     from spark_jobs.storage import run_token
     from spark_jobs.tables import read_arrow
 
-    token = run_token(run_id)
-    out_ = {"report": None, "statuses": {}}
-    html = out / "warehouse" / "data_docs" / token / "index.html"
-    if html.exists():
-        out_["report"] = str(html)
+    html = out / "warehouse" / "data_docs" / run_token(run_id) / "index.html"
     rows = read_arrow(warehouse(out), "dq_results", row_filter=EqualTo("run_id", run_id),
-                      columns=("status",)).to_pylist()
-    for row in rows:
-        out_["statuses"][row["status"]] = out_["statuses"].get(row["status"], 0) + 1
-    return out_
+                      columns=("check", "topic", "partition", "status", "details")).to_pylist()
+    statuses: dict[str, int] = {}
+    for row in sorted(rows, key=lambda r: _rank(r["status"])):
+        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    return {"report": str(html) if html.exists() else None, "statuses": statuses,
+            "problems": problem_lines(rows)}
+
+
+def problems_query(out: Path, wh) -> str:
+    """A shell command that prints the warn and fail rows of dq_results (every run's)."""
+    return (f"PYICEBERG_HOME={out} {sys.executable} -c \"from pyiceberg.catalog import load_catalog; "
+            f"t = load_catalog('{wh.catalog_name}').load_table('{wh.namespace}.dq_results'); "
+            "print(t.scan(row_filter=\\\"status != 'pass'\\\", selected_fields=('run_id', 'check', "
+            "'topic', 'partition', 'status', 'failed')).to_pandas().to_string())\"")
+
+
+# ------------------------------------------------------------------ progress of a night
+#: task instance states after which a try runs no more
+ENDED = ("success", "failed", "skipped", "upstream_failed", "up_for_retry", "removed")
+
+
+def db_time(when: dt.datetime) -> str:
+    """``when`` as the metadata DB stores times (naive UTC text), comparable in SQL."""
+    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+class Progress:
+    """Prints a line when a task try of ``dag_id`` starts and when it ends (state and
+    seconds), as :meth:`poll` finds them in the metadata DB: tries started since
+    ``since`` only, so a previous run's task instances are not reported again."""
+
+    def __init__(self, env, since: dt.datetime, dag_id: str = DAG_ID, file=None):
+        self.env, self.since, self.dag_id = env, db_time(since), dag_id
+        self.file = file
+        self.t0 = time.monotonic()
+        self.seen: dict[tuple, str] = {}  # (task_id, map_index, try_number) -> started | ended
+
+    def poll(self) -> None:
+        import sqlite3
+
+        try:
+            rows = metadata_query(
+                self.env, "SELECT task_id, map_index, try_number, state, duration FROM task_instance "
+                "WHERE dag_id = ? AND start_date >= ? ORDER BY coalesce(end_date, start_date)",
+                self.dag_id, self.since)
+        except sqlite3.OperationalError:  # not migrated yet, or locked past the timeout: next time
+            return
+        for task_id, map_index, try_number, state, duration in rows:
+            key = (task_id, map_index, try_number)
+            name = task_id + (f"[{map_index}]" if map_index >= 0 else "")
+            tried = f" (try {try_number})" if try_number > 1 or state == "up_for_retry" else ""
+            if state in ENDED and self.seen.get(key) != "ended":
+                took = f" in {duration:.0f} s" if duration is not None else ""
+                self._print(f"{name} {state}{took}{tried}")
+                self.seen[key] = "ended"
+            elif state == "running" and key not in self.seen:
+                self._print(f"{name} started{tried}")
+                self.seen[key] = "started"
+
+    def _print(self, what: str) -> None:
+        print(f"  {time.monotonic() - self.t0:5.0f} s  {what}", file=self.file or sys.stdout,
+              flush=True)
 
 
 # ------------------------------------------------------------------ dag test (child)
@@ -327,18 +422,35 @@ def dagtest(date: str) -> int:
     dr = dag.test(logical_date=logical, run_after=logical)
     states = {ti.task_id + (f"[{ti.map_index}]" if ti.map_index >= 0 else ""): str(ti.state)
               for ti in dr.get_task_instances()}
-    print(json.dumps({"run_id": dr.run_id, "state": str(dr.state), "tasks": states}))
+    print(json.dumps({"run_id": dr.run_id, "state": str(dr.state), "tasks": states}), flush=True)
     return 0 if str(dr.state).endswith("success") else 1
 
 
-def run_night(env, date: str, log_dir: Path) -> dict:
+def run_night(env, date: str, log_dir: Path, poll_seconds: float = 2) -> dict:
+    """``dagtest date`` in a child whose output (unbuffered) fills
+    ``log_dir/dag-test-DATE.log`` as it runs; meanwhile :class:`Progress` prints its tasks."""
     log_path = log_dir / f"dag-test-{date}.log"
     started = time.monotonic()
+    progress = Progress(env, dt.datetime.now(dt.timezone.utc))
     with open(log_path, "w") as log:
-        proc = subprocess.run([sys.executable, "-m", "kafkalog_pipeline.demo", "dagtest", date],
-                              env=env, stdout=subprocess.PIPE, stderr=log, text=True)
-        log.write(proc.stdout)
-    last = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"run_id"')]
+        proc = subprocess.Popen([sys.executable, "-m", "kafkalog_pipeline.demo", "dagtest", date],
+                                env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log,
+                                stderr=subprocess.STDOUT)
+    try:
+        while True:
+            try:
+                proc.wait(timeout=poll_seconds)
+            except subprocess.TimeoutExpired:
+                progress.poll()
+                continue
+            progress.poll()
+            break
+    finally:
+        if proc.poll() is None:  # interrupted: do not leave the night running behind us
+            proc.terminate()
+            proc.wait()
+    with open(log_path, errors="replace") as log:
+        last = [ln for ln in log if ln.startswith('{"run_id"')]
     result = json.loads(last[-1]) if last else {"state": "failed", "tasks": {}, "run_id": None}
     result["seconds"] = round(time.monotonic() - started, 1)
     result["log"] = str(log_path)
@@ -395,11 +507,20 @@ def _run(out: Path) -> int:
                   flush=True)
             r = run_night(env, date, log_dir)
             results.append(r)
-            tasks = ", ".join(f"{k}={v.rsplit('.', 1)[-1]}" for k, v in sorted(r["tasks"].items()))
-            print(f"  run {r['run_id']}: {r['state'].rsplit('.', 1)[-1]} in {r['seconds']} s ({tasks})")
+            print(f"  run {r['run_id']}: {run_verdict(r)}", flush=True)
     finally:
         server.stop()
     return report(out, results)
+
+
+def run_verdict(result: dict) -> str:
+    """``success in 312.4 s, 6 tasks``, naming the tasks that did not succeed."""
+    states: dict[str, list[str]] = {}
+    for task, state in sorted(result["tasks"].items()):
+        states.setdefault(state.rsplit(".", 1)[-1].lower(), []).append(task)
+    text = f"{result['state'].rsplit('.', 1)[-1].lower()} in {result['seconds']} s, {len(result['tasks'])} tasks"
+    return text + "".join(f"; {state}: {', '.join(tasks)}"
+                          for state, tasks in states.items() if state != "success")
 
 
 def report(out: Path, results: list[dict]) -> int:
@@ -413,12 +534,13 @@ def report(out: Path, results: list[dict]) -> int:
     for r in results:
         if r.get("run_id"):
             dq = dq_summary(out, r["run_id"])
-            print(f"Data quality of {r['run_id']}: {dq['statuses'] or 'no results'}")
+            counts_ = ", ".join(f"{n} {status}" for status, n in dq["statuses"].items())
+            print(f"Data quality of {r['run_id']}: {counts_ or 'no results'}")
+            for line in dq["problems"]:
+                print(f"  {line}")
             print(f"  report:  {dq['report'] or '(missing)'}")
-    print("Query the tables, e.g.:\n"
-          f"  PYICEBERG_HOME={out} {sys.executable} -c \"from pyiceberg.catalog import "
-          "load_catalog; print(load_catalog('kafkalog').load_table('kafka.records')"
-          ".scan().to_arrow().num_rows)\"")
+    print("Query the tables, e.g. the checks that warned or failed, every run's:\n"
+          f"  {problems_query(out, wh)}")
     previous_path = out / "demo-counts.json"
     if previous_path.exists():
         previous = json.loads(previous_path.read_text())

@@ -1,0 +1,148 @@
+"""What ``make demo`` prints (kafkalog_pipeline.demo): a line per task as a night runs, read
+from the metadata DB; the summary's checks that warned or failed; its one query, run as printed.
+
+No Airflow and no Spark: a SQLite file with the columns of Airflow's ``task_instance`` that
+the progress reads, and a dq_results table written through pyiceberg in a temporary warehouse.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from kafkalog_pipeline import demo
+from spark_jobs import iceberg, schemas
+
+NIGHT_1 = "manual__2026-11-20T03:00:00+00:00"
+NIGHT_2 = "manual__2026-11-21T03:00:00+00:00"
+
+
+def details(**classes) -> str:
+    """A dq_results ``details`` value: class -> (status, items)."""
+    return json.dumps({"unit": "segments", "items": [],
+                       "classes": {name: {"status": s, "items": n} for name, (s, n) in classes.items()}})
+
+
+def row(run_id, check, topic, partition, status, causes="{}") -> dict:
+    return {"run_id": run_id, "check": check, "topic": topic, "partition": partition,
+            "status": status, "severity": "warn", "observed": 10, "failed": 0 if status == "pass" else 1,
+            "details": causes, "checked_at": dt.datetime(2026, 11, 21, 3, 5)}
+
+
+RESULTS = [
+    row(NIGHT_2, "offset_gaps", "payments", 1, "warn",
+        details(missing_segment=("warn", 1), retention=("pass", 1))),
+    row(NIGHT_2, "decoder_findings", "payments", 0, "warn", details(invalid_header_key=("warn", 1))),
+    row(NIGHT_2, "decoder_findings", "orders", 0, "warn", details(index_mismatch=("warn", 2))),
+    row(NIGHT_2, "crc", "orders", 1, "fail", details(crc_mismatch=("fail", 3))),
+    row(NIGHT_2, "crc", "orders", 0, "pass"),
+    row(NIGHT_2, "record_count", "legacy", 0, "pass", "not json"),
+    row(NIGHT_1, "crc", "orders", 0, "pass"),
+]
+
+
+def test_problem_lines_name_each_check_that_did_not_pass_worst_first():
+    lines = demo.problem_lines([r for r in RESULTS if r["run_id"] == NIGHT_2])
+    assert lines == [
+        "fail crc: orders-1 (crc_mismatch 3)",
+        "warn decoder_findings: orders-0 (index_mismatch 2), payments-0 (invalid_header_key 1)",
+        "warn offset_gaps: payments-1 (missing_segment 1)",  # retention passed: not a cause
+    ]
+    assert demo.problem_lines([r for r in RESULTS if r["run_id"] == NIGHT_1]) == []
+
+
+def test_a_result_without_readable_details_is_named_without_causes():
+    assert demo.problem_lines([row(NIGHT_1, "crc", "orders", 0, "warn", "not json")]) == [
+        "warn crc: orders-0"]
+
+
+# ------------------------------------------------------------------ progress
+def metadata_db(home: Path) -> sqlite3.Connection:
+    home.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(home / "airflow.db")
+    conn.execute("CREATE TABLE task_instance (dag_id TEXT, task_id TEXT, run_id TEXT, map_index INT, "
+                 "try_number INT, state TEXT, start_date TEXT, end_date TEXT, duration REAL)")
+    return conn
+
+
+def test_progress_prints_each_try_once_as_it_starts_and_ends(tmp_path):
+    home = tmp_path / "airflow"
+    conn = metadata_db(home)
+    since = dt.datetime(2026, 11, 25, 22, 0, tzinfo=dt.timezone.utc)
+    at = lambda s: demo.db_time(since + dt.timedelta(seconds=s))  # noqa: E731
+    ti = "INSERT INTO task_instance VALUES ('kafka_segments_nightly', ?, 'r', ?, ?, ?, ?, ?, ?)"
+    # the previous demo run's instances (and another DAG's): not this night's
+    conn.execute(ti, ("plan", -1, 1, "success", at(-900), at(-860), 40.0))
+    conn.execute("INSERT INTO task_instance VALUES ('other', 'x', 'r', -1, 1, 'running', ?, NULL, NULL)",
+                 (at(5),))
+    conn.execute(ti, ("plan", -1, 1, "success", at(1), at(42), 41.2))
+    conn.execute(ti, ("decode_chunk", 0, 1, "running", at(43), None, None))
+    conn.commit()
+    out = io.StringIO()
+    progress = demo.Progress({"AIRFLOW_HOME": str(home)}, since, file=out)
+    progress.poll()
+    conn.execute("UPDATE task_instance SET state = 'up_for_retry', end_date = ?, duration = 7 "
+                 "WHERE task_id = 'decode_chunk'", (at(50),))
+    conn.execute(ti, ("decode_chunk", 1, 1, "running", at(44), None, None))
+    conn.commit()
+    progress.poll()
+    conn.execute(ti, ("decode_chunk", 0, 2, "running", at(56), None, None))
+    conn.commit()
+    progress.poll()
+    progress.poll()  # nothing new: nothing printed
+    lines = [ln.split(" s  ", 1)[1] for ln in out.getvalue().splitlines()]
+    assert lines == ["plan success in 41 s", "decode_chunk[0] started",
+                     "decode_chunk[1] started", "decode_chunk[0] up_for_retry in 7 s (try 1)",
+                     "decode_chunk[0] started (try 2)"]
+
+
+def test_progress_before_the_metadata_db_exists_prints_nothing(tmp_path):
+    out = io.StringIO()
+    demo.Progress({"AIRFLOW_HOME": str(tmp_path / "none")}, dt.datetime.now(dt.timezone.utc),
+                  file=out).poll()
+    assert out.getvalue() == ""
+
+
+# ------------------------------------------------------------------ the summary
+@pytest.fixture(scope="module")
+def demo_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo-output")
+    demo.catalog_config(out)
+    wh = iceberg.Warehouse(str(out / "warehouse"))
+    for run_id in (NIGHT_1, NIGHT_2):
+        rows = [r for r in RESULTS if r["run_id"] == run_id]
+        wh.replace_run_rows("dq_results", run_id, pa.Table.from_pylist(rows, schemas.DQ_RESULTS))
+    return out
+
+
+def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
+    results = [{"run_id": r, "ok": True, "state": "success", "tasks": {}, "seconds": 1.0}
+               for r in (NIGHT_1, NIGHT_2)]
+    assert demo.report(demo_out, results) == 0
+    text = capsys.readouterr().out
+    night_1 = text[text.index(f"Data quality of {NIGHT_1}"):text.index(f"Data quality of {NIGHT_2}")]
+    assert night_1.splitlines()[0] == f"Data quality of {NIGHT_1}: 1 pass"
+    assert "  report:  (missing)" in night_1
+    night_2 = text[text.index(f"Data quality of {NIGHT_2}"):].splitlines()
+    assert night_2[:4] == [
+        f"Data quality of {NIGHT_2}: 1 fail, 3 warn, 2 pass",
+        "  fail crc: orders-1 (crc_mismatch 3)",
+        "  warn decoder_findings: orders-0 (index_mismatch 2), payments-0 (invalid_header_key 1)",
+        "  warn offset_gaps: payments-1 (missing_segment 1)"]
+    queries = [ln.strip() for ln in text.splitlines() if "PYICEBERG_HOME=" in ln]
+    assert len(queries) == 1 and "{'" not in text  # one query; no Python dict of counts
+
+    # the query, pasted into a shell from another directory, lists the problems of both runs
+    proc = subprocess.run(["bash", "-c", queries[0]], capture_output=True, text=True, cwd="/",
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    listed = proc.stdout.splitlines()[1:]
+    assert len(listed) == 4 and all(" pass " not in ln for ln in listed)
+    assert sum("offset_gaps" in ln and "payments" in ln for ln in listed) == 1
