@@ -22,9 +22,11 @@ b. read overhead: ``records`` through the catalog (``tables.read_arrow``: catalo
    same files (best of 3, interleaved);
 c. dedupe cost after 10 and after 300 prior nights: the part of the job's dedupe
    that grows with history, i.e. planning the files whose (topic, partition, offset)
-   ranges can meet a new night's (``decode.overlap_filter``, the files
-   ``tables.read_table`` would hand Spark) and reading them with pyarrow, for
-   records, batches and markers; not the Spark job around it (a constant);
+   ranges can meet a new night's (``decode.overlap_filter`` bounded by
+   ``decode.overlap_days``, the files ``tables.read_table`` would hand Spark) and
+   reading them with pyarrow, for records, batches and markers; not the Spark job
+   around it (a constant). Peer: the same plan without the day bound, which must
+   pick the same files (checked);
 d. the year: manifests of ``main``'s current snapshot, metadata size, data files, and
    plan time of a full scan and of a one-partition scan, at the end against night 1.
 
