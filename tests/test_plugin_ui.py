@@ -76,6 +76,15 @@ def run(args, env, timeout=180) -> subprocess.CompletedProcess:
     return out
 
 
+def wait_or_kill(proc: subprocess.Popen) -> None:
+    """Wait up to 20 s for ``proc`` (asked to stop) to exit, else kill its process group."""
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 class ApiServer:
     """``airflow api-server`` on 127.0.0.1 in its own process group (stopped as a group)."""
 
@@ -109,11 +118,7 @@ class ApiServer:
             os.killpg(self.proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             return
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        wait_or_kill(self.proc)
         try:  # children left behind by the server, if any
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -222,11 +227,7 @@ class DevTools:
             self.call("Browser.close", timeout=10)
         except (OSError, TimeoutError, EOFError, AssertionError):
             pass
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        wait_or_kill(self.proc)
         os.close(self._w)
         os.close(self._r)
 
