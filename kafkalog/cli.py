@@ -4,8 +4,15 @@
 does: ``.log`` is a segment, ``.index``/``.timeindex``/``.txnindex`` an index
 (printed as ``index`` prints it). Kafka renames a segment's files by appending
 ``.deleted``, ``.cleaned`` or ``.swap``; the suffix before that still decides
-(``…0.log.deleted`` is a log). Anything else (a producer-state ``.snapshot``, a
-file without a suffix) is refused, unless ``--force-log`` decodes it as a log.
+(``…0.log.deleted`` is a log). The state files of a partition directory are read
+too: a producer-state ``.snapshot``, ``leader-epoch-checkpoint`` and
+``partition.metadata`` (:mod:`kafkalog.state_files`). Anything else (a file without
+a suffix, say) is refused, unless ``--force-log`` decodes it as a log.
+
+The records of Kafka's internal topics are decoded (``--records``: a ``decoded``
+object in JSON, ``key: … payload: …`` in text) when the partition folder names the
+topic (``__consumer_offsets-N``, ``__transaction_state-N``, ``__cluster_metadata-0``)
+or ``--decoder`` says which (:mod:`kafkalog.internal`).
 
 Exit status, the same for both commands (with several files the highest wins):
 see :data:`EXIT_STATUS`. Errors and refusals are one line on stderr, with no
@@ -28,6 +35,7 @@ from typing import Callable, TextIO
 
 from . import __version__, _accel
 from .errors import KafkaLogError
+from .internal import DECODERS, MessageError, decode, decoder_for_path, expand_consumer_protocol
 from .indexes import (
     base_offset_of,
     read_offset_index,
@@ -39,6 +47,8 @@ from .indexes import (
 )
 from .log_reader import MAGIC_OFFSET, scan
 from .model import Batch, Finding, Limits, increment_sequence
+from .state_files import LEADER_EPOCH_CHECKPOINT, PRODUCER_SNAPSHOT, READERS as STATE_READERS
+from .state_files import state_file_kind
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -50,6 +60,9 @@ Exit status (with several FILEs, the highest):
   2  could not run: usage error, a file type not read (dump --force-log reads
      any file as a log), a file that cannot be opened, a byte range outside the
      file (one line on stderr, nothing printed for that file)"""
+
+#: --decoder: "auto" goes by the partition folder's topic, "none" decodes nothing.
+DECODER_CHOICES = ("auto", "none", *DECODERS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -153,7 +166,7 @@ def _shown(value: bytes | None) -> str:
     return value.decode("utf-8", "backslashreplace")
 
 
-def record_text(b: Batch, r, print_data: bool) -> str:
+def record_text(b: Batch, r, print_data: bool, decoded: dict | None = None) -> str:
     ts_name = b.timestamp_type or "NoTimestampType"
     seq = "-1"
     if b.base_sequence is not None and b.base_sequence >= 0:
@@ -174,9 +187,39 @@ def record_text(b: Batch, r, print_data: bool) -> str:
             line += f" endTxnMarker: {c.type} coordinatorEpoch: {c.coordinator_epoch}"
         else:
             line += f" controlType: {c.type}({c.type_id})"
+    elif decoded is not None:  # as kafka-dump-log.sh prints its decoders' output
+        if "key" in decoded:
+            line += f" key: {_compact(decoded['key'])} payload: {_compact(decoded['value'])}"
+        else:
+            line += f" payload: {_compact(decoded)}"
     elif print_data:
         line += f" key: {_shown(r.key)} payload: {_shown(r.value)}"
     return line
+
+
+def _compact(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_record(decoder: str, r, expand: bool) -> tuple[dict | None, str | None]:
+    """``(decoded, why not)`` for one data record of an internal topic. A consumer-protocol
+    expansion that fails keeps the record decoded, with its bytes as base64, and says why."""
+    try:
+        decoded = decode(decoder, r.key, r.value)
+    except MessageError as err:
+        return None, str(err)
+    if expand:
+        try:
+            decoded = expand_consumer_protocol(decoded)
+        except MessageError as err:
+            return decoded, f"consumer protocol not expanded: {err}"
+    return decoded, None
+
+
+def internal_record_finding(b: Batch, r, why: str) -> Finding:
+    """A record of ``b`` that does not decode with its internal topic's specs."""
+    return Finding("internal_record_error", b.position, b.end, f"offset {r.offset}: {why}",
+                   r.offset, r.offset)
 
 
 def finding_text(f: Finding) -> str:
@@ -231,8 +274,6 @@ _READERS = {
     ".txnindex": (read_txn_index, verify_txn_index),
 }
 
-#: Files of a partition directory that are neither a segment nor an index.
-_NOT_READ = {".snapshot": "a producer-state snapshot, not a log segment or index"}
 
 
 def _split_name(path: str) -> tuple[str, str, str]:
@@ -252,15 +293,21 @@ def file_type(path: str) -> str:
 
 
 def _dump_type(path: str, force_log: bool) -> str:
+    """``.log``, an index suffix, or a state file kind (``producer_snapshot``, ...)."""
     if force_log:
         return LOG_SUFFIX
     ext = file_type(path)
     if ext == LOG_SUFFIX or ext in _READERS:
         return ext
-    what = _NOT_READ.get(ext) or (f"unknown file type {ext!r}" if ext else "no file type suffix")
+    stem, ext, _ = _split_name(os.path.basename(path))
+    state = state_file_kind(stem + ext)
+    if state is not None:
+        return state
+    what = f"unknown file type {ext!r}" if ext else "no file type suffix"
     raise _Refused(
-        f"{path}: {what}: dump reads .log, .index, .timeindex and .txnindex files (also "
-        f"renamed .deleted, .cleaned or .swap); --force-log decodes any file as a log"
+        f"{path}: {what}: dump reads .log, .index, .timeindex, .txnindex and .snapshot "
+        f"files (also renamed .deleted, .cleaned or .swap), leader-epoch-checkpoint and "
+        f"partition.metadata; --force-log decodes any file as a log"
     )
 
 
@@ -289,6 +336,8 @@ def cmd_dump(args, out: TextIO) -> int:
         try:
             if ext == LOG_SUFFIX:
                 s = _dump_log(args, path, out)
+            elif ext in STATE_READERS:
+                s = _dump_state(args, path, ext, out)
             else:
                 s = _dump_index(args, path, ext, None, out)
         except KafkaLogError as err:
@@ -341,6 +390,8 @@ def _dump_log(args, path: str, out: TextIO) -> int:
     byte_range = None
     if args.start is not None or args.end is not None:
         byte_range = (args.start or 0, args.end)
+    decoder = decoder_for_path(path) if args.decoder == "auto" else (
+        None if args.decoder == "none" else args.decoder)
     items = scan(path, verify_crc=not args.no_verify_crc,
                  limits=Limits(max_decompressed_size=args.max_decompressed_size),
                  byte_range=byte_range)
@@ -372,8 +423,18 @@ def _dump_log(args, path: str, out: TextIO) -> int:
             _emit(out, args.json, batch_json(item, path), lambda: batch_text(item))
             if args.records:
                 for r in item.records:
-                    _emit(out, args.json, record_json(item, r, path),
-                          lambda: record_text(item, r, args.print_data))
+                    obj = record_json(item, r, path)
+                    decoded = why = None
+                    if decoder is not None and not item.is_control:
+                        decoded, why = decode_record(decoder, r, args.expand_consumer_protocol)
+                        obj["decoded"] = decoded
+                    _emit(out, args.json, obj,
+                          lambda: record_text(item, r, args.print_data, decoded))
+                    if why is not None:
+                        f = internal_record_finding(item, r, why)
+                        kinds[f.kind] += 1
+                        _emit(out, args.json, {**f.to_dict(), "file": path},
+                              lambda: finding_text(f))
     finally:
         items.close()
     _summary(args, out, path, summary_text(
@@ -410,6 +471,33 @@ def _dump_index(args, path: str, ext: str, log: str | None, out: TextIO) -> int:
         [_count(len(index.entries), "entry", "entries")],
         Counter(f.kind for f in found), size, verdict))
     return EXIT_FINDINGS if found else EXIT_OK
+
+
+#: The JSON "type" of a state file's rows.
+_STATE_ROW_TYPES = {PRODUCER_SNAPSHOT: "producer_entry", LEADER_EPOCH_CHECKPOINT: "epoch_entry"}
+
+
+def _fields_text(obj: dict) -> str:
+    return " ".join(f"{k}: {_num(v) if not isinstance(v, bool) else _bool(v)}"
+                    for k, v in obj.items())
+
+
+def _dump_state(args, path: str, kind: str, out: TextIO) -> int:
+    """Print a state file: its header, its rows (producers, epochs) and findings."""
+    state = STATE_READERS[kind](path)  # an open error is raised before any output
+    if not args.json:
+        out.write(f"Dumping {path}\n")
+    _emit(out, args.json, {"type": kind, "file": path, **state.header},
+          lambda: _fields_text(state.header))
+    for row in state.rows:
+        _emit(out, args.json, {"type": _STATE_ROW_TYPES[kind], "file": path, **row},
+              lambda: _fields_text(row))
+    for f in state.findings:
+        _emit(out, args.json, {**f.to_dict(), "file": path}, lambda: finding_text(f))
+    counts = [] if kind not in _STATE_ROW_TYPES else [_count(len(state.rows), "entry", "entries")]
+    _summary(args, out, path, summary_text(
+        counts or ["1 header"], Counter(f.kind for f in state.findings), state.size))
+    return EXIT_FINDINGS if state.findings else EXIT_OK
 
 
 def cmd_index(args, out: TextIO) -> int:
@@ -451,10 +539,18 @@ summary line per file (batches, records, findings by kind, bytes; on stderr
 with --json, so stdout stays JSON Lines).
 
 The file name decides what a FILE is: .log a segment; .index, .timeindex and
-.txnindex an index, printed as `kafkalog index` prints it. Kafka's rename
-suffixes are looked through: 0.log.deleted, .log.cleaned and .log.swap are
-logs, 0.index.swap an index. Anything else (a producer-state .snapshot, a file
-without a suffix) is refused (exit 2) unless --force-log.
+.txnindex an index, printed as `kafkalog index` prints it; a producer-state
+.snapshot (producers, CRC-32C checked), leader-epoch-checkpoint (epochs) and
+partition.metadata (topic id), read with their faults as findings. Kafka's
+rename suffixes are looked through: 0.log.deleted, .log.cleaned and .log.swap
+are logs, 0.index.swap an index. Anything else (a file without a suffix, say)
+is refused (exit 2) unless --force-log.
+
+Records of Kafka's internal topics are decoded with Kafka's message specs
+(--records: a "decoded" object per data record in JSON, `key: {...} payload:
+{...}` in text) when the partition folder names the topic (__consumer_offsets-N,
+__transaction_state-N, __cluster_metadata-0), or as --decoder says; a record
+that does not decode is an internal_record_error finding.
 
 An empty .log, or one whose first bytes are no entry header and where no valid
 entry follows (a text file, say), is said in one line on stderr (exit 1);
@@ -463,11 +559,14 @@ damage inside a segment is reported as findings in place.""",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     dump.add_argument("files", nargs="+", metavar="FILE",
-                      help="segment (.log) or index (.index, .timeindex, .txnindex) files")
+                      help="segment (.log), index (.index, .timeindex, .txnindex) or state "
+                      "(.snapshot, leader-epoch-checkpoint, partition.metadata) files")
     dump.add_argument("--records", action="store_true", help="also print every record")
     dump.add_argument("--json", action="store_true",
                       help="JSON Lines: batch, record and finding objects (index_entry and "
-                      "finding for index files); bytes as base64; the summary goes to stderr")
+                      "finding for index files; for a state file its header, producer_entry "
+                      "or epoch_entry objects and findings); bytes as base64; the summary "
+                      "goes to stderr")
     dump.add_argument("--print-data", action="store_true",
                       help="text mode: also print keys and values (UTF-8, escaped)")
     dump.add_argument("--force-log", action="store_true",
@@ -478,6 +577,14 @@ damage inside a segment is reported as findings in place.""",
                       help="decode from this byte position (must be an entry start; .log only)")
     dump.add_argument("--end", type=int, metavar="BYTE",
                       help="decode up to this byte position (.log only)")
+    dump.add_argument("--decoder", choices=DECODER_CHOICES, default="auto",
+                      help="how to decode the records' keys and values (with --records): "
+                      "auto (default) by the partition folder's topic (__consumer_offsets: "
+                      "offsets, __transaction_state: transaction-log, __cluster_metadata: "
+                      "cluster-metadata; other topics: none), or as named")
+    dump.add_argument("--expand-consumer-protocol", action="store_true",
+                      help="offsets decoder: also read the subscription and assignment bytes "
+                      "of a consumer group's members (Kafka's consumer protocol)")
     dump.add_argument("--max-decompressed-size", type=int, metavar="BYTES",
                       default=Limits().max_decompressed_size,
                       help="largest payload one compressed batch may inflate to "

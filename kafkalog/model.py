@@ -91,7 +91,9 @@ class Finding:
 
     ``position``/``end`` are the absolute byte range in the source the finding
     is about (``end`` exclusive). ``kind`` is one of :data:`FINDING_KINDS`
-    (segments) or :data:`INDEX_FINDING_KINDS` (index files).
+    (segments), :data:`INDEX_FINDING_KINDS` (index files),
+    :data:`INTERNAL_FINDING_KINDS` (internal topics' records) or
+    :data:`STATE_FINDING_KINDS` (state files).
     """
 
     kind: str
@@ -132,6 +134,17 @@ FINDING_KINDS = (
 INDEX_FINDING_KINDS = (
     "index_partial_entry",  # file size not a multiple of the entry size
     "index_mismatch",  # an entry that does not match the .log beside it
+)
+
+#: Findings about the content of internal topics' records (kafkalog.internal).
+INTERNAL_FINDING_KINDS = (
+    "internal_record_error",  # a data record that does not decode with its topic's specs
+)
+
+#: Findings of the state-file readers (kafkalog.state_files).
+STATE_FINDING_KINDS = (
+    "state_crc_mismatch",  # a producer snapshot whose stored CRC-32C is not the computed one
+    "state_file_corrupt",  # a state file that does not parse (lines, sizes, versions, order)
 )
 
 

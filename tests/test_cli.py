@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import kafkalog
 from kafkalog.cli import main
 
 from test_corpus import FILES
@@ -196,10 +197,9 @@ def test_damage_inside_a_segment_stays_findings(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name, words", [
-    ("00000000000000000000.snapshot", ["producer-state snapshot", "--force-log"]),
     ("notes.txt", ["unknown file type '.txt'", "--force-log"]),
-    ("segment", ["no file type suffix"]),
-    ("leader-epoch-checkpoint", ["no file type suffix"]),
+    ("segment", ["no file type suffix", "leader-epoch-checkpoint"]),
+    ("recovery-point-offset-checkpoint", ["no file type suffix"]),  # a log dir's, not read
 ])
 def test_dump_refuses_other_file_types_exit_2(tmp_path, name, words):
     other = tmp_path / name
@@ -398,3 +398,147 @@ def test_undecodable_wrapper_below_the_previous_batch_is_a_regression():
     assert [(f.kind, f.base_offset, f.last_offset) for f in found] == [
         ("decompression_error", None, 17), ("offset_regression", None, 17)]
     assert "ends at offset 17, not above the previous batch's last offset 20" in found[1].message
+
+
+# -- internal topics (--decoder) and state files ----------------------------------------------
+
+def _offsets_segment(tmp_path, folder="__consumer_offsets-7"):
+    """Two offset commits, the second with a value version Kafka does not have."""
+    from kafkalog.writer import SegmentWriter, WriteRecord, internal_record
+
+    d = tmp_path / folder
+    d.mkdir()
+    good = internal_record("offsets", {
+        "key": {"type": 1, "data": {"group": "g", "topic": "first_topic", "partition": 0}},
+        "value": {"version": 3, "data": {"offset": 17, "leaderEpoch": 0, "metadata": "",
+                                         "commitTimestamp": 1587577981556}}})
+    with SegmentWriter(d, 0) as w:
+        w.append([good])
+        w.append([WriteRecord(good.key, b"\x00\x09" + good.value[2:])])
+    return d / "00000000000000000000.log"
+
+
+def test_dump_decodes_an_internal_topic_by_its_folder(tmp_path, capsys):
+    seg = _offsets_segment(tmp_path)
+    assert main(["dump", "--json", "--records", str(seg)]) == 1
+    objs = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+    records = [o for o in objs if o["type"] == "record"]
+    assert records[0]["decoded"] == {
+        "key": {"type": 1, "data": {"group": "g", "topic": "first_topic", "partition": 0}},
+        "value": {"version": 3, "data": {"offset": 17, "leaderEpoch": 0, "metadata": "",
+                                         "commitTimestamp": 1587577981556}}}
+    assert records[1]["decoded"] is None
+    (finding,) = [o for o in objs if o["type"] == "finding"]
+    assert finding["kind"] == "internal_record_error"
+    assert (finding["base_offset"], finding["last_offset"]) == (1, 1)
+    assert "offset 1: OffsetCommitValue: unknown version 9" in finding["message"]
+    assert objs.index(finding) == objs.index(records[1]) + 1  # right after its record
+
+    assert main(["dump", "--records", str(seg)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3].endswith(
+        ' key: {"type":1,"data":{"group":"g","topic":"first_topic","partition":0}} payload: '
+        '{"version":3,"data":{"offset":17,"leaderEpoch":0,"metadata":"",'
+        '"commitTimestamp":1587577981556}}')
+    assert lines[-2].startswith("finding: internal_record_error ")
+    assert lines[-1] == "Summary: 2 batches, 2 records, 1 finding (internal_record_error 1), 228 bytes"
+
+
+def test_decoder_option(tmp_path, capsys):
+    seg = _offsets_segment(tmp_path)
+    assert main(["dump", "--json", "--records", "--decoder", "none", str(seg)]) == 0
+    assert not any("decoded" in json.loads(ln) for ln in capsys.readouterr().out.splitlines())
+    outside = _offsets_segment(tmp_path, folder="copied")  # not named after the topic
+    assert main(["dump", "--json", "--records", str(outside)]) == 0
+    assert "decoded" not in capsys.readouterr().out
+    assert main(["dump", "--json", "--records", "--decoder", "offsets", str(outside)]) == 1
+    assert '"decoded":{"key":' in capsys.readouterr().out
+    # a KRaft metadata log outside a __cluster_metadata folder (CodeCrafters' fixture)
+    meta = next(p for p in FILES if "kafka-gleam" in str(p))
+    assert main(["dump", "--json", "--records", "--decoder", "cluster-metadata", str(meta)]) == 0
+    decoded = [json.loads(ln)["decoded"] for ln in capsys.readouterr().out.splitlines()
+               if '"type":"record"' in ln]
+    assert [d["type"] for d in decoded] == ["FEATURE_LEVEL_RECORD", "TOPIC_RECORD",
+                                            "PARTITION_RECORD", "PARTITION_RECORD"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["dump", "--decoder", "bogus", str(meta)])
+    assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_dump_decodes_the_corpus_cluster_metadata_log(capsys):
+    # its first 120 batches (every record of the log: tests/test_internal_topics.py)
+    meta = next(p for p in FILES if "__cluster_metadata-0" in str(p))
+    end = list(kafkalog.iter_batches(meta))[120].position
+    assert main(["dump", "--json", "--records", "--end", str(end), str(meta)]) == 0
+    records = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()
+               if ln.startswith('{"type":"record"')]
+    assert len(records) == 120 + 3  # the second batch holds four records
+    control = [r for r in records if "control" in r]
+    assert len(control) == 1 and "decoded" not in control[0]  # LEADER_CHANGE: not a data record
+    assert all(r["decoded"]["type"].endswith("_RECORD") for r in records if "control" not in r)
+
+
+def test_expand_consumer_protocol(capsys):
+    seg = next(p for p in FILES if "__consumer_offsets-17" in str(p))
+    assert main(["dump", "--json", "--records", "--expand-consumer-protocol", str(seg)]) == 0
+    first = next(json.loads(ln) for ln in capsys.readouterr().out.splitlines()
+                 if ln.startswith('{"type":"record"'))
+    member = first["decoded"]["value"]["data"]["members"][0]
+    assert member["assignment"]["data"]["assignedPartitions"] == [
+        {"topic": "first_topic", "partitions": [0, 1, 2]}]
+
+
+def _state_files(tmp_path):
+    from kafkalog.writer import (encode_producer_snapshot, leader_epoch_checkpoint_text,
+                                 partition_metadata_text)
+
+    d = tmp_path / "orders-0"
+    d.mkdir()
+    entry = {"producer_id": 5, "producer_epoch": 0, "last_sequence": 3, "last_offset": 9,
+             "offset_delta": 3, "timestamp": 1700000000000}
+    (d / "00000000000000000010.snapshot").write_bytes(encode_producer_snapshot([entry]))
+    (d / "00000000000000000004.snapshot.deleted").write_bytes(
+        encode_producer_snapshot([entry], crc=1))
+    (d / "leader-epoch-checkpoint").write_text(leader_epoch_checkpoint_text([(0, 0), (3, 7)]))
+    (d / "partition.metadata").write_text(partition_metadata_text("gSnfpEbtQfSDpxM2lhEn9A"))
+    return d
+
+
+def test_dump_reads_state_files(tmp_path, capsys):
+    d = _state_files(tmp_path)
+    files = [str(d / n) for n in ("00000000000000000010.snapshot", "leader-epoch-checkpoint",
+                                  "partition.metadata")]
+    assert main(["dump", "--json", *files]) == 0
+    objs = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+    assert [o["type"] for o in objs] == ["producer_snapshot", "producer_entry",
+                                         "leader_epoch_checkpoint", "epoch_entry", "epoch_entry",
+                                         "partition_metadata"]
+    assert objs[0]["crc_valid"] is True and objs[0]["snapshot_offset"] == 10
+    assert (objs[1]["producer_id"], objs[1]["first_sequence"], objs[1]["last_sequence"]) == (5, 0, 3)
+    assert objs[4]["epoch"] == 3 and objs[4]["start_offset"] == 7
+    assert objs[5]["topic_id"] == "gSnfpEbtQfSDpxM2lhEn9A"
+
+    assert main(["dump", files[0]]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Dumping {files[0]}"
+    assert lines[2].startswith("producer_id: 5 producer_epoch: 0 first_sequence: 0 ")
+    assert lines[-1] == "Summary: 1 entry, no findings, 56 bytes"
+
+
+def test_corrupt_snapshot_is_a_finding_exit_1(tmp_path, capsys):
+    d = _state_files(tmp_path)
+    bad = d / "00000000000000000004.snapshot.deleted"  # renamed: still a snapshot
+    assert main(["dump", "--json", str(bad)]) == 1
+    objs = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+    assert objs[0]["crc_valid"] is False and objs[1]["type"] == "producer_entry"
+    assert objs[2]["kind"] == "state_crc_mismatch" and "stored crc 0x00000001" in objs[2]["message"]
+    (d / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n")
+    assert main(["dump", str(d / "leader-epoch-checkpoint")]) == 1
+    out = capsys.readouterr().out
+    assert "finding: state_file_corrupt" in out and "declares 2 entries, holds 1" in out
+    for argv, words in [([str(d / "missing.snapshot")], "cannot open"),
+                        (["--start", "0", str(d / "partition.metadata")],
+                         "--start/--end apply to .log segments only")]:
+        assert main(["dump", *argv]) == 2
+        got = capsys.readouterr()
+        assert got.out == "" and len(got.err.splitlines()) == 1 and words in got.err, got

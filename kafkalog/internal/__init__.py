@@ -1,0 +1,37 @@
+"""Kafka's internal topics and their records, read with Kafka's own message specs.
+
+:mod:`.schema` interprets the JSON specs shipped in ``specs/`` (Apache Kafka's, unchanged);
+:mod:`.topics` frames the records of ``__consumer_offsets``, ``__transaction_state`` and
+``__cluster_metadata`` with them. The partition directory's state files are
+:mod:`kafkalog.state_files`.
+"""
+
+from .schema import MessageError, MessageSpec, spec, spec_names, uuid_text
+from .topics import (
+    CLUSTER_METADATA,
+    DECODERS,
+    OFFSETS,
+    TOPIC_DECODERS,
+    TRANSACTION_LOG,
+    decode,
+    decoder_for_path,
+    decoder_for_topic,
+    expand_consumer_protocol,
+)
+
+__all__ = [
+    "CLUSTER_METADATA",
+    "DECODERS",
+    "MessageError",
+    "MessageSpec",
+    "OFFSETS",
+    "TOPIC_DECODERS",
+    "TRANSACTION_LOG",
+    "decode",
+    "decoder_for_path",
+    "decoder_for_topic",
+    "expand_consumer_protocol",
+    "spec",
+    "spec_names",
+    "uuid_text",
+]

@@ -1,0 +1,548 @@
+"""Kafka's message schema language, read at run time: one generic reader (and writer).
+
+Kafka describes every record of its internal topics in JSON specs (``specs/``, copied
+unchanged from apache/kafka; see ``specs/NOTICE``). A spec is a struct of fields, each with
+
+- ``type``: ``bool``, ``int8``, ``int16``, ``uint16``, ``int32``, ``uint32``, ``int64``,
+  ``float64``, ``string``, ``bytes``, ``records``, ``uuid``, ``[]T`` (an array of any of
+  these or of a struct), or a struct name (inline ``fields`` or one of the spec's
+  ``commonStructs``);
+- ``versions`` (``"0+"``, ``"1-3"``, ``"3"``, ``"none"``): the versions the field exists in;
+- ``nullableVersions``: where it may be null; ``taggedVersions`` + ``tag``: where it is an
+  optional tagged field instead of a positional one (``versions`` defaults to them);
+- ``flexibleVersions`` (per spec, and per string/bytes field as an override).
+
+Wire grammar, big-endian (Kafka's ``Readable``/``MessageUtil``):
+
+- fixed-width integers; ``bool`` one byte, non-zero true; ``uuid`` 16 bytes;
+- non-flexible: ``string`` int16 length (-1 null), ``bytes``/``records`` int32 length (-1
+  null), arrays int32 count (-1 null);
+- flexible ("compact"): unsigned varint length + 1 (0 null) for all three; and every struct
+  ends with a tagged-field section: unsigned varint count, then per field unsigned varint
+  tag, unsigned varint size, ``size`` bytes. Tags the spec does not know are skipped (Kafka
+  keeps them as unknown tagged fields); a known one must use exactly its declared size;
+- a struct-typed field that is nullable in a version is preceded by an int8: -1 null, 1 present.
+
+Values come out as Kafka's JSON converters write them: field names with the first letter
+lower-cased, bytes as base64, UUIDs as Kafka prints them (22-character URL-safe base64 without
+padding), tagged fields only when they differ from their default. Everything wrong with the
+bytes (unknown version, read past the end, leftover bytes, bad UTF-8, a tagged field of the
+wrong size) raises :class:`MessageError` with the byte position and field path.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from ..errors import CorruptDataError
+
+HIGHEST = 0x7FFF  # "N+" means N up to Short.MAX_VALUE, as in Kafka's Versions
+
+
+class MessageError(CorruptDataError):
+    """Bytes that do not read as the spec says (position is relative to the message)."""
+
+    kind = "internal_record_error"
+
+
+class SpecError(Exception):
+    """A spec this reader does not understand (a bug in the shipped specs, not in input)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Versions:
+    low: int
+    high: int  # inclusive; low > high means none
+
+    @classmethod
+    def parse(cls, text: str | None, default: "Versions | None" = None) -> "Versions":
+        if text is None:
+            if default is None:
+                raise SpecError("versions missing")
+            return default
+        text = str(text).strip()
+        if text in ("none", ""):
+            return NONE
+        if text.endswith("+"):
+            return cls(int(text[:-1]), HIGHEST)
+        low, _, high = text.partition("-")
+        return cls(int(low), int(high or low))
+
+    def __contains__(self, version: int) -> bool:
+        return self.low <= version <= self.high
+
+    @property
+    def empty(self) -> bool:
+        return self.low > self.high
+
+
+NONE = Versions(0, -1)
+
+_FIXED = {
+    "bool": struct.Struct(">?"),
+    "int8": struct.Struct(">b"),
+    "int16": struct.Struct(">h"),
+    "uint16": struct.Struct(">H"),
+    "int32": struct.Struct(">i"),
+    "uint32": struct.Struct(">I"),
+    "int64": struct.Struct(">q"),
+    "float64": struct.Struct(">d"),
+}
+_UUID_SIZE = 16
+_PRIMITIVES = frozenset(_FIXED) | {"string", "bytes", "records", "uuid"}
+
+
+def json_name(name: str) -> str:
+    """Kafka's JSON converters: the spec's name with its first letter lower-cased."""
+    return name[:1].lower() + name[1:]
+
+
+def uuid_text(raw: bytes) -> str:
+    """A UUID as Kafka's ``Uuid.toString()`` prints it: URL-safe base64, no padding."""
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def uuid_bytes(text: str) -> bytes:
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != _UUID_SIZE:
+        raise ValueError(f"not a Kafka UUID: {text!r} ({len(raw)} bytes)")
+    return raw
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str  # the JSON name (first letter lower-cased)
+    type: str  # element type for arrays
+    is_array: bool
+    versions: Versions
+    nullable: Versions
+    tagged: Versions
+    tag: int | None
+    flexible: Versions | None  # per-field override (string/bytes only)
+    default: Any
+    struct: "Struct | None" = None  # for struct types and arrays of structs
+
+    def tagged_in(self, version: int) -> bool:
+        return self.tag is not None and version in self.tagged
+
+
+@dataclass(frozen=True, slots=True)
+class Struct:
+    name: str
+    fields: tuple[Field, ...]
+    tags: dict = field(default_factory=dict, compare=False)  # tag -> Field
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSpec:
+    name: str
+    api_key: int | None
+    valid: Versions
+    flexible: Versions
+    struct: Struct
+
+    def read(self, buf, version: int, pos: int = 0, end: int | None = None) -> tuple[dict, int]:
+        """Read the struct of ``version`` from ``buf[pos:end]``: ``(values, new_pos)``."""
+        if version not in self.valid:
+            raise MessageError(f"{self.name}: unknown version {version} (this reader knows "
+                               f"{_versions_text(self.valid)})", pos)
+        end = len(buf) if end is None else end
+        return _Reader(self, version, buf, end).struct(self.struct, pos, self.name)
+
+    def read_exactly(self, buf, version: int, pos: int = 0) -> dict:
+        """:meth:`read`, and the struct must end where ``buf`` ends."""
+        value, pos = self.read(buf, version, pos)
+        if pos != len(buf):
+            raise MessageError(f"{self.name} v{version}: {len(buf) - pos} bytes left over after "
+                               f"the message (it ends at byte {pos} of {len(buf)})", pos)
+        return value
+
+    def write(self, value: dict, version: int) -> bytes:
+        """Encode ``value`` (JSON-shaped, as :meth:`read` returns it; missing fields take their
+        defaults) as ``version``: for tests and sample data."""
+        if version not in self.valid:
+            raise SpecError(f"{self.name}: version {version} not in {_versions_text(self.valid)}")
+        out = bytearray()
+        _Writer(self, version, out).struct(self.struct, value)
+        return bytes(out)
+
+
+def _versions_text(v: Versions) -> str:
+    if v.empty:
+        return "none"
+    if v.high == HIGHEST:
+        return f"{v.low}+"
+    return str(v.low) if v.low == v.high else f"{v.low}-{v.high}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading specs
+
+def _strip_comments(text: str) -> str:
+    """Kafka's specs are JSON with ``//`` line comments (outside strings)."""
+    out, i, n, in_str = [], 0, len(text), False
+    while i < n:
+        c = text[i]
+        if in_str:
+            out.append(c)
+            if c == "\\":
+                out.append(text[i + 1])
+                i += 1
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+            out.append(c)
+        elif c == "/" and text.startswith("//", i):
+            i = text.find("\n", i)
+            if i < 0:
+                break
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+_INT_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
+
+
+_ABSENT = object()
+_STRUCT_DEFAULT = object()  # a struct of defaults: never equal to a read value, so written
+
+
+def _default(type_: str, is_array: bool, raw) -> Any:
+    """The field's default as its JSON value (tagged fields are written only when not default)."""
+    if raw is None or raw == "null":  # "default": null or "null"
+        return None
+    if is_array:
+        return []
+    if raw is _ABSENT or raw == "":
+        raw = None
+    if type_ == "bool":
+        return raw is not None and str(raw).lower() == "true"
+    if type_ in _FIXED:
+        if raw is None:
+            return 0.0 if type_ == "float64" else 0
+        text = str(raw)
+        if type_ == "float64":
+            return float(text)
+        if not _INT_RE.match(text):
+            raise SpecError(f"bad default {raw!r} for {type_}")
+        return int(text, 0)
+    if type_ == "string":
+        return "" if raw is None else str(raw)
+    if type_ in ("bytes", "records"):
+        return ""  # base64 of no bytes
+    if type_ == "uuid":
+        return uuid_text(bytes(_UUID_SIZE))
+    return _STRUCT_DEFAULT
+
+
+def _field(spec: dict, structs: dict, pending: list) -> Field:
+    tagged = Versions.parse(spec.get("taggedVersions"), NONE)
+    versions = Versions.parse(spec.get("versions"), None if tagged.empty else tagged)
+    type_ = spec["type"].strip()
+    is_array = type_.startswith("[]")
+    elem = type_[2:] if is_array else type_
+    sub = None
+    if elem not in _PRIMITIVES:
+        if "fields" in spec:
+            sub = _struct(elem, spec["fields"], structs, pending)
+            structs[elem] = sub
+        else:
+            pending.append(elem)  # a commonStruct, resolved once all are read
+    flexible = spec.get("flexibleVersions")
+    return Field(
+        name=json_name(spec["name"]),
+        type=elem,
+        is_array=is_array,
+        versions=versions,
+        nullable=Versions.parse(spec.get("nullableVersions"), NONE),
+        tagged=tagged,
+        tag=spec.get("tag"),
+        flexible=None if flexible in (None, "") else Versions.parse(flexible),
+        default=_default(elem, is_array, spec.get("default", _ABSENT)),
+        struct=sub,
+    )
+
+
+def _struct(name: str, fields: list, structs: dict, pending: list) -> Struct:
+    fs = tuple(_field(f, structs, pending) for f in fields)
+    return Struct(name, fs, {f.tag: f for f in fs if f.tag is not None})
+
+
+def _resolve(s: Struct, structs: dict) -> Struct:
+    fixed = []
+    for f in s.fields:
+        sub = f.struct
+        if f.type not in _PRIMITIVES:
+            if sub is None:
+                if f.type not in structs:
+                    raise SpecError(f"{s.name}.{f.name}: unknown type {f.type}")
+                sub = structs[f.type]
+            sub = _resolve(sub, structs)
+        fixed.append(Field(f.name, f.type, f.is_array, f.versions, f.nullable, f.tagged, f.tag,
+                           f.flexible, f.default, sub))
+    fs = tuple(fixed)
+    return Struct(s.name, fs, {f.tag: f for f in fs if f.tag is not None})
+
+
+def parse_spec(text: str) -> MessageSpec:
+    doc = json.loads(_strip_comments(text))
+    structs: dict = {}
+    pending: list = []
+    for common in doc.get("commonStructs", ()):
+        structs[common["name"]] = _struct(common["name"], common["fields"], structs, pending)
+    top = _struct(doc["name"], doc["fields"], structs, pending)
+    return MessageSpec(
+        name=doc["name"],
+        api_key=doc.get("apiKey"),
+        valid=Versions.parse(doc["validVersions"]),
+        flexible=Versions.parse(doc.get("flexibleVersions"), NONE),
+        struct=_resolve(top, structs),
+    )
+
+
+@cache
+def spec(name: str) -> MessageSpec:
+    """The shipped spec ``name`` (e.g. ``"OffsetCommitValue"``), parsed once."""
+    path = resources.files(__package__).joinpath("specs", f"{name}.json")
+    return parse_spec(path.read_text(encoding="utf-8"))
+
+
+@cache
+def spec_names() -> tuple[str, ...]:
+    folder = resources.files(__package__).joinpath("specs")
+    return tuple(sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json")))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+class _Reader:
+    __slots__ = ("spec", "version", "buf", "end", "flexible")
+
+    def __init__(self, spec: MessageSpec, version: int, buf, end: int) -> None:
+        self.spec, self.version, self.buf, self.end = spec, version, buf, end
+        self.flexible = version in spec.flexible
+
+    def _need(self, pos: int, n: int, what: str) -> None:
+        if n < 0 or pos + n > self.end:
+            raise MessageError(f"{what}: needs {n} bytes at byte {pos}, only "
+                               f"{max(self.end - pos, 0)} left (read past the end)", pos)
+
+    def uvarint(self, pos: int, what: str) -> tuple[int, int]:
+        result = shift = 0
+        while True:
+            if pos >= self.end:
+                raise MessageError(f"{what}: varint runs past the end at byte {pos}", pos)
+            b = self.buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result, pos
+            shift += 7
+            if shift > 28:
+                raise MessageError(f"{what}: unsigned varint longer than 5 bytes at byte {pos}", pos)
+
+    def struct(self, s: Struct, pos: int, path: str) -> tuple[dict, int]:
+        v = self.version
+        out: dict = {}
+        for f in s.fields:
+            if v in f.versions and not f.tagged_in(v):
+                out[f.name], pos = self.value(f, pos, f"{path}.{f.name}")
+        if self.flexible:
+            tagged, pos = self.tagged_fields(s, pos, path)
+            if tagged:  # in spec order, as Kafka's JSON converter writes them
+                out = {f.name: (tagged[f.name] if f.name in tagged else out[f.name])
+                       for f in s.fields if f.name in out or f.name in tagged}
+        return out, pos
+
+    def tagged_fields(self, s: Struct, pos: int, path: str) -> tuple[dict, int]:
+        count, pos = self.uvarint(pos, f"{path}: tagged field count")
+        found: dict = {}
+        last = -1
+        for _ in range(count):
+            tag, pos = self.uvarint(pos, f"{path}: tag")
+            size, pos = self.uvarint(pos, f"{path}: size of tag {tag}")
+            self._need(pos, size, f"{path}: tagged field {tag}")
+            if tag <= last:
+                raise MessageError(f"{path}: tag {tag} after tag {last} (tags must increase)", pos)
+            last = tag
+            f = s.tags.get(tag)
+            end = pos + size
+            if f is not None and f.tagged_in(self.version):
+                saved, self.end = self.end, end
+                try:
+                    value, used = self.value(f, pos, f"{path}.{f.name}")
+                finally:
+                    self.end = saved
+                if used != end:
+                    raise MessageError(f"{path}.{f.name}: tagged field {tag} declares {size} "
+                                       f"bytes but its value uses {used - pos}", pos)
+                if value != f.default:
+                    found[f.name] = value
+            pos = end  # unknown tags are skipped, as Kafka keeps them unread
+        return found, pos
+
+    def _length(self, f: Field, pos: int, path: str, wide: bool) -> tuple[int, int]:
+        """A length or count: -1 (null) or >= 0."""
+        flexible = self.flexible if f.flexible is None else self.version in f.flexible
+        if flexible:
+            n, pos = self.uvarint(pos, path)
+            n -= 1
+        else:
+            fmt = _FIXED["int32"] if wide else _FIXED["int16"]
+            self._need(pos, fmt.size, path)
+            (n,) = fmt.unpack_from(self.buf, pos)
+            pos += fmt.size
+            if n < -1:
+                raise MessageError(f"{path}: negative length {n} at byte {pos - fmt.size}", pos)
+        if n == -1 and self.version not in f.nullable:
+            raise MessageError(f"{path}: null, but the field is not nullable in "
+                               f"v{self.version}", pos)
+        return n, pos
+
+    def value(self, f: Field, pos: int, path: str) -> tuple[Any, int]:
+        if f.is_array:
+            n, pos = self._length(f, pos, path, wide=True)
+            if n < 0:
+                return None, pos
+            if n > self.end - pos and (f.type in _FIXED or f.type in _PRIMITIVES):
+                raise MessageError(f"{path}: array of {n} elements in {self.end - pos} bytes "
+                                   "(read past the end)", pos)
+            items = []
+            for i in range(n):
+                item, pos = self.element(f, pos, f"{path}[{i}]")
+                items.append(item)
+            return items, pos
+        if f.struct is not None and self.version in f.nullable:
+            self._need(pos, 1, path)
+            marker = self.buf[pos]
+            pos += 1
+            if marker == 0xFF:
+                return None, pos
+            if marker != 1:
+                raise MessageError(f"{path}: null marker {marker} (expected -1 or 1)", pos - 1)
+        return self.element(f, pos, path)
+
+    def element(self, f: Field, pos: int, path: str) -> tuple[Any, int]:
+        t = f.type
+        fixed = _FIXED.get(t)
+        if fixed is not None:
+            self._need(pos, fixed.size, path)
+            return fixed.unpack_from(self.buf, pos)[0], pos + fixed.size
+        if t == "string":
+            n, pos = self._length(f, pos, path, wide=False)
+            if n < 0:
+                return None, pos
+            self._need(pos, n, path)
+            try:
+                return bytes(self.buf[pos:pos + n]).decode("utf-8"), pos + n
+            except UnicodeDecodeError as err:
+                raise MessageError(f"{path}: string is not UTF-8 ({err.reason} at byte "
+                                   f"{pos + err.start})", pos) from err
+        if t in ("bytes", "records"):
+            n, pos = self._length(f, pos, path, wide=True)
+            if n < 0:
+                return None, pos
+            self._need(pos, n, path)
+            return base64.b64encode(self.buf[pos:pos + n]).decode("ascii"), pos + n
+        if t == "uuid":
+            self._need(pos, _UUID_SIZE, path)
+            return uuid_text(bytes(self.buf[pos:pos + _UUID_SIZE])), pos + _UUID_SIZE
+        return self.struct(f.struct, pos, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing (tests and sample data only)
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+class _Writer:
+    __slots__ = ("spec", "version", "out", "flexible")
+
+    def __init__(self, spec: MessageSpec, version: int, out: bytearray) -> None:
+        self.spec, self.version, self.out = spec, version, out
+        self.flexible = version in spec.flexible
+
+    def struct(self, s: Struct, value: dict) -> None:
+        v = self.version
+        tagged = []
+        for f in s.fields:
+            if v not in f.versions:
+                continue
+            item = value.get(f.name, f.default)
+            if f.tagged_in(v):
+                if item != f.default:
+                    tagged.append((f, item))
+            else:
+                self.value(f, item)
+        if self.flexible:
+            self.out += _uvarint(len(tagged))
+            for f, item in sorted(tagged, key=lambda t: t[0].tag):
+                sub = _Writer(self.spec, v, bytearray())
+                sub.value(f, item)
+                self.out += _uvarint(f.tag) + _uvarint(len(sub.out)) + sub.out
+
+    def _length(self, f: Field, n: int, wide: bool) -> None:
+        flexible = self.flexible if f.flexible is None else self.version in f.flexible
+        if flexible:
+            self.out += _uvarint(n + 1)
+        else:
+            self.out += (_FIXED["int32"] if wide else _FIXED["int16"]).pack(n)
+
+    def value(self, f: Field, item) -> None:
+        if f.is_array:
+            if item is None:
+                self._length(f, -1, wide=True)
+                return
+            self._length(f, len(item), wide=True)
+            for x in item:
+                self.element(f, x)
+            return
+        if f.struct is not None and self.version in f.nullable:
+            if item is None:
+                self.out.append(0xFF)
+                return
+            self.out.append(1)
+        self.element(f, item)
+
+    def element(self, f: Field, item) -> None:
+        t = f.type
+        fixed = _FIXED.get(t)
+        if fixed is not None:
+            self.out += fixed.pack(item)
+        elif t == "string":
+            if item is None:
+                self._length(f, -1, wide=False)
+            else:
+                raw = item.encode("utf-8")
+                self._length(f, len(raw), wide=False)
+                self.out += raw
+        elif t in ("bytes", "records"):
+            if item is None:
+                self._length(f, -1, wide=True)
+            else:
+                raw = base64.b64decode(item) if isinstance(item, str) else bytes(item)
+                self._length(f, len(raw), wide=True)
+                self.out += raw
+        elif t == "uuid":
+            self.out += uuid_bytes(item)
+        else:
+            self.struct(f.struct, item if isinstance(item, dict) else {})

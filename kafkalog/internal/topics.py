@@ -1,0 +1,215 @@
+"""Records of Kafka's internal topics, decoded with the shipped message specs.
+
+``__consumer_offsets`` and ``__transaction_state`` (the group and transaction coordinators'
+logs; Kafka's ``CoordinatorRecordSerde``)::
+
+    key   = int16 record type, then the key struct: the key spec whose validVersions hold
+            that type (0 and 1 OffsetCommitKey, 2 GroupMetadataKey, 3-8 the consumer-group
+            records of KIP-848, 9-15 share groups; 0 TransactionLogKey)
+    value = int16 version, then the value struct of the spec named like the key with
+            "Value" for "Key"; a null value is a tombstone (the key was deleted)
+
+``__cluster_metadata`` (KRaft; Kafka's ``MetadataRecordSerde``), key null::
+
+    value = unsigned varint frame version (1), unsigned varint api key (the spec's
+            "apiKey"), unsigned varint record version, then the record (flexible from v0)
+
+Every decoder returns the JSON shape ``kafka-dump-log.sh`` prints (``{"key": {"type",
+"data"}, "value": {"version", "data"} | None}`` and ``{"type": "PARTITION_RECORD",
+"version", "data"}``) or raises :class:`MessageError` saying why not (unknown type or
+version, bytes left over, a read past the end, a tagged field of the wrong size).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import struct
+from functools import cache
+
+from .schema import MessageError, MessageSpec, spec, spec_names
+
+_INT16 = struct.Struct(">h")
+
+#: Names of the decoders, as ``kafkalog dump --decoder`` takes them.
+OFFSETS = "offsets"
+TRANSACTION_LOG = "transaction-log"
+CLUSTER_METADATA = "cluster-metadata"
+DECODERS = (OFFSETS, TRANSACTION_LOG, CLUSTER_METADATA)
+
+#: Internal topic -> decoder, for ``auto`` (the partition folder is ``<topic>-<partition>``).
+TOPIC_DECODERS = {
+    "__consumer_offsets": OFFSETS,
+    "__transaction_state": TRANSACTION_LOG,
+    "__cluster_metadata": CLUSTER_METADATA,
+}
+
+#: The spec-name prefixes of each coordinator's keys and values.
+_COORDINATOR_SPECS = {
+    OFFSETS: ("OffsetCommit", "GroupMetadata", "ConsumerGroup", "ShareGroup"),
+    TRANSACTION_LOG: ("TransactionLog",),
+}
+
+#: KRaft's frame version (MetadataRecordSerde.DEFAULT_FRAME_VERSION).
+METADATA_FRAME_VERSION = 1
+
+
+def _int16(buf, what: str) -> tuple[int, int]:
+    if len(buf) < _INT16.size:
+        raise MessageError(f"{what}: {len(buf)} bytes, too short for its int16 "
+                           "type/version (read past the end)", 0)
+    return _INT16.unpack_from(buf, 0)[0], _INT16.size
+
+
+@cache
+def coordinator_keys(decoder: str) -> dict[int, MessageSpec]:
+    """Record type -> key spec (a key spec's validVersions are the types it is used for)."""
+    out: dict[int, MessageSpec] = {}
+    for name in spec_names():
+        if name.endswith("Key") and name.startswith(_COORDINATOR_SPECS[decoder]):
+            s = spec(name)
+            for t in range(s.valid.low, s.valid.high + 1):
+                out[t] = s
+    return out
+
+
+def decode_coordinator(decoder: str, key: bytes | None, value: bytes | None) -> dict:
+    """A ``__consumer_offsets`` (``offsets``) or ``__transaction_state`` record."""
+    what = "offsets" if decoder == OFFSETS else "transaction log"
+    if key is None:
+        raise MessageError(f"{what} record without a key", 0)
+    record_type, pos = _int16(key, f"{what} key")
+    key_spec = coordinator_keys(decoder).get(record_type)
+    if key_spec is None:
+        known = sorted(coordinator_keys(decoder))
+        raise MessageError(f"{what} key: unknown record type {record_type} (known: "
+                           f"{', '.join(map(str, known))})", 0)
+    out = {"key": {"type": record_type, "data": key_spec.read_exactly(key, record_type, pos)},
+           "value": None}
+    if value is not None:
+        version, pos = _int16(value, f"{key_spec.name[:-3]}Value")
+        value_spec = spec(key_spec.name[:-3] + "Value")
+        out["value"] = {"version": version, "data": value_spec.read_exactly(value, version, pos)}
+    return out
+
+
+def _uvarint(buf, pos: int, what: str) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise MessageError(f"{what}: varint runs past the end at byte {pos}", pos)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise MessageError(f"{what}: unsigned varint longer than 5 bytes", pos)
+
+
+@cache
+def metadata_records() -> dict[int, MessageSpec]:
+    """api key -> spec, for every metadata record type shipped."""
+    out = {}
+    for name in spec_names():
+        s = spec(name)
+        if s.api_key is not None and name.endswith("Record"):
+            out[s.api_key] = s
+    return out
+
+
+def record_type_name(spec_name: str) -> str:
+    """``PartitionRecord`` -> ``PARTITION_RECORD`` (Kafka's MetadataRecordType names)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", spec_name).upper()
+
+
+def decode_cluster_metadata(key: bytes | None, value: bytes | None) -> dict:
+    """A ``__cluster_metadata`` data record."""
+    if value is None:
+        raise MessageError("metadata record with a null value", 0)
+    frame, pos = _uvarint(value, 0, "frame version")
+    if frame != METADATA_FRAME_VERSION:
+        raise MessageError(f"metadata record: frame version {frame}, expected "
+                           f"{METADATA_FRAME_VERSION}", 0)
+    api_key, pos = _uvarint(value, pos, "api key")
+    version, pos = _uvarint(value, pos, "record version")
+    record_spec = metadata_records().get(api_key)
+    if record_spec is None:
+        raise MessageError(f"metadata record: unknown api key {api_key}", 0)
+    return {"type": record_type_name(record_spec.name), "version": version,
+            "data": record_spec.read_exactly(value, version, pos)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The consumer protocol inside GroupMetadataValue (expanded on request)
+
+_CONSUMER_PROTOCOL = {"subscription": "ConsumerProtocolSubscription",
+                      "assignment": "ConsumerProtocolAssignment"}
+
+
+def _consumer_protocol(name: str, text: str | None) -> dict | None:
+    if text is None:
+        return None
+    raw = base64.b64decode(text)
+    if not raw:
+        return None  # Kafka stores an empty assignment before the sync
+    version, pos = _int16(raw, name)
+    s = spec(name)
+    # Kafka's ConsumerProtocol reads a newer version with the newest format it knows and
+    # ignores what follows; older versions must fit exactly.
+    if version > s.valid.high:
+        data, _ = s.read(raw, s.valid.high, pos)
+    else:
+        data = s.read_exactly(raw, version, pos)
+    return {"version": version, "data": data}
+
+
+def expand_consumer_protocol(decoded: dict) -> dict:
+    """A GroupMetadataValue of a ``consumer`` group with each member's subscription and
+    assignment bytes read as Kafka's consumer protocol (``{"version", "data"}``; null for
+    no bytes): a new dict, ``decoded`` is left as it is. Other records come back unchanged.
+    Raises :class:`MessageError` naming the member and field."""
+    value = decoded.get("value")
+    if (decoded.get("key", {}).get("type") != 2 or not value
+            or value["data"].get("protocolType") != "consumer"):
+        return decoded
+    members = []
+    for i, member in enumerate(value["data"].get("members") or ()):
+        member = dict(member)
+        for field, name in _CONSUMER_PROTOCOL.items():
+            try:
+                member[field] = _consumer_protocol(name, member.get(field))
+            except MessageError as err:
+                raise MessageError(f"members[{i}].{field}: {err}", err.position) from err
+        members.append(member)
+    data = {**value["data"], "members": members}
+    return {**decoded, "value": {**value, "data": data}}
+
+
+def decode(decoder: str, key: bytes | None, value: bytes | None, *,
+           expand: bool = False) -> dict:
+    """One data record of an internal topic, as JSON-ready dicts; :class:`MessageError`
+    (with the reason) when it does not decode."""
+    if decoder == CLUSTER_METADATA:
+        return decode_cluster_metadata(key, value)
+    if decoder not in _COORDINATOR_SPECS:
+        raise ValueError(f"unknown decoder {decoder!r} (known: {', '.join(DECODERS)})")
+    out = decode_coordinator(decoder, key, value)
+    return expand_consumer_protocol(out) if expand else out
+
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+
+
+def decoder_for_topic(topic: str) -> str | None:
+    return TOPIC_DECODERS.get(topic)
+
+
+def decoder_for_path(path: str) -> str | None:
+    """The decoder for a segment in a partition folder named after an internal topic
+    (``…/__consumer_offsets-12/0.log`` -> ``offsets``), else None."""
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    m = _PARTITION_DIR.match(folder)
+    return decoder_for_topic(m["topic"]) if m else None

@@ -1,0 +1,402 @@
+"""Kafka's internal topics decoded with its message specs, and a partition directory's
+state files: the real corpus, writer-made files for what the corpus lacks, hand-packed
+golden bytes (independent of the spec-driven writer), and every fault as an error."""
+
+from __future__ import annotations
+
+import base64
+import random
+import struct
+from collections import Counter
+
+import pytest
+
+import kafkalog
+from kafkalog.internal import MessageError, decode, decoder_for_path, spec, spec_names
+from kafkalog.internal.schema import parse_spec
+from kafkalog.state_files import (
+    read_leader_epoch_checkpoint,
+    read_partition_metadata,
+    read_producer_snapshot,
+    read_state_file,
+)
+from kafkalog.writer import (
+    SegmentWriter,
+    encode_producer_snapshot,
+    internal_record,
+    leader_epoch_checkpoint_text,
+    partition_metadata_text,
+)
+
+from test_corpus import CORPUS, FILES
+
+INTERNAL = [p for p in FILES if decoder_for_path(str(p))]
+#: The two CodeCrafters fixtures are KRaft metadata logs outside a __cluster_metadata folder.
+CODECRAFTERS = [p for p in FILES if p.parent.name in ("jamestjw+kafka-gleam",
+                                                      "thanhliemtu+codecrafters-kafka-go")]
+METADATA_LOG = CORPUS / "Niloufar1171+LDI-POC" / "__cluster_metadata-0" / "00000000000000000000.log"
+
+
+def _data_records(path):
+    for b in kafkalog.iter_batches(path):
+        if not b.is_control:
+            yield from b.records
+
+
+def test_the_corpus_has_its_internal_topics():
+    names = sorted(p.parent.name for p in INTERNAL)
+    assert len(names) == 10 and names.count("__cluster_metadata-0") == 1, names
+    assert len(CODECRAFTERS) == 2
+
+
+@pytest.mark.parametrize("path", INTERNAL + CODECRAFTERS,
+                         ids=[str(p.relative_to(CORPUS)) for p in INTERNAL + CODECRAFTERS])
+def test_every_corpus_record_decodes_exactly(path):
+    decoder = decoder_for_path(str(path)) or "cluster-metadata"
+    n = 0
+    for r in _data_records(path):
+        out = decode(decoder, r.key, r.value, expand=True)  # raises on leftover bytes
+        n += 1
+        if decoder == "offsets":
+            assert set(out) == {"key", "value"}
+            assert isinstance(out["key"]["type"], int)
+            assert (out["value"] is None) == (r.value is None)
+        else:
+            assert set(out) == {"type", "version", "data"} and out["type"].endswith("_RECORD")
+    assert n > 0
+
+
+def test_cluster_metadata_record_types_of_the_corpus():
+    seen = Counter()
+    for r in _data_records(METADATA_LOG):
+        out = decode("cluster-metadata", r.key, r.value)
+        seen[(out["type"], out["version"])] += 1
+    assert sum(seen.values()) == 4928  # 4,929 records, one of them a LEADER_CHANGE control record
+    assert seen == Counter({
+        ("NO_OP_RECORD", 0): 4801, ("PARTITION_RECORD", 1): 54, ("PARTITION_CHANGE_RECORD", 1): 54,
+        ("TOPIC_RECORD", 0): 5, ("CONFIG_RECORD", 0): 3, ("REGISTER_BROKER_RECORD", 3): 2,
+        ("BROKER_REGISTRATION_CHANGE_RECORD", 0): 2, ("BROKER_REGISTRATION_CHANGE_RECORD", 1): 1,
+        ("BEGIN_TRANSACTION_RECORD", 0): 1, ("END_TRANSACTION_RECORD", 0): 1,
+        ("FEATURE_LEVEL_RECORD", 0): 1, ("PRODUCER_IDS_RECORD", 0): 1,
+        ("REGISTER_CONTROLLER_RECORD", 0): 1, ("ZK_MIGRATION_STATE_RECORD", 0): 1,
+    })
+    topics = [decode("cluster-metadata", r.key, r.value) for r in _data_records(METADATA_LOG)]
+    first_partition = next(t for t in topics if t["type"] == "PARTITION_RECORD")
+    assert first_partition == {"type": "PARTITION_RECORD", "version": 1, "data": {
+        "partitionId": 0, "topicId": "gSnfpEbtQfSDpxM2lhEn9A", "replicas": [1], "isr": [1],
+        "removingReplicas": [], "addingReplicas": [], "leader": 1, "leaderEpoch": 0,
+        "partitionEpoch": 0, "directories": ["XHhkr4tkSsD900pOQ8pPfg"]}}
+    assert {"type": "TOPIC_RECORD", "version": 0,
+            "data": {"name": "__consumer_offsets", "topicId": "gSnfpEbtQfSDpxM2lhEn9A"}} in topics
+
+
+def test_consumer_offsets_of_the_corpus():
+    path = CORPUS / "KAIPASUBHASH+kafka-logs" / "__consumer_offsets-2" / "00000000000000000000.log"
+    out = [decode("offsets", r.key, r.value) for r in _data_records(path)]
+    assert out[1] == {  # value version 1: expireTimestamp, no leaderEpoch
+        "key": {"type": 1, "data": {"group": "console-consumer-23934", "topic": "TestTopic",
+                                    "partition": 0}},
+        "value": {"version": 1, "data": {"offset": 0, "metadata": "",
+                                         "commitTimestamp": 1639563468980,
+                                         "expireTimestamp": 1640168268980}}}
+    path = CORPUS / "VolodymyrZee+kafka" / "__consumer_offsets-17" / "00000000000000000000.log"
+    records = list(_data_records(path))
+    out = [decode("offsets", r.key, r.value, expand=True) for r in records]
+    assert out[2] == {"key": {"type": 2, "data": {"group": "console-consumer-48266"}},
+                      "value": None}  # a tombstone
+    member = out[0]["value"]["data"]["members"][0]
+    assert out[0]["value"]["version"] == 3 and out[0]["value"]["data"]["protocol"] == "range"
+    assert member["subscription"] == {"version": 1, "data": {
+        "topics": ["first_topic"], "userData": None, "ownedPartitions": []}}
+    assert member["assignment"] == {"version": 1, "data": {
+        "assignedPartitions": [{"topic": "first_topic", "partitions": [0, 1, 2]}],
+        "userData": None}}
+    plain = decode("offsets", records[0].key, records[0].value)["value"]["data"]["members"][0]
+    assert plain["subscription"] == "AAEAAAABAAtmaXJzdF90b3BpY/////8AAAAA"  # base64 unless asked
+
+
+def test_every_shipped_spec_parses():
+    names = spec_names()
+    assert len(names) == 60  # 30 group, 2 transaction, 25 metadata, 2 consumer protocol, 1 snapshot
+    for name in names:
+        s = spec(name)
+        # one file is not named after its message
+        assert s.name == {"ZkMigrationRecord": "ZkMigrationStateRecord"}.get(name, name)
+        assert not s.valid.empty
+
+
+# -- writer-made records for what the corpus lacks ------------------------------------------
+
+TRANSACTIONS = [
+    {"key": {"type": 0, "data": {"transactionalId": "payments-tx"}},
+     "value": {"version": 0, "data": {
+         "producerId": 1000, "producerEpoch": 0, "transactionTimeoutMs": 60000,
+         "transactionStatus": 1, "transactionPartitions": [{"topic": "payments",
+                                                            "partitionIds": [0, 1]}],
+         "transactionLastUpdateTimestampMs": 1700000000100,
+         "transactionStartTimestampMs": 1700000000000}}},
+    {"key": {"type": 0, "data": {"transactionalId": "payments-tx"}},
+     "value": {"version": 1, "data": {  # flexible, with tagged fields
+         "producerId": 1000, "previousProducerId": 999, "nextProducerId": 1001,
+         "producerEpoch": 1, "transactionTimeoutMs": 60000, "transactionStatus": 4,
+         "transactionPartitions": None, "transactionLastUpdateTimestampMs": 1700000000200,
+         "transactionStartTimestampMs": -1, "clientTransactionVersion": 2}}},
+    {"key": {"type": 0, "data": {"transactionalId": "gone"}}, "value": None},
+]
+
+GROUP_RECORDS = [
+    {"key": {"type": 1, "data": {"group": "g", "topic": "first_topic", "partition": 0}},
+     "value": {"version": 4, "data": {"offset": 17, "leaderEpoch": 0, "metadata": "",
+                                      "commitTimestamp": 1587577981556}}},
+    {"key": {"type": 2, "data": {"group": "g"}},
+     "value": {"version": 4, "data": {
+         "protocolType": "consumer", "generation": 3, "protocol": "range", "leader": "m1",
+         "currentStateTimestamp": 1700000000000, "members": [{
+             "memberId": "m1", "groupInstanceId": "i1", "clientId": "c", "clientHost": "/h",
+             "rebalanceTimeout": 300000, "sessionTimeout": 45000,
+             "subscription": "", "assignment": ""}]}}},
+    {"key": {"type": 3, "data": {"groupId": "cg"}},
+     "value": {"version": 0, "data": {"epoch": 5}}},
+    {"key": {"type": 5, "data": {"groupId": "cg", "memberId": "m1"}},
+     "value": {"version": 0, "data": {
+         "instanceId": None, "rackId": "r1", "clientId": "c", "clientHost": "/h",
+         "subscribedTopicNames": ["orders"], "subscribedTopicRegex": None,
+         "rebalanceTimeoutMs": 300000, "serverAssignor": "uniform",
+         "classicMemberMetadata": {"sessionTimeoutMs": 45000, "supportedProtocols": [
+             {"name": "range", "metadata": base64.b64encode(b"\x00\x01").decode()}]}}}},
+    {"key": {"type": 7, "data": {"groupId": "cg", "memberId": "m1"}},
+     "value": {"version": 0, "data": {"topicPartitions": [
+         {"topicId": "gSnfpEbtQfSDpxM2lhEn9A", "partitions": [0, 2]}]}}},
+    {"key": {"type": 8, "data": {"groupId": "cg", "memberId": "m1"}}, "value": None},
+    {"key": {"type": 11, "data": {"groupId": "sg"}},
+     "value": {"version": 0, "data": {"epoch": 2}}},
+]
+
+
+def _segment(tmp_path, folder: str, decoder: str, decoded: list[dict]):
+    d = tmp_path / folder
+    d.mkdir()
+    with SegmentWriter(d, 0) as w:
+        for x in decoded:
+            w.append([internal_record(decoder, x, timestamp=1700000000000)])
+    return d / "00000000000000000000.log"
+
+
+@pytest.mark.parametrize("folder, decoder, decoded", [
+    ("__transaction_state-3", "transaction-log", TRANSACTIONS),
+    ("__consumer_offsets-0", "offsets", GROUP_RECORDS),
+])
+def test_writer_made_records_decode_to_what_was_written(tmp_path, folder, decoder, decoded):
+    path = _segment(tmp_path, folder, decoder, decoded)
+    assert decoder_for_path(str(path)) == decoder
+    assert [decode(decoder, r.key, r.value) for r in _data_records(path)] == decoded
+
+
+def test_tagged_fields_at_their_defaults_are_not_written_or_shown():
+    x = {"key": {"type": 0, "data": {"transactionalId": "t"}},
+         "value": {"version": 1, "data": {
+             "producerId": 1, "previousProducerId": -1, "producerEpoch": 0,
+             "transactionTimeoutMs": 1, "transactionStatus": 0, "transactionPartitions": [],
+             "transactionLastUpdateTimestampMs": 0, "transactionStartTimestampMs": 0}}}
+    r = internal_record("transaction-log", x)
+    assert r.value.endswith(b"\x00")  # an empty tagged-field section
+    got = decode("transaction-log", r.key, r.value)["value"]["data"]
+    assert "previousProducerId" not in got and "clientTransactionVersion" not in got
+
+
+# -- golden bytes, packed by hand from Kafka's wire grammar ----------------------------------
+
+def _uv(n: int) -> bytes:  # unsigned varint
+    out = b""
+    while n >= 0x80:
+        out += bytes([(n & 0x7F) | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def _txn_value_v1(tagged: bytes) -> bytes:
+    """TransactionLogValue v1: version, producerId, producerEpoch, timeout, status, a compact
+    array of one (compact string topic, compact int32 array) struct with its own empty tag
+    section, two timestamps, then the message's tagged fields."""
+    return (struct.pack(">hqhib", 1, 42, 3, 60000, 2)
+            + _uv(2) + _uv(2) + b"t" + _uv(3) + struct.pack(">ii", 0, 1) + b"\x00"
+            + struct.pack(">qq", 1700000000001, 1700000000000) + tagged)
+
+
+TXN_KEY = struct.pack(">hh", 0, 2) + b"tx"  # version 0, int16-length string "tx"
+
+
+def test_golden_transaction_log_value_with_tagged_fields():
+    tagged = (_uv(3) + _uv(0) + _uv(8) + struct.pack(">q", 41)        # previousProducerId
+              + _uv(2) + _uv(2) + struct.pack(">h", 2)                  # clientTransactionVersion
+              + _uv(7) + _uv(3) + b"xyz")                               # a tag Kafka added later
+    out = decode("transaction-log", TXN_KEY, _txn_value_v1(tagged))
+    assert out == {"key": {"type": 0, "data": {"transactionalId": "tx"}},
+                   "value": {"version": 1, "data": {
+                       "producerId": 42, "previousProducerId": 41, "producerEpoch": 3,
+                       "transactionTimeoutMs": 60000, "transactionStatus": 2,
+                       "transactionPartitions": [{"topic": "t", "partitionIds": [0, 1]}],
+                       "transactionLastUpdateTimestampMs": 1700000000001,
+                       "transactionStartTimestampMs": 1700000000000,
+                       "clientTransactionVersion": 2}}}
+
+
+def test_golden_metadata_record_with_tagged_and_nullable_fields():
+    topic_id = bytes(range(16))
+    value = (_uv(1) + _uv(3) + _uv(2)  # frame 1, PartitionRecord (api key 3), version 2
+             + struct.pack(">i", 7) + topic_id
+             + _uv(2) + struct.pack(">i", 1) + _uv(3) + struct.pack(">ii", 1, 2)  # replicas, isr
+             + _uv(1) + _uv(1)  # no removing / adding replicas
+             + struct.pack(">iii", 1, 4, 9)  # leader, leaderEpoch, partitionEpoch
+             + _uv(2) + bytes(16)  # directories: one zero uuid
+             + _uv(2) + _uv(0) + _uv(1) + b"\x01"  # tag 0 leaderRecoveryState = 1
+             + _uv(1) + _uv(1) + b"\x00")  # tag 1 eligibleLeaderReplicas: null
+    out = decode("cluster-metadata", None, value)
+    assert out == {"type": "PARTITION_RECORD", "version": 2, "data": {
+        "partitionId": 7, "topicId": base64.urlsafe_b64encode(topic_id).decode().rstrip("="),
+        "replicas": [1], "isr": [1, 2], "removingReplicas": [], "addingReplicas": [],
+        "leader": 1, "leaderRecoveryState": 1, "leaderEpoch": 4, "partitionEpoch": 9,
+        "directories": ["AAAAAAAAAAAAAAAAAAAAAA"]}}
+    assert len(out["data"]["topicId"]) == 22
+
+
+@pytest.mark.parametrize("decoder, key, value, words", [
+    ("transaction-log", TXN_KEY, _txn_value_v1(_uv(1) + _uv(0) + _uv(4) + b"\0\0\0\0"),
+     "previousProducerId: needs 8 bytes at byte 49, only 4 left"),  # an int64 in 4 bytes
+    ("transaction-log", TXN_KEY, _txn_value_v1(_uv(1) + _uv(2) + _uv(4) + b"\0\0\0\0"),
+     "tagged field 2 declares 4 bytes but its value uses 2"),
+    ("transaction-log", TXN_KEY, _txn_value_v1(b"\x00") + b"\x00", "1 bytes left over"),
+    ("transaction-log", TXN_KEY, _txn_value_v1(b"\x00")[:-9], "read past the end"),
+    ("transaction-log", TXN_KEY, struct.pack(">h", 2) + b"\0" * 40, "unknown version 2"),
+    ("transaction-log", TXN_KEY + b"!", None, "1 bytes left over"),
+    ("offsets", struct.pack(">h", 99) + b"\0\0", None, "unknown record type 99"),
+    ("offsets", b"\x00", None, "too short"),
+    ("offsets", None, b"\x00\x01", "without a key"),
+    ("offsets", struct.pack(">hh", 2, 2) + b"\xff\xfe", None, "not UTF-8"),
+    ("cluster-metadata", None, _uv(1) + _uv(250) + _uv(0), "unknown api key 250"),
+    ("cluster-metadata", None, _uv(0) + _uv(3) + _uv(0), "frame version 0"),
+    ("cluster-metadata", None, None, "null value"),
+    ("cluster-metadata", None, _uv(1) + _uv(2) + _uv(0) + _uv(9) + b"abc", "read past the end"),
+])
+def test_records_that_do_not_decode_say_why(decoder, key, value, words):
+    with pytest.raises(MessageError, match=words):
+        decode(decoder, key, value)
+
+
+def test_damaged_records_only_ever_raise_message_error():
+    rng = random.Random(19)
+    samples = [(("offsets",) + (r.key, r.value)) for r in list(_data_records(
+        CORPUS / "VolodymyrZee+kafka" / "__consumer_offsets-17" / "00000000000000000000.log"))[:2]]
+    samples += [("cluster-metadata", None, r.value) for r in list(_data_records(METADATA_LOG))[:12]]
+    samples += [("transaction-log", TXN_KEY, _txn_value_v1(b"\x00"))]
+    outcomes = Counter()
+    for decoder, key, value in samples:
+        for damaged in ([value[:i] for i in range(len(value))]
+                        + [_flip(value, rng) for _ in range(40)]):
+            try:
+                decode(decoder, key, damaged, expand=True)
+                outcomes["decoded"] += 1
+            except MessageError:
+                outcomes["error"] += 1
+    assert outcomes["error"] > 500 and outcomes["decoded"] > 0, outcomes
+
+
+def _flip(value: bytes, rng: random.Random) -> bytes:
+    b = bytearray(value)
+    b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+    return bytes(b)
+
+
+def test_spec_language_versions_and_comments():
+    s = parse_spec("""// a comment with "quotes" and // more
+    { "type": "data", "name": "X", "validVersions": "0-3", "flexibleVersions": "2+",
+      "fields": [ // trailing comment
+        { "name": "A", "type": "string", "versions": "1-2", "about": "http://not/a/comment" },
+        { "name": "B", "type": "bytes", "versions": "0+", "flexibleVersions": "none" } ] }""")
+    assert s.read_exactly(b"\x00\x00\x00\x01z", 0) == {"b": "eg=="}
+    assert s.read_exactly(b"\x00\x01q\x00\x00\x00\x00", 1) == {"a": "q", "b": ""}
+    assert s.read_exactly(b"\x02q\x00\x00\x00\x00\x00", 2) == {"a": "q", "b": ""}  # compact A
+    assert s.read_exactly(b"\x00\x00\x00\x00\x00", 3) == {"b": ""}
+
+
+# -- state files -------------------------------------------------------------------------------
+
+PRODUCERS = [
+    {"producer_id": 1000, "producer_epoch": 0, "last_sequence": 9, "last_offset": 120,
+     "offset_delta": 4, "timestamp": 1700000000000, "coordinator_epoch": -1,
+     "current_txn_first_offset": -1},
+    {"producer_id": 1001, "producer_epoch": 3, "last_sequence": 1, "last_offset": 130,
+     "offset_delta": 3, "timestamp": 1700000000500, "coordinator_epoch": 7,
+     "current_txn_first_offset": 128},  # a transaction in progress; the sequence wrapped
+]
+
+
+def test_producer_snapshot(tmp_path):
+    path = tmp_path / "00000000000000000131.snapshot"
+    path.write_bytes(encode_producer_snapshot(PRODUCERS))
+    s = read_producer_snapshot(str(path))
+    assert s.findings == () and s.size == 6 + 4 + 2 * 46
+    assert s.header == {"version": 1, "crc": s.header["computed_crc"],
+                        "computed_crc": s.header["computed_crc"], "crc_valid": True,
+                        "snapshot_offset": 131, "entry_count": 2}
+    assert [r["first_sequence"] for r in s.rows] == [5, 0x7FFFFFFF - 1]
+    assert [{k: v for k, v in r.items() if k != "first_sequence"} for r in s.rows] == PRODUCERS
+    assert read_state_file(str(path)) == s
+    empty = read_producer_snapshot(encode_producer_snapshot([]))
+    assert empty.rows == () and empty.findings == () and empty.header["snapshot_offset"] is None
+
+
+def test_corrupt_producer_snapshots():
+    good = encode_producer_snapshot(PRODUCERS)
+    bad_crc = read_producer_snapshot(encode_producer_snapshot(PRODUCERS, crc=0xDEADBEEF))
+    assert [f.kind for f in bad_crc.findings] == ["state_crc_mismatch"]
+    assert "stored crc 0xdeadbeef, computed" in bad_crc.findings[0].message
+    assert len(bad_crc.rows) == 2 and bad_crc.header["crc_valid"] is False  # still read
+
+    flipped = bytearray(good)
+    flipped[20] ^= 0x01  # inside the first entry: the CRC catches it
+    assert [f.kind for f in read_producer_snapshot(bytes(flipped)).findings] == [
+        "state_crc_mismatch"]
+
+    short = read_producer_snapshot(good[:-5])  # a partial last entry
+    assert {f.kind for f in short.findings} == {"state_crc_mismatch", "state_file_corrupt"}
+    assert any("read past the end" in f.message for f in short.findings) and short.rows == ()
+
+    for data, words in [(good[:4], "shorter than its version and CRC"),
+                        (struct.pack(">h", 2) + good[2:], "version 2"),
+                        (good + b"\x00", "1 bytes left over")]:
+        s = read_producer_snapshot(data)
+        assert any(f.kind == "state_file_corrupt" and words in f.message for f in s.findings), \
+            (words, s.findings)
+
+
+def test_leader_epoch_checkpoint(tmp_path):
+    path = tmp_path / "leader-epoch-checkpoint"
+    path.write_text(leader_epoch_checkpoint_text([(0, 0), (2, 57), (5, 57)]))
+    s = read_leader_epoch_checkpoint(str(path))
+    assert s.findings == () and s.header == {"version": 0, "entry_count": 3}
+    assert s.rows == ({"epoch": 0, "start_offset": 0}, {"epoch": 2, "start_offset": 57},
+                      {"epoch": 5, "start_offset": 57})
+    for text, words in [("0\n3\n0 0\n1 5\n", "declares 3 entries, holds 2"),
+                        ("0\n1\n0 x\n", "is not 'epoch startOffset'"),
+                        ("1\n0\n", "version 1"),
+                        ("0\n", "no entry count line"),
+                        ("0\n2\n3 10\n2 20\n", "epochs must increase"),
+                        ("", "no version line")]:
+        s = read_leader_epoch_checkpoint(text.encode())
+        assert any(f.kind == "state_file_corrupt" and words in f.message for f in s.findings), \
+            (text, s.findings)
+
+
+def test_partition_metadata(tmp_path):
+    path = tmp_path / "partition.metadata"
+    path.write_text(partition_metadata_text("gSnfpEbtQfSDpxM2lhEn9A"))
+    s = read_partition_metadata(str(path))
+    assert s.findings == () and s.header == {"version": 0, "topic_id": "gSnfpEbtQfSDpxM2lhEn9A"}
+    for text, words in [("version: 0\ntopic_id: abc\n", "not a Kafka UUID"),
+                        ("version: 1\ntopic_id: gSnfpEbtQfSDpxM2lhEn9A\n", "version '1'"),
+                        ("version: 0\n", "no topic_id line"),
+                        ("topic_id: x\n", "expected 'version: …'")]:
+        s = read_partition_metadata(text.encode())
+        assert [f.kind for f in s.findings] == ["state_file_corrupt"], text
+        assert words in s.findings[0].message, (text, s.findings)
