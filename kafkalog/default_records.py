@@ -104,7 +104,11 @@ def read_varint(buf, pos: int, max_bytes: int = 10) -> tuple[int, int]:
 
 def encode_varint(value: int) -> bytes:
     """Zigzag-encode a signed 64-bit value (the writer's and the tests' twin)."""
-    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    return encode_uvarint(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def encode_uvarint(v: int) -> bytes:
+    """An unsigned varint: 7 bits a byte, low bits first, high bit set on all but the last."""
     out = bytearray()
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)

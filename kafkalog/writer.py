@@ -622,12 +622,13 @@ def internal_record(decoder: str, decoded: dict, *, timestamp: int | None = None
     "PARTITION_RECORD", "version", "data"}`` for ``cluster-metadata``. Fields left out take
     their spec defaults; tagged fields are written when they differ from them."""
     from .internal import topics
+    from .internal.schema import write_uvarint
 
     if decoder == topics.CLUSTER_METADATA:
         by_name = {topics.record_type_name(s.name): s for s in topics.metadata_records().values()}
         s = by_name[decoded["type"]]
-        value = (_uvarint(topics.METADATA_FRAME_VERSION) + _uvarint(s.api_key)
-                 + _uvarint(decoded["version"]) + s.write(decoded["data"], decoded["version"]))
+        value = (write_uvarint(topics.METADATA_FRAME_VERSION) + write_uvarint(s.api_key)
+                 + write_uvarint(decoded["version"]) + s.write(decoded["data"], decoded["version"]))
         return WriteRecord(None, value, timestamp=timestamp)
     record_type = decoded["key"]["type"]
     key_spec = topics.coordinator_keys(decoder)[record_type]
@@ -638,15 +639,6 @@ def internal_record(decoder: str, decoded: dict, *, timestamp: int | None = None
         value_spec = topics.spec(key_spec.name[:-3] + "Value")
         value = _INT16.pack(version) + value_spec.write(decoded["value"]["data"], version)
     return WriteRecord(key, value, timestamp=timestamp)
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 #: ProducerStateManager's snapshot entry: producerId int64, epoch int16, lastSequence int32,

@@ -41,6 +41,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from ..default_records import encode_uvarint
 from ..errors import CorruptDataError
 
 HIGHEST = 0x7FFF  # "N+" means N up to Short.MAX_VALUE, as in Kafka's Versions
@@ -327,6 +328,22 @@ def spec_names() -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------
 # Reading
 
+def read_uvarint(buf, pos: int, end: int, what: str) -> tuple[int, int]:
+    """An unsigned varint (at most 5 bytes, as Kafka's ByteUtils.readUnsignedVarint)."""
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise MessageError(f"{what}: varint runs past the end at byte {pos}", pos)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise MessageError(f"{what}: unsigned varint longer than 5 bytes at byte {pos}", pos)
+
+
 class _Reader:
     __slots__ = ("spec", "version", "buf", "end", "flexible")
 
@@ -340,18 +357,7 @@ class _Reader:
                                f"{max(self.end - pos, 0)} left (read past the end)", pos)
 
     def uvarint(self, pos: int, what: str) -> tuple[int, int]:
-        result = shift = 0
-        while True:
-            if pos >= self.end:
-                raise MessageError(f"{what}: varint runs past the end at byte {pos}", pos)
-            b = self.buf[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result, pos
-            shift += 7
-            if shift > 28:
-                raise MessageError(f"{what}: unsigned varint longer than 5 bytes at byte {pos}", pos)
+        return read_uvarint(self.buf, pos, self.end, what)
 
     def struct(self, s: Struct, pos: int, path: str) -> tuple[dict, int]:
         v = self.version
@@ -465,13 +471,8 @@ class _Reader:
 # ---------------------------------------------------------------------------------------------
 # Writing (tests and sample data only)
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+#: Unsigned varints as the record format writes them (one encoder for both).
+write_uvarint = encode_uvarint
 
 
 class _Writer:
@@ -494,16 +495,16 @@ class _Writer:
             else:
                 self.value(f, item)
         if self.flexible:
-            self.out += _uvarint(len(tagged))
+            self.out += write_uvarint(len(tagged))
             for f, item in sorted(tagged, key=lambda t: t[0].tag):
                 sub = _Writer(self.spec, v, bytearray())
                 sub.value(f, item)
-                self.out += _uvarint(f.tag) + _uvarint(len(sub.out)) + sub.out
+                self.out += write_uvarint(f.tag) + write_uvarint(len(sub.out)) + sub.out
 
     def _length(self, f: Field, n: int, wide: bool) -> None:
         flexible = self.flexible if f.flexible is None else self.version in f.flexible
         if flexible:
-            self.out += _uvarint(n + 1)
+            self.out += write_uvarint(n + 1)
         else:
             self.out += (_FIXED["int32"] if wide else _FIXED["int16"]).pack(n)
 

@@ -28,7 +28,7 @@ import re
 import struct
 from functools import cache
 
-from .schema import MessageError, MessageSpec, spec, spec_names
+from .schema import MessageError, MessageSpec, read_uvarint, spec, spec_names
 
 _INT16 = struct.Struct(">h")
 
@@ -94,21 +94,6 @@ def decode_coordinator(decoder: str, key: bytes | None, value: bytes | None) -> 
     return out
 
 
-def _uvarint(buf, pos: int, what: str) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise MessageError(f"{what}: varint runs past the end at byte {pos}", pos)
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise MessageError(f"{what}: unsigned varint longer than 5 bytes", pos)
-
-
 @cache
 def metadata_records() -> dict[int, MessageSpec]:
     """api key -> spec, for every metadata record type shipped."""
@@ -129,12 +114,12 @@ def decode_cluster_metadata(key: bytes | None, value: bytes | None) -> dict:
     """A ``__cluster_metadata`` data record."""
     if value is None:
         raise MessageError("metadata record with a null value", 0)
-    frame, pos = _uvarint(value, 0, "frame version")
+    frame, pos = read_uvarint(value, 0, len(value), "frame version")
     if frame != METADATA_FRAME_VERSION:
         raise MessageError(f"metadata record: frame version {frame}, expected "
                            f"{METADATA_FRAME_VERSION}", 0)
-    api_key, pos = _uvarint(value, pos, "api key")
-    version, pos = _uvarint(value, pos, "record version")
+    api_key, pos = read_uvarint(value, pos, len(value), "api key")
+    version, pos = read_uvarint(value, pos, len(value), "record version")
     record_spec = metadata_records().get(api_key)
     if record_spec is None:
         raise MessageError(f"metadata record: unknown api key {api_key}", 0)
