@@ -1,18 +1,33 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Compiled fast path: v2 records straight into Arrow buffers.
 
-The twin of ``default_records.read_records`` + ``arrow._add_records``: the
-same wire grammar (see ``default_records``), the same records-table schema
-(``arrow.RECORDS_SCHEMA``), but no Python object per record. Column data goes
-into growable ``bytearray``\\ s that become Arrow buffers without a copy.
+The twin of the pure-Python table builder (``arrow._RecordColumns`` over
+``default_records.read_record_columns``): the same wire grammar and batch layout
+(``default_records``; the C constants below are pinned to it by tests), the same
+records-table schema (``arrow.RECORDS_SCHEMA``), but no Python object per record.
 
-This module only handles the regular case. Whenever a batch's records are not
-exactly what the format allows (a length that does not fit, a varint wider
-than its type, bytes left over, a header key that is not UTF-8, an int64
-overflow near the edges), :meth:`RecordColumns.add_v2` rolls the batch back
-and returns -1, and the caller decodes that batch with the pure-Python
-reference, which produces the finding. So the two paths cannot disagree on
-findings, and the tests check that they agree on tables.
+- :meth:`RecordColumns.scan_run` frames runs of *regular* v2 data batches in C:
+  header fields, CRC-32C (SSE4.2, three interleaved streams, where the CPU has
+  it; a table otherwise), lz4 and zstd payloads inflated by the system's liblz4 /
+  libzstd where they load (other codecs through ``codecs.decompress``), records
+  parsed into the columns. Its batches-table rows come from ``arrow.batch_row``,
+  as on the pure path.
+- :meth:`RecordColumns.add_v2` takes one v2 batch the Python reader framed, and
+  :meth:`RecordColumns.add_batch` the Record objects of one it decoded (v0/v1,
+  or whatever the C parser left to it).
+- Column data is written into buffers from Arrow's memory pool (:class:`_Buf`)
+  that go into the table without a copy; when a table is freed its big buffers
+  are kept (:class:`_Lease`, up to ``spare_limit()`` bytes) for the next chunk.
+  Batch lineage is kept once per batch and written out row by row at
+  :meth:`RecordColumns.flush`.
+
+This module only handles the regular case. Whenever a batch is not exactly what
+the format allows (a control batch, a CRC mismatch, an offset regression, a size
+or length that does not fit, a varint wider than its type, bytes left over, a
+header key that is not UTF-8, an int64 overflow near the edges), the batch is
+rolled back and left to the pure-Python reader, which produces the finding. So
+the two paths cannot disagree on findings, and the tests check that they agree
+on tables.
 """
 
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
@@ -324,7 +339,49 @@ def crc32c(const uint8_t[::1] data, bint software=False):
 
 import pyarrow as pa
 
-from . import arrow  # dictionary_column (arrow imports this module through _accel)
+from . import arrow  # dictionary_column, batch_row (arrow imports this module through _accel)
+from .model import CREATE_TIME, LOG_APPEND_TIME
+
+# The v2 batch layout of ``default_records`` (its HEADER and *_OFFSET constants, derived the
+# same way) as C constants, so the C compiler folds them; V2_LAYOUT exports them and
+# tests/test_accel.py pins them to ``default_records``.
+cdef enum:
+    BASE_OFFSET_OFFSET = 0
+    LENGTH_OFFSET = BASE_OFFSET_OFFSET + 8
+    PARTITION_LEADER_EPOCH_OFFSET = LENGTH_OFFSET + 4
+    MAGIC_OFFSET = PARTITION_LEADER_EPOCH_OFFSET + 4
+    CRC_OFFSET = MAGIC_OFFSET + 1
+    CRC_LENGTH = 4
+    ATTRIBUTES_OFFSET = CRC_OFFSET + CRC_LENGTH
+    LAST_OFFSET_DELTA_OFFSET = ATTRIBUTES_OFFSET + 2
+    BASE_TIMESTAMP_OFFSET = LAST_OFFSET_DELTA_OFFSET + 4
+    MAX_TIMESTAMP_OFFSET = BASE_TIMESTAMP_OFFSET + 8
+    PRODUCER_ID_OFFSET = MAX_TIMESTAMP_OFFSET + 8
+    PRODUCER_EPOCH_OFFSET = PRODUCER_ID_OFFSET + 8
+    BASE_SEQUENCE_OFFSET = PRODUCER_EPOCH_OFFSET + 2
+    RECORDS_COUNT_OFFSET = BASE_SEQUENCE_OFFSET + 4
+    RECORDS_OFFSET = RECORDS_COUNT_OFFSET + 4
+    LOG_OVERHEAD = LENGTH_OFFSET + 4
+    MIN_LENGTH = RECORDS_OFFSET - LOG_OVERHEAD
+    COMPRESSION_CODEC_MASK = 0x07
+    TIMESTAMP_TYPE_MASK = 0x08
+    TRANSACTIONAL_FLAG_MASK = 0x10
+    CONTROL_FLAG_MASK = 0x20
+    DELETE_HORIZON_FLAG_MASK = 0x40
+
+V2_LAYOUT = {
+    "BASE_OFFSET_OFFSET": BASE_OFFSET_OFFSET, "LENGTH_OFFSET": LENGTH_OFFSET,
+    "PARTITION_LEADER_EPOCH_OFFSET": PARTITION_LEADER_EPOCH_OFFSET, "MAGIC_OFFSET": MAGIC_OFFSET,
+    "CRC_OFFSET": CRC_OFFSET, "CRC_LENGTH": CRC_LENGTH, "ATTRIBUTES_OFFSET": ATTRIBUTES_OFFSET,
+    "LAST_OFFSET_DELTA_OFFSET": LAST_OFFSET_DELTA_OFFSET,
+    "BASE_TIMESTAMP_OFFSET": BASE_TIMESTAMP_OFFSET, "MAX_TIMESTAMP_OFFSET": MAX_TIMESTAMP_OFFSET,
+    "PRODUCER_ID_OFFSET": PRODUCER_ID_OFFSET, "PRODUCER_EPOCH_OFFSET": PRODUCER_EPOCH_OFFSET,
+    "BASE_SEQUENCE_OFFSET": BASE_SEQUENCE_OFFSET, "RECORDS_COUNT_OFFSET": RECORDS_COUNT_OFFSET,
+    "RECORDS_OFFSET": RECORDS_OFFSET, "LOG_OVERHEAD": LOG_OVERHEAD, "MIN_LENGTH": MIN_LENGTH,
+    "COMPRESSION_CODEC_MASK": COMPRESSION_CODEC_MASK, "TIMESTAMP_TYPE_MASK": TIMESTAMP_TYPE_MASK,
+    "TRANSACTIONAL_FLAG_MASK": TRANSACTIONAL_FLAG_MASK, "CONTROL_FLAG_MASK": CONTROL_FLAG_MASK,
+    "DELETE_HORIZON_FLAG_MASK": DELETE_HORIZON_FLAG_MASK,
+}
 
 cdef int64_t INT64_MAX = 0x7FFFFFFFFFFFFFFF
 cdef int64_t INT64_MIN = -INT64_MAX - 1
@@ -917,7 +974,7 @@ cdef class RecordColumns:
         cdef uint32_t crc, computed = 0
         cdef int codec
         cdef bint has_prev = prev_last is not None, log_append
-        cdef Py_ssize_t max_entry = limits.max_entry_size - 12
+        cdef Py_ssize_t max_entry = limits.max_entry_size - LOG_OVERHEAD
         cdef Py_ssize_t max_records = limits.max_records_per_batch
         cdef object max_inflated = limits.max_decompressed_size
         cdef const uint8_t[::1] inflated
@@ -925,25 +982,25 @@ cdef class RecordColumns:
         cdef int c_codecs = _C_CODEC_BITS
         if has_prev:
             prev = prev_last
-        while pos + 17 < n and self.rows < stop_rows and self.nbytes < stop_bytes:
+        while pos + MAGIC_OFFSET < n and self.rows < stop_rows and self.nbytes < stop_bytes:
             h = d + pos
-            size = kl_be32(h + 8)
-            end = pos + 12 + size
-            if h[16] != 2 or size < 49 or size > max_entry or end > n:
+            size = kl_be32(h + LENGTH_OFFSET)
+            end = pos + LOG_OVERHEAD + size
+            if h[MAGIC_OFFSET] != 2 or size < MIN_LENGTH or size > max_entry or end > n:
                 break
-            base_offset = kl_be64(h)
-            leader_epoch = kl_be32(h + 12)
-            crc = <uint32_t>kl_be32(h + 17)
-            attributes = kl_be16(h + 21)
-            lod = kl_be32(h + 23)
-            base_ts = kl_be64(h + 27)
-            max_ts = kl_be64(h + 35)
-            pid = kl_be64(h + 43)
-            pepoch = kl_be16(h + 51)
-            bseq = kl_be32(h + 53)
-            count = kl_be32(h + 57)
-            codec = attributes & 0x07
-            if attributes & 0x20 or codec > 4 or count > max_records:
+            base_offset = kl_be64(h + BASE_OFFSET_OFFSET)
+            leader_epoch = kl_be32(h + PARTITION_LEADER_EPOCH_OFFSET)
+            crc = <uint32_t>kl_be32(h + CRC_OFFSET)
+            attributes = kl_be16(h + ATTRIBUTES_OFFSET)
+            lod = kl_be32(h + LAST_OFFSET_DELTA_OFFSET)
+            base_ts = kl_be64(h + BASE_TIMESTAMP_OFFSET)
+            max_ts = kl_be64(h + MAX_TIMESTAMP_OFFSET)
+            pid = kl_be64(h + PRODUCER_ID_OFFSET)
+            pepoch = kl_be16(h + PRODUCER_EPOCH_OFFSET)
+            bseq = kl_be32(h + BASE_SEQUENCE_OFFSET)
+            count = kl_be32(h + RECORDS_COUNT_OFFSET)
+            codec = attributes & COMPRESSION_CODEC_MASK
+            if attributes & CONTROL_FLAG_MASK or codec > 4 or count > max_records:
                 break  # control batches, unknown codecs, limits: the Python reader
             if not (INT64_MIN + (1 << 31) <= base_offset <= INT64_MAX - (1 << 31)):
                 break
@@ -951,21 +1008,24 @@ cdef class RecordColumns:
             if has_prev and base_offset <= prev:
                 break  # offset_regression is the Python reader's finding
             if verify_crc:
-                computed = kl_crc32c(h + 21, size - 9, 0)
+                computed = kl_crc32c(h + ATTRIBUTES_OFFSET,
+                                     size + LOG_OVERHEAD - ATTRIBUTES_OFFSET, 0)
                 if computed != crc:
                     break
-            log_append = (attributes & 0x08) != 0
+            log_append = (attributes & TIMESTAMP_TYPE_MASK) != 0
             if codec == 0:
-                payload = h + 61
-                payload_len = size - 49
+                payload = h + RECORDS_OFFSET
+                payload_len = size - MIN_LENGTH
             else:
                 payload_len = -1
                 if c_codecs & (1 << codec):
-                    payload_len = _INFLATER.inflate(codec, h + 61, size - 49, c_limit)
+                    payload_len = _INFLATER.inflate(codec, h + RECORDS_OFFSET, size - MIN_LENGTH,
+                                                    c_limit)
                     payload = <const uint8_t*>_INFLATER.out
                 if payload_len < 0:  # no C library, or the Python codec must decide
                     try:
-                        inflated = decompress(codec, buf[pos + 61 : end], 2, max_inflated)
+                        inflated = decompress(codec, buf[pos + RECORDS_OFFSET : end], 2,
+                                              max_inflated)
                     except Exception:
                         break  # the Python reader decompresses again and reports it
                     payload_len = inflated.shape[0]
@@ -978,20 +1038,19 @@ cdef class RecordColumns:
                 self.no_room = True
                 break
             if self._parse_v2(payload, payload_len, count, base_offset, last_offset, base_ts,
-                              max_ts, log_append, base + pos, size + 12, codec, pid, pepoch,
-                              bseq, leader_epoch, (attributes & 0x10) != 0,
+                              max_ts, log_append, base + pos, size + LOG_OVERHEAD, codec, pid,
+                              pepoch, bseq, leader_epoch,
+                              (attributes & TRANSACTIONAL_FLAG_MASK) != 0,
                               1 if verify_crc else 2) < 0:
                 break
             if rows is not None:
-                rows.append((
-                    base + pos, size + 12, 2, base_offset, last_offset, count,
-                    crc, computed if verify_crc else None, True if verify_crc else None,
-                    "ok" if verify_crc else "unverified", attributes, _CODEC_STR[codec],
-                    "LogAppendTime" if log_append else "CreateTime", base_ts, max_ts,
-                    base_ts if attributes & 0x40 else None, leader_epoch, pid, pepoch, bseq,
-                    _sequence(bseq, lod), lod, (attributes & 0x10) != 0, False,
-                    (attributes & 0x40) != 0,
-                ))
+                rows.append(arrow.batch_row(
+                    base + pos, size + LOG_OVERHEAD, 2, base_offset, last_offset, count, crc,
+                    computed if verify_crc else None, attributes, _CODEC_STR[codec],
+                    LOG_APPEND_TIME if log_append else CREATE_TIME, base_ts, max_ts,
+                    leader_epoch, pid, pepoch, bseq, lod,
+                    (attributes & TRANSACTIONAL_FLAG_MASK) != 0, False,
+                    (attributes & DELETE_HORIZON_FLAG_MASK) != 0))
             prev = last_offset
             has_prev = True
             pos = end

@@ -23,7 +23,7 @@ from crc32c import crc32c
 from . import _accel, codecs
 from . import default_records as v2
 from .log_reader import FastRun, scan
-from .model import CREATE_TIME, LOG_APPEND_TIME, Batch, Finding, increment_sequence
+from .model import CREATE_TIME, LOG_APPEND_TIME, Batch, Finding, batch_status, increment_sequence
 
 TIMESTAMP = pa.timestamp("ms", tz="UTC")
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -103,6 +103,27 @@ BATCHES_SCHEMA = pa.schema([
     ("is_control", pa.bool_()),
     ("has_delete_horizon", pa.bool_()),
 ])
+
+def batch_row(position, size, magic, base_offset, last_offset, record_count, crc, computed_crc,
+              attributes, compression, timestamp_type, first_timestamp, max_timestamp,
+              partition_leader_epoch, producer_id, producer_epoch, base_sequence,
+              last_offset_delta, is_transactional, is_control, has_delete_horizon,
+              decoded=True) -> tuple:
+    """One row of the batches table, in :data:`BATCHES_SCHEMA`'s order: the only place it
+    is built, from a :class:`Batch` (:func:`_add_batch`) and from the header fields of the
+    regular v2 batches both fast paths read without one (``_RecordColumns.run``, the compiled
+    ``scan_run``). Derives ``crc_valid``, ``status``, ``delete_horizon_ms`` and
+    ``last_sequence`` as :class:`Batch`'s properties do."""
+    crc_valid = None if computed_crc is None else computed_crc == crc
+    last_sequence = None if base_sequence is None or last_offset_delta is None \
+        else increment_sequence(base_sequence, last_offset_delta)
+    return (position, size, magic, base_offset, last_offset, record_count, crc, computed_crc,
+            crc_valid, batch_status(decoded, crc_valid), attributes, compression,
+            timestamp_type, first_timestamp, max_timestamp,
+            first_timestamp if has_delete_horizon else None, partition_leader_epoch,
+            producer_id, producer_epoch, base_sequence, last_sequence, last_offset_delta,
+            is_transactional, is_control, has_delete_horizon)
+
 
 MARKERS_SCHEMA = pa.schema([
     ("offset", pa.int64()),
@@ -369,26 +390,26 @@ class _RecordColumns(_Columns):
         rows = [] if self.want_rows else None
         sink = self.sink
         n = len(buf)
-        max_entry = limits.max_entry_size - 12
+        max_entry = limits.max_entry_size - v2.LOG_OVERHEAD
         max_records = limits.max_records_per_batch
         max_inflated = limits.max_decompressed_size
         unpack = v2.HEADER.unpack_from
-        while pos + 61 <= n and not self.full:
+        while pos + v2.RECORDS_OFFSET <= n and not self.full:
             (base_offset, size, leader_epoch, magic, crc, attributes, lod, base_ts, max_ts,
              pid, pepoch, bseq, count) = unpack(buf, pos)
-            end = pos + 12 + size
-            codec = attributes & 0x07
-            if magic != 2 or size < 49 or size > max_entry or end > n or attributes & 0x20 \
-                    or codec > 4 or count > max_records \
+            end = pos + v2.LOG_OVERHEAD + size
+            codec = attributes & v2.COMPRESSION_CODEC_MASK
+            if magic != 2 or size < v2.MIN_LENGTH or size > max_entry or end > n \
+                    or attributes & v2.CONTROL_FLAG_MASK or codec > 4 or count > max_records \
                     or not _OFFSETS_LO <= base_offset <= _OFFSETS_HI \
                     or (prev_last is not None and base_offset <= prev_last):
                 break  # control batches, limits, offset_regression: log_reader's
             computed = None
             if verify_crc:
-                computed = crc32c(buf[pos + 21:end])
+                computed = crc32c(buf[pos + v2.ATTRIBUTES_OFFSET:end])
                 if computed != crc:
                     break
-            data = buf[pos + 61:end]
+            data = buf[pos + v2.RECORDS_OFFSET:end]
             if codec:
                 try:
                     data = codecs.decompress(codec, data, 2, max_inflated)
@@ -397,22 +418,21 @@ class _RecordColumns(_Columns):
             if self.rows and sink.values_size + len(data) > len(sink.values):
                 self.ended = True  # the batch starts the next chunk: no copy of the values
                 break
-            log_append = bool(attributes & 0x08)
+            log_append = bool(attributes & v2.TIMESTAMP_TYPE_MASK)
             last_offset = base_offset + lod
             name = CODECS[codec]
-            transactional = bool(attributes & 0x10)
+            transactional = bool(attributes & v2.TRANSACTIONAL_FLAG_MASK)
+            size += v2.LOG_OVERHEAD
             if self.add_v2(data, count, base_offset, last_offset, base_ts, max_ts, log_append,
-                           base + pos, size + 12, name, pid, pepoch, bseq, leader_epoch,
+                           base + pos, size, name, pid, pepoch, bseq, leader_epoch,
                            transactional, None if computed is None else True) < 0:
                 break
             if rows is not None:
-                delete_horizon = bool(attributes & 0x40)
-                rows.append((
-                    base + pos, size + 12, 2, base_offset, last_offset, count, crc, computed,
-                    None if computed is None else True, "unverified" if computed is None else "ok",
+                rows.append(batch_row(
+                    base + pos, size, 2, base_offset, last_offset, count, crc, computed,
                     attributes, name, LOG_APPEND_TIME if log_append else CREATE_TIME, base_ts,
-                    max_ts, base_ts if delete_horizon else None, leader_epoch, pid, pepoch, bseq,
-                    increment_sequence(bseq, lod), lod, transactional, False, delete_horizon))
+                    max_ts, leader_epoch, pid, pepoch, bseq, lod, transactional, False,
+                    bool(attributes & v2.DELETE_HORIZON_FLAG_MASK)))
             prev_last = last_offset
             pos = end
         return pos, prev_last, rows
@@ -496,15 +516,12 @@ def _add_markers(c: _Columns, b: Batch) -> None:
 
 
 def _add_batch(c: _Columns, b: Batch) -> None:
-    # the compiled sink builds the same row, in this order, for the batches it reads
-    _add_rows(c, [(
+    _add_rows(c, [batch_row(
         b.position, b.size, b.magic, b.base_offset, b.last_offset, b.record_count,
-        b.crc, b.computed_crc, b.crc_valid, b.status, b.attributes, b.compression,
-        b.timestamp_type, b.first_timestamp, b.max_timestamp, b.delete_horizon_ms,
-        b.partition_leader_epoch, b.producer_id, b.producer_epoch, b.base_sequence,
-        b.last_sequence, b.last_offset_delta, b.is_transactional, b.is_control,
-        b.has_delete_horizon,
-    )])
+        b.crc, b.computed_crc, b.attributes, b.compression, b.timestamp_type,
+        b.first_timestamp, b.max_timestamp, b.partition_leader_epoch, b.producer_id,
+        b.producer_epoch, b.base_sequence, b.last_offset_delta, b.is_transactional,
+        b.is_control, b.has_delete_horizon, b.decoded)])
 
 
 def _add_rows(c: _Columns, rows: list[tuple]) -> None:

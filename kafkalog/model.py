@@ -236,12 +236,7 @@ class Batch:
     @property
     def status(self) -> str:
         """``ok``, ``crc_mismatch``, ``undecoded`` or ``unverified``."""
-        if not self.decoded:
-            return "undecoded"
-        valid = self.crc_valid
-        if valid is None:
-            return "unverified"
-        return "ok" if valid else "crc_mismatch"
+        return batch_status(self.decoded, self.crc_valid)
 
     def is_valid(self) -> bool:
         """Whether the stored CRC matches the bytes (verifies if it was not)."""
@@ -260,6 +255,16 @@ class Batch:
                 f"computed 0x{self.computed_crc:08x}",
                 self.position,
             )
+
+
+def batch_status(decoded: bool, crc_valid: bool | None) -> str:
+    """A batch's ``status``: ``undecoded`` (its records could not be read), else
+    ``unverified`` (CRC not checked), ``ok`` or ``crc_mismatch``."""
+    if not decoded:
+        return "undecoded"
+    if crc_valid is None:
+        return "unverified"
+    return "ok" if crc_valid else "crc_mismatch"
 
 
 def increment_sequence(sequence: int, increment: int) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 import subprocess
 import sys
 
@@ -39,6 +40,25 @@ def test_environment_variable_forces_pure_python():
         assert not _accel.active()
     with pure_python(False):
         assert _accel.active() == kafkalog.ACCELERATED
+
+
+@needs_compiled
+def test_compiled_batch_layout_is_default_records():
+    # the compiled path's C constants (offsets into the 61-byte v2 header, flag masks) are
+    # the pure path's: one layout, written out in _speedups only so that C folds it
+    from kafkalog import _speedups, default_records as v2
+
+    assert _speedups.V2_LAYOUT == {name: getattr(v2, name) for name in _speedups.V2_LAYOUT}
+    assert _speedups.V2_LAYOUT["RECORDS_OFFSET"] == v2.HEADER.size == 61
+    offsets = sorted((v, k) for k, v in _speedups.V2_LAYOUT.items()
+                     if k.endswith("_OFFSET") and k not in ("RECORDS_OFFSET",))
+    assert [k for _, k in offsets] == [  # one per HEADER field, in its order
+        "BASE_OFFSET_OFFSET", "LENGTH_OFFSET", "PARTITION_LEADER_EPOCH_OFFSET", "MAGIC_OFFSET",
+        "CRC_OFFSET", "ATTRIBUTES_OFFSET", "LAST_OFFSET_DELTA_OFFSET", "BASE_TIMESTAMP_OFFSET",
+        "MAX_TIMESTAMP_OFFSET", "PRODUCER_ID_OFFSET", "PRODUCER_EPOCH_OFFSET",
+        "BASE_SEQUENCE_OFFSET", "RECORDS_COUNT_OFFSET"]
+    sizes = [b - a for (a, _), (b, _) in zip(offsets, offsets[1:] + [(61, "")])]
+    assert sizes == [struct.calcsize(">" + c) for c in v2.HEADER.format.lstrip(">")]
 
 
 @needs_compiled
