@@ -631,8 +631,8 @@ def internal_record(decoder: str, decoded: dict, *, timestamp: int | None = None
                  + write_uvarint(decoded["version"]) + s.write(decoded["data"], decoded["version"]))
         return WriteRecord(None, value, timestamp=timestamp)
     record_type = decoded["key"]["type"]
-    key_spec = topics.coordinator_keys(decoder)[record_type]
-    key = _INT16.pack(record_type) + key_spec.write(decoded["key"]["data"], record_type)
+    key_spec, key_version = topics.coordinator_keys(decoder)[record_type]
+    key = _INT16.pack(record_type) + key_spec.write(decoded["key"]["data"], key_version)
     value = None
     if decoded.get("value") is not None:
         version = decoded["value"]["version"]

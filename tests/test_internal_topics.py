@@ -12,8 +12,10 @@ from collections import Counter
 import pytest
 
 import kafkalog
+from kafkalog.model import STATE_FINDING_KINDS
 from kafkalog.internal import MessageError, decode, decoder_for_path, spec, spec_names
 from kafkalog.internal.schema import parse_spec
+from kafkalog.internal.topics import key_types
 from kafkalog.state_files import (
     read_leader_epoch_checkpoint,
     read_partition_metadata,
@@ -117,12 +119,37 @@ def test_consumer_offsets_of_the_corpus():
 
 def test_every_shipped_spec_parses():
     names = spec_names()
-    assert len(names) == 60  # 30 group, 2 transaction, 25 metadata, 2 consumer protocol, 1 snapshot
+    assert len(names) == 62  # 30 group, 2 transaction, 27 metadata, 2 consumer protocol, 1 snapshot
     for name in names:
         s = spec(name)
         # one file is not named after its message
         assert s.name == {"ZkMigrationRecord": "ZkMigrationStateRecord"}.get(name, name)
         assert not s.valid.empty
+
+
+def test_both_layouts_of_coordinator_key_specs():
+    # up to Kafka 3.9 a key spec's validVersions are its record types; from 4.0 the type is
+    # the apiKey of a "coordinator-key" spec read as version 0 (type 0 is OffsetCommitKey)
+    old = key_types([spec("OffsetCommitKey"), spec("GroupMetadataKey")])
+    assert {t: (s.name, v) for t, (s, v) in old.items()} == {
+        0: ("OffsetCommitKey", 0), 1: ("OffsetCommitKey", 1), 2: ("GroupMetadataKey", 2)}
+    new = key_types([parse_spec("""{"apiKey": 1, "type": "coordinator-key",
+        "name": "OffsetCommitKey", "validVersions": "0", "flexibleVersions": "none",
+        "fields": [{"name": "group", "type": "string", "versions": "0"},
+                   {"name": "topic", "type": "string", "versions": "0"},
+                   {"name": "partition", "type": "int32", "versions": "0"}]}""")])
+    assert {t: v for t, (_, v) in new.items()} == {0: 0, 1: 0}
+    key = struct.pack(">h", 1) + b"g" + struct.pack(">h", 1) + b"t" + struct.pack(">i", 3)
+    spec_, version = new[1]
+    assert spec_.read_exactly(key, version) == {"group": "g", "topic": "t", "partition": 3}
+
+
+def test_kafka_4_metadata_records():
+    assert decode("cluster-metadata", None, _uv(1) + _uv(28) + _uv(0) + _uv(4) + b"pay"
+                  + b"\x00") == {"type": "CLEAR_ELR_RECORD", "version": 0,
+                                 "data": {"topicName": "pay"}}
+    assert decode("cluster-metadata", None, _uv(1) + _uv(29) + _uv(0) + struct.pack(">i", 3)
+                  + b"\x00")["data"] == {"controllerId": 3}
 
 
 # -- writer-made records for what the corpus lacks ------------------------------------------
@@ -400,3 +427,21 @@ def test_partition_metadata(tmp_path):
         s = read_partition_metadata(text.encode())
         assert [f.kind for f in s.findings] == ["state_file_corrupt"], text
         assert words in s.findings[0].message, (text, s.findings)
+
+
+def test_damaged_state_files_are_findings_never_exceptions():
+    rng = random.Random(19)
+    samples = [
+        (read_producer_snapshot, encode_producer_snapshot(PRODUCERS)),
+        (read_leader_epoch_checkpoint, leader_epoch_checkpoint_text([(0, 0), (4, 90)]).encode()),
+        (read_partition_metadata, partition_metadata_text("gSnfpEbtQfSDpxM2lhEn9A").encode()),
+    ]
+    for read, good in samples:
+        damaged = [good[:i] for i in range(len(good))] + [_flip(good, rng) for _ in range(60)]
+        damaged += [bytes(rng.randrange(256) for _ in range(rng.randrange(80))) for _ in range(60)]
+        found = 0
+        for data in damaged:
+            s = read(data)  # anything but a StateFile (or an exception) fails the test
+            assert s.size == len(data) and all(f.kind in STATE_FINDING_KINDS for f in s.findings)
+            found += bool(s.findings)
+        assert found >= len(damaged) - 25, (read.__name__, found, len(damaged))

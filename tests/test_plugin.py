@@ -50,6 +50,9 @@ CHECKS = {"crc": "fail", "offset_gaps": "warn", "create_time": "warn", "log_appe
 # the unit each check's ``observed`` counts (spark_jobs/quality/checks.py CHECKS)
 UNITS = {"crc": "batches", "offset_gaps": "batches", "create_time": "records",
          "log_append_time": "batches", "record_count": "batches"}
+# the snapshot nights each run of scenario() read (its ledger rows): a night each, then a range
+NIGHTS = [["2026-11-17"], ["2026-11-18"], ["2026-11-19", "2026-11-20"]]
+SNAPSHOTS = "s3://kafka-snapshots/snapshots"  # the default template: {prefix}/{snapshot_date}/
 # the severity a check reports when it found nothing (its strictest setting, policy.headline)
 CONFIGURED = {"crc": "fail", "offset_gaps": "fail", "create_time": "warn",
               "log_append_time": "fail", "record_count": "fail"}
@@ -143,6 +146,15 @@ def scenario(seed: int = 7) -> list[dict]:
                     details["max_step_back_ms"] = rng.randrange(1, 10**5)
                     details["items"] = sorted((regression_item(check, bad_status, rng)
                                                for _ in range(failed)), key=lambda it: it["first_offset"])
+                if (check, i, topic, partition) == ("offset_gaps", 0, "payments", 0):
+                    # an accepted cause on a night that passes: the log start moved past the
+                    # previous run's end (retention), drawn neutral, never as an alarm
+                    details["classes"]["retention"] = {"status": "pass", "items": 1, "offsets": 40}
+                    details["items"] = [{
+                        "class": "retention", "status": "pass", "first_offset": 100,
+                        "last_offset": 139, "offsets": 40, "value": None,
+                        "segment": segment_name(140), "position": 0,
+                        "message": "offsets 100..139: before the log start 140 (retention)"}]
                 if failed:
                     status = bad_status
                 elif any(c["status"] == "warn" for c in details["classes"].values()):
@@ -153,8 +165,23 @@ def scenario(seed: int = 7) -> list[dict]:
                     "observed": observed, "failed": failed, "details": json.dumps(details),
                     "checked_at": checked_at,
                 })
-        runs.append({"run_id": run_id, "checked_at": checked_at, "rows": rows})
+        runs.append({"run_id": run_id, "checked_at": checked_at, "rows": rows, "nights": NIGHTS[i]})
     return runs
+
+
+def ledger_rows(run: dict) -> list[dict]:
+    """The ledger rows of a run of scenario(): a segment per topic-partition and night it read."""
+    return [{"run_id": run["run_id"], "topic": t, "partition": p, "segment_base_offset": 0,
+             "segment": f"{SNAPSHOTS}/{night}/{t}-{p}/{segment_name(0)}", "action": "decoded"}
+            for night in run.get("nights", ()) for t, p in PARTITIONS]
+
+
+def write_ledger(root: str, runs: list[dict], catalog: str = iceberg.DEFAULT_CATALOG) -> int:
+    """Append the runs' ledger rows to ``main`` in one commit; the new snapshot's id."""
+    table = iceberg_warehouse(root, catalog).table("ledger")
+    table.append(pa.Table.from_pylist([r for run in runs for r in ledger_rows(run)],
+                                      schema=schemas.LEDGER))
+    return table.refresh().current_snapshot().snapshot_id
 
 
 def iceberg_warehouse(root: str, catalog: str = iceberg.DEFAULT_CATALOG,
@@ -190,6 +217,7 @@ def write_warehouse(root: str, catalog: str = iceberg.DEFAULT_CATALOG) -> list[d
     runs = scenario()
     for run in runs:
         run["token"] = write_run(root, run, catalog=catalog)
+    write_ledger(root, runs, catalog)
     return runs
 
 
@@ -467,6 +495,15 @@ def test_a_view_costs_one_catalog_lookup_until_a_new_snapshot(own_warehouse, mon
         reads.clear()
         assert view(data.Warehouse(root))  # a new Warehouse per request, as the app makes
         assert lookups == {"dq_results": 1} and not reads
+    # the overview's nights: main's ledger read once, then one lookup per view
+    wh = data.Warehouse(root)
+    assert {c.nights[0] for c in wh.coverage(wh.runs()).values()} == {r["nights"][0] for r in runs}
+    assert reads["ledger"] == 1
+    lookups.clear()
+    reads.clear()
+    wh = data.Warehouse(root)
+    assert len(wh.coverage(wh.runs())) == len(runs)
+    assert lookups == {"dq_results": 1, "ledger": 1} and not reads
     write_run(root, dict(runs[0], rows=runs[0]["rows"][:3]), docs=False)
     reads.clear()
     assert len(data.Warehouse(root).run(runs[0]["token"]).results) == 3
@@ -562,6 +599,173 @@ def test_index_page_lists_runs_with_charts_and_links(warehouse, client):
     assert int(dom.one("svg", id="chart-gaps").attrs["data-total"]) == sum(map(sum, want["gaps"].values()))
     assert {g.attrs["data-series"] for g in dom.find("g", cls="legend-item")} >= set(want["gaps"])
     assert "<script" not in page.text and "http://" not in page.text.replace("http://www.w3.org", "")
+
+
+# ---- nights at a glance ---------------------------------------------------------------------
+
+RANK = {"fail": 0, "warn": 1, "pass": 3}
+
+
+def expected_cells(runs: list[dict]) -> dict:
+    """{(topic-partition, night): (outcome, run token, anchor)} from scenario()'s rows: the
+    newest run that read the night; its worst check on that topic-partition (a range run's
+    items name no night's segment, so its outcome holds on each of its nights); ``accepted``
+    where every check passed and some found items the policy accepts."""
+    out = {}
+    for run in sorted(runs, key=lambda r: r["checked_at"]):  # newer runs overwrite
+        for topic, partition in PARTITIONS:
+            rows = [r for r in run["rows"] if (r["topic"], r["partition"]) == (topic, partition)]
+            worst = min(rows, key=lambda r: (RANK[r["status"]], r["check"]))
+            accepting = [r for r in sorted(rows, key=lambda r: r["check"])
+                         if any(c["status"] == "pass" and c["items"]
+                                for c in json.loads(r["details"])["classes"].values())]
+            outcome = worst["status"]
+            target = worst if outcome != "pass" else (accepting[0] if accepting else None)
+            if outcome == "pass" and accepting:
+                outcome = "accepted"
+            anchor = f"r-{target['check']}-{topic}-{partition}" if target else None
+            for night in run.get("nights", ()):
+                out[(f"{topic}-{partition}", night)] = (outcome, run["token"], anchor)
+    return out
+
+
+def test_nights_at_a_glance_are_keyed_by_snapshot_night(warehouse, client):
+    """The overview's grid: a column per night the runs read (from their ledger rows, not when
+    they were checked), a cell per topic-partition and night coloured by its worst check,
+    linking to the run page at that check's row; the range run covers both its nights."""
+    root, runs = warehouse
+    want = expected_cells(runs)
+    api = client.get("/api/nights").json()
+    assert api["nights"] == sorted({n for run in runs for n in run["nights"]})
+    assert {(f"{c['topic']}-{c['partition']}", c["night"]): (c["outcome"], c["token"], c["anchor"])
+            for c in api["cells"]} == want
+    assert {r["run_id"]: r["nights"] for r in api["runs"]} == {r["run_id"]: r["nights"] for r in runs}
+    assert {o for o, _, _ in want.values()} >= {"fail", "warn", "accepted"}  # the scenario has each
+    dom = Dom(client.get("/").text)
+    grid = dom.one("svg", id="night-grid")
+    cells = {(c.attrs["data-tp"], c.attrs["data-night"]): c for c in dom.find("rect", cls="cell")
+             if "data-tp" in c.attrs}
+    assert set(cells) == set(want)
+    links = [a.attrs["href"] for a in dom.find("a") if a.attrs.get("href", "").startswith("runs/")]
+    pages = {}
+    for key, (outcome, token, anchor) in want.items():
+        rect = cells[key]
+        assert rect.attrs["data-outcome"] == outcome and rect.attrs["data-token"] == token
+        assert rect.attrs["fill"] == svg.OUTCOME_FILLS[outcome]  # accepted: neutral, never red
+        href = f"runs/{token}" + (f"#{anchor}" if anchor else "")
+        assert href in links
+        if anchor:  # the run page has that row, with that check and topic-partition
+            page = pages.setdefault(token, Dom(client.get(f"/runs/{token}").text))
+            row = page.one("tr", id=anchor)
+            assert (row.attrs["data-check"], f"{row.attrs['data-topic']}-{row.attrs['data-partition']}") \
+                == (anchor.split("-", 2)[1], key[0])
+    assert int(grid.attrs["data-columns"]) == len(api["nights"])
+    # the headline names the unhealthy nights, newest first; each has its problem lines
+    bad = sorted({n for (_, n), (o, _, _) in want.items() if o in ("fail", "warn")}, reverse=True)
+    assert [d.attrs["data-night"] for d in dom.find("div", cls="night")] == bad
+    for div in dom.find("div", cls="night"):
+        for (tp, night), (outcome, _, anchor) in want.items():
+            if night == div.attrs["data-night"] and outcome in ("fail", "warn"):
+                assert f"{tp}: " in div.text and anchor.split("-", 2)[1] in div.text
+    headline = dom.one("p", id="headline").text
+    assert headline.startswith("Unhealthy nights: ") and all(n in headline for n in bad)
+    # the runs table says which nights each run read
+    nights = {r.attrs["data-run-id"]: r for r in dom.find("tr", cls="run")}
+    for run in runs:
+        assert data.nights_text(run["nights"]) in nights[run["run_id"]].text
+    assert "2026-11-19..2026-11-20" in nights[runs[2]["run_id"]].text
+    assert not dom.find(id="unplaced")
+
+
+def test_accepted_gap_causes_are_drawn_neutral(warehouse, client):
+    root, runs = warehouse
+    s = client.get("/api/series").json()
+    assert s["gap_cause_status"] == {c: st for c, st in {**CAUSES, "retention": "pass"}.items()
+                                     if c in s["gaps_by_cause"]}
+    assert s["gap_cause_status"]["retention"] == "pass"
+    colors = pages.cause_colors(s["gap_cause_status"])
+    alarm = {svg.OUTCOME_FILLS["fail"], "#a40e26", "#e5534b"}
+    for cause, status in s["gap_cause_status"].items():
+        assert (colors[cause] in alarm) == (status == "fail")
+    dom = Dom(client.get("/").text)
+    drawn = {r.attrs["data-series"]: r.attrs["fill"] for r in dom.find("rect")
+             if r.attrs.get("data-series") in s["gap_cause_status"]}
+    assert drawn and all(drawn[c] == colors[c] for c in drawn)
+
+
+def test_night_of_a_segment_follows_the_snapshot_template():
+    uri = "s3://b/{}/orders-3/00000000000000000042.log"
+    cases = {
+        "{prefix}/{snapshot_date}/": "snapshots/2026-11-19",
+        "{prefix}/year={yyyy}/month={mm}/day={dd}/": "snapshots/year=2026/month=11/day=19",
+        "nightly/{compact_date}/{prefix}": "nightly/20261119/snapshots",
+    }
+    for template, directory in cases.items():
+        pattern = data.night_pattern(template)
+        assert data.night_of(uri.format(directory), pattern) == "2026-11-19", template
+        assert data.night_of(uri.format("2026-11-19").replace("orders-3/", ""), pattern) is None
+    default = data.night_pattern("{prefix}/{snapshot_date}/")
+    assert data.night_of("s3://b/2026-11-19/orders-3/00000000000000000042.log", default) == "2026-11-19"
+    assert data.night_of(uri.format("snapshots/2026-13-40"), default) is None  # no such day
+    assert data.night_of(uri.format("snapshots/latest"), default) is None
+    with pytest.raises(ValueError):
+        data.night_pattern("{prefix}/static/")  # a template must use the date
+
+
+def _result(run_id, check, status, items, more=0, tp=("orders", 0)):
+    return data.Result(run_id, check, tp[0], tp[1], status, status, 10, len(items),
+                       {"unit": "batches", "classes": {}, "items": items, "more_items": more},
+                       dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc))
+
+
+def test_a_range_runs_items_are_placed_on_their_nights():
+    """A run that read two nights: a problem item whose segment lies in one night marks that
+    night only; where an item is not stored (more_items) the row's outcome holds on both."""
+    pattern = data.night_pattern("{prefix}/{snapshot_date}/")
+    seg = "s3://b/snapshots/{}/orders-0/00000000000000000000.log"
+    item = {"class": "crc_mismatch", "status": "fail", "first_offset": 5, "last_offset": 9,
+            "segment": seg.format("2026-11-19"), "position": 120, "message": "stored crc ..."}
+    cov = data.Coverage.of([("orders", 0, seg.format(n)) for n in ("2026-11-19", "2026-11-20")],
+                           pattern, "{prefix}/{snapshot_date}/")
+    assert cov.partitions == {("orders", 0): ("2026-11-19", "2026-11-20")}
+    for more, want in ((0, {"2026-11-19": "fail", "2026-11-20": "pass"}),
+                       (3, {"2026-11-19": "fail", "2026-11-20": "fail"})):
+        run = data.Run("t", "range", None, [_result("range", "crc", "fail", [item], more),
+                                            _result("range", "record_count", "pass", [])])
+        ov = data.overview([run], {"t": cov}, pattern)
+        assert {n: ov.cells[("orders", 0, n)].outcome for n in ov.nights} == want
+        assert ov.cells[("orders", 0, "2026-11-19")].anchor == "r-crc-orders-0"
+    # paths the template does not match: no night, and the reason says so
+    odd = data.Coverage.of([("orders", 0, "s3://b/elsewhere/orders-0/00000000000000000000.log")],
+                           pattern, "{prefix}/{snapshot_date}/")
+    assert not odd.nights and "{prefix}/{snapshot_date}/" in odd.reason
+
+
+def test_an_unpublished_run_is_placed_by_the_ledger_its_audit_read(tmp_path):
+    """A run whose audit failed is not on main's ledger: its nights come from the ledger
+    snapshot named in its dq_results commit (kafkalog.audited); without one it is listed
+    under the grid with the reason."""
+    from pyiceberg.expressions import EqualTo
+
+    root = str(tmp_path / "warehouse")
+    published, failed, unknown = scenario()
+    sid = write_ledger(root, [failed])
+    iceberg_warehouse(root).table("ledger").delete(EqualTo("run_id", failed["run_id"]))
+    write_ledger(root, [published])
+    for run, audited in ((published, None), (failed, {"ledger": sid}), (unknown, None)):
+        iceberg_warehouse(root).replace_run_rows(
+            "dq_results", run["run_id"], pa.Table.from_pylist(run["rows"], schema=schemas.DQ_RESULTS),
+            {iceberg.AUDITED: json.dumps(audited)} if audited else None)
+    wh = data.Warehouse(root)
+    runs = wh.runs()
+    cov = {r.run_id: c for r in runs for t, c in wh.coverage(runs).items() if t == r.token}
+    assert cov[published["run_id"]].nights == published["nights"]
+    assert cov[failed["run_id"]].nights == failed["nights"]
+    assert not cov[unknown["run_id"]].nights and "audit" in cov[unknown["run_id"]].reason
+    dom = Dom(make_client(root).get("/").text)
+    assert unknown["run_id"] in dom.one("p", id="unplaced").text
+    assert {c.attrs["data-night"] for c in dom.find("rect", cls="cell") if "data-tp" in c.attrs} \
+        == set(published["nights"] + failed["nights"])
 
 
 def run_page_rows(dom: Dom):
@@ -699,6 +903,7 @@ def test_problem_line_is_the_audits_log_line_in_the_reports_words():
     assert data.problem_line("crc", "orders", 0, "fail", None) == \
         "FAIL crc orders-0: 0 items found (no details recorded)"
     assert data.checked_text(5, {"unit": "segments"}) == "5 segments checked"
+    assert data.checked_text(1, {"unit": "segments"}) == "1 segment checked"
     assert data.checked_text(None, details) is None
     assert [data.severity_label(s) for s in ("fail", "warn", "pass", None, "odd")] == \
         ["would fail", "warn-only", "report-only", None, "severity odd"]

@@ -63,14 +63,27 @@ def _int16(buf, what: str) -> tuple[int, int]:
 
 
 @cache
-def coordinator_keys(decoder: str) -> dict[int, MessageSpec]:
-    """Record type -> key spec (a key spec's validVersions are the types it is used for)."""
-    out: dict[int, MessageSpec] = {}
-    for name in spec_names():
-        if name.endswith("Key") and name.startswith(_COORDINATOR_SPECS[decoder]):
-            s = spec(name)
+def coordinator_keys(decoder: str) -> dict[int, tuple[MessageSpec, int]]:
+    """Record type -> (key spec, the version to read it as), for the shipped specs."""
+    prefixes = _COORDINATOR_SPECS[decoder]
+    return key_types(spec(name) for name in spec_names()
+                     if name.endswith("Key") and name.startswith(prefixes))
+
+
+def key_types(key_specs) -> dict[int, tuple[MessageSpec, int]]:
+    """Record type -> (key spec, key version), in either layout Kafka's specs have used:
+    up to Kafka 3.9 a key spec's validVersions are the record types it is used for (and
+    the key is read as that version); from 4.0 a ``coordinator-key`` spec carries the type
+    as its ``apiKey`` and is read as version 0, and type 0 stays the old OffsetCommitKey."""
+    out: dict[int, tuple[MessageSpec, int]] = {}
+    for s in key_specs:
+        if s.api_key is None:
             for t in range(s.valid.low, s.valid.high + 1):
-                out[t] = s
+                out[t] = (s, t)
+        else:
+            out[s.api_key] = (s, s.valid.low)
+            if s.name == "OffsetCommitKey":
+                out.setdefault(0, (s, s.valid.low))
     return out
 
 
@@ -80,12 +93,13 @@ def decode_coordinator(decoder: str, key: bytes | None, value: bytes | None) -> 
     if key is None:
         raise MessageError(f"{what} record without a key", 0)
     record_type, pos = _int16(key, f"{what} key")
-    key_spec = coordinator_keys(decoder).get(record_type)
-    if key_spec is None:
+    found = coordinator_keys(decoder).get(record_type)
+    if found is None:
         known = sorted(coordinator_keys(decoder))
         raise MessageError(f"{what} key: unknown record type {record_type} (known: "
                            f"{', '.join(map(str, known))})", 0)
-    out = {"key": {"type": record_type, "data": key_spec.read_exactly(key, record_type, pos)},
+    key_spec, key_version = found
+    out = {"key": {"type": record_type, "data": key_spec.read_exactly(key, key_version, pos)},
            "value": None}
     if value is not None:
         version, pos = _int16(value, f"{key_spec.name[:-3]}Value")

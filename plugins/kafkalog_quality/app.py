@@ -3,11 +3,13 @@
 Routes (relative to the prefix):
 
 =====================================  ============================================================
-``GET /``                              runs, newest first, with verdict counts and the charts
+``GET /``                              nights at a glance (topic-partition x snapshot night), each
+                                       unhealthy night's problems, the runs, the charts
 ``GET /runs/{token}``                  failed then warned checks, one line each; passes collapsed
 ``GET /runs/{token}/docs/{path}``      that run's Data Docs, read from the warehouse (local or S3)
 ``GET /api/runs``                      the runs list as JSON
 ``GET /api/runs/{token}``              one run as JSON (summary, checks, every result row)
+``GET /api/nights``                    the nights-at-a-glance grid as JSON (cells, runs' nights)
 ``GET /api/series``                    the charts' figures as JSON
 =====================================  ============================================================
 
@@ -100,16 +102,18 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request):
         wh = warehouse()
-        return HTMLResponse(pages.index_page(wh.runs(), _base(request), wh.root))
+        runs = wh.runs()
+        return HTMLResponse(pages.index_page(runs, _base(request), wh.root, _overview(wh, runs)))
 
     @app.get("/runs/{token}", response_class=HTMLResponse)
     def run_view(request: Request, token: str):
-        run = warehouse().run(token)
+        wh = warehouse()
+        run = wh.run(token)
         if run is None:
             return HTMLResponse(pages.message_page(
                 "No such run", f"no data-quality results for run {token!r} in this warehouse",
                 _base(request)), status_code=404)
-        return HTMLResponse(pages.run_page(run, _base(request)))
+        return HTMLResponse(pages.run_page(run, _base(request), wh.coverage([run])[run.token]))
 
     @app.get("/runs/{token}/docs")
     def docs_root(token: str):
@@ -140,11 +144,20 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
             raise HTTPException(status_code=404, detail=f"no data-quality results for {token!r}")
         return run.as_json()
 
+    @app.get("/api/nights")
+    def api_nights():
+        wh = warehouse()
+        return {"warehouse": wh.root, **_overview(wh, wh.runs()).as_json()}
+
     @app.get("/api/series")
     def api_series():
         return data.series(warehouse().runs())
 
     return app
+
+
+def _overview(wh: data.Warehouse, runs: list[data.Run]) -> data.Overview:
+    return data.overview(runs, wh.coverage(runs), wh.night_pattern())
 
 
 def _base(request: Request) -> str:

@@ -42,12 +42,14 @@ import re
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kafkalog_pipeline import snapshots
 from kafkalog_pipeline.settings import SETTINGS
-from spark_jobs import iceberg, schemas, storage, tables
+from spark_jobs import iceberg, layout, schemas, storage, tables
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +274,11 @@ class _Loaded:
 # (root, catalog, namespace) -> (snapshot id, {token: _Loaded}) of the last complete read
 _CACHE: dict[tuple[str, str, str], tuple[int, dict[str, _Loaded]]] = {}
 _CACHE_LOCK = threading.Lock()
+# ledger rows by run id: main's by (root, catalog, namespace) with its snapshot id; an
+# unpublished run's (rows, reason) by dq_results' snapshot id and the run ids
+_LEDGER_CACHE: dict[tuple, tuple[int, object]] = {}
+#: the ledger columns the overview reads
+LEDGER_COLUMNS = ("run_id", "topic", "partition", "segment")
 
 
 class Warehouse:
@@ -312,6 +319,103 @@ class Warehouse:
         run = loaded.to_run()
         run.has_docs = self.store.exists(docs_key(token, "index.html"))
         return run
+
+    @staticmethod
+    def snapshot_template() -> str:
+        """The snapshot template setting (``kafkalog_snapshot_template``), read per request."""
+        return setting("snapshot_template") or SETTINGS["snapshot_template"][2]
+
+    def night_pattern(self) -> re.Pattern | None:
+        """:func:`night_pattern` of the template, None where it cannot be filled."""
+        try:
+            return night_pattern(self.snapshot_template())
+        except ValueError:
+            return None
+
+    def coverage(self, runs: list[Run]) -> dict[str, "Coverage"]:
+        """Per run token: the snapshot nights and topic-partitions the run read (:class:`Coverage`),
+        from its rows of the ``ledger`` table (one per decode task, unchanged segments included):
+        ``main``'s for a published run, else those of the ledger snapshot its audit read
+        (``kafkalog.audited`` of its dq_results commit). A run whose ledger rows cannot be
+        found or read gets a Coverage with a ``reason`` and no nights; never an exception."""
+        if not runs or not self._has_catalog():  # viewing never makes a catalog
+            return {}
+        template = self.snapshot_template()
+        try:
+            pattern = night_pattern(template)
+        except ValueError as err:
+            return {r.token: Coverage(reason=str(err)) for r in runs}
+        try:
+            published = self._ledger_main()
+        except Exception as err:  # noqa: BLE001 - shown as each run's reason, never a crash
+            log.warning("cannot read the ledger of %s", self.root, exc_info=err)
+            reason = f"the ledger table cannot be read: {type(err).__name__}: {_first_line(err)}"
+            return {r.token: Coverage(reason=reason) for r in runs}
+        out = {}
+        for run in runs:
+            ids = sorted({r.run_id for r in run.results if r.run_id})
+            rows = [row for i in ids for row in published.get(i, ())]
+            reason = None
+            if not rows and ids:
+                rows, reason = self._ledger_audited(ids)
+            out[run.token] = Coverage.of(rows, pattern, template, reason)
+        return out
+
+    def _ledger_main(self) -> dict[str, tuple]:
+        """``main``'s ledger as ``{run_id: ((topic, partition, segment), ...)}``, cached by snapshot."""
+        table = self.tables.load("ledger")
+        snapshot = table.current_snapshot() if table is not None else None
+        if snapshot is None:
+            return {}
+        key = ("ledger", self.root, self.catalog_name, self.namespace)
+        with _CACHE_LOCK:
+            hit = _LEDGER_CACHE.get(key)
+        if hit is not None and hit[0] == snapshot.snapshot_id:
+            return hit[1]
+        rows = _ledger_rows(tables.read_arrow(self.tables, "ledger", snapshot=snapshot.snapshot_id,
+                                              columns=LEDGER_COLUMNS))
+        with _CACHE_LOCK:
+            _LEDGER_CACHE[key] = (snapshot.snapshot_id, rows)
+        return rows
+
+    def _ledger_audited(self, run_ids: list[str]) -> tuple[list, str | None]:
+        """The ledger rows of an unpublished run, at the ledger snapshot its audit read;
+        cached by dq_results' snapshot (which names it) and the run."""
+        from pyiceberg.expressions import In
+
+        try:
+            results = self.tables.load(RESULTS_TABLE)
+            head = results.current_snapshot().snapshot_id
+            key = ("audited", self.root, self.catalog_name, self.namespace, head, tuple(run_ids))
+            with _CACHE_LOCK:
+                hit = _LEDGER_CACHE.get(key)
+            if hit is not None:
+                return hit[1]
+            snapshot_ids = set()
+            for sid in iceberg.ancestry(results, head):
+                summary = iceberg.snapshot_summary(results, sid)
+                if summary.get(iceberg.RUN_ID) in run_ids and summary.get(iceberg.AUDITED):
+                    found = json.loads(summary[iceberg.AUDITED]).get("ledger")
+                    if found is not None:
+                        snapshot_ids.add(int(found))
+                    break  # the newest audit of the run
+            ledger = self.tables.load("ledger") if snapshot_ids else None
+            snapshot_ids = {s for s in snapshot_ids
+                            if ledger is not None and ledger.metadata.snapshot_by_id(s) is not None}
+            rows, reason = [], None
+            if not snapshot_ids:
+                reason = "no ledger rows of this run on main, nor a ledger snapshot its audit read"
+            for sid in sorted(snapshot_ids):
+                found = _ledger_rows(tables.read_arrow(self.tables, "ledger", snapshot=sid,
+                                                       columns=LEDGER_COLUMNS,
+                                                       row_filter=In("run_id", run_ids)))
+                rows += [row for i in run_ids for row in found.get(i, ())]
+            with _CACHE_LOCK:
+                _LEDGER_CACHE[key] = (head, (rows, reason))
+            return rows, reason
+        except Exception as err:  # noqa: BLE001 - shown as the run's reason, never a crash
+            log.warning("cannot read the audited ledger of %s", run_ids, exc_info=err)
+            return [], f"its ledger rows cannot be read: {type(err).__name__}: {_first_line(err)}"
 
     # ---- reading the table ----------------------------------------------------------------
 
@@ -582,7 +686,17 @@ def series(runs: list[Run]) -> dict:
         gaps.append(g)
         ts.append(t)
     causes = sorted({cause for g in gaps for cause in g})
+    cause_status: dict[str, set] = {}
+    for run in ordered:
+        for r in run.results:
+            if check_kind(r.check) == "gaps":
+                classes = _as_details(r.details).get("classes")
+                for cause, info in (classes.items() if isinstance(classes, dict) else ()):
+                    if isinstance(info, dict):
+                        cause_status.setdefault(str(cause), set()).add(str(info.get("status") or ""))
     return {
+        # the worst status the policy gave each cause: accepted ones are drawn neutral
+        "gap_cause_status": {c: worst_status(cause_status.get(c, {"warn"})) for c in causes},
         "runs": [{"token": r.token, "run_id": r.run_id, "checked_at": _iso(r.checked_at)}
                  for r in ordered],
         "crc_failures": crc,
@@ -746,7 +860,9 @@ def checked_text(observed, details) -> str | None:
     n = _count(observed)
     if n is None:
         return None
-    unit = _as_details(details).get("unit")
+    unit = str(_as_details(details).get("unit") or "")
+    if n == 1 and unit.endswith("s"):  # the audit names units in the plural
+        unit = unit[:-1]
     return f"{n:,} {unit} checked" if unit else f"{n:,} checked"
 
 
@@ -760,3 +876,303 @@ def problem_line(check, topic, partition, status, details, failed=None, observed
     line = first_problem(topic, partition, details, failed)
     first = line.split(": ", 1)[1] if ": " in line else line
     return f"{head}: {', '.join(counts)}; first: {first}" if counts else f"{head}: {first}"
+
+
+# ---- nights at a glance --------------------------------------------------------------------
+#
+# The overview is keyed by *snapshot night*: the dates whose snapshots a run read (the
+# ``{snapshot_date}`` of the segment URIs in its ledger rows), not the time its audit ran.
+# A run covers one night (the nightly DAG) or several (a date range); a night may be read by
+# several runs (a rerun, a range over nights already run): its cell shows the newest of them.
+
+#: a day whose parts are told apart in a filled template (year, month, day all different)
+_SAMPLE_DAY = dt.date(1987, 6, 5)
+_PREFIX_MARK = "kafkalogprefixmark"
+_DAY_PARTS = {"1987-06-05": ("iso", r"\d{4}-\d{2}-\d{2}"), "19870605": ("compact", r"\d{8}"),
+              "1987": ("yyyy", r"\d{4}"), "06": ("mm", r"\d{2}"), "05": ("dd", r"\d{2}"),
+              _PREFIX_MARK: (None, r".*?")}
+#: a cell's outcome when every check passed and some found items the policy accepts
+ACCEPTED = "accepted"
+
+
+def night_pattern(template: str) -> re.Pattern:
+    """A regex over a segment's directory (the URI up to its ``<topic>-<partition>/``) that
+    finds the snapshot date, built by filling ``template`` through
+    :func:`kafkalog_pipeline.snapshots.snapshot_prefix` (the one definition of its
+    placeholders) with a sample day and turning the day's parts back into groups."""
+    filled = snapshots.snapshot_prefix(template, _PREFIX_MARK, _SAMPLE_DAY.isoformat())
+    out, seen = [], set()
+    for piece in re.split("(" + "|".join(map(re.escape, _DAY_PARTS)) + ")", filled):
+        if piece not in _DAY_PARTS:
+            out.append(re.escape(piece))
+            continue
+        name, rx = _DAY_PARTS[piece]
+        out.append(rx if name is None else f"(?P={name})" if name in seen else f"(?P<{name}>{rx})")
+        if name:
+            seen.add(name)
+    return re.compile("(?:^|/)" + "".join(out) + "$")
+
+
+def night_of(uri, pattern: re.Pattern) -> str | None:
+    """The snapshot night (``YYYY-MM-DD``) of a segment URI, or None where the URI is no
+    ``.../<topic>-<partition>/<base>.log`` under a night's prefix of ``pattern``."""
+    if not uri or layout.SEGMENT_KEY.search(str(uri)) is None:
+        return None
+    directory = str(uri).rsplit("/", 2)[0] + "/"
+    m = pattern.search(directory)
+    if m is None:
+        return None
+    parts = m.groupdict()
+    try:
+        if parts.get("iso"):
+            day = dt.date.fromisoformat(parts["iso"])
+        elif parts.get("compact"):
+            day = dt.datetime.strptime(parts["compact"], "%Y%m%d").date()
+        else:
+            day = dt.date(int(parts["yyyy"]), int(parts["mm"]), int(parts["dd"]))
+    except (TypeError, ValueError):
+        return None
+    return day.isoformat()
+
+
+def _ledger_rows(table: pa.Table) -> dict[str, tuple]:
+    out: dict[str, list] = {}
+    for r in table.to_pylist():
+        if r["run_id"] and r["topic"] is not None and r["partition"] is not None:
+            out.setdefault(r["run_id"], []).append((r["topic"], r["partition"], r["segment"]))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What one run read: ``partitions`` = {(topic, partition): its nights, sorted}; ``reason``
+    says why a run has none (no ledger rows found, paths the template does not match)."""
+
+    partitions: dict = field(default_factory=dict)
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, rows, pattern: re.Pattern, template: str, reason: str | None = None) -> "Coverage":
+        found: dict[tuple[str, int], set[str]] = {}
+        unmatched = []
+        for topic, partition, segment in rows:
+            night = night_of(segment, pattern)
+            if night is None:
+                unmatched.append(segment)
+            else:
+                found.setdefault((topic, partition), set()).add(night)
+        if not found and unmatched:
+            reason = (f"no segment of this run lies under a night of the snapshot template "
+                      f"{template!r} (e.g. {unmatched[0]})")
+        return cls({tp: tuple(sorted(n)) for tp, n in sorted(found.items())}, reason)
+
+    @property
+    def nights(self) -> list[str]:
+        return sorted({n for nights in self.partitions.values() for n in nights})
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted({t for t, _ in self.partitions})
+
+    def as_json(self) -> dict:
+        return {"nights": self.nights, "topics": self.topics,
+                "partitions": {topic_partition(t, p): list(n) for (t, p), n in self.partitions.items()},
+                "reason": self.reason}
+
+
+def nights_text(nights: list[str]) -> str:
+    """``2026-11-18..2026-11-20, 2026-11-23``: runs of consecutive days as ranges."""
+    days = sorted({dt.date.fromisoformat(n) for n in nights})
+    spans: list[list[dt.date]] = []
+    for d in days:
+        if spans and (d - spans[-1][1]).days == 1:
+            spans[-1][1] = d
+        else:
+            spans.append([d, d])
+    return ", ".join(a.isoformat() if a == b else f"{a.isoformat()}..{b.isoformat()}"
+                     for a, b in spans)
+
+
+def worst_status(statuses) -> str:
+    """``fail`` over ``warn`` over any status outside pass|warn|fail over ``pass``."""
+    present = {str(s) for s in statuses}
+    for s in ("fail", "warn"):
+        if s in present:
+            return s
+    other = sorted(present - set(STATUSES))
+    return other[0] if other else "pass"
+
+
+def worst_rank(status: str) -> int:
+    """Sort key of a status, worst first: fail, warn, any other, pass."""
+    return {"fail": 0, "warn": 1, "pass": 3}.get(status, 2)
+
+
+def result_anchor(check: str, topic, partition) -> str:
+    """The id of a result's row on its run page (a cell of the overview links to it)."""
+    return f"r-{check}-{topic_partition(topic, partition)}"
+
+
+def status_on_night(r: Result, night: str, run_nights, pattern: re.Pattern | None) -> str:
+    """A result's outcome on one of the nights its run read for its topic-partition. A run
+    of one night: its status. A run of several: the worst of its stored problem items whose
+    segment lies in that night (pass if none), when every item is stored with a segment of a
+    known night; else (items not stored, or not placed) its status on every night."""
+    if len(run_nights) <= 1 or r.status == "pass" or pattern is None:
+        return r.status
+    items = problem_items(r.details)
+    if not items or more_items(r.details):
+        return r.status
+    placed = [night_of(i.get("segment"), pattern) for i in items]
+    if any(p is None for p in placed):
+        return r.status
+    return worst_status(str(i.get("status") or "").lower() for i, p in zip(items, placed) if p == night)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One topic-partition on one night, as the newest run that read it graded it."""
+
+    topic: str
+    partition: int
+    night: str
+    outcome: str  # fail | warn | pass | accepted | a status outside those
+    run: Run
+    problems: tuple  # ((Result, status on this night), ...) that failed or warned, worst first
+    accepted: dict  # {class: items} the policy accepted (e.g. retention, compaction)
+    counts: dict  # {status: checks} on this night
+    anchor: str | None  # the run page's row to open (the worst check), None: the page's top
+    run_nights: tuple  # every night the run read of this topic-partition
+    others: tuple  # ((Run, outcome), ...) older runs that read it too
+
+    @property
+    def tp(self) -> str:
+        return topic_partition(self.topic, self.partition)
+
+    def title(self) -> str:
+        """The cell's tooltip: night, topic-partition, outcome, which checks, which run."""
+        head = f"{self.night} · {self.tp} · {OUTCOME_WORDS.get(self.outcome, self.outcome)}"
+        lines = [head]
+        for r, status in self.problems:
+            found = f" ({plural(r.failed, 'item')})" if r.failed else ""
+            lines.append(f"{status} {r.check}{found}")
+        if self.accepted:
+            lines.append("accepted: " + ", ".join(f"{k} {plural(v, 'item')}"
+                                                 for k, v in self.accepted.items()))
+        lines.append("checks per topic-partition: " + " · ".join(
+            f"{n} {OUTCOME_WORDS.get(s, s)}" for s, n in self.counts.items() if n))
+        span = (f" (it read {plural(len(self.run_nights), 'night')}: "
+                f"{nights_text(list(self.run_nights))})" if len(self.run_nights) > 1 else "")
+        lines.append(f"run {self.run.run_id}{span}")
+        lines += [f"also read by run {o.run_id}: {OUTCOME_WORDS.get(s, s)}" for o, s in self.others]
+        return "\n".join(lines)
+
+    def as_json(self) -> dict:
+        return {"night": self.night, "topic": self.topic, "partition": self.partition,
+                "outcome": self.outcome, "token": self.run.token, "run_id": self.run.run_id,
+                "anchor": self.anchor, "counts": self.counts, "accepted": self.accepted,
+                "problems": [{"check": r.check, "status": s, "items": r.failed,
+                              "line": first_problem(r.topic, r.partition, r.details, r.failed)}
+                             for r, s in self.problems],
+                "run_nights": list(self.run_nights),
+                "also_read_by": [{"token": o.token, "run_id": o.run_id, "outcome": s}
+                                 for o, s in self.others]}
+
+
+_EPOCH = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+#: longest span of days drawn as a calendar (every day a column); longer: nights in the data only
+MAX_CALENDAR_DAYS = 400
+
+
+@dataclass
+class Overview:
+    nights: list[str]  # the columns, oldest first
+    partitions: list[tuple[str, int]]  # the rows
+    cells: dict  # {(topic, partition, night): Cell}
+    coverage: dict  # {token: Coverage}
+    runs: list[Run]  # newest first
+    unplaced: list[Run]  # runs with no night to show (Coverage.reason)
+
+    def night_outcome(self, night: str) -> str | None:
+        """The worst outcome of a night's cells (``accepted`` counts as a pass), None: no cell."""
+        outcomes = [c.outcome for (_, _, n), c in self.cells.items() if n == night]
+        if not outcomes:
+            return None
+        worst = worst_status("pass" if o == ACCEPTED else o for o in outcomes)
+        return ACCEPTED if worst == "pass" and ACCEPTED in outcomes else worst
+
+    def problem_nights(self) -> list[tuple[str, list[Cell]]]:
+        """Nights with a cell that failed or warned, newest first, with those cells worst first."""
+        out = []
+        for night in reversed(self.nights):
+            bad = [c for (_, _, n), c in self.cells.items()
+                   if n == night and c.outcome not in ("pass", ACCEPTED)]
+            if bad:
+                out.append((night, sorted(bad, key=lambda c: (worst_rank(c.outcome), c.topic,
+                                                              c.partition))))
+        return out
+
+    def as_json(self) -> dict:
+        return {
+            "nights": self.nights,
+            "partitions": [topic_partition(t, p) for t, p in self.partitions],
+            "night_outcomes": {n: self.night_outcome(n) for n in self.nights},
+            "cells": [c.as_json() for c in self.cells.values()],
+            "runs": [{"token": r.token, "run_id": r.run_id, **self.coverage[r.token].as_json()}
+                     for r in self.runs if r.token in self.coverage],
+        }
+
+
+def overview(runs: list[Run], coverage: dict, pattern: re.Pattern | None = None) -> Overview:
+    """The nights-at-a-glance grid of ``runs`` (newest first) read with ``coverage``
+    ({token: Coverage}, :meth:`Warehouse.coverage`); ``pattern`` (:func:`night_pattern`)
+    places a range run's items on their nights (:func:`status_on_night`)."""
+    graded: dict[tuple[str, int, str], list[tuple[Run, Cell]]] = {}
+    unplaced = []
+    by_time = sorted(runs, key=lambda r: (r.checked_at or _EPOCH, r.token), reverse=True)
+    for run in by_time:
+        cov = coverage.get(run.token)
+        if cov is None or not cov.partitions or run.error or not run.results:
+            unplaced.append(run)
+            continue
+        rows_by_tp: dict[tuple, list[Result]] = {}
+        for r in run.results:
+            rows_by_tp.setdefault((r.topic, r.partition), []).append(r)
+        all_nights = tuple(cov.nights)
+        for (topic, partition), rows in rows_by_tp.items():
+            nights = cov.partitions.get((topic, partition), all_nights)
+            for night in nights:
+                cell = _cell(run, topic, partition, night, rows, nights, pattern)
+                graded.setdefault((topic, partition, night), []).append((run, cell))
+    cells = {}
+    for key, graded_by in graded.items():
+        newest = graded_by[0][1]
+        cells[key] = dataclass_replace(newest, others=tuple((r, c.outcome) for r, c in graded_by[1:]))
+    days = sorted({n for _, _, n in cells})
+    if days:
+        first, last = dt.date.fromisoformat(days[0]), dt.date.fromisoformat(days[-1])
+        if (last - first).days < MAX_CALENDAR_DAYS:
+            days = [(first + dt.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+    parts = sorted({(t, p) for t, p, _ in cells}, key=lambda tp: (tp[0], tp[1]))
+    return Overview(days, parts, cells, coverage, by_time, unplaced)
+
+
+def _cell(run: Run, topic, partition, night, rows, nights, pattern) -> Cell:
+    statuses = [(r, status_on_night(r, night, nights, pattern)) for r in rows]
+    counts = Counter(s for _, s in statuses)
+    counts = {**{s: counts.pop(s, 0) for s in STATUSES}, **dict(sorted(counts.items()))}
+    problems = tuple(sorted(((r, s) for r, s in statuses if s != "pass"),
+                            key=lambda rs: (worst_rank(rs[1]), rs[0].check)))
+    accepted: Counter = Counter()
+    accepting = None
+    for r in sorted(rows, key=lambda r: r.check):
+        for name, info in accepted_classes(r.details).items():
+            accepted[name] += info["items"]
+            accepting = accepting or r
+    outcome = worst_status(s for _, s in statuses)
+    if outcome == "pass" and accepted:
+        outcome = ACCEPTED
+    target = problems[0][0] if problems else accepting
+    return Cell(topic, partition, night, outcome, run, problems, dict(accepted), counts,
+                result_anchor(target.check, topic, partition) if target else None,
+                tuple(nights), ())

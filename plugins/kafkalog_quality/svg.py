@@ -106,3 +106,98 @@ def bar_chart(chart_id: str, title: str, labels: list[str], series: dict[str, li
             lx += 6.2 * len(name) + 22
     out.append("</svg>")
     return "".join(out)
+
+
+#: fill of each outcome of a grid cell; accepted causes (retention, compaction, ...) neutral,
+#: never alarm red; a status outside these is drawn as ``other``
+OUTCOME_FILLS = {"fail": "#cf222e", "warn": "#e3a008", "pass": "#2da44e", "accepted": "#8ca3c0",
+                 "other": "#6e7781", "none": "#f3f4f6"}
+
+
+def heat_grid(grid_id: str, title: str, columns: list[str], rows: list[str], cells: dict,
+              *, column_labels: list[str] | None = None, lanes: list[dict] | None = None,
+              legend: list[tuple[str, str]] | None = None, empty_title: str = "no data") -> str:
+    """An SVG grid of coloured cells: ``rows`` (labels, top to bottom) x ``columns``.
+
+    ``cells`` maps ``(row index, column index)`` to ``{"fill", "title", "href", "attrs", "mark"}``
+    (``href`` optional: the cell is then a link; ``attrs``: extra ``data-*`` attributes;
+    ``mark``: a glyph drawn in the cell, so that colour is not the only sign); a cell
+    not in it is drawn empty with ``empty_title``. ``lanes`` are bars under the grid, each
+    ``{"first", "last" (column indexes), "label", "title", "href", "fill", "attrs"}``, packed
+    into as few rows as do not overlap (e.g. the runs and the nights each one read).
+    """
+    n = len(columns)
+    labels = column_labels or columns
+    if len(labels) != n:
+        raise ValueError(f"{len(labels)} column labels for {n} columns")
+    label_w = min(220, 12 + 7 * max((len(r) for r in rows), default=4))
+    cell = 40 if n <= 14 else 26 if n <= 40 else max(4, min(26, 1100 // max(n, 1)))
+    row_h, head_h, top = 20, 46, 28
+    lane_rows: list[list[dict]] = []
+    for lane in sorted(lanes or [], key=lambda l: (l["first"], l["last"])):
+        for packed in lane_rows:
+            if all(lane["first"] > other["last"] or lane["last"] < other["first"] for other in packed):
+                packed.append(lane)
+                break
+        else:
+            lane_rows.append([lane])
+    grid_top = top + head_h
+    lanes_top = grid_top + row_h * len(rows) + (10 if lane_rows else 0)
+    legend_top = lanes_top + 16 * len(lane_rows) + 14
+    legend_w = sum(6 * len(label) + 28 for label, _ in legend or [])
+    width = max(label_w + cell * n + 16, label_w + legend_w, 360)
+    height = legend_top + (18 if legend else 0)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="heat-grid" id="{escape(grid_id)}" '
+           f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+           f'aria-label="{escape(title)}" data-columns="{n}" data-rows="{len(rows)}">',
+           f"<title>{escape(title)}</title>",
+           f'<text x="0" y="16" font-size="14" font-weight="600">{escape(title)}</text>']
+    every = max(1, math.ceil(n * 14 / max(cell * n, 1)))  # a label per ~14 px at least
+    for j, label in enumerate(labels):
+        if j % every:
+            continue
+        cx = label_w + cell * j + cell / 2
+        y = grid_top - 6
+        out.append(f'<text class="column-label" x="{cx:.1f}" y="{y}" font-size="10" fill="#333" '
+                   f'transform="rotate(-45 {cx:.1f} {y})" data-column="{escape(columns[j])}">'
+                   f"{escape(label)}</text>")
+    for i, row in enumerate(rows):
+        y = grid_top + row_h * i
+        out.append(f'<text class="row-label" x="{label_w - 8}" y="{y + row_h * 0.7:.1f}" '
+                   f'text-anchor="end" font-size="11" fill="#1f2328">{escape(row)}</text>')
+        for j, column in enumerate(columns):
+            c = cells.get((i, j))
+            x = label_w + cell * j
+            fill = c["fill"] if c else OUTCOME_FILLS["none"]
+            tip = c["title"] if c else empty_title.format(row=row, column=column)
+            attrs = "".join(f' {escape(k)}="{escape(str(v))}"' for k, v in (c or {}).get("attrs", {}).items())
+            rect = (f'<rect class="cell" x="{x + 1}" y="{y + 1}" width="{max(cell - 2, 2)}" '
+                    f'height="{row_h - 2}" rx="2" fill="{fill}" data-row="{escape(row)}" '
+                    f'data-column="{escape(column)}"{attrs}><title>{escape(tip)}</title></rect>')
+            mark = (c or {}).get("mark")
+            if mark and cell >= 16:  # the outcome as a glyph too, not by colour alone
+                rect += (f'<text x="{x + cell / 2:.1f}" y="{y + row_h * 0.72:.1f}" font-size="11" '
+                         f'text-anchor="middle" fill="#fff" pointer-events="none">{escape(mark)}</text>')
+            out.append(f'<a href="{escape(c["href"])}">{rect}</a>' if c and c.get("href") else rect)
+    for k, packed in enumerate(lane_rows):
+        y = lanes_top + 16 * k
+        for lane in packed:
+            x = label_w + cell * lane["first"] + 1
+            w = cell * (lane["last"] - lane["first"] + 1) - 2
+            attrs = "".join(f' {escape(a)}="{escape(str(v))}"' for a, v in lane.get("attrs", {}).items())
+            bar = (f'<rect class="lane" x="{x}" y="{y}" width="{max(w, 2)}" height="12" rx="6" '
+                   f'fill="{lane.get("fill", "#d0d7de")}"{attrs}>'
+                   f'<title>{escape(lane.get("title", lane["label"]))}</title></rect>')
+            out.append(f'<a href="{escape(lane["href"])}">{bar}</a>' if lane.get("href") else bar)
+        if k == 0:
+            out.append(f'<text x="{label_w - 8}" y="{y + 10}" text-anchor="end" font-size="11" '
+                       f'fill="#656d76">runs</text>')
+    if legend:
+        x = label_w
+        for label, fill in legend:
+            out.append(f'<g class="grid-legend-item"><rect x="{x}" y="{legend_top}" width="10" '
+                       f'height="10" rx="2" fill="{fill}"/><text x="{x + 14}" y="{legend_top + 9}" '
+                       f'font-size="11" fill="#333">{escape(label)}</text></g>')
+            x += 6 * len(label) + 28
+    out.append("</svg>")
+    return "".join(out)

@@ -1,0 +1,123 @@
+"""Screenshots of the Data quality report of a warehouse: the overview and a run page.
+
+    .venv/bin/python tests/screenshot_report.py WAREHOUSE [--out /tmp/shots] [--run TOKEN]
+
+Serves the plugin's FastAPI app (:mod:`kafkalog_quality.app`, authentication off, so no Airflow
+is started) on 127.0.0.1 for ``WAREHOUSE`` (its catalog found as the plugin finds it: pyiceberg's
+configuration, else ``WAREHOUSE/.pyiceberg.yaml``), opens both pages in Debian's headless
+Chromium (``make browser``) over the DevTools pipe of ``tests/test_plugin_ui.py`` and writes
+``overview.png`` and ``run.png`` (the first screen, 1400x1000, or the whole page with
+``--full-page``) to ``--out``. The run page is ``--run`` (a run token), else the worst run:
+failed before warned before passed, newest first. Prints the two paths and the pages' URLs.
+``tests/test_plugin_ui.py`` takes the same two screenshots with :func:`shoot` from the test data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+for path in (REPO, REPO / "plugins", TESTS):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+#: where the screenshots go unless told
+SHOTS = Path("/tmp/shots")
+#: the first screen a reader sees
+WINDOW = (1400, 1000)
+
+
+def worst_run(runs) -> str | None:
+    """The token of the run to show: failed before warned before passed, newest first."""
+    rank = {"fail": 0, "warn": 1, "error": 2, "pass": 3}
+    if not runs:
+        return None
+    return min(enumerate(runs), key=lambda ir: (rank.get(ir[1].verdict, 4), ir[0]))[1].token
+
+
+def _full_height(devtools) -> int:
+    return int(devtools.js("Math.ceil(document.documentElement.scrollHeight)"))
+
+
+def shoot(devtools, base_url: str, token: str, out: Path, *, full_page: bool = False) -> dict:
+    """Open the overview and run ``token``'s page under ``base_url`` (the app's mount point,
+    ending in ``/``) and write ``out/overview.png`` and ``out/run.png``; their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    shots = {}
+    for name, url in (("overview", base_url), ("run", f"{base_url}runs/{token}")):
+        devtools.open(url, *WINDOW)
+        if full_page:
+            devtools.open(url, WINDOW[0], max(WINDOW[1], _full_height(devtools)))
+        path = out / f"{name}.png"
+        devtools.screenshot(path)
+        shots[name] = path
+    return shots
+
+
+def serve(root: str):
+    """The plugin's app for ``root`` on 127.0.0.1 (a free port), in a thread; (server, url)."""
+    import socket
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from kafkalog_quality.app import URL_PREFIX, create_app
+
+    outer = FastAPI()
+    outer.mount(URL_PREFIX, create_app(authenticate=False, root=root))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(outer, host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the report's server did not start in 30 s")
+        time.sleep(0.1)
+    return server, f"http://127.0.0.1:{port}{URL_PREFIX}/"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("warehouse", help="the warehouse root W (local directory or s3://...)")
+    p.add_argument("--out", type=Path, default=SHOTS, help=f"output directory (default {SHOTS})")
+    p.add_argument("--run", help="the run page to shoot (a run token; default: the worst run)")
+    p.add_argument("--full-page", action="store_true", help="whole pages, not the first screen")
+    args = p.parse_args(argv)
+
+    from kafkalog_quality import data
+    from test_plugin_ui import DevTools
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        print("screenshot_report: Debian's `chromium` is not installed (make browser)", file=sys.stderr)
+        return 2
+    token = args.run or worst_run(data.Warehouse(args.warehouse).runs())
+    if token is None:
+        print(f"screenshot_report: no data-quality results in {args.warehouse}", file=sys.stderr)
+        return 1
+    server, url = serve(args.warehouse)
+    profile = tempfile.mkdtemp(prefix="kafkalog-shots-")
+    devtools = DevTools(chromium, Path(profile))
+    try:
+        shots = shoot(devtools, url, token, args.out, full_page=args.full_page)
+    finally:
+        devtools.close()
+        server.should_exit = True
+        shutil.rmtree(profile, ignore_errors=True)
+    print(f"{shots['overview']}  ({url})")
+    print(f"{shots['run']}  ({url}runs/{token})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
