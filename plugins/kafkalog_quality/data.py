@@ -1092,10 +1092,15 @@ class Overview:
     coverage: dict  # {token: Coverage}
     runs: list[Run]  # newest first
     unplaced: list[Run]  # runs with no night to show (Coverage.reason)
+    by_night: dict = field(default_factory=dict)  # {night: [Cell, ...]}, made from ``cells``
+
+    def __post_init__(self):
+        for (_, _, night), cell in self.cells.items():
+            self.by_night.setdefault(night, []).append(cell)
 
     def night_outcome(self, night: str) -> str | None:
         """The worst outcome of a night's cells (``accepted`` counts as a pass), None: no cell."""
-        outcomes = [c.outcome for (_, _, n), c in self.cells.items() if n == night]
+        outcomes = [c.outcome for c in self.by_night.get(night, ())]
         if not outcomes:
             return None
         worst = worst_status("pass" if o == ACCEPTED else o for o in outcomes)
@@ -1105,8 +1110,7 @@ class Overview:
         """Nights with a cell that failed or warned, newest first, with those cells worst first."""
         out = []
         for night in reversed(self.nights):
-            bad = [c for (_, _, n), c in self.cells.items()
-                   if n == night and c.outcome not in ("pass", ACCEPTED)]
+            bad = [c for c in self.by_night.get(night, ()) if c.outcome not in ("pass", ACCEPTED)]
             if bad:
                 out.append((night, sorted(bad, key=lambda c: (worst_rank(c.outcome), c.topic,
                                                               c.partition))))

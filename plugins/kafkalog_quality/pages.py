@@ -192,12 +192,14 @@ def night_grid(ov: data.Overview) -> str:
 
 #: problem lines shown per night on the overview (the run page has them all)
 NIGHT_LINES = 8
+#: unhealthy nights listed under the grid and in the headline, newest first (the grid has all)
+PROBLEM_NIGHTS = 14
 
 
 def night_problems(ov: data.Overview) -> str:
     """Under the grid: each unhealthy night, newest first, with one line per failed or warned
     check and topic-partition (the run page's problem line: offsets, segment, bytes)."""
-    bad = ov.problem_nights()
+    bad = ov.problem_nights()[:PROBLEM_NIGHTS]
     if not bad:
         return ('<p id="healthy" class="muted">No night failed or warned.</p>' if ov.cells else "")
     out = ['<section id="night-problems">']
@@ -282,9 +284,11 @@ def index_page(runs: list[data.Run], base: str, root: str, ov: data.Overview | N
         if runs else '<p id="no-runs" class="muted">No data-quality results in this warehouse yet.</p>')
     unhealthy = [n for n, _ in ov.problem_nights()]
     if unhealthy:
+        older = len(unhealthy) - PROBLEM_NIGHTS
         headline = ("Unhealthy nights: " + ", ".join(
             f'<a href="#night-{escape(n)}">{escape(n)}</a> ({escape(ov.night_outcome(n) or "")})'
-            for n in unhealthy))
+            for n in unhealthy[:PROBLEM_NIGHTS])
+            + (f" and {older} older (in the grid)" if older > 0 else ""))
     elif ov.cells:
         headline = "Every night read so far passed."
     else:
