@@ -4,6 +4,9 @@
 - plan, :mod:`~spark_jobs.decode.planning` — the driver lists the segments (reads are pinned to
   what the listing saw), reads the ledger as ``main`` held it when the run began and,
   for big segments, the ``.index`` files, and plans tasks;
+- replicas, :mod:`~spark_jobs.decode.replicas` — a partition several brokers' folders
+  hold is framed on the executors and reconciled batch by batch: each batch is
+  decoded once, from one copy (docs/replicas.md);
 - task, :mod:`~spark_jobs.decode.executor` — executors fetch segment bytes themselves (local
   files, or boto3 ranged GETs), decode them with ``kafkalog`` into Arrow and ...
 - write, :mod:`~spark_jobs.decode.writing` — ... write Parquet data files into the tables' data

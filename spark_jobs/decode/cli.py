@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from spark_jobs import iceberg, layout, schemas, storage, tables
 from spark_jobs import publish as publishing
+from spark_jobs.decode import replicas
 from spark_jobs.decode.deduplication import resolve_pending
 from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, coverage_from_ledger, discover,
                                     first_ingested, ledger_ranges, plan, read_index_positions,
@@ -95,6 +96,17 @@ def main(argv=None, spark=None) -> dict:
         spark = build_session("kafkalog-decode-segments", master=args.master)
     timings = {"plan": time.time() - t0}
     try:
+        # copies of one partition under several brokers' folders: framed, each batch
+        # decoded once (replicas.py)
+        t1 = time.time()
+        groups = replicas.replicated(segments)
+        reconciled, replica_findings = set(), None
+        if groups:
+            framed = replicas.frame_all(spark, [s for g in groups.values() for s in g], s3)
+            tasks, replica_findings, reconciled = replicas.replan(tasks, groups, framed,
+                                                                  published, args.run_id,
+                                                                  args.split_bytes)
+        timings["frame"] = time.time() - t1
         t1 = time.time()
         rows = run_tasks(spark, tasks, ctx)
         timings["decode"] = time.time() - t1
@@ -104,13 +116,17 @@ def main(argv=None, spark=None) -> dict:
         divergences = 0
         if pending:
             divergences, deduped = resolve_pending(spark, ctx, wh, bases, rows, args.chunk_id,
-                                                      ledger)
+                                                      ledger, reported=reconciled)
             for name, fs in deduped.items():
                 files[name].extend(fs)
         timings["deduplicate"] = time.time() - t1
     finally:
         if own_session and args.master is not None:
             spark.stop()
+    if replica_findings is not None and replica_findings.num_rows:
+        divergences += replica_findings.num_rows
+        files["findings"].extend(write_driver_table(ctx, "findings", replica_findings,
+                                                    "replicas"))
     if unparsable:
         files["findings"].extend(write_driver_table(ctx, "findings", unparsable_findings(
             unparsable, args.run_id), "names"))
@@ -130,7 +146,8 @@ def main(argv=None, spark=None) -> dict:
         **counts, "divergences": divergences, "unparsable": len(unparsable),
         "actions": {a: sum(1 for r in rows if r["action"] == a)
                     for a in sorted({r["action"] for r in rows})},
-        "pending_partitions": len(pending), "branch": iceberg.branch_name(args.run_id),
+        "pending_partitions": len(pending), "replicated_partitions": len(reconciled),
+        "branch": iceberg.branch_name(args.run_id),
         "catalog": args.catalog, "published": False, "seconds": None,
     }
     if not args.no_publish:

@@ -20,7 +20,8 @@ def dedupe(existing, staged, pending, keys: list[str], order: list[str], content
     Per key the first row wins in this order: the warehouse (``existing``),
     this run's other staged rows (``staged``), then ``pending`` by ``order``.
     Returns ``(keep, diverging)``; ``diverging`` has the losing copies with
-    ``_win_segment`` and ``_win_position`` of the kept row.
+    ``_win_src`` (0 warehouse, 1 staged, 2 pending), ``_win_segment`` and
+    ``_win_position`` of the kept row.
     """
     from pyspark.sql import Window, functions as F
 
@@ -36,9 +37,11 @@ def dedupe(existing, staged, pending, keys: list[str], order: list[str], content
         return keep, None
     u = (u.withColumn("_h", F.xxhash64(*content))
          .withColumn("_win_h", F.first("_h").over(w_all))
+         .withColumn("_win_src", F.first("_src").over(w_all))
          .withColumn("_win_segment", F.first("segment").over(w_all))
          .withColumn("_win_position", F.first(order[-1]).over(w_all)))
-    diverging = u.where("_src = 2 AND _h != _win_h").select(*cols, "_win_segment", "_win_position")
+    diverging = u.where("_src = 2 AND _h != _win_h").select(*cols, "_win_src", "_win_segment",
+                                                           "_win_position")
     return keep, diverging
 
 
@@ -86,10 +89,14 @@ def overlap_filter(ranges: dict[tuple[str, int], tuple[int, int]], table: str,
 
 
 def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[dict],
-                    chunk_id: str | None, ledger) -> tuple[int, dict[str, list[str]]]:
+                    chunk_id: str | None, ledger,
+                    reported=frozenset()) -> tuple[int, dict[str, list[str]]]:
     """Deduplicate the pending output (in the run's scratch) against what ``main`` held
     at ``bases`` (whose ``ledger`` table says which runs wrote which offsets) and this
     run's other submissions; write the rows to keep into the tables' data folders.
+    ``reported``: (topic, partition) whose copies in this run were compared batch by
+    batch (:mod:`~spark_jobs.decode.replicas` recorded their divergences once): two of
+    their pending copies that differ give no record-level finding again.
     Returns ``(divergences, {table: files})``."""
     from pyspark.sql import functions as F
 
@@ -129,6 +136,11 @@ def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[d
     keep, diverging = dedupe(e, s, p, ["topic", "partition", "offset"],
                              ["segment", "batch_position"],
                              ["timestamp", "key", "value", "headers"])
+    if reported:
+        known = spark.createDataFrame(sorted(reported), "topic string, partition int") \
+            .withColumn("_reported", F.lit(True))
+        diverging = (diverging.join(F.broadcast(known), ["topic", "partition"], "left")
+                     .where("NOT (_win_src = 2 AND _reported <=> true)").drop("_reported"))
     diverging = diverging.cache()
     out["records"] = write_frame(keep, "records", ctx, "d")
     n_div = diverging.count()

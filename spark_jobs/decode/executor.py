@@ -138,7 +138,7 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
     owned_start, owned_end = lo, task.end
     last = task.end >= task.size
     entries = True
-    if task.split and lo > 0:
+    if task.split and lo > 0 and not task.framed:
         first = kafkalog.first_entry(source, byte_range=byte_range)
         if first is None or first >= owned_end:
             entries = False  # every entry here starts in the previous task's range
@@ -150,7 +150,8 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
                 byte_range = (first, hi)
     cut = None  # where the next task's first entry starts: this task's rows end there
     if entries and not last:
-        cut = _first_entry_at(source, byte_range, owned_end, hi)
+        # a framed task ends where the entry after its last one starts
+        cut = owned_end if task.framed else _first_entry_at(source, byte_range, owned_end, hi)
         if cut is None and hi < task.size:
             return None  # the next task's first entry lies past this window: read further
     stats = _empty_stats(task)

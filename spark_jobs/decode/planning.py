@@ -74,6 +74,7 @@ class Task:
     mode: str = "decode"  # decode | resume
     split: bool = False  # start is an .index position: find the entry boundary at or after it
     pending: bool = False  # output may overlap the warehouse or this run: deduplicate
+    framed: bool = False  # start and end are entry boundaries (replicas.py framed them)
     verify_position: int | None = None  # resume: the last ingested batch's position ...
     verify_crc: int | None = None  # ... and its stored CRC
     covered_end: int | None = None  # resume: the end of the prefix earlier runs ingested

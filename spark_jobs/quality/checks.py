@@ -35,6 +35,7 @@ CHECKS = {
     "create_time": "records",
     "max_timestamp": "batches",
     "divergence": "segments",
+    "replica_divergence": "segments",
     "truncated_tail": "segments",
     "decoder_findings": "segments",
 }
@@ -547,7 +548,32 @@ def finding_checks(findings, newest_segments):
                              COALESCE(CAST(f.end AS string), '?'), f.message) AS message
         FROM {f} f LEFT JOIN {n} n ON n.topic = f.topic AND n.partition = f.partition
                                    AND n.segment = f.segment
-        WHERE f.kind <> 'crc_mismatch'""", f=findings, n=newest_segments))
+        WHERE f.kind <> 'crc_mismatch' AND NOT """ + _REPLICA, f=findings, n=newest_segments))
+
+
+def _replica_predicate() -> str:
+    from spark_jobs.decode.replicas import DIVERGENCE_PREFIX
+
+    return f"(f.kind = 'divergence' AND startswith(f.message, '{DIVERGENCE_PREFIX}'))"
+
+
+#: a finding of two brokers' copies of a partition that differ (spark_jobs/decode/replicas.py)
+_REPLICA = _replica_predicate()
+
+
+def replica_divergences(findings):
+    """``replica_divergence``: the decode job compared the copies of a partition that
+    several brokers' folders hold batch by batch and found one holding other batches
+    at the same offsets (an unclean leader election, a truncation): one observation per
+    ``divergence`` finding it recorded, naming both copies (class ``divergence``).
+    Record-level divergences (a copy against what the warehouse held) stay
+    :func:`finding_checks`' ``divergence``."""
+    return _select(_sql(findings.sparkSession, """
+        SELECT 'replica_divergence' AS check, f.topic, f.partition, 'divergence' AS class,
+               f.base_offset AS first_offset, f.last_offset,
+               f.last_offset - f.base_offset + 1 AS offsets, f.bytes AS value, f.segment,
+               f.position, f.message
+        FROM {f} f WHERE """ + _REPLICA, f=findings))
 
 
 def newest_segments(batches, ledger):
@@ -577,6 +603,7 @@ def apply_policy(observations, policy: Policy, topics, finding_kinds=()):
         "create_time": ["regression", "beyond_tolerance"],
         "max_timestamp": ["mismatch"],
         "divergence": ["divergence"],
+        "replica_divergence": ["divergence"],
         "truncated_tail": ["truncated_tail", "active_segment"],
     }
     kinds = set()
@@ -625,6 +652,7 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=Non
         create_time_regressions(r, tol),
         max_timestamp_mismatches(r, b),
         finding_checks(f, newest_segments(b, l)),
+        replica_divergences(f),
     ]
     out = parts[0]
     for p in parts[1:]:

@@ -1,0 +1,211 @@
+"""Replicas (spark_jobs/decode/replicas.py): copies of one partition under several
+brokers' folders are matched batch by batch and decoded once.
+
+The snapshot is built from kafka-python's record builder (``segments.kp_v2``, an
+independent encoder): batch ``i`` of a partition holds offsets ``3i..3i+2`` whose
+values say which partition and offset they are. The expected table of each case is
+written down from those values, never read back with our decoder; the job's tables
+are compared with it whole, counting offsets lost and duplicated. One decode run (and
+one audit) covers every case, each its own partition.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from segments import kp_v2
+from spark_jobs import decode as job
+from spark_jobs import tables
+from spark_jobs.decode import replicas
+from spark_jobs.decode.planning import Segment
+
+T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
+PER = 3  # records per batch
+
+
+def value(tp: str, offset: int, tag: str = "") -> bytes:
+    return f"{tp}@{offset}{tag}".encode()
+
+
+def batch(tp: str, i: int, tag: str = "", n: int = PER) -> bytes:
+    """Batch ``i`` of partition ``tp``: offsets ``3i..3i+n-1`` (kafka-python's builder)."""
+    first = PER * i
+    return kp_v2(0, [value(tp, first + k, tag) for k in range(n)], base_offset=first,
+                 timestamp=T0 + first * 1000)
+
+
+def write_copy(root: Path, copy: str, tp: str, segments: list[list[bytes]]) -> None:
+    """One broker's copy of ``tp``: a segment per list of batches, named by its base offset."""
+    folder = root / copy / tp
+    folder.mkdir(parents=True, exist_ok=True)
+    for batches in segments:
+        base = struct.unpack_from(">q", batches[0])[0]
+        (folder / f"{base:020d}.log").write_bytes(b"".join(batches))
+
+
+def flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+
+
+def expected(tp: str, offsets, tag_at=None) -> dict:
+    """(topic, partition, offset) -> value, from the values the builder was given."""
+    topic, _, part = tp.rpartition("-")
+    tag_at = tag_at or {}
+    return {(topic, int(part), o): value(tp, o, tag_at.get(o, "")) for o in offsets}
+
+
+def snapshot(root: Path) -> dict:
+    """Every case as its own partition, under brokers b1, b2 (and b3); returns the
+    expected records of the whole snapshot."""
+    want = {}
+    six = range(6 * PER)
+    # identical replicas
+    for copy in ("b1", "b2"):
+        write_copy(root, copy, "same-0", [[batch("same-0", i) for i in range(6)]])
+    want.update(expected("same-0", six))
+    # one replica behind: b2 has the first four batches only
+    write_copy(root, "b1", "behind-0", [[batch("behind-0", i) for i in range(6)]])
+    write_copy(root, "b2", "behind-0", [[batch("behind-0", i) for i in range(4)]])
+    want.update(expected("behind-0", six))
+    # a truncated tail: b1's first segment (rolled at offset 9) ends in half of batch
+    # 2; b2 is behind (batches 0..3) but holds batch 2 whole: the other side of b1's
+    # torn tail comes from b2, the rest from b1
+    torn = [batch("torn-0", i) for i in range(6)]
+    write_copy(root, "b1", "torn-0", [torn[:2] + [torn[2][:40]], torn[3:]])
+    write_copy(root, "b2", "torn-0", [torn[:4]])
+    want.update(expected("torn-0", six))
+    # diverged: same offsets (12..14), different CRC; the primary copy (b1) is kept
+    write_copy(root, "b1", "diverged-0", [[batch("diverged-0", i) for i in range(5)]])
+    write_copy(root, "b2", "diverged-0", [[batch("diverged-0", i) for i in range(4)]
+                                          + [batch("diverged-0", 4, tag="!")]])
+    want.update(expected("diverged-0", range(5 * PER)))
+    # diverged with offsets of its own: b1 (primary: it reaches 17) has a damaged
+    # batch 4 (12..14, its CRC fails); b2's batch there holds 12..15 with other values.
+    # 12..14 come from b2, the Spark dedupe keeps the first copy of 15 (b1's)
+    ones = [batch("diverged-1", i) for i in range(6)]
+    write_copy(root, "b1", "diverged-1", [ones[:4] + [flip(ones[4], 80), ones[5]]])
+    write_copy(root, "b2", "diverged-1", [ones[:4] + [batch("diverged-1", 4, tag="!", n=4)]])
+    want.update(expected("diverged-1", six, {o: "!" for o in range(12, 15)}))
+    # segments split differently: b1 rolled at offset 6, b2 at offset 9 and 15
+    split = [batch("split-0", i) for i in range(6)]
+    write_copy(root, "b1", "split-0", [split[:2], split[2:]])
+    write_copy(root, "b2", "split-0", [split[:3], split[3:5], split[5:]])
+    want.update(expected("split-0", six))
+    # three copies: b1 behind, b2 with a damaged batch 2 (CRC fails), b3 whole but
+    # torn after batch 5: every batch from a copy that verifies
+    three = [batch("three-0", i) for i in range(7)]
+    write_copy(root, "b1", "three-0", [three[:3]])
+    write_copy(root, "b2", "three-0", [three[:2] + [flip(three[2], 80)] + three[3:6]])
+    write_copy(root, "b3", "three-0", [three[:6] + [three[6][:50]]])
+    want.update(expected("three-0", six))
+    return want
+
+
+@pytest.mark.pipeline
+def test_replicas_are_decoded_once_and_match_the_expected_tables(spark, tmp_path):
+    from spark_jobs import check_quality
+
+    want = snapshot(tmp_path / "snap")
+    wh = tmp_path / "wh"
+    s = job.main(["--input", str(tmp_path / "snap"), "--output", str(wh), "--run-id", "r1"],
+                 spark=spark)
+    rec = tables.read_arrow(str(wh), "records", columns=("topic", "partition", "offset", "value"))
+    got = Counter(zip(*(rec.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
+    lost = len(set(want) - set(got))
+    duplicated = sum(n - 1 for n in got.values() if n > 1)
+    extra = len(set(got) - set(want))
+    assert (lost, duplicated, extra) == (0, 0, 0)
+    values = dict(zip(zip(*(rec.column(c).to_pylist() for c in ("topic", "partition", "offset"))),
+                      rec.column("value").to_pylist()))
+    assert values == want
+
+    # every replicated partition reconciled; only diverged-1 needed the Spark dedupe
+    assert s["replicated_partitions"] == 7 and s["pending_partitions"] == 1
+    ledger = tables.read_arrow(str(wh), "ledger").to_pylist()
+    decoded = {(r["topic"], r["segment"].split("/snap/")[1].split("/")[0]) for r in ledger}
+    # identical and split copies: one copy decoded, the other only framed
+    assert {c for t, c in decoded if t == "same"} == {"b1"}
+    assert {c for t, c in decoded if t == "split"} == {"b1"}
+    # bytes read per partition: one copy's worth, plus what only the other copy holds
+    read = Counter()
+    for r in ledger:
+        read[r["topic"]] += r["byte_end"] - r["byte_start"]
+    one_copy = {tp: sum(len(batch(tp, i)) for i in range(6)) for tp in ("same-0", "split-0")}
+    assert read["same"] == one_copy["same-0"] and read["split"] == one_copy["split-0"]
+    # the batches table holds each batch once
+    b = tables.read_arrow(str(wh), "batches", columns=("topic", "partition", "base_offset"))
+    assert max(Counter(zip(*(b.column(c).to_pylist() for c in b.column_names))).values()) == 1
+
+    # divergences: one finding per diverged batch, naming both copies, no record-level ones
+    findings = tables.read_arrow(str(wh), "findings").to_pylist()
+    div = sorted((f["topic"], f["base_offset"], f["last_offset"]) for f in findings
+                 if f["kind"] == "divergence")
+    assert div == [("diverged", 12, 14), ("diverged", 12, 15)]
+    for f in findings:
+        if f["kind"] == "divergence":
+            assert f["message"].startswith(replicas.DIVERGENCE_PREFIX)
+            assert "/b2/" in f["segment"] and "/b1/" + f["topic"] in f["message"]
+    assert s["divergences"] == 2
+    # the primary copy's torn tail is reported (its bytes are decoded); the damage of
+    # copies that were only framed is not: b2's CRC failure and b3's torn tail in three-0
+    damage = sorted((f["topic"], f["kind"], f["segment"].split("/snap/")[1]) for f in findings
+                    if f["kind"] in ("crc_mismatch", "truncated_tail"))
+    assert damage == [("torn", "truncated_tail", "b1/torn-0/00000000000000000000.log")]
+
+    # the audit reports them as replica_divergence (and not again as divergence)
+    assert check_quality.main(["--warehouse", str(wh), "--run-id", "r1", "--no-docs"],
+                              spark=spark) == check_quality.EXIT_CHECKS_FAILED
+    dq = tables.read_arrow(str(wh), "dq_results").to_pylist()
+    bad = sorted((r["check"], r["topic"], r["partition"], r["failed"]) for r in dq
+                 if r["status"] != "pass")
+    # (diverged-1: b2's batch 12..15 lost offset 15 to b1's batch 15..17, so the batch
+    # checks see a batch without all its records: the divergence's own evidence)
+    assert bad == [("max_timestamp", "diverged", 1, 1), ("record_count", "diverged", 1, 1),
+                   ("replica_divergence", "diverged", 0, 1), ("replica_divergence", "diverged", 1, 1),
+                   ("truncated_tail", "torn", 0, 1)]
+    item = json.loads(next(r["details"] for r in dq if r["check"] == "replica_divergence"
+                           and r["status"] == "fail"))["items"][0]
+    assert "/b1/" in item["message"] and "/b2/" in item["message"]
+
+
+def seg(copy: str, base: int, data: bytes) -> Segment:
+    return Segment(f"/s/{copy}/t-0/{base:020d}.log", "t", 0, base, len(data))
+
+
+def test_reconcile_takes_each_batch_once_from_a_copy_that_verifies():
+    whole = [batch("t-0", i) for i in range(4)]
+    a = b"".join(whole)
+    damaged = b"".join(whole[:1] + [flip(whole[1], 70)] + whole[2:])
+    segs = [seg("b1", 0, damaged), seg("b2", 0, a[:len(whole[0]) + len(whole[1])]),
+            seg("b2", 6, b"".join(whole[2:]))]
+    framed = {s.uri: replicas.frame(data) for s, data in
+              zip(segs, [damaged, a[:len(whole[0]) + len(whole[1])], b"".join(whole[2:])])}
+    assert [e.valid for e in framed[segs[0].uri].entries] == [True, False, True, True]
+    choice = replicas.reconcile(segs, framed)
+    # b1 is primary (4 batches); its damaged batch 1 comes from b2, nothing is pending
+    b0 = len(whole[0])
+    assert choice.ranges == {segs[0].uri: [(0, b0), (b0 + len(whole[1]), len(a))],
+                             segs[1].uri: [(b0, b0 + len(whole[1]))]}
+    assert (choice.divergences, choice.pending, choice.primary) == ([], False, "/s/b1")
+
+
+def test_framing_stops_where_entries_stop_and_says_whether_more_follow():
+    data = b"".join(batch("t-0", i) for i in range(3))
+    assert replicas.frame(data).end == len(data)
+    torn = replicas.frame(data[:-5])
+    assert (len(torn.entries), torn.end, torn.rest) == (2, len(data) - len(batch("t-0", 2)), False)
+    # garbage between batches: framing stops there, a verifying entry follows
+    hole = batch("t-0", 0) + b"\x01" * 30 + batch("t-0", 1)
+    f = replicas.frame(hole)
+    assert (len(f.entries), f.end, f.rest) == (1, len(batch("t-0", 0)), True)
+    assert replicas.Framed.from_json(f.to_json()) == f
+    # a kept range is cut at entry positions about split_bytes apart
+    whole = replicas.frame(data)
+    cuts = [e.position for e in whole.entries] + [len(data)]
+    assert replicas.split_range(whole, 0, len(data), 1) == list(zip(cuts, cuts[1:]))
+    assert replicas.split_range(whole, cuts[1], len(data), 10**6) == [(cuts[1], len(data))]
