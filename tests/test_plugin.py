@@ -731,8 +731,10 @@ def test_a_range_runs_items_are_placed_on_their_nights():
     for more, want in ((0, {"2026-11-19": "fail", "2026-11-20": "pass"}),
                        (3, {"2026-11-19": "fail", "2026-11-20": "fail"})):
         run = data.Run("t", "range", None, [_result("range", "crc", "fail", [item], more),
-                                            _result("range", "record_count", "pass", [])])
+                                            _result("range", "record_count", "pass", []),
+                                            _result("range", "run_level", "warn", [], tp=(None, None))])
         ov = data.overview([run], {"t": cov}, pattern)
+        assert set(ov.cells) == {("orders", 0, n) for n in cov.nights}  # a row of no partition: not drawn
         assert {n: ov.cells[("orders", 0, n)].outcome for n in ov.nights} == want
         assert ov.cells[("orders", 0, "2026-11-19")].anchor == "r-crc-orders-0"
     # paths the template does not match: no night, and the reason says so

@@ -1144,6 +1144,8 @@ def overview(runs: list[Run], coverage: dict, pattern: re.Pattern | None = None)
             rows_by_tp.setdefault((r.topic, r.partition), []).append(r)
         all_nights = tuple(cov.nights)
         for (topic, partition), rows in rows_by_tp.items():
+            if topic is None or partition is None:  # no topic-partition: on the run page only
+                continue
             nights = cov.partitions.get((topic, partition), all_nights)
             for night in nights:
                 cell = _cell(run, topic, partition, night, rows, nights, pattern)
