@@ -5,9 +5,12 @@ The checks themselves are per-partition window SQL in
 summarized per check × topic-partition × class × status
 (``spark_jobs.quality.results.verdicts``: counts and an example message), are
 the batch every suite validates. Each check has one suite with two
-``UnexpectedRowsExpectation``\\ s: the partitions and classes graded ``fail``
-(severity critical) and those graded ``warn`` (severity warning). Explained
-observations (status ``pass``) are listed in dq_results, never unexpected.
+``UnexpectedRowsExpectation``\\ s (``expectations.data_docs.PolicyRows``): the
+partitions and classes graded ``fail`` (severity critical) and those graded
+``warn`` (severity warning). Explained observations (status ``pass``) are listed in
+dq_results, never unexpected. The severities carry the policy's grade into the Data
+Docs (``expectations/data_docs.py``): a suite whose only unexpected rows are
+warn-graded reads "Warning" there, as in dq_results.
 
 great_expectations is imported inside the functions (it takes seconds).
 """
@@ -30,6 +33,7 @@ DESCRIPTIONS = {
     "create_time": "CreateTime going back in offset order stays within the configured tolerance.",
     "max_timestamp": "Each batch's max_timestamp is the largest of its records' timestamps.",
     "divergence": "No two copies of one offset differ.",
+    "replica_divergence": "Two brokers' copies of a partition hold the same batches at the same offsets.",
     "truncated_tail": "No segment ends in an incomplete entry (the newest segment of a live partition may).",
     "decoder_findings": "The decoder found nothing unreadable (corrupt batches, skipped bytes, codec errors ...).",
 }
@@ -42,45 +46,49 @@ def unexpected_rows_query(check: str, status: str) -> str:
             f"WHERE check = '{check}' AND status = '{status}'")
 
 
+#: the policy grade -> the severity of the expectation whose unexpected rows it grades
+SEVERITIES = {"fail": "critical", "warn": "warning"}
+
+
 def build_suites(gx, checks):
     """One ExpectationSuite per check (not yet added to a context)."""
-    import great_expectations.expectations as gxe
+    from expectations.data_docs import PolicyRows
 
     suites = []
     for check in checks:
-        suite = gx.ExpectationSuite(name=f"kafka_{check}")
-        suite.add_expectation(gxe.UnexpectedRowsExpectation(
-            unexpected_rows_query=unexpected_rows_query(check, "fail"),
-            description=f"{DESCRIPTIONS[check]} Rows: observations the policy grades fail.",
-            severity="critical"))
-        suite.add_expectation(gxe.UnexpectedRowsExpectation(
-            unexpected_rows_query=unexpected_rows_query(check, "warn"),
-            description=f"{DESCRIPTIONS[check]} Rows: observations the policy grades warn.",
-            severity="warning"))
+        if check not in DESCRIPTIONS:
+            raise KeyError(f"check {check!r} has no description in expectations/suites.py DESCRIPTIONS")
+        suite = gx.ExpectationSuite(name=suite_name(check))
+        for grade, severity in SEVERITIES.items():
+            suite.add_expectation(PolicyRows(
+                unexpected_rows_query=unexpected_rows_query(check, grade),
+                description=f"{DESCRIPTIONS[check]} Rows: observations the policy grades {grade}.",
+                severity=severity))
         suites.append(suite)
     return suites
 
 
+def suite_name(check: str) -> str:
+    return f"kafka_{check}"
+
+
 def validate(verdicts, run_id: str, checks, docs_dir: str | None = None):
-    """Validate ``verdicts`` with every check's suite; build Data Docs into
-    ``docs_dir`` (a new temporary folder if None). Returns
-    ``(summary {check: {"fail": n, "warn": n}}, docs_dir)``."""
+    """Validate ``verdicts`` with every check's suite (one checkpoint, one context) and
+    build this run's Data Docs into ``docs_dir`` (a new temporary folder if None), once,
+    after all validations (``expectations.data_docs.build``). Returns
+    ``(summary {check: {"fail": n, "warn": n}}, docs_dir)``: the unexpected rows of each
+    check's fail- and warn-graded expectation."""
     import logging
 
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    from expectations import data_docs
+
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     docs_dir = docs_dir or tempfile.mkdtemp(prefix="dq-docs-")
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
-    ctx.add_data_docs_site("run_site", {
-        "class_name": "SiteBuilder",
-        "show_how_to_buttons": False,
-        "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                          "base_directory": os.path.abspath(docs_dir)},
-        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-    })
     source = ctx.data_sources.add_spark("audit")
     asset = source.add_dataframe_asset("verdicts")
     whole = asset.add_batch_definition_whole_dataframe("run")
@@ -91,19 +99,19 @@ def validate(verdicts, run_id: str, checks, docs_dir: str | None = None):
             gx.ValidationDefinition(name=suite.name, data=whole, suite=suite)))
     checkpoint = ctx.checkpoints.add(gx.Checkpoint(
         name="kafka_audit", validation_definitions=definitions,
-        actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["run_site"])],
         result_format={"result_format": "SUMMARY"}))
     result = checkpoint.run(batch_parameters={"dataframe": verdicts},
                             run_id=gx.RunIdentifier(run_name=run_id))
+    grade_of = {severity: grade for grade, severity in SEVERITIES.items()}
     summary = {}
     for vr in result.run_results.values():
-        check = vr.suite_name[len("kafka_"):]
+        check = vr.suite_name[len(suite_name("")):]
         counts = summary.setdefault(check, {})
         for r in vr.results:
             info = r.exception_info or {}
             if info.get("raised_exception"):
                 raise RuntimeError(f"expectation of {check} raised: {info.get('exception_message')}")
-            query = r.expectation_config.kwargs["unexpected_rows_query"]
-            status = "fail" if "status = 'fail'" in query else "warn"
-            counts[status] = int(r.result.get("observed_value") or 0)
+            counts[grade_of[r.expectation_config.severity.value]] = int(r.result.get("observed_value") or 0)
+    data_docs.build(list(result.run_results.values()), docs_dir, run_id,
+                    descriptions={suite_name(c): DESCRIPTIONS[c] for c in checks})
     return summary, docs_dir

@@ -13,6 +13,7 @@ import datetime as dt
 import io
 import json
 import os
+import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -525,9 +526,109 @@ def test_job_fails_the_run_and_says_why(spark, faulty_w, test_policy, capsys):
     crc = next(r for r in rows if (r["topic"], r["check"]) == ("crc", "crc"))
     item = json.loads(crc["details"])["items"][0]
     assert (item["segment"], item["position"]) == ("s3://snap/2025-11-21/crc-0/00000000000000000000.log", 96)
-    docs = os.path.join(faulty_w, "data_docs", "faulty", "index.html")
-    assert os.path.getsize(docs) > 0
-    assert "kafka_offset_gaps" in open(docs, encoding="utf-8").read()
+    # Data Docs: offline, and each suite's status is its check's worst dq_results status
+    docs = os.path.join(faulty_w, "data_docs", "faulty")
+    assert_offline(docs)
+    worst = {}
+    for r in rows:
+        worst[r["check"]] = min(worst.get(r["check"], "pass"), r["status"], key=STATUS_ORDER.index)
+    assert docs_statuses(docs) == {f"kafka_{c}": s for c, s in worst.items()}
+
+
+#: worst first, as Data Docs and the report order them
+STATUS_ORDER = ["fail", "warn", "pass"]
+#: a reference to something outside the folder: any scheme or a protocol-relative URL in
+#: src=/href= (script, link, img, a), CSS url(...) or @import
+EXTERNAL_REF = re.compile(r"""(?:\b(?:src|href)\s*=\s*["']?\s*|url\(\s*["']?\s*|@import\s+["']?\s*)"""
+                          r"(?:[a-z][a-z0-9+.-]*:|//)", re.I)
+LOCAL_REF = re.compile(r"""\b(?:src|href)\s*=\s*["']([^"'#]+)""", re.I)
+
+
+def assert_offline(docs_dir):
+    """Every built file: no external reference, no script (the pages work with JS off),
+    every relative src/href names a file of the folder; returns the files."""
+    from urllib.parse import unquote
+
+    files = [os.path.join(d, f) for d, _, fs in os.walk(docs_dir) for f in fs]
+    assert os.path.join(docs_dir, "index.html") in files
+    for path in files:
+        text = open(path, encoding="utf-8").read()
+        assert not EXTERNAL_REF.findall(text), (path, EXTERNAL_REF.findall(text))
+        assert "<script" not in text.lower(), path
+        for ref in LOCAL_REF.findall(text):
+            target = os.path.normpath(os.path.join(os.path.dirname(path), unquote(ref)))
+            assert target in files, (path, ref)
+    return files
+
+
+def docs_statuses(docs_dir) -> dict:
+    """suite -> status, as the index lists them (its order: worst first, then by name) and as
+    each suite's page says in its overview."""
+    index = open(os.path.join(docs_dir, "index.html"), encoding="utf-8").read()
+    rows = re.findall(r'<tr class="status-(\w+)">.*?<a href="(validations/[^"]+)">([^<]+)</a>', index, re.S)
+    assert [(STATUS_ORDER.index(s), suite) for s, _, suite in rows] == \
+        sorted((STATUS_ORDER.index(s), suite) for s, _, suite in rows)
+    labels = {"fail": "Failed", "warn": "Warning", "pass": "Passed"}
+    for status, href, _ in rows:
+        page = open(os.path.join(docs_dir, href), encoding="utf-8").read()
+        overview = re.search(r'Status:</span>\s*<i class="([^"]+)"[^>]*></i>\s*(\w+)', page)
+        assert overview.group(2) == labels[status], (href, overview.group(0))
+    return {suite: status for status, _, suite in rows}
+
+
+def test_data_docs_statuses_follow_severity(tmp_path):
+    """No Spark: validation results made by hand. A suite whose only unsuccessful
+    expectation has severity warning is "Warning" on the index and its page, and that
+    expectation's row gets the warning icon; GX's own success (false) is not rewritten."""
+    from great_expectations.core import ExpectationSuiteValidationResult, ExpectationValidationResult
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    from expectations import data_docs, suites
+
+    def expectation(grade, rows):
+        return ExpectationValidationResult(
+            success=rows == 0, result={"observed_value": rows},
+            expectation_config=ExpectationConfiguration(
+                type="policy_rows", severity=suites.SEVERITIES[grade],
+                kwargs={"unexpected_rows_query": suites.unexpected_rows_query("crc", grade)},
+                description=f"rows graded {grade}"))
+
+    run = "night <1> & co"
+    def result(name, fail_rows, warn_rows):
+        evrs = [expectation("fail", fail_rows), expectation("warn", warn_rows)]
+        return ExpectationSuiteValidationResult(
+            success=not (fail_rows or warn_rows), results=evrs, suite_name=name,
+            meta={"run_id": RunIdentifier(run_name=run), "batch_spec": {}},
+            statistics={"evaluated_expectations": 2, "successful_expectations": 0,
+                        "unsuccessful_expectations": 0, "success_percent": 0.0})
+    results = [result("kafka_passes", 0, 0), result("kafka_warns", 0, 3), result("kafka_fails", 2, 1)]
+    assert [data_docs.status(r) for r in results] == ["pass", "warn", "fail"]
+    entries = data_docs.build(results, str(tmp_path), run, descriptions={"kafka_warns": "x < y"})
+    assert [(e.suite, e.status, e.failed_rows, e.warned_rows) for e in entries] == [
+        ("kafka_fails", "fail", 2, 1), ("kafka_warns", "warn", 0, 3), ("kafka_passes", "pass", 0, 0)]
+    assert sorted(os.path.relpath(f, tmp_path) for f in assert_offline(str(tmp_path))) == [
+        "index.html", "validations/kafka_fails.html", "validations/kafka_passes.html",
+        "validations/kafka_warns.html"]
+    assert docs_statuses(str(tmp_path)) == {"kafka_fails": "fail", "kafka_warns": "warn",
+                                            "kafka_passes": "pass"}
+    index = (tmp_path / "index.html").read_text()
+    assert "night &lt;1&gt; &amp; co" in index and "x &lt; y" in index and run not in index
+    # row icons: a failed warn-graded expectation is a warning, a failed fail-graded one a failure
+    icons = lambda name: re.findall(r'<td id="section-2-[^"]*-1"[^>]*>\s*<div[^>]*>\s*<span\s*>\s*<i class="([^"]+)"',
+                                    (tmp_path / "validations" / f"{name}.html").read_text())
+    assert icons("kafka_warns") == ["fas fa-check-circle text-success",
+                                    "fas fa-exclamation-triangle text-warning"]
+    assert icons("kafka_fails") == ["fas fa-times text-danger", "fas fa-exclamation-triangle text-warning"]
+    assert results[1].success is False
+
+
+def test_every_check_has_a_suite_description():
+    from expectations import suites
+
+    assert set(qc.CHECKS) <= set(suites.DESCRIPTIONS)
+    with pytest.raises(KeyError, match="no description"):
+        suites.build_suites(None, ["no_such_check"])
 
 
 def test_job_passes_explained_gaps(spark, legit_w, capsys):
