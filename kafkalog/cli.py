@@ -14,6 +14,11 @@ object in JSON, ``key: … payload: …`` in text) when the partition folder nam
 topic (``__consumer_offsets-N``, ``__transaction_state-N``, ``__cluster_metadata-0``)
 or ``--decoder`` says which (:mod:`kafkalog.internal`).
 
+``--schemas SOURCE`` decodes keys and values written in Schema Registry's wire format
+with a registry rebuilt from SOURCE (the snapshot's ``_schemas`` topic, a schema folder
+or a registry URL: :mod:`kafkalog.schemas`); a key or value that does not decode is a
+``key_decode_error``/``value_decode_error`` finding.
+
 Exit status, the same for both commands (with several files the highest wins):
 see :data:`EXIT_STATUS`. Errors and refusals are one line on stderr, with no
 traceback and nothing printed for that file before them.
@@ -49,6 +54,7 @@ from .log_reader import MAGIC_OFFSET, scan
 from .model import Batch, Finding, Limits, increment_sequence
 from .state_files import LEADER_EPOCH_CHECKPOINT, PRODUCER_SNAPSHOT, READERS as STATE_READERS
 from .state_files import state_file_kind
+from . import schemas as sr
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -166,7 +172,8 @@ def _shown(value: bytes | None) -> str:
     return value.decode("utf-8", "backslashreplace")
 
 
-def record_text(b: Batch, r, print_data: bool, decoded: dict | None = None) -> str:
+def record_text(b: Batch, r, print_data: bool, decoded: dict | None = None,
+                fields: dict | None = None) -> str:
     ts_name = b.timestamp_type or "NoTimestampType"
     seq = "-1"
     if b.base_sequence is not None and b.base_sequence >= 0:
@@ -194,6 +201,8 @@ def record_text(b: Batch, r, print_data: bool, decoded: dict | None = None) -> s
             line += f" payload: {_compact(decoded)}"
     elif print_data:
         line += f" key: {_shown(r.key)} payload: {_shown(r.value)}"
+    if fields is not None:
+        line += f" schemas: {_compact(fields)}"
     return line
 
 
@@ -220,6 +229,20 @@ def internal_record_finding(b: Batch, r, why: str) -> Finding:
     """A record of ``b`` that does not decode with its internal topic's specs."""
     return Finding("internal_record_error", b.position, b.end, f"offset {r.offset}: {why}",
                    r.offset, r.offset)
+
+
+def schema_decode_findings(b: Batch, r, registry) -> tuple[dict, list[Finding]]:
+    """The eight fields of ``kafkalog.schemas.FIELDS`` for one record, and a
+    ``key_decode_error``/``value_decode_error`` finding per side that did not decode."""
+    found = []
+    headers = r.headers
+    key = sr.decode_one(registry, r.key, sr.wire_header(headers, sr.KEY_SCHEMA_HEADER))
+    value = sr.decode_one(registry, r.value, sr.wire_header(headers, sr.VALUE_SCHEMA_HEADER))
+    for side, d in (("key", key), ("value", value)):
+        if d.error is not None:
+            found.append(Finding(f"{side}_decode_error", b.position, b.end,
+                                 f"offset {r.offset}: {side} {d.error}: {d.reason}", r.offset, r.offset))
+    return sr.fields_of(key, value), found
 
 
 def finding_text(f: Finding) -> str:
@@ -324,6 +347,8 @@ def cmd_dump(args, out: TextIO) -> int:
             raise _Refused(f"bad byte range --start {args.start} --end {args.end}: "
                            "need 0 <= start <= end")
         types = [_dump_type(path, args.force_log) for path in args.files]
+        if args.schemas is not None and not args.records:
+            raise _Refused("--schemas decodes records: it needs --records")
         if args.start is not None or args.end is not None:
             for path, ext in zip(args.files, types):
                 if ext != LOG_SUFFIX:
@@ -331,6 +356,15 @@ def cmd_dump(args, out: TextIO) -> int:
     except _Refused as err:
         print(f"kafkalog: {err}", file=sys.stderr)
         return EXIT_ERROR
+    args.registry = None
+    if args.schemas is not None:
+        try:  # the registry is read before any output, as the files are opened
+            args.registry = sr.open_source(args.schemas)
+        except KafkaLogError as err:
+            print(f"kafkalog: --schemas {args.schemas}: {err}", file=sys.stderr)
+            return EXIT_ERROR
+        for problem in args.registry.problems:  # skipped _schemas records: said, not fatal
+            print(f"kafkalog: --schemas {args.schemas}: skipped {problem}", file=sys.stderr)
     status = EXIT_OK
     for path, ext in zip(args.files, types):
         try:
@@ -424,14 +458,19 @@ def _dump_log(args, path: str, out: TextIO) -> int:
             if args.records:
                 for r in item.records:
                     obj = record_json(item, r, path)
-                    decoded = why = None
+                    decoded = why = fields = None
+                    found = []
                     if decoder is not None and not item.is_control:
                         decoded, why = decode_record(decoder, r, args.expand_consumer_protocol)
                         obj["decoded"] = decoded
+                    if args.registry is not None and not item.is_control:
+                        fields, found = schema_decode_findings(item, r, args.registry)
+                        obj.update(fields)
                     _emit(out, args.json, obj,
-                          lambda: record_text(item, r, args.print_data, decoded))
+                          lambda: record_text(item, r, args.print_data, decoded, fields))
                     if why is not None:
-                        f = internal_record_finding(item, r, why)
+                        found.insert(0, internal_record_finding(item, r, why))
+                    for f in found:
                         kinds[f.kind] += 1
                         _emit(out, args.json, {**f.to_dict(), "file": path},
                               lambda: finding_text(f))
@@ -552,6 +591,12 @@ Records of Kafka's internal topics are decoded with Kafka's message specs
 __transaction_state-N, __cluster_metadata-0), or as --decoder says; a record
 that does not decode is an internal_record_error finding.
 
+With --schemas SOURCE, keys and values in Schema Registry's wire format are
+decoded (JSON: key_schema_id, value_schema_id, key_format, value_format,
+key_decoded, value_decoded, key_error, value_error on each record; text: a
+`schemas: {...}` object); one that does not decode is a key_decode_error or
+value_decode_error finding. Values not in the wire format are not errors.
+
 An empty .log, or one whose first bytes are no entry header and where no valid
 entry follows (a text file, say), is said in one line on stderr (exit 1);
 damage inside a segment is reported as findings in place.""",
@@ -582,6 +627,13 @@ damage inside a segment is reported as findings in place.""",
                       "auto (default) by the partition folder's topic (__consumer_offsets: "
                       "offsets, __transaction_state: transaction-log, __cluster_metadata: "
                       "cluster-metadata; other topics: none), or as named")
+    dump.add_argument("--schemas", metavar="SOURCE",
+                      help="with --records, decode keys and values in Schema Registry's wire "
+                      "format (Avro, JSON Schema, Protobuf) with the schemas of SOURCE: a "
+                      "_schemas segment, its partition folder or a snapshot folder holding "
+                      "_schemas-0; a folder of schema files (<id>.avsc, <id>.proto, <id>.json, "
+                      "or the registry's version JSON); or a registry URL (http[s]://, read "
+                      "only); adds key/value_schema_id, _format, _decoded, _error to each record")
     dump.add_argument("--expand-consumer-protocol", action="store_true",
                       help="offsets decoder: also read the subscription and assignment bytes "
                       "of a consumer group's members (Kafka's consumer protocol)")

@@ -1,0 +1,258 @@
+"""Decoders per schema format; one is compiled per schema id on first use and cached.
+
+Each decoder takes the payload after the schema id (``memoryview``; for Protobuf the
+message indexes first) and returns plain JSON-ready data:
+
+* **Avro** (fastavro ``schemaless_reader``; referenced schemas are parsed first into one
+  ``named_schemas`` dict so their named types resolve): records as objects, a union as
+  its branch's bare value, enums as symbols, maps as objects, bytes and fixed as
+  standard base64. Logical types come back as fastavro converts them and are rendered
+  as JSON can hold them: timestamps, dates and times in ISO 8601, decimals and UUIDs
+  as strings. Bytes left after the datum are malformed.
+* **JSON Schema**: the JSON document itself (not validated).
+* **Protobuf**: ``MessageToDict(msg, preserving_proto_field_name=True)`` of the message
+  the indexes name. A schema registered as base64 ``FileDescriptorProto`` goes straight
+  into a ``DescriptorPool``; ``.proto`` text is compiled with ``protoc`` from
+  grpcio-tools (in process, ``--descriptor_set_out``), references written beside it
+  under their import names; well-known imports (``google/protobuf/*.proto``) come from
+  protobuf's own descriptors (or protoc's include folder for text).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import importlib
+import io
+import json
+import os
+import tempfile
+import uuid
+from typing import Callable
+
+from .registry import AVRO, JSON, PROTOBUF, Registry, RegistryError, Schema, decode_descriptor
+from .wire import WireFormatError, read_message_indexes
+
+#: ``decode(payload, message_indexes=None)``; the indexes matter to Protobuf only
+Decoder = Callable[..., object]
+
+
+class PayloadError(WireFormatError):
+    """A payload that its schema does not read (truncated, wrong bytes, bytes left over)."""
+
+
+def decoder_for(registry: Registry, schema: Schema) -> Decoder:
+    """The cached decoder of ``schema``; :class:`RegistryError` if it does not compile."""
+    dec = registry.decoders.get(schema.id)
+    if dec is None:
+        if isinstance(dec := registry.decoders.get(("error", schema.id)), RegistryError):
+            raise dec
+        try:
+            dec = _COMPILERS[schema.schema_type](registry, schema)
+        except RegistryError as err:
+            registry.decoders[("error", schema.id)] = err
+            raise
+        except Exception as err:  # the schema libraries' own parse errors, at one boundary
+            e = RegistryError(f"schema id {schema.id} ({schema.schema_type}) does not compile: {err}")
+            registry.decoders[("error", schema.id)] = e
+            raise e from err
+        registry.decoders[schema.id] = dec
+    return dec
+
+
+# -------------------------------------------------------------------- Avro
+def _jsonable(v):
+    """fastavro's datum as plain JSON data (bytes base64, logical types as strings)."""
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (bytes, bytearray)):
+        return base64.b64encode(v).decode("ascii")
+    if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
+        return v.isoformat()
+    if isinstance(v, (decimal.Decimal, uuid.UUID)):
+        return str(v)
+    return v
+
+
+def _avro(registry: Registry, schema: Schema) -> Decoder:
+    from fastavro import parse_schema, schemaless_reader
+
+    named: dict = {}
+    seen: set[int] = set()
+
+    def parse(s: Schema, depth: int = 0):
+        if depth > 32:
+            raise RegistryError(f"schema id {schema.id}: references nest deeper than 32")
+        for ref in s.references:
+            r = registry.resolve(ref)
+            if r.id not in seen:
+                seen.add(r.id)
+                parse(r, depth + 1)
+        return parse_schema(json.loads(s.text), named_schemas=named)
+
+    parsed = parse(schema)
+
+    def decode(payload: memoryview, indexes=None):
+        buf = io.BytesIO(payload)
+        try:
+            datum = schemaless_reader(buf, parsed, None)
+        except Exception as err:  # fastavro raises EOFError, StopIteration, UnicodeDecodeError, ...
+            raise PayloadError(f"Avro payload of {len(payload)} bytes does not read: "
+                               f"{type(err).__name__}: {err}") from err
+        if buf.tell() != len(payload):
+            raise PayloadError(f"Avro datum ends at byte {buf.tell()} of {len(payload)}")
+        return _jsonable(datum)
+
+    return decode
+
+
+# -------------------------------------------------------------------- JSON
+def _json(registry: Registry, schema: Schema) -> Decoder:
+    json.loads(schema.text)  # a schema that is no JSON fails here, once
+
+    def decode(payload: memoryview, indexes=None):
+        try:
+            return json.loads(bytes(payload))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise PayloadError(f"JSON payload does not parse: {err}") from err
+
+    return decode
+
+
+# ---------------------------------------------------------------- Protobuf
+def _file_protos(registry: Registry, schema: Schema) -> list:
+    """``FileDescriptorProto``s of ``schema`` and everything it imports, dependencies first."""
+    from google.protobuf import descriptor_pb2
+
+    descriptor = decode_descriptor(schema.text)
+    if descriptor is None:
+        return _compile_proto_text(registry, schema)
+    out = []
+    for ref in schema.references:
+        out.extend(_file_protos(registry, registry.resolve(ref)))
+    fdp = descriptor_pb2.FileDescriptorProto.FromString(descriptor)
+    if not fdp.name:
+        fdp.name = f"schema_{schema.id}.proto"
+    out.append(fdp)
+    return out
+
+
+def _compile_proto_text(registry: Registry, schema: Schema) -> list:
+    """Compile ``.proto`` text (and its references, by import name) with grpcio-tools' protoc."""
+    import importlib.resources
+
+    from google.protobuf import descriptor_pb2
+    from grpc_tools import protoc
+
+    with tempfile.TemporaryDirectory(prefix="kafkalog-proto-") as tmp:
+        def write(name: str, s: Schema, depth: int = 0) -> None:
+            if depth > 32:
+                raise RegistryError(f"schema id {schema.id}: references nest deeper than 32")
+            if decode_descriptor(s.text) is not None:
+                raise RegistryError(f"schema id {s.id} ({name}): a FileDescriptorProto imported "
+                                    "by .proto text is not supported")
+            path = os.path.join(tmp, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(s.text)
+            for ref in s.references:
+                write(ref.name, registry.resolve(ref), depth + 1)
+
+        main = f"kafkalog_schema_{schema.id}.proto"
+        write(main, schema)
+        out = os.path.join(tmp, "out.pb")
+        include = str(importlib.resources.files("grpc_tools") / "_proto")
+        err = io.StringIO()
+        import contextlib
+        with contextlib.redirect_stderr(err):
+            rc = protoc.main(["protoc", f"-I{tmp}", f"-I{include}", "--include_imports",
+                              f"--descriptor_set_out={out}", main])
+        if rc != 0 or not os.path.exists(out):
+            raise RegistryError(f"schema id {schema.id}: protoc failed ({rc}) {err.getvalue().strip()}")
+        with open(out, "rb") as f:
+            return list(descriptor_pb2.FileDescriptorSet.FromString(f.read()).file)
+
+
+def _well_known(default_pool, name: str):
+    """A file protobuf (or googleapis-common-protos) ships compiled, e.g.
+    ``google/protobuf/timestamp.proto`` from ``google.protobuf.timestamp_pb2``; KeyError if none."""
+    try:
+        return default_pool.FindFileByName(name)
+    except KeyError:
+        pass
+    if name.endswith(".proto"):
+        try:  # importing the generated module registers it in the default pool
+            importlib.import_module(name[:-len(".proto")].replace("/", ".") + "_pb2")
+        except ImportError:
+            pass
+    return default_pool.FindFileByName(name)
+
+
+def _protobuf(registry: Registry, schema: Schema) -> Decoder:
+    from google.protobuf import descriptor_pool, message_factory
+    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.message import DecodeError
+
+    pool = descriptor_pool.DescriptorPool()
+    default = descriptor_pool.Default()
+    added: set[str] = set()
+
+    def add(fdp) -> None:
+        if fdp.name in added:
+            return
+        for dep in fdp.dependency:  # a well-known import nobody registered: protobuf's own
+            if dep not in added and dep not in names:
+                from google.protobuf import descriptor_pb2
+                try:
+                    wk = descriptor_pb2.FileDescriptorProto()
+                    _well_known(default, dep).CopyToProto(wk)
+                except KeyError as err:
+                    raise RegistryError(f"schema id {schema.id}: import {dep!r} is neither a "
+                                        "reference nor a well-known type") from err
+                add(wk)
+        pool.Add(fdp)
+        added.add(fdp.name)
+
+    protos = _file_protos(registry, schema)
+    names = {p.name for p in protos}
+    for p in protos:
+        add(p)
+    main = protos[-1]
+    package = f"{main.package}." if main.package else ""
+    classes: dict[tuple[int, ...], type] = {}
+
+    def message_class(indexes: list[int]):
+        key = tuple(indexes)
+        cls = classes.get(key)
+        if cls is None:
+            types, name = main.message_type, package
+            for depth, i in enumerate(indexes):
+                if i >= len(types):
+                    raise PayloadError(f"message index {i} at depth {depth}: "
+                                       f"{main.name} has {len(types)} messages there")
+                name += types[i].name
+                types = types[i].nested_type
+                name += "."
+            cls = classes[key] = message_factory.GetMessageClass(
+                pool.FindMessageTypeByName(name[:-1]))
+        return cls
+
+    def decode(payload: memoryview, indexes: list[int] | None = None):
+        pos = 0
+        if indexes is None:
+            indexes, pos = read_message_indexes(payload)
+        msg = message_class(indexes)()
+        try:
+            msg.ParseFromString(bytes(payload[pos:]))
+        except DecodeError as err:
+            raise PayloadError(f"Protobuf payload does not parse as {msg.DESCRIPTOR.full_name}: "
+                               f"{err}") from err
+        return MessageToDict(msg, preserving_proto_field_name=True)
+
+    return decode
+
+
+_COMPILERS = {AVRO: _avro, JSON: _json, PROTOBUF: _protobuf}

@@ -1,0 +1,80 @@
+"""A live Schema Registry, read-only over HTTP (``GET`` only), every answer cached.
+
+``GET /schemas/ids/{id}`` (``schema``, ``schemaType``, ``references``),
+``GET /schemas/guids/{guid}`` (registries that have GUIDs) and, for references,
+``GET /subjects/{subject}/versions/{version}``. A 404 is an unknown schema (cached as
+such); anything else that fails is a :class:`RegistryError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from .registry import AVRO, Reference, Registry, RegistryError, Schema
+
+_MISSING = object()
+
+
+@dataclass(slots=True)
+class LiveRegistry(Registry):
+    url: str = ""
+    timeout: float = 10.0
+    _client: object = None
+    _misses: set = field(default_factory=set)
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        Registry.__init__(self)
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._client = None
+        self._misses = set()
+
+    def _get(self, path: str) -> dict | None:
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.url, timeout=self.timeout)
+        try:
+            response = self._client.get(path, headers={"Accept": "application/vnd.schemaregistry.v1+json"})
+        except httpx.HTTPError as err:
+            raise RegistryError(f"{self.url}{path}: {err}") from err
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise RegistryError(f"{self.url}{path}: HTTP {response.status_code}")
+        try:
+            return response.json()
+        except ValueError as err:
+            raise RegistryError(f"{self.url}{path}: not JSON") from err
+
+    def _schema(self, doc: dict, schema_id: int | None, guid: str | None) -> Schema:
+        refs = tuple(Reference(r["name"], r["subject"], int(r["version"]))
+                     for r in doc.get("references") or ())
+        return Schema(int(doc.get("id", schema_id) if schema_id is None else schema_id),
+                      doc.get("schemaType") or AVRO, doc["schema"], refs, doc.get("guid", guid))
+
+    def by_id(self, schema_id: int) -> Schema | None:
+        if schema_id not in self.schemas and ("id", schema_id) not in self._misses:
+            doc = self._get(f"/schemas/ids/{schema_id}")
+            if doc is None:
+                self._misses.add(("id", schema_id))
+            else:
+                self.add(self._schema(doc, schema_id, None))
+        return self.schemas.get(schema_id)
+
+    def by_guid(self, guid: str) -> Schema | None:
+        if guid not in self.guids and ("guid", guid) not in self._misses:
+            doc = self._get(f"/schemas/guids/{quote(guid)}")
+            if doc is None or "id" not in doc:
+                self._misses.add(("guid", guid))
+            else:
+                self.add(self._schema(doc, None, guid))
+        return super(LiveRegistry, self).by_guid(guid)
+
+    def resolve(self, ref: Reference) -> Schema:
+        if (ref.subject, ref.version) not in self.versions:
+            doc = self._get(f"/subjects/{quote(ref.subject, safe='')}/versions/{ref.version}")
+            if doc is not None:
+                self.add(self._schema(doc, None, None), ref.subject, ref.version)
+        return super(LiveRegistry, self).resolve(ref)

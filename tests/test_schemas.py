@@ -1,0 +1,440 @@
+"""Keys and values decoded with Schema Registry schemas (issue 20, parts 1-4 and 7).
+
+The independent encoder is confluent-kafka's own serializers (Avro, JSON Schema,
+Protobuf) against its in-memory mock registry; the ``_schemas`` topic is written with
+our writer from JSON shaped as Schema Registry's ``KafkaStore`` writes it, from what
+the mock registry registered. Every value must decode from that ``_schemas`` segment
+alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.resources
+import json
+import os
+import struct
+import warnings
+
+import pytest
+
+from kafkalog.cli import main
+from kafkalog.schemas import (
+    FIELDS, MALFORMED, UNKNOWN_SCHEMA_ID, Registry, decode_fields, from_folder, from_schemas_topic,
+)
+from kafkalog.schemas.wire import read_message_indexes, schema_ref
+from kafkalog.default_records import encode_varint
+from kafkalog.writer import SegmentWriter, WriteRecord
+
+import authlib.deprecate  # noqa: E402,F401  (it sets its warnings to "always" on import)
+
+with warnings.catch_warnings():  # authlib's "use httpx2" notice, on confluent-kafka's import
+    warnings.simplefilter("ignore")
+    from confluent_kafka.schema_registry import (
+        Schema, SchemaReference, SchemaRegistryClient, header_schema_id_serializer,
+    )
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.json_format import MessageToDict
+from grpc_tools import protoc
+
+CUSTOMER = {"type": "record", "name": "Customer", "namespace": "shop",
+            "fields": [{"name": "name", "type": "string"}]}
+ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["NEW", "PAID"]}},
+    {"name": "raw", "type": "bytes"},
+    {"name": "digest", "type": {"type": "fixed", "name": "Digest", "size": 2}},
+    {"name": "tags", "type": {"type": "map", "values": "int"}},
+    {"name": "amount", "type": ["null", "double"], "default": None},
+]}
+# v2 adds a field with a default and refers to shop.Customer in another subject
+ORDER_V2 = {**ORDER_V1, "fields": ORDER_V1["fields"] + [
+    {"name": "customer", "type": ["null", "shop.Customer"], "default": None}]}
+EVENT_SCHEMA = {"type": "object", "properties": {"kind": {"type": "string"}, "n": {"type": "integer"}}}
+SHOP_PROTO = """syntax = "proto3";
+package shop.v1;
+import "google/protobuf/timestamp.proto";
+message Payment {
+  int64 id = 1;
+  string currency = 2;
+  bytes token = 3;
+  enum State { UNKNOWN = 0; SETTLED = 1; }
+  State state = 4;
+  google.protobuf.Timestamp at = 5;
+  message Line { string sku = 1; int32 qty = 2; }
+  repeated Line lines = 6;
+}
+message Refund {
+  int64 payment_id = 1;
+  Payment.Line line = 2;
+}
+"""
+
+
+def proto_module():
+    """The messages of SHOP_PROTO, compiled by protoc (grpcio-tools) into a fresh pool."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "shop.proto"), "w") as f:
+            f.write(SHOP_PROTO)
+        include = str(importlib.resources.files("grpc_tools") / "_proto")
+        assert protoc.main(["protoc", f"-I{tmp}", f"-I{include}", "--include_imports",
+                            f"--descriptor_set_out={tmp}/d.pb", "shop.proto"]) == 0
+        with open(f"{tmp}/d.pb", "rb") as f:
+            fds = descriptor_pb2.FileDescriptorSet.FromString(f.read())
+    pool = descriptor_pool.DescriptorPool()
+    for fdp in fds.file:
+        pool.Add(fdp)
+    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"shop.v1.{n}"))
+            for n in ("Payment", "Refund", "Payment.Line")}
+
+
+def schemas_records(client, subjects, deleted=(), hard_deleted=(), extra=()):
+    """``_schemas`` records (key, value) for every version the mock registry holds, shaped
+    as Schema Registry's KafkaStore writes them: a CONFIG and a NOOP first, then each
+    version's SCHEMA record; soft deletes rewrite the SCHEMA record with deleted true,
+    hard deletes follow with a null value."""
+    def dumps(obj):
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    out = [(dumps({"keytype": "CONFIG", "subject": None, "magic": 0}),
+            dumps({"compatibilityLevel": "BACKWARD"})),
+           (dumps({"keytype": "NOOP", "magic": 0}), None),
+           (dumps({"keytype": "MODE", "subject": None, "magic": 0}), dumps({"mode": "READWRITE"}))]
+    values = {}
+    for subject in subjects:
+        for version in client.get_versions(subject):
+            rs = client.get_version(subject, version)
+            value = {"subject": subject, "version": version, "id": rs.schema_id, "guid": rs.guid}
+            if rs.schema.schema_type != "AVRO":  # the registry leaves AVRO implicit
+                value["schemaType"] = rs.schema.schema_type
+            if rs.schema.references:
+                value["references"] = [{"name": r.name, "subject": r.subject, "version": r.version}
+                                       for r in rs.schema.references]
+            value.update({"schema": rs.schema.schema_str, "deleted": False})
+            key = {"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1}
+            values[(subject, version)] = (key, value)
+            out.append((dumps(key), dumps(value)))
+    for sv in deleted:
+        key, value = values[sv]
+        out.append((dumps(key), dumps({**value, "deleted": True})))
+    for sv in hard_deleted:
+        out.append((dumps(values[sv][0]), None))
+    return out + list(extra)
+
+
+class Data:
+    """Records serialized by confluent-kafka, and the ``_schemas`` records of its registry."""
+
+    def __init__(self):
+        client = SchemaRegistryClient.new_client({"url": "mock://kafkalog-test"})
+        conf = {"auto.register.schemas": True}
+
+        def ctx(topic, field=MessageField.VALUE, headers=None):
+            return SerializationContext(topic, field, headers)
+
+        # Avro: two versions of one subject, v2 with a reference; a string key
+        client.register_schema("shop.Customer", Schema(json.dumps(CUSTOMER), "AVRO"))
+        v1 = AvroSerializer(client, json.dumps(ORDER_V1), conf=conf)
+        v2 = AvroSerializer(client, Schema(json.dumps(ORDER_V2), "AVRO",
+                                           [SchemaReference("shop.Customer", "shop.Customer", 1)]),
+                            conf=conf)
+        key = AvroSerializer(client, '"string"', conf=conf)
+        self.order_v1 = {"id": 1, "note": None, "kind": "NEW", "raw": b"\x00\xff",
+                         "digest": b"ab", "tags": {"a": 1}, "amount": 2.5}
+        self.order_v2 = {**self.order_v1, "id": 2, "note": "hi", "kind": "PAID",
+                         "customer": {"name": "Ada"}}
+        self.orders = [
+            (key("k1", ctx("orders", MessageField.KEY)), v1(self.order_v1, ctx("orders")), ()),
+            (key("k2", ctx("orders", MessageField.KEY)), v2(self.order_v2, ctx("orders")), ()),
+        ]
+        # the same v2 value with its schema named by a header (GUID), not the prefix
+        headers = []
+        by_header = AvroSerializer(client, Schema(json.dumps(ORDER_V2), "AVRO",
+                                                  [SchemaReference("shop.Customer", "shop.Customer", 1)]),
+                                   conf={**conf, "schema.id.serializer": header_schema_id_serializer})
+        value = by_header(self.order_v2, ctx("orders", headers=headers))
+        self.orders.append((None, value, tuple(headers)))
+
+        # JSON Schema
+        events = JSONSerializer(json.dumps(EVENT_SCHEMA), client, conf=conf)
+        self.event = {"kind": "click", "n": 3}
+        self.events = [(None, events(self.event, ctx("events")), ())]
+
+        # Protobuf: two message types of one .proto (indexes [0] and [1]) and a nested one
+        m = proto_module()
+        self.payment = m["Payment"](id=2**40, currency="EUR", token=b"\x01\x02", state=1,
+                                    lines=[m["Payment.Line"](sku="x", qty=2)])
+        self.payment.at.FromSeconds(1_700_000_000)
+        self.refund = m["Refund"](payment_id=7, line=m["Payment.Line"](sku="y", qty=1))
+        self.line = m["Payment.Line"](sku="z")
+        pconf = {**conf, "use.deprecated.format": False}
+        ser = {n: ProtobufSerializer(m[n], client, conf=pconf) for n in m}
+        self.payments = [(None, ser["Payment"](self.payment, ctx("payments")), ()),
+                         (None, ser["Refund"](self.refund, ctx("refunds")), ()),
+                         (None, ser["Payment.Line"](self.line, ctx("lines")), ())]
+        self.client = client
+        self.subjects = ["shop.Customer", "orders-key", "orders-value", "events-value",
+                         "payments-value", "refunds-value", "lines-value"]
+        self.schemas = schemas_records(client, self.subjects, deleted=[("orders-value", 1)])
+
+
+@pytest.fixture(scope="module")
+def data():
+    return Data()
+
+
+def write_segment(folder, records):
+    with SegmentWriter(folder) as w:
+        w.append([WriteRecord(r[0], r[1], tuple(r[2]) if len(r) > 2 else ()) for r in records])
+    return os.path.join(folder, "00000000000000000000.log")
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory, data):
+    root = tmp_path_factory.mktemp("snapshot")
+    write_segment(root / "_schemas-0", data.schemas)
+    write_segment(root / "orders-0", data.orders)
+    write_segment(root / "events-0", data.events)
+    write_segment(root / "payments-0", data.payments)
+    return root
+
+
+@pytest.fixture(scope="module")
+def registry(snapshot):
+    return from_schemas_topic(str(snapshot / "_schemas-0"))
+
+
+def b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def avro_json(datum: dict) -> dict:
+    """The issue's rendering of an Avro datum: bytes and fixed as standard base64."""
+    return {k: b64(v) if isinstance(v, bytes) else v for k, v in datum.items()}
+
+
+def pb(msg) -> dict:
+    return MessageToDict(msg, preserving_proto_field_name=True)
+
+
+def test_every_value_decodes_from_the_schemas_segment_alone(data, registry):
+    assert registry.problems == []
+    expected = [
+        ("k1", "AVRO", avro_json(data.order_v1)),
+        ("k2", "AVRO", avro_json(data.order_v2)),
+        (None, "AVRO", avro_json(data.order_v2)),  # schema named by the __value_schema_id header
+        (None, "JSON", data.event),
+        (None, "PROTOBUF", pb(data.payment)),
+        (None, "PROTOBUF", pb(data.refund)),
+        (None, "PROTOBUF", pb(data.line)),
+    ]
+    got = [decode_fields(registry, k, v, h) for k, v, h in data.orders + data.events + data.payments]
+    assert [(f["key_decoded"], f["value_format"], f["value_decoded"]) for f in got] == expected
+    assert all(f["key_error"] is None and f["value_error"] is None for f in got)
+    assert list(got[0]) == list(FIELDS)
+    # ids: those the serializers wrote (prefix), and the header's GUID resolved to v2's id
+    ids = [struct.unpack(">I", v[1:5])[0] if v[0] == 0 else None for _, v, _ in data.orders]
+    assert [f["value_schema_id"] for f in got[:2]] == ids[:2] and got[2]["value_schema_id"] == ids[1]
+    assert got[0]["key_schema_id"] == struct.unpack(">I", data.orders[0][0][1:5])[0]
+    # the Protobuf messages: indexes [0], [1] (second type of the file), [0, 0] (nested)
+    assert [read_message_indexes(schema_ref(v).payload)[0] for _, v, _ in data.payments] == \
+        [[0], [1], [0, 0]]
+    # the Protobuf rendering: int64 as a string, bytes base64, enum name, Timestamp RFC 3339
+    assert got[4]["value_decoded"]["id"] == str(2**40) and got[4]["value_decoded"]["token"] == "AQI="
+    assert got[4]["value_decoded"]["state"] == "SETTLED"
+
+
+def test_soft_deleted_version_still_decodes_and_is_hidden(data, registry):
+    assert registry.subjects()["orders-value"] == [2]
+    assert registry.subjects(include_deleted=True)["orders-value"] == [1, 2]
+    assert decode_fields(registry, None, data.orders[0][1])["value_decoded"]["kind"] == "NEW"
+    assert registry.configs == {None: {"compatibilityLevel": "BACKWARD"}}
+    assert registry.modes == {None: {"mode": "READWRITE"}}
+
+
+def test_hard_delete_and_cleared_subject_forget_the_id(data):
+    value = data.events[0][1]
+    hard = Registry.from_schemas_records(
+        schemas_records(data.client, data.subjects, hard_deleted=[("events-value", 1)]))
+    f = decode_fields(hard, None, value)
+    assert (f["value_schema_id"], f["value_error"], f["value_format"]) == \
+        (struct.unpack(">I", value[1:5])[0], UNKNOWN_SCHEMA_ID, None)
+    # DELETE_SUBJECT soft-deletes up to a version (still decodes); CLEAR_SUBJECT then forgets them
+    def rec(keytype, **value):
+        return (json.dumps({"keytype": keytype, "subject": "events-value", "magic": 0}).encode(),
+                json.dumps({"subject": "events-value", **value}).encode())
+    soft = Registry.from_schemas_records(
+        schemas_records(data.client, data.subjects, extra=[rec("DELETE_SUBJECT", version=1)]))
+    assert "events-value" not in soft.subjects()
+    assert decode_fields(soft, None, value)["value_decoded"] == data.event
+    cleared = Registry.from_schemas_records(schemas_records(
+        data.client, data.subjects, extra=[rec("DELETE_SUBJECT", version=1), rec("CLEAR_SUBJECT")]))
+    assert decode_fields(cleared, None, value)["value_error"] == UNKNOWN_SCHEMA_ID
+
+
+def test_proto_text_as_java_registers_it_decodes_the_same(data):
+    """Java clients register .proto text (compiled here with grpcio-tools' protoc); the same
+    payloads decode to the same dicts as from the Python client's base64 descriptor."""
+    records = []
+    for key, value in data.schemas:
+        v = json.loads(value) if value else None
+        if v and v.get("schemaType") == "PROTOBUF":
+            v["schema"] = SHOP_PROTO
+            value = json.dumps(v).encode()
+        records.append((key, value))
+    text = Registry.from_schemas_records(records)
+    assert text.by_id(6).text == SHOP_PROTO
+    got = [decode_fields(text, k, v, h)["value_decoded"] for k, v, h in data.payments]
+    assert got == [pb(data.payment), pb(data.refund), pb(data.line)]
+
+
+def test_error_cases(data, registry):
+    order_v1 = data.orders[0][1]
+    payment = data.payments[0][1]
+
+    def value(v, headers=()):
+        f = decode_fields(registry, None, v, headers)
+        return f["value_schema_id"], f["value_format"], f["value_decoded"], f["value_error"]
+
+    # unknown id: the id is reported, nothing else
+    assert value(b"\x00\x00\x00\x03\xe7" + order_v1[5:]) == (999, None, None, UNKNOWN_SCHEMA_ID)
+    # truncated payloads of each format, trailing bytes, a message index past the file's messages
+    assert value(order_v1[:-3]) == (3, "AVRO", None, MALFORMED)
+    assert value(order_v1 + b"\x00") == (3, "AVRO", None, MALFORMED)
+    assert value(data.events[0][1][:-2])[3] == MALFORMED
+    assert value(payment[:-4]) == (6, "PROTOBUF", None, MALFORMED)
+    assert value(payment[:5] + b"\x02\x0a" + payment[6:]) == (6, "PROTOBUF", None, MALFORMED)
+    assert value(b"\x00\x00\x01") == (None, None, None, MALFORMED)  # magic 0, no room for an id
+    # a schema header that is not magic 1 + GUID; an unknown GUID
+    assert value(order_v1, [("__value_schema_id", b"\x01\x02")])[3] == MALFORMED
+    assert value(order_v1, [("__value_schema_id", b"\x01" + bytes(16))]) == \
+        (None, None, None, UNKNOWN_SCHEMA_ID)
+    # not the wire format: no error, all null; a null value stays null
+    for plain in (b'{"kind": "click"}', b"hello", b"", None):
+        assert value(plain) == (None, None, None, None)
+
+
+def test_any_cut_or_flipped_value_gives_a_result_never_an_exception(data, registry):
+    for _, v, h in data.orders + data.events + data.payments:
+        for cut in range(len(v) + 1):
+            f = decode_fields(registry, None, v[:cut], h)
+            assert f["value_error"] in (None, MALFORMED, UNKNOWN_SCHEMA_ID)
+        for i in range(len(v)):
+            flipped = v[:i] + bytes([v[i] ^ 0xFF]) + v[i + 1:]
+            assert decode_fields(registry, None, flipped, h)["value_error"] in \
+                (None, MALFORMED, UNKNOWN_SCHEMA_ID)
+
+
+def test_schemas_records_not_understood_are_problems_not_errors(data):
+    r = Registry.from_schemas_records(data.schemas + [
+        (b"not json", b"{}"), (b'{"keytype":"WHAT","magic":0}', None),
+        (b'{"keytype":"SCHEMA","subject":"s","version":1,"magic":1}', b'{"id":1}')])
+    assert [p.split(": ", 1)[1] for p in r.problems] == [
+        "not JSON: Expecting value: line 1 column 1 (char 0)", "unknown keytype 'WHAT'",
+        "SCHEMA record without a usable field: KeyError('schema')"]
+    assert r.by_id(1) is not None  # the good records still count
+
+
+def test_schema_folder_source(tmp_path, data):
+    """Schema files by id, and the registry's version JSON (for references)."""
+    (tmp_path / "3.avsc").write_text(json.dumps(ORDER_V1))
+    (tmp_path / "5.json").write_text(json.dumps(EVENT_SCHEMA))
+    v2 = data.client.get_version("orders-value", 2)
+    customer = data.client.get_version("shop.Customer", 1)
+    (tmp_path / "versions.json").write_text(json.dumps([
+        {"subject": "shop.Customer", "version": 1, "id": customer.schema_id,
+         "schema": json.dumps(CUSTOMER)},
+        {"subject": "orders-value", "version": 2, "id": v2.schema_id, "schema": json.dumps(ORDER_V2),
+         "references": [{"name": "shop.Customer", "subject": "shop.Customer", "version": 1}]}]))
+    (tmp_path / "7.proto").write_text(SHOP_PROTO)  # the refunds-value id
+    folder = from_folder(str(tmp_path))
+    got = [decode_fields(folder, None, v)["value_decoded"]
+           for v in (data.orders[0][1], data.orders[1][1], data.events[0][1], data.payments[1][1])]
+    assert got == [avro_json(data.order_v1), avro_json(data.order_v2), data.event, pb(data.refund)]
+    (tmp_path / "orders.avsc").write_text("{}")
+    with pytest.raises(ValueError, match="named by its id"):
+        from_folder(str(tmp_path))
+
+
+def test_cli_dump_schemas(snapshot, data, capsys):
+    orders = str(snapshot / "orders-0" / "00000000000000000000.log")
+    assert main(["dump", "--json", "--records", "--schemas", str(snapshot), orders]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    records = [r for r in rows if r["type"] == "record"]
+    assert [r["value_decoded"] for r in records] == [avro_json(data.order_v1),
+                                                    avro_json(data.order_v2),
+                                                    avro_json(data.order_v2)]
+    assert [r["key_decoded"] for r in records] == ["k1", "k2", None]
+    assert set(FIELDS) <= set(records[0])
+    # a value that does not decode: the record says so, a finding says why, exit 1
+    bad = snapshot / "bad-0"
+    write_segment(bad, [(None, data.orders[0][1][:-3]), (None, b"\x00\x00\x00\x03\xe7x"),
+                        (None, b"plain")])
+    assert main(["dump", "--json", "--records", "--schemas", str(snapshot / "_schemas-0"),
+                 str(bad / "00000000000000000000.log")]) == 1
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["type"], r.get("value_error") or r.get("kind")) for r in rows[1:]] == [
+        ("record", MALFORMED), ("finding", "value_decode_error"),
+        ("record", UNKNOWN_SCHEMA_ID), ("finding", "value_decode_error"), ("record", None)]
+    assert "schema id 999 is not registered" in rows[4]["message"]
+    # text mode appends the fields; --schemas needs --records; a missing source is exit 2
+    assert main(["dump", "--records", "--schemas", str(snapshot), orders]) == 0
+    assert ' schemas: {"key_schema_id":' in capsys.readouterr().out
+    assert main(["dump", "--schemas", str(snapshot), orders]) == 2
+    assert "needs --records" in capsys.readouterr().err
+    assert main(["dump", "--records", "--schemas", str(snapshot / "nope"), orders]) == 2
+    err = capsys.readouterr()
+    assert err.out == "" and "no such file or folder" in err.err
+
+
+def test_live_registry_url(data, registry):
+    """A registry over HTTP (a stand-in server on 127.0.0.1 answering from the rebuilt
+    registry as Schema Registry's REST API does): GET only, each answer fetched once."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from kafkalog.schemas import open_source
+
+    asked = []
+
+    def answer(path):
+        parts = path.strip("/").split("/")
+        if parts[:2] == ["schemas", "ids"] and (s := registry.by_id(int(parts[2]))):
+            return {"schema": s.text, "schemaType": s.schema_type,
+                    "references": [r._asdict() for r in s.references]}
+        if parts[0] == "subjects" and (sv := registry.versions.get((parts[1], int(parts[3])))):
+            s = registry.by_id(sv.schema_id)
+            return {"subject": parts[1], "version": int(parts[3]), "id": s.id, "schema": s.text}
+        return None
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            body = answer(self.path)
+            self.send_response(404 if body is None else 200)
+            self.end_headers()
+            self.wfile.write(json.dumps(body or {"error_code": 40403}).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        live = open_source(f"http://127.0.0.1:{server.server_port}")
+        values = [v for _, v, _ in data.orders[:2] + data.events + data.payments] * 2
+        got = [decode_fields(live, None, v) for v in values]
+        assert got == [decode_fields(registry, None, v) for v in values]
+        assert decode_fields(live, None, b"\x00\x00\x00\x03\xe7x")["value_error"] == UNKNOWN_SCHEMA_ID
+        assert sorted(set(asked)) == sorted(asked)  # cached: nothing asked twice
+        assert "/subjects/shop.Customer/versions/1" in asked  # the reference of orders v2
+    finally:
+        server.shutdown()
+        server.server_close()
