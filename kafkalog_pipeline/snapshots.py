@@ -21,7 +21,7 @@ import heapq
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from spark_jobs import layout
 
@@ -215,25 +215,30 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
 
 # ------------------------------------------------------------------ planning
 def plan_chunks(segments: Iterable[Segment], *, target_bytes: int,
-                max_chunks: int) -> list[Chunk]:
+                max_chunks: int, to_decode: Callable[[Segment], int] | None = None) -> list[Chunk]:
     """Group segments into chunks balanced by bytes, each topic-partition in one chunk.
 
-    The number of chunks is ``ceil(total / target_bytes)``, at most
-    ``max_chunks`` and at most the number of partitions. Partitions are placed
-    largest first on the lightest chunk (LPT); ties break on the name so the
-    plan is the same for the same input. Empty chunks are dropped; chunk ids
-    are 0..n-1 in order of the chunks' first partition.
+    A segment weighs ``to_decode(segment)`` bytes (default: its size): what its
+    decode will read, 0 for one already ingested (its task only checks it is the
+    same). The number of chunks is ``ceil(total / target_bytes)``, at least one,
+    at most ``max_chunks`` and at most the number of partitions with bytes to
+    decode. Partitions are placed heaviest first on the lightest chunk (LPT);
+    ties break on the name so the plan is the same for the same input. Empty
+    chunks are dropped; chunk ids are 0..n-1 in order of the chunks' first
+    partition; a chunk's ``bytes`` are its bytes to decode.
     """
     if target_bytes <= 0 or max_chunks <= 0:
         raise ValueError("target_bytes and max_chunks must be positive")
+    weigh = to_decode or (lambda s: s.size)
     by_tp: dict[tuple[str, int], list[Segment]] = {}
     for s in segments:
         by_tp.setdefault((s.topic, s.partition), []).append(s)
     if not by_tp:
         return []
-    sizes = {tp: sum(s.size for s in segs) for tp, segs in by_tp.items()}
+    sizes = {tp: sum(weigh(s) for s in segs) for tp, segs in by_tp.items()}
     total = sum(sizes.values())
-    n = max(1, min(max_chunks, len(by_tp), math.ceil(total / target_bytes)))
+    busy = sum(1 for n in sizes.values() if n > 0)
+    n = max(1, min(max_chunks, busy, math.ceil(total / target_bytes)))
     heap = [(0, i) for i in range(n)]
     bins: list[list[tuple[str, int]]] = [[] for _ in range(n)]
     for tp in sorted(by_tp, key=lambda tp: (-sizes[tp], tp)):

@@ -41,23 +41,27 @@ def manifest_key(token: str, chunk_id: int) -> str:
     return f"_staging/{token}/_manifests/chunk-{chunk_id}.json"
 
 
-def ingested_segments(wh, *, exclude_run_id: str | None = None) -> set[tuple]:
-    """(topic, partition, base offset, size, etag) of every segment in the published
-    ledger (``main`` of warehouse ``wh``, an :class:`spark_jobs.iceberg.Warehouse`).
+def to_decode(wh, run_id: str, segments, *, reprocess: bool = False) -> dict:
+    """Per listed segment (a :class:`snapshots.Segment`): the bytes run ``run_id``'s decode
+    will read of it, and whether it is the very object an earlier run ingested.
 
-    Rows of ``exclude_run_id`` do not count: a rerun of a run plans what it planned before.
+    The decode job's own rule (:func:`spark_jobs.decode.planning.ingested` over the
+    published ledger of warehouse ``wh``, an :class:`spark_jobs.iceberg.Warehouse`, and
+    :func:`~spark_jobs.decode.planning.resume_from`), so the plan weighs each segment as
+    the job will treat it: 0 bytes for one ingested whole with the same size and ETag
+    (the job only checks it and writes an ``unchanged`` ledger row), the part past the
+    ingested prefix for one that grew, all of it otherwise. Returns
+    ``{segment: (bytes, unchanged)}``.
     """
+    from spark_jobs.decode.planning import ingested, resume_from
     from spark_jobs.tables import read_arrow
 
-    cols = ("run_id", "topic", "partition", "segment_base_offset", "object_size", "etag",
-            "action")
-    done = set()
-    for row in read_arrow(wh, "ledger", columns=cols).to_pylist():
-        if row["run_id"] == exclude_run_id or row["action"] == "failed":
-            continue
-        done.add((row["topic"], row["partition"], row["segment_base_offset"],
-                  row["object_size"], row["etag"]))
-    return done
+    coverage = {} if reprocess else ingested(read_arrow(wh, "ledger"), run_id)
+    out = {}
+    for s in segments:
+        resume = resume_from(coverage.get((s.topic, s.partition, s.base_offset)), s.size, s.etag)
+        out[s] = (s.size, False) if resume is None else (s.size - resume[0], resume[1])
+    return out
 
 
 def open_warehouse(warehouse: str, access: settings.S3Access | None = None, *,
@@ -77,14 +81,20 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
              access: settings.S3Access | None = None) -> dict:
     """List the snapshot(s), plan chunks, write one manifest per chunk.
 
-    Unless ``reprocess``, segments the published ledger shows as already ingested
-    with the same size and ETag by another run are left out (nothing new in
-    them); with ``reprocess`` every listed segment is decoded again (the decode
-    job still drops rows already published, so nothing is duplicated).
+    Every listed segment goes to the decode job, so that its ledger (and the audit,
+    which grades offset gaps against every segment the run listed) knows the whole
+    snapshot. Unless ``reprocess``, a segment an earlier published run ingested
+    whole, same size and ETag, costs the job one 21-byte read and an ``unchanged``
+    ledger row, and weighs nothing in the chunk plan (:func:`to_decode`: chunks are
+    balanced by the bytes the job will decode); if every listed segment is such a
+    one there is nothing to decode and no chunk. With ``reprocess`` every listed
+    segment is decoded again (the decode job still drops rows already published,
+    so nothing is duplicated).
 
     Returns ``{"warehouse", "run_id", "dates", "prefixes", "chunks": [summary...],
-    "segments", "bytes", "ignored", "decode_args": [[argv...], ...]}``;
-    ``decode_args`` is empty when there is nothing to decode.
+    "segments", "already_ingested", "bytes", "ignored", "decode_args": [[argv...], ...]}``
+    (``segments``: listed; ``already_ingested``: of them, unchanged since an earlier
+    run; ``bytes``: to decode); ``decode_args`` is empty when there is nothing to decode.
     Raises :class:`settings.SettingError` / :class:`snapshots.PermanentS3Error`
     for what no retry fixes, :class:`snapshots.TransientS3Error` otherwise.
     """
@@ -111,12 +121,10 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     store = storage.open_store(warehouse, access.storage_config()
                                if storage.is_s3(warehouse) else None)
     wh = open_warehouse(warehouse, access)
-    listed = len(segments)
-    if not reprocess:
-        done = ingested_segments(wh, exclude_run_id=run_id)
-        segments = [s for s in segments
-                    if (s.topic, s.partition, s.base_offset, s.size, s.etag) not in done]
-    chunks = snapshots.plan_chunks(segments, target_bytes=target, max_chunks=max_chunks)
+    work = to_decode(wh, run_id, segments, reprocess=reprocess)
+    unchanged = sum(1 for _, same in work.values() if same)
+    chunks = [] if unchanged == len(segments) else snapshots.plan_chunks(
+        segments, target_bytes=target, max_chunks=max_chunks, to_decode=lambda s: work[s][0])
     # a rerun of the whole run starts clean: its branches are made again from main
     # (without the run's published rows), and no manifest of an earlier attempt survives
     wh.begin_run(run_id, reset=True)
@@ -143,8 +151,8 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
         "prefixes": [f"s3://{bucket}/{p}" for p in prefixes.values()],
         "chunks": [c.summary() for c in chunks],
         "segments": len(segments),
-        "already_ingested": listed - len(segments),
-        "bytes": sum(s.size for s in segments),
+        "already_ingested": unchanged,
+        "bytes": sum(c.bytes for c in chunks),
         "ignored": ignored,
         "unparsable": unparsable,
         "decode_args": decode_args,
@@ -249,12 +257,13 @@ def plan_from_context(context) -> list[list[str]]:
     ti.xcom_push(key="namespace", value=summary["namespace"])
     ti.xcom_push(key="plan", value={k: v for k, v in summary.items() if k != "decode_args"})
     if not summary["decode_args"]:
-        raise skip(f"nothing to decode for {', '.join(dates)}: {summary['segments']} new "
-                   f"segments under {', '.join(summary['prefixes'])} "
-                   f"({summary['already_ingested']} already ingested, "
-                   f"{summary['ignored']} other objects)")
-    log.info("planned %d chunks, %d segments, %d bytes", len(summary["chunks"]),
-             summary["segments"], summary["bytes"])
+        raise skip(f"nothing to decode for {', '.join(dates)}: {summary['segments']} "
+                   f"segments under {', '.join(summary['prefixes'])}, "
+                   f"{summary['already_ingested']} of them already ingested unchanged "
+                   f"({summary['ignored']} other objects)")
+    log.info("planned %d chunks, %d segments (%d already ingested unchanged), %d bytes to "
+             "decode", len(summary["chunks"]), summary["segments"],
+             summary["already_ingested"], summary["bytes"])
     return summary["decode_args"]
 
 

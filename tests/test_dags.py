@@ -280,6 +280,91 @@ def test_unreachable_endpoint_is_transient():
         snapshots.list_segments("b", {"d": "p/2026-11-20/"}, access)
 
 
+# ------------------------------------------------------------------ plan_run (moto, no Spark)
+def _ingest_here(warehouse: Path, run_id: str, input_uri: str, s3) -> None:
+    """Decode ``input_uri`` in this process (the job's plan and tasks, no Spark) and
+    publish it, ledger included, as the decode job does."""
+    from spark_jobs import decode as job
+    from spark_jobs import iceberg
+    from spark_jobs.decode.writing import write_driver_table
+
+    wh = iceberg.Warehouse(str(warehouse), s3=s3)
+    wh.begin_run(run_id, reset=True)
+    ctx = job.make_context(wh, run_id, "t", ingested_at=dt.datetime.now(dt.timezone.utc).isoformat())
+    segments, _ = job.discover(input_uri, s3)
+    rows = [job.run_task(t, ctx) for t in job.plan(segments, {}, {}, {})]
+    files = job.task_files(rows)
+    files["ledger"] += write_driver_table(ctx, "ledger", job.ledger_table(rows), "ledger")
+    for name, uris in files.items():
+        wh.commit_files(name, run_id, uris)
+    wh.publish(run_id)
+
+
+def test_plan_run_lists_every_segment_and_weighs_only_bytes_to_decode(
+        s3_endpoint, s3_bucket, snapshot_root, tmp_path, monkeypatch):
+    """Night 2 after night 1 was ingested: every listed segment goes to the decode job
+    (its `unchanged` ledger rows let the audit grade gaps against the whole snapshot:
+    payments-1's segment 0 before the planted hole), while chunks count only the bytes
+    the job will decode; a night where nothing changed plans no chunk (a clean skip)."""
+    import math
+
+    from kafkalog_pipeline import demo_data, settings, tasks
+    from spark_jobs import layout, storage
+
+    demo_data.upload(snapshot_root, s3_bucket, "snaps", _client(s3_endpoint))
+    access = settings.S3Access(endpoint_url=s3_endpoint)
+    W = tmp_path / "w"
+    night1, night2 = demo_data.NIGHTS
+    _ingest_here(W, "night-1", f"s3://{s3_bucket}/snaps/{night1}/", access.storage_config())
+    target, max_chunks = 3000, 4
+    monkeypatch.setenv("KAFKALOG_CHUNK_BYTES", str(target))
+    monkeypatch.setenv("KAFKALOG_MAX_CHUNKS", str(max_chunks))
+
+    def plan(run_id, date, **kw):
+        return tasks.plan_run(run_id=run_id, dates=[date], warehouse=str(W), bucket=s3_bucket,
+                              prefix="snaps", access=access, **kw)
+
+    def sizes(date):
+        return {log.relative_to(snapshot_root / date).as_posix(): log.stat().st_size
+                for log in (snapshot_root / date).glob("*/*.log")}
+
+    def planned(summary):
+        """{segment path under the night: chunk id} of the plan's manifests."""
+        out = {}
+        for args in summary["decode_args"]:
+            uri = args[args.index("--input") + 1]
+            store, key = storage.open_object(uri, access.storage_config())
+            for entry in layout.read_manifest(store.read(key), uri):
+                path = entry["uri"].split(f"/{date}/", 1)[1]
+                assert out.setdefault(path, int(args[args.index("--chunk-id") + 1])) is not None
+        return out
+
+    # expected from the files: a segment of night 1 copied again weighs nothing, one
+    # that grew weighs its new bytes (night 1 ends on a whole batch), a new one all of it
+    old, new = sizes(night1), sizes(night2)
+    work = {p: 0 if old.get(p) == n else n - old.get(p, 0) for p, n in new.items()}
+    date = night2
+    summary = plan("night-2", night2)
+    assert sorted(planned(summary)) == sorted(new)  # every listed segment, once
+    assert planned(summary)["payments-1/00000000000000000000.log"] is not None
+    assert summary["segments"] == len(new)
+    assert summary["already_ingested"] == sum(old.get(p) == n for p, n in new.items()) > 0
+    assert summary["bytes"] == sum(work.values()) > 0
+    busy = {p.split("/")[0] for p, n in work.items() if n}
+    assert len(summary["chunks"]) == max(1, min(max_chunks, len(busy),
+                                                math.ceil(summary["bytes"] / target)))
+    chunk_of = planned(summary)
+    for chunk in summary["chunks"]:
+        assert chunk["bytes"] == sum(work[p] for p, c in chunk_of.items() if c == chunk["chunk_id"])
+    # reprocess: every byte again
+    assert plan("night-2-again", night2, reprocess=True)["bytes"] == sum(new.values())
+    # night 1 again under another run id: nothing changed, nothing to decode, no chunk
+    date = night1
+    again = plan("night-1-again", night1)
+    assert (again["decode_args"], again["chunks"], again["bytes"]) == ([], [], 0)
+    assert again["segments"] == again["already_ingested"] == len(old)
+
+
 # ------------------------------------------------------------------ make demo / make ui
 def test_demo_and_ui_do_not_run_over_one_directory_at_once(tmp_path):
     """`make demo` while `make ui` serves the same directory (or the other way round)

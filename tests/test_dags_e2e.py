@@ -161,8 +161,16 @@ def test_two_nights_rerun_and_manual_reprocess(dag, pipeline):
     assert {t: {(p, o) for tt, p, o in keys if tt == t} for t in {k[0] for k in keys}} == want
     ledger2 = [r for r in warehouse_rows(wh, "ledger") if r["run_id"] == run_id2]
     assert ledger2, "night 2 decoded nothing"
-    assert not any(r["segment"].endswith("legacy-0/00000000000000000000.log") for r in ledger2), \
-        "an unchanged segment was planned again"
+    # the job saw every listed segment (the audit grades gaps against all of them) and
+    # decoded none seen on night 1 again: it wrote an `unchanged` row for each
+    assert {(r["topic"], r["segment_base_offset"], r["action"]) for r in ledger2
+            if r["topic"] in ("legacy", "payments") and r["segment_base_offset"] == 0} == {
+        ("legacy", 0, "unchanged"), ("payments", 0, "unchanged")}
+    # so payments-1's planted hole (15..24, after the unchanged segment 0) is a missing segment
+    gaps = [r for r in warehouse_rows(wh, "dq_results") if (r["run_id"], r["check"], r["topic"],
+            r["partition"]) == (run_id2, "offset_gaps", "payments", 1)]
+    assert [(r["status"], json.loads(r["details"])["classes"]) for r in gaps] == [
+        ("warn", {"missing_segment": {"status": "warn", "items": 1, "offsets": 10}})]
     counts = {name: len(warehouse_rows(wh, name)) for name in ("records", "batches", "markers")}
 
     # the same night again: same run id, same output, nothing duplicated

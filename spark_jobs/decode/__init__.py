@@ -27,8 +27,9 @@ from spark_jobs.decode.deduplication import dedupe, divergence_findings, overlap
 from spark_jobs.decode.cli import main, parse_args, unparsable_findings
 from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, Coverage, Segment, Task,
                                     coverage_from_ledger, discover, first_ingested,
-                                    index_positions, ledger_ranges, overlap_days, plan,
-                                    read_index_positions, split_points, trusted_runs)
+                                    index_positions, ingested, ledger_ranges, overlap_days,
+                                    plan, read_index_positions, resume_from, split_points,
+                                    trusted_runs)
 from spark_jobs.decode.executor import RAW_KINDS, run_task, run_tasks
 from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_SLACK, Context, PartWriter,
                                      day_partitions, ledger_table, make_context,
@@ -39,8 +40,8 @@ __all__ = [
     "DEFAULT_MAX_RAW", "DEFAULT_SLACK", "DEFAULT_SPLIT_BYTES", "RAW_KINDS", "Context",
     "Coverage", "PartWriter", "Segment", "Task", "coverage_from_ledger", "day_partitions",
     "dedupe", "discover", "divergence_findings", "first_ingested", "index_positions",
-    "ledger_ranges", "ledger_table", "main", "make_context", "overlap_filter", "overlap_days",
-    "parquet_options", "parse_args", "partition_path", "plan", "read_index_positions",
-    "resolve_pending", "run_task", "run_tasks", "split_points", "task_files",
+    "ingested", "ledger_ranges", "ledger_table", "main", "make_context", "overlap_filter",
+    "overlap_days", "parquet_options", "parse_args", "partition_path", "plan", "read_index_positions",
+    "resolve_pending", "resume_from", "run_task", "run_tasks", "split_points", "task_files",
     "trusted_runs", "unparsable_findings", "write_frame", "write_schema",
 ]

@@ -20,9 +20,8 @@ from spark_jobs import iceberg, layout, schemas, storage, tables
 from spark_jobs import publish as publishing
 from spark_jobs.decode import replicas
 from spark_jobs.decode.deduplication import resolve_pending
-from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, coverage_from_ledger, discover,
-                                    first_ingested, ledger_ranges, plan, read_index_positions,
-                                    trusted_runs)
+from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, discover, first_ingested, ingested,
+                                    ledger_ranges, plan, read_index_positions)
 from spark_jobs.decode.executor import run_tasks
 from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, ledger_table, make_context, task_files,
                                      write_driver_table)
@@ -80,7 +79,7 @@ def main(argv=None, spark=None) -> dict:
     for uri in unparsable:
         print(f"decode_segments: {uri} is not {layout.GRAMMAR}: not decoded "
               "(an unparsable_name finding)", file=sys.stderr)
-    coverage = {} if args.reprocess else coverage_from_ledger(ledger, trusted_runs(ledger, args.run_id))
+    coverage = ingested(ledger, args.run_id, reprocess=args.reprocess)
     published = ledger_ranges(ledger, args.run_id)
     to_split = [s for s in segments
                 if s.index_uri and s.size > args.split_bytes and s.key not in coverage]

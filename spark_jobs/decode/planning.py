@@ -229,6 +229,26 @@ def coverage_from_ledger(ledger: pa.Table, runs: list[str]) -> dict[tuple, Cover
     return best
 
 
+def ingested(ledger: pa.Table, run_id: str, *, reprocess: bool = False) -> dict[tuple, Coverage]:
+    """What run ``run_id`` may skip or resume: :func:`coverage_from_ledger` of the runs it
+    trusts (:func:`trusted_runs`); nothing with ``reprocess``. The one rule the decode job
+    and the DAG's planner (kafkalog_pipeline.tasks.plan_run) both apply."""
+    return {} if reprocess else coverage_from_ledger(ledger, trusted_runs(ledger, run_id))
+
+
+def resume_from(cov: Coverage | None, size: int, etag: str | None) -> tuple[int, bool] | None:
+    """Where a segment listed with ``size`` and ``etag`` is read from, given what earlier
+    runs ingested of it (``cov``): None (from byte 0: nothing ingested, or the object is
+    now shorter than that prefix), else ``(start, same_object)``. The object ingested
+    (same size, and ETag where both are known) starts at its end: nothing to decode,
+    the task only checks that the last ingested batch is still there and writes an
+    ``unchanged`` ledger row. Another object holding the prefix starts where it ends."""
+    if cov is None or size < cov.end:
+        return None
+    same = size == cov.object_size and (etag is None or cov.etag is None or etag == cov.etag)
+    return (size if same else cov.end), same
+
+
 def ledger_ranges(ledger: pa.Table, exclude_run: str) -> dict[tuple, list[tuple[int, int]]]:
     """Per (topic, partition): the offset ranges published runs ingested."""
     out: dict[tuple, list] = {}
@@ -294,11 +314,11 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
                           base_offset=s.base_offset, size=s.size, etag=s.etag, mtime=s.mtime,
                           index_uri=s.index_uri, timeindex_uri=s.timeindex_uri,
                           txnindex_uri=s.txnindex_uri, index_pins=s.index_pins)
-            if cov is not None and s.size >= cov.end:
+            resume = resume_from(cov, s.size, s.etag)
+            if resume is not None:
                 lo = s.base_offset if cov.last_offset is None else cov.last_offset + 1
-                same = s.size == cov.object_size and (
-                    s.etag is None or cov.etag is None or s.etag == cov.etag)
-                drafts.append([dict(common, start=s.size if same else cov.end, end=s.size,
+                start, same = resume
+                drafts.append([dict(common, start=start, end=s.size,
                                     mode="resume", verify_position=cov.last_batch_position,
                                     verify_crc=cov.last_batch_crc, covered_end=cov.end,
                                     same_object=same)])
