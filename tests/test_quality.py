@@ -646,10 +646,14 @@ def test_job_passes_explained_gaps(spark, legit_w, capsys):
     assert (planted["severity"], planted["failed"]) == ("warn", 1)
     details = json.loads(planted["details"])
     assert details["classes"] == {"missing_segment": {"status": "warn", "items": 1, "offsets": 10}}
-    assert details["items"][0]["message"] == (
-        "offsets 15..24: s3://snap/2025-11-21/payments-1/00000000000000000000.log ends at 14 but "
-        "the next segment file s3://snap/2025-11-21/payments-1/00000000000000000025.log starts at "
-        "25: a segment based at 15 is missing from the snapshot")
+    # the hole in plain words: topic-partition, offsets, the segment files on either side
+    # (no byte position: it lies in neither file)
+    item = details["items"][0]
+    assert (item["message"], item["position"]) == (
+        "offsets 15..24 of payments-1 are missing from the snapshot, between "
+        "s3://snap/2025-11-21/payments-1/00000000000000000000.log (ends at offset 14) and "
+        "s3://snap/2025-11-21/payments-1/00000000000000000025.log (starts at offset 25): "
+        "the segment file based at 15 was not copied", None)
     compact = next(r for r in rows if (r["topic"], r["check"]) == ("compact", "offset_gaps"))
     assert json.loads(compact["details"])["classes"] == {
         "compaction": {"status": "pass", "items": 1, "offsets": 3}}
@@ -820,6 +824,7 @@ def test_gap_rules_with_every_listed_segment(spark):
     has batches is compaction where it shows compaction, else unexplained."""
     b = spark.createDataFrame([
         ("planted", 0, 25, 34, 10, False, False, "s/25.log", 25, 0),
+        ("planted_head", 0, 27, 34, 8, False, False, "s/25.log", 25, 0),  # 25..26 cleaned too
         ("retained", 0, 25, 34, 10, False, False, "s/25.log", 25, 0),
         ("resumed", 0, 12, 14, 3, False, False, "s/0.log", 0, 500),
         ("headless", 0, 0, 4, 5, False, False, "s/0.log", 0, 0),
@@ -830,6 +835,7 @@ def test_gap_rules_with_every_listed_segment(spark):
     ], BATCH_COLS)
     listed = spark.createDataFrame([
         ("planted", 0, "s/0.log", 0, 14), ("planted", 0, "s/25.log", 25, None),
+        ("planted_head", 0, "s/0.log", 0, 14), ("planted_head", 0, "s/25.log", 25, None),
         ("retained", 0, "s/25.log", 25, None),
         ("resumed", 0, "s/0.log", 0, 9),
         ("headless", 0, "s/0.log", 0, None), ("headless", 0, "s/5.log", 5, None),
@@ -839,24 +845,36 @@ def test_gap_rules_with_every_listed_segment(spark):
     ], "topic string, partition int, segment string, segment_base_offset long, carried_last long")
     prior = spark.createDataFrame(
         [(t, 0, end, "old/0.log", 0, "prev") for t, end in
-         (("planted", 14), ("retained", 14), ("resumed", 9), ("skipped_only", 29))],
+         (("planted", 14), ("planted_head", 14), ("retained", 14), ("resumed", 9),
+          ("skipped_only", 29))],
         "topic string, partition int, prior_last_offset bigint, prior_segment string, "
         "prior_segment_base_offset bigint, prior_run_id string")
     markers = spark.createDataFrame([], "topic string, partition int, offset long, producer_id long, "
                                         "control_type string")
     findings = spark.createDataFrame([], "topic string, partition int, kind string, position long, "
                                          "bytes long, segment string, segment_base_offset long")
-    got = sorted(tuple(r) for r in qc.offset_gaps(b, markers, findings, prior=prior, ledger=listed)
-                 .select("topic", "class", "first_offset", "last_offset").collect())
+    gaps = qc.offset_gaps(b, markers, findings, prior=prior, ledger=listed).collect()
+    got = sorted((r.topic, r["class"], r.first_offset, r.last_offset) for r in gaps)
     assert got == [
         ("first_head", "compaction", 0, 2),
         ("headless", "compaction", 5, 7),
         ("headless_plain", "unexplained", 5, 7),
         ("planted", "missing_segment", 15, 24),
+        ("planted_head", "missing_segment", 15, 26),
         ("resumed", "unexplained", 10, 11),
         ("retained", "retention", 15, 24),
         ("skipped_only", "missing_segment", 10, 19),
     ]
+    # a missing segment names the files on either side, at no byte position
+    said = {r.topic: (r.message, r.segment, r.position) for r in gaps if r["class"] == "missing_segment"}
+    assert said["planted"] == (
+        "offsets 15..24 of planted-0 are missing from the snapshot, between s/0.log (ends at "
+        "offset 14) and s/25.log (starts at offset 25): the segment file based at 15 was not "
+        "copied", "s/25.log", None)
+    assert said["planted_head"][0] == (
+        "offsets 15..26 of planted_head-0 are missing from the snapshot, between s/0.log (ends "
+        "at offset 14) and s/25.log (based at offset 25, first batch at offset 27): the segment "
+        "file based at 15 was not copied")
 
 
 def test_listed_segments_carry_earlier_offsets(spark):

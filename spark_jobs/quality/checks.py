@@ -299,7 +299,9 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
               ELSE 'unexplained' END AS class
           FROM c)
         SELECT 'offset_gaps' AS check, topic, partition, class, lo AS first_offset, hi AS last_offset,
-               hi - lo + 1 AS offsets, CAST(NULL AS bigint) AS value, segment, position,
+               hi - lo + 1 AS offsets, CAST(NULL AS bigint) AS value, segment,
+               -- a missing segment is a hole between two files, at no byte of either
+               IF(class = 'missing_segment', CAST(NULL AS bigint), position) AS position,
                CASE class
                  WHEN 'unreadable_bytes' THEN CASE WHEN u_kind = 'listed_segment' THEN format_string(
                    'offsets %d..%d: segment %s lies in the hole but yielded no batches', lo, hi, f_segment)
@@ -309,8 +311,11 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
                    'offsets %d..%d: the previous run ended at %d in %s; this run starts at segment %s (base %d): the log start moved (retention or DeleteRecords)',
                    lo, hi, lo - 1, prev_segment, segment, segment_base_offset)
                  WHEN 'missing_segment' THEN format_string(
-                   'offsets %d..%d: %s ends at %d but the next segment file %s starts at %d: a segment based at %d is missing from the snapshot',
-                   lo, hi, prev_segment, lo - 1, segment, segment_base_offset, lo)
+                   'offsets %d..%d of %s-%d are missing from the snapshot, between %s (ends at offset %d) and %s (%s): the segment file based at %d was not copied',
+                   lo, hi, topic, partition, prev_segment, lo - 1, segment,
+                   IF(hi + 1 > segment_base_offset,
+                      format_string('based at offset %d, first batch at offset %d', segment_base_offset, hi + 1),
+                      format_string('starts at offset %d', segment_base_offset)), lo)
                  WHEN 'aborted_txn' THEN format_string(
                    'offsets %d..%d: inside the transaction producer %d aborted at offset %d (aborted data cleaned away)',
                    lo, hi, producer_id, abort_offset)
