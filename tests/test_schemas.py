@@ -438,3 +438,13 @@ def test_live_registry_url(data, registry):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_registry_pickles_without_its_compiled_decoders(data, registry):
+    """The decode job will ship a registry to executors: it pickles, decoders are rebuilt."""
+    import pickle
+    decode_fields(registry, None, data.payments[0][1])  # compile one
+    assert registry.decoders
+    copy = pickle.loads(pickle.dumps(registry))
+    assert copy.decoders == {} and copy.schemas == registry.schemas
+    assert decode_fields(copy, None, data.payments[0][1]) == decode_fields(registry, None, data.payments[0][1])

@@ -23,6 +23,8 @@ class LiveRegistry(Registry):
     _client: object = None
     _misses: set = field(default_factory=set)
 
+    _UNPICKLED = ("decoders", "_client")  # an HTTP client does not travel; a new one is made
+
     def __init__(self, url: str, timeout: float = 10.0) -> None:
         Registry.__init__(self)
         self.url = url.rstrip("/")

@@ -86,6 +86,20 @@ class Registry:
     problems: list[str] = field(default_factory=list)
     decoders: dict = field(default_factory=dict)
 
+    #: Not pickled: compiled decoders (closures over descriptor pools) are rebuilt on first use,
+    #: so a registry can travel to Spark executors.
+    _UNPICKLED = ("decoders",)
+
+    def __getstate__(self) -> dict:
+        from dataclasses import fields
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._UNPICKLED}
+
+    def __setstate__(self, state: dict) -> None:
+        from dataclasses import fields
+        for f in fields(self):
+            object.__setattr__(self, f.name, state[f.name] if f.name in state else
+                               (f.default_factory() if callable(f.default_factory) else f.default))
+
     # ------------------------------------------------------------- lookups
     def by_id(self, schema_id: int) -> Schema | None:
         return self.schemas.get(schema_id)
