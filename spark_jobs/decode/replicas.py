@@ -152,8 +152,8 @@ def replicated(segments: list[Segment]) -> dict[tuple, list[Segment]]:
 
 
 def frame_all(spark, segments: list[Segment], s3) -> dict[str, Framed | None]:
-    """:func:`frame_segment` of each segment on the executors (a few Spark tasks per
-    core); None for a segment that could not be read."""
+    """:func:`frame_segment` of each segment on the executors (a Spark task per core);
+    None for a segment that could not be read."""
     if not segments:
         return {}
     specs = [json.dumps(s.__dict__) for s in segments]
@@ -170,8 +170,9 @@ def frame_all(spark, segments: list[Segment], s3) -> dict[str, Framed | None]:
                     out.append("null")
             yield pa.RecordBatch.from_arrays([pa.array(out, pa.string())], names=["framed"])
 
-    # framing is cheap: a few Spark tasks per core, not one per segment
-    parts = min(len(specs), 4 * spark.sparkContext.defaultParallelism)
+    # framing reads at GB/s: one Spark task per core (each costs more than framing a
+    # segment), not one per segment
+    parts = min(len(specs), spark.sparkContext.defaultParallelism)
     rows = spark.range(0, len(specs), 1, numPartitions=parts) \
         .mapInArrow(run, "framed string").collect()
     # mapInArrow keeps the range's order within and across partitions
