@@ -338,7 +338,7 @@ def test_schemas_records_not_understood_are_problems_not_errors(data):
         (b'{"keytype":"SCHEMA","subject":"s","version":1,"magic":1}', b'{"id":1}')])
     assert [p.split(": ", 1)[1] for p in r.problems] == [
         "not JSON: Expecting value: line 1 column 1 (char 0)", "unknown keytype 'WHAT'",
-        "SCHEMA record without a usable field: KeyError('schema')"]
+        "SCHEMA record: a schema without a usable field: KeyError('schema')"]
     assert r.by_id(1) is not None  # the good records still count
 
 
@@ -358,6 +358,9 @@ def test_schema_folder_source(tmp_path, data):
     got = [decode_fields(folder, None, v)["value_decoded"]
            for v in (data.orders[0][1], data.orders[1][1], data.events[0][1], data.payments[1][1])]
     assert got == [avro_json(data.order_v1), avro_json(data.order_v2), data.event, pb(data.refund)]
+    (tmp_path / "versions.json").write_text(json.dumps({"id": "x", "schema": "{}"}))
+    with pytest.raises(ValueError, match="versions.json: a schema without a usable field"):
+        from_folder(str(tmp_path))
     (tmp_path / "orders.avsc").write_text("{}")
     with pytest.raises(ValueError, match="named by its id"):
         from_folder(str(tmp_path))

@@ -11,10 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from .registry import AVRO, Reference, Registry, RegistryError, Schema
-
-_MISSING = object()
-
+from .registry import Reference, Registry, RegistryError, Schema, schema_from_json
 
 @dataclass(slots=True)
 class LiveRegistry(Registry):
@@ -50,19 +47,13 @@ class LiveRegistry(Registry):
         except ValueError as err:
             raise RegistryError(f"{self.url}{path}: not JSON") from err
 
-    def _schema(self, doc: dict, schema_id: int | None, guid: str | None) -> Schema:
-        refs = tuple(Reference(r["name"], r["subject"], int(r["version"]))
-                     for r in doc.get("references") or ())
-        return Schema(int(doc.get("id", schema_id) if schema_id is None else schema_id),
-                      doc.get("schemaType") or AVRO, doc["schema"], refs, doc.get("guid", guid))
-
     def by_id(self, schema_id: int) -> Schema | None:
         if schema_id not in self.schemas and ("id", schema_id) not in self._misses:
             doc = self._get(f"/schemas/ids/{schema_id}")
             if doc is None:
                 self._misses.add(("id", schema_id))
             else:
-                self.add(self._schema(doc, schema_id, None))
+                self.add(schema_from_json(doc, schema_id))
         return self.schemas.get(schema_id)
 
     def by_guid(self, guid: str) -> Schema | None:
@@ -71,12 +62,12 @@ class LiveRegistry(Registry):
             if doc is None or "id" not in doc:
                 self._misses.add(("guid", guid))
             else:
-                self.add(self._schema(doc, None, guid))
+                self.add(schema_from_json({"guid": guid, **doc}))
         return super(LiveRegistry, self).by_guid(guid)
 
     def resolve(self, ref: Reference) -> Schema:
         if (ref.subject, ref.version) not in self.versions:
             doc = self._get(f"/subjects/{quote(ref.subject, safe='')}/versions/{ref.version}")
             if doc is not None:
-                self.add(self._schema(doc, None, None), ref.subject, ref.version)
+                self.add(schema_from_json(doc), ref.subject, ref.version)
         return super(LiveRegistry, self).resolve(ref)

@@ -69,6 +69,18 @@ class SubjectVersion(NamedTuple):
     deleted: bool
 
 
+def schema_from_json(doc: dict, schema_id: int | None = None) -> Schema:
+    """A :class:`Schema` from the registry's JSON (a ``_schemas`` value, a REST answer):
+    ``id``, ``schema``, optional ``schemaType`` (AVRO when absent), ``references``, ``guid``."""
+    try:
+        refs = tuple(Reference(r["name"], r["subject"], int(r["version"]))
+                     for r in doc.get("references") or ())
+        return Schema(int(doc["id"]) if schema_id is None else schema_id,
+                      doc.get("schemaType") or AVRO, doc["schema"], refs, doc.get("guid"))
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise RegistryError(f"a schema without a usable field: {err!r}") from err
+
+
 @dataclass(slots=True)
 class Registry:
     """Schemas by id and GUID, subjects' versions, configs and modes.
@@ -162,10 +174,7 @@ class Registry:
                 if v is None:
                     self._forget([(subject, version)])
                     return
-                refs = tuple(Reference(r["name"], r["subject"], int(r["version"]))
-                             for r in v.get("references") or ())
-                schema = Schema(int(v["id"]), v.get("schemaType") or AVRO, v["schema"], refs,
-                                v.get("guid"))
+                schema = schema_from_json(v)
                 if schema.schema_type not in FORMATS:
                     self.problems.append(f"{where}: schema id {schema.id}: unknown schemaType "
                                          f"{schema.schema_type!r}")
@@ -189,6 +198,8 @@ class Registry:
                               if s == subject and sv.deleted])
             else:
                 self.problems.append(f"{where}: unknown keytype {keytype!r}")
+        except RegistryError as err:
+            self.problems.append(f"{where}: {keytype} record: {err}")
         except (KeyError, TypeError, ValueError) as err:
             self.problems.append(f"{where}: {keytype} record without a usable field: {err!r}")
 
@@ -269,10 +280,10 @@ def from_folder(path: str) -> Registry:
             entries = doc if isinstance(doc, list) else [doc]
             if all(isinstance(e, dict) and "schema" in e and "id" in e for e in entries):
                 for e in entries:
-                    refs = tuple(Reference(r["name"], r["subject"], int(r["version"]))
-                                 for r in e.get("references") or ())
-                    registry.add(Schema(int(e["id"]), e.get("schemaType") or AVRO, e["schema"],
-                                        refs, e.get("guid")), e.get("subject"), e.get("version"))
+                    try:
+                        registry.add(schema_from_json(e), e.get("subject"), e.get("version"))
+                    except RegistryError as err:
+                        raise RegistryError(f"{full}: {err}") from err
                 continue
         if not stem.isdigit():
             raise RegistryError(f"{full}: a schema file is named by its id (<id>{ext})")
