@@ -179,6 +179,12 @@ class Data:
         self.payments = [(None, ser["Payment"](self.payment, ctx("payments")), ()),
                          (None, ser["Refund"](self.refund, ctx("refunds")), ()),
                          (None, ser["Payment.Line"](self.line, ctx("lines")), ())]
+        # a Protobuf value named by header: GUID and message indexes in the header
+        headers = []
+        by_header = ProtobufSerializer(m["Refund"], client, conf={
+            **pconf, "schema.id.serializer": header_schema_id_serializer})
+        self.payments.append((None, by_header(self.refund, ctx("refunds", headers=headers)),
+                              tuple(headers)))
         self.client = client
         self.subjects = ["shop.Customer", "orders-key", "orders-value", "events-value",
                          "payments-value", "refunds-value", "lines-value"]
@@ -234,6 +240,7 @@ def test_every_value_decodes_from_the_schemas_segment_alone(data, registry):
         (None, "PROTOBUF", pb(data.payment)),
         (None, "PROTOBUF", pb(data.refund)),
         (None, "PROTOBUF", pb(data.line)),
+        (None, "PROTOBUF", pb(data.refund)),  # by header
     ]
     got = [decode_fields(registry, k, v, h) for k, v, h in data.orders + data.events + data.payments]
     assert [(f["key_decoded"], f["value_format"], f["value_decoded"]) for f in got] == expected
@@ -244,8 +251,10 @@ def test_every_value_decodes_from_the_schemas_segment_alone(data, registry):
     assert [f["value_schema_id"] for f in got[:2]] == ids[:2] and got[2]["value_schema_id"] == ids[1]
     assert got[0]["key_schema_id"] == struct.unpack(">I", data.orders[0][0][1:5])[0]
     # the Protobuf messages: indexes [0], [1] (second type of the file), [0, 0] (nested)
-    assert [read_message_indexes(schema_ref(v).payload)[0] for _, v, _ in data.payments] == \
-        [[0], [1], [0, 0]]
+    assert [read_message_indexes(schema_ref(v, dict(h).get("__value_schema_id")).payload)[0]
+            for _, v, h in data.payments] == [[0], [1], [0, 0], [1]]
+    assert data.payments[3][1] == data.refund.SerializeToString()  # the bare payload
+    assert got[7]["value_schema_id"] == got[5]["value_schema_id"]
     # the Protobuf rendering: int64 as a string, bytes base64, enum name, Timestamp RFC 3339
     assert got[4]["value_decoded"]["id"] == str(2**40) and got[4]["value_decoded"]["token"] == "AQI="
     assert got[4]["value_decoded"]["state"] == "SETTLED"
@@ -292,7 +301,7 @@ def test_proto_text_as_java_registers_it_decodes_the_same(data):
     text = Registry.from_schemas_records(records)
     assert text.by_id(6).text == SHOP_PROTO
     got = [decode_fields(text, k, v, h)["value_decoded"] for k, v, h in data.payments]
-    assert got == [pb(data.payment), pb(data.refund), pb(data.line)]
+    assert got == [pb(data.payment), pb(data.refund), pb(data.line), pb(data.refund)]
 
 
 def test_error_cases(data, registry):
