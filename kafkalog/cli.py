@@ -233,7 +233,8 @@ def internal_record_finding(b: Batch, r, why: str) -> Finding:
 
 def schema_decode_findings(b: Batch, r, registry) -> tuple[dict, list[Finding]]:
     """The eight fields of ``kafkalog.schemas.FIELDS`` for one record, and a
-    ``key_decode_error``/``value_decode_error`` finding per side that did not decode."""
+    ``key_decode_error``/``value_decode_error`` finding per side that did not decode
+    (``*_schema_violation`` per JSON document that decoded but does not validate)."""
     found = []
     headers = r.headers
     key = sr.decode_one(registry, r.key, sr.wire_header(headers, sr.KEY_SCHEMA_HEADER))
@@ -242,6 +243,10 @@ def schema_decode_findings(b: Batch, r, registry) -> tuple[dict, list[Finding]]:
         if d.error is not None:
             found.append(Finding(f"{side}_decode_error", b.position, b.end,
                                  f"offset {r.offset}: {side} {d.error}: {d.reason}", r.offset, r.offset))
+        elif d.violations:
+            found.append(Finding(f"{side}_schema_violation", b.position, b.end,
+                                 f"offset {r.offset}: {side} (schema id {d.schema_id}) does not "
+                                 f"validate: {'; '.join(d.violations)}", r.offset, r.offset))
     return sr.fields_of(key, value), found
 
 

@@ -460,3 +460,39 @@ def test_a_registry_pickles_without_its_compiled_decoders(data, registry):
     copy = pickle.loads(pickle.dumps(registry))
     assert copy.decoders == {} and copy.schemas == registry.schemas
     assert decode_fields(copy, None, data.payments[0][1]) == decode_fields(registry, None, data.payments[0][1])
+
+
+def test_json_documents_are_validated_not_required_to_be_valid(data, registry, snapshot, capsys):
+    from kafkalog.schemas import decode_one
+    prefix = data.events[0][1][:5]
+    ok = decode_one(registry, data.events[0][1])
+    assert ok.violations == () and ok.error is None
+    bad = decode_one(registry, prefix + b'{"kind": 5, "n": "x"}')
+    assert (bad.decoded, bad.error) == ({"kind": 5, "n": "x"}, None)
+    assert sorted(bad.violations) == ["kind: 5 is not of type 'string'", "n: 'x' is not of type 'integer'"]
+    folder = snapshot / "bad-events-0"
+    write_segment(folder, [(None, prefix + b'{"n": "x"}')])
+    assert main(["dump", "--json", "--records", "--schemas", str(snapshot),
+                 str(folder / "00000000000000000000.log")]) == 1
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows[1]["value_decoded"] == {"n": "x"} and rows[1]["value_error"] is None
+    assert rows[2]["kind"] == "value_schema_violation"
+    assert rows[2]["message"].endswith("does not validate: n: 'x' is not of type 'integer'")
+
+
+def test_json_schema_references_resolve_by_name():
+    from kafkalog.schemas import decode_one
+
+    def schema(subject, schema_id, text, refs=()):
+        key = {"keytype": "SCHEMA", "subject": subject, "version": 1, "magic": 1}
+        value = {"subject": subject, "version": 1, "id": schema_id, "schemaType": "JSON",
+                 "schema": json.dumps(text), "deleted": False,
+                 "references": [{"name": n, "subject": s, "version": 1} for n, s in refs]}
+        return json.dumps(key).encode(), json.dumps(value).encode()
+
+    r = Registry.from_schemas_records([
+        schema("addr", 51, {"type": "string"}),
+        schema("person-value", 50, {"type": "object", "properties": {"a": {"$ref": "addr.json"}}},
+               [("addr.json", "addr")])])
+    d = decode_one(r, b"\x00\x00\x00\x00\x32" + b'{"a": 5}')
+    assert (d.schema_id, d.decoded, d.violations) == (50, {"a": 5}, ("a: 5 is not of type 'string'",))

@@ -13,7 +13,8 @@ record, the eight fields ``kafkalog dump --schemas`` prints and the tables will 
 A key or value that is not in the wire format (plain text, empty, null) gets nulls in all
 four of its fields: that is not an error. The errors are ``"unknown_schema_id"`` (the
 registry has no such id or GUID) and ``"malformed"`` (the bytes do not read with the
-schema, or the schema does not compile); :func:`decode_one` also says why.
+schema, or the schema does not compile); :func:`decode_one` also says why, and what a JSON
+document breaks of its schema (validation is reported, not required: the document decodes).
 """
 
 from __future__ import annotations
@@ -42,13 +43,15 @@ UNKNOWN_SCHEMA_ID, MALFORMED = "unknown_schema_id", "malformed"
 
 
 class Decoded(NamedTuple):
-    """One key or value: its schema id and format, the decoded data, the error and why."""
+    """One key or value: its schema id and format, the decoded data, the error and why;
+    ``violations``: what a JSON document breaks of its schema (it still decodes)."""
 
     schema_id: int | None = None
     format: str | None = None
     decoded: object = None
     error: str | None = None
     reason: str | None = None
+    violations: tuple[str, ...] = ()
 
 
 _NOT_WIRE = Decoded()
@@ -87,7 +90,9 @@ def decode_one(registry: Registry, data: bytes | None, header: bytes | None = No
             value = decode(memoryview(data), indexes)
     except (WireFormatError, RegistryError) as err:
         return Decoded(schema.id, schema.schema_type, error=MALFORMED, reason=str(err))
-    return Decoded(schema.id, schema.schema_type, value)
+    check = getattr(decode, "violations", None)
+    return Decoded(schema.id, schema.schema_type, value,
+                   violations=tuple(check(value)) if check is not None else ())
 
 
 def decode_fields(registry: Registry, key: bytes | None, value: bytes | None,

@@ -9,7 +9,8 @@ message indexes first) and returns plain JSON-ready data:
   standard base64. Logical types come back as fastavro converts them and are rendered
   as JSON can hold them: timestamps, dates and times in ISO 8601, decimals and UUIDs
   as strings. Bytes left after the datum are malformed.
-* **JSON Schema**: the JSON document itself (not validated).
+* **JSON Schema**: the JSON document itself; it is validated, and a document that does not
+  validate is still decoded, its violations reported beside it (:func:`kafkalog.schemas.decode_one`).
 * **Protobuf**: ``MessageToDict(msg, preserving_proto_field_name=True)`` of the message
   the indexes name. A schema registered as base64 ``FileDescriptorProto`` goes straight
   into a ``DescriptorPool``; ``.proto`` text is compiled with ``protoc`` from
@@ -111,7 +112,29 @@ def _avro(registry: Registry, schema: Schema) -> Decoder:
 
 # -------------------------------------------------------------------- JSON
 def _json(registry: Registry, schema: Schema) -> Decoder:
-    json.loads(schema.text)  # a schema that is no JSON fails here, once
+    """The document; ``decode.violations(doc)`` validates it (jsonschema, the draft its
+    ``$schema`` names, draft 7 by default; references resolved by their names as ``$ref``)."""
+    from jsonschema import Draft7Validator, validators
+    from referencing import Registry as Resources, Resource
+    from referencing.jsonschema import DRAFT7
+
+    resources: dict[str, Resource] = {}
+
+    def collect(s: Schema, depth: int = 0) -> None:
+        if depth > 32:
+            raise RegistryError(f"schema id {schema.id}: references nest deeper than 32")
+        for ref in s.references:
+            if ref.name not in resources:
+                r = registry.resolve(ref)
+                resources[ref.name] = Resource.from_contents(json.loads(r.text),
+                                                             default_specification=DRAFT7)
+                collect(r, depth + 1)
+
+    doc = json.loads(schema.text)  # a schema that is no JSON fails here, once
+    collect(schema)
+    cls = validators.validator_for(doc, default=Draft7Validator)
+    cls.check_schema(doc)
+    validator = cls(doc, registry=Resources().with_resources(resources.items()))
 
     def decode(payload: memoryview, indexes=None):
         try:
@@ -119,6 +142,14 @@ def _json(registry: Registry, schema: Schema) -> Decoder:
         except (ValueError, UnicodeDecodeError) as err:
             raise PayloadError(f"JSON payload does not parse: {err}") from err
 
+    def violations(value) -> list[str]:
+        try:
+            return [f"{'/'.join(map(str, e.absolute_path)) or '(document)'}: {e.message}"
+                    for e in validator.iter_errors(value)]
+        except Exception as err:  # an unresolvable $ref and the like, at one boundary
+            return [f"not validated: {type(err).__name__}: {err}"]
+
+    decode.violations = violations
     return decode
 
 
