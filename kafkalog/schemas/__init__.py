@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-from .decoders import PayloadError, decoder_for
+from .decoders import decoder_for
 from .registry import (
     AVRO, FORMATS, JSON, PROTOBUF, Reference, Registry, RegistryError, Schema,
     from_folder, from_schemas_topic, open_source,
 )
-from .wire import KEY_SCHEMA_HEADER, VALUE_SCHEMA_HEADER, WireFormatError, read_message_indexes, schema_ref
+from .wire import (
+    KEY_SCHEMA_HEADER, VALUE_SCHEMA_HEADER, WireFormatError, read_message_indexes, schema_ref,
+)
 
 __all__ = [
     "AVRO", "JSON", "PROTOBUF", "FORMATS", "FIELDS", "UNKNOWN_SCHEMA_ID", "MALFORMED",

@@ -22,6 +22,7 @@ message indexes first) and returns plain JSON-ready data:
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import decimal
 import importlib
@@ -197,7 +198,6 @@ def _compile_proto_text(registry: Registry, schema: Schema) -> list:
         out = os.path.join(tmp, "out.pb")
         include = str(importlib.resources.files("grpc_tools") / "_proto")
         err = io.StringIO()
-        import contextlib
         with contextlib.redirect_stderr(err):
             rc = protoc.main(["protoc", f"-I{tmp}", f"-I{include}", "--include_imports",
                               f"--descriptor_set_out={out}", main])
@@ -223,7 +223,7 @@ def _well_known(default_pool, name: str):
 
 
 def _protobuf(registry: Registry, schema: Schema) -> Decoder:
-    from google.protobuf import descriptor_pool, message_factory
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     from google.protobuf.json_format import MessageToDict
     from google.protobuf.message import DecodeError
 
@@ -236,7 +236,6 @@ def _protobuf(registry: Registry, schema: Schema) -> Decoder:
             return
         for dep in fdp.dependency:  # a well-known import nobody registered: protobuf's own
             if dep not in added and dep not in names:
-                from google.protobuf import descriptor_pb2
                 try:
                     wk = descriptor_pb2.FileDescriptorProto()
                     _well_known(default, dep).CopyToProto(wk)

@@ -4,20 +4,17 @@ Schema Registry keeps its whole state in one compacted Kafka topic, ``_schemas``
 instance rebuilds its store by reading it from the start (``KafkaStoreReaderThread``).
 We do the same with the snapshot's segments. Each record's key and value are JSON:
 
-=================  ===========================================  ==========================================
-key ``keytype``    key fields                                   value (null: see right)
-=================  ===========================================  ==========================================
-``SCHEMA``         ``subject``, ``version``, ``magic``          ``{subject, version, id, schema, deleted,
-                                                                schemaType?, references?, guid?, ...}``;
-                                                                null: the version is deleted for good
-``CONFIG``         ``subject`` (null: global)                   ``{compatibilityLevel, ...}``; null: reset
-``MODE``           ``subject`` (null: global)                   ``{mode}``; null: reset
-``NOOP``           (none)                                       ignored (the registry's own read barrier)
-``DELETE_SUBJECT`` ``subject``                                  ``{subject, version}``: versions up to it
-                                                                are soft-deleted
-``CLEAR_SUBJECT``  ``subject``                                  ``{subject}``: its soft-deleted versions
-                                                                are gone for good
-=================  ===========================================  ==========================================
+* ``SCHEMA`` (key: ``subject``, ``version``, ``magic``): value ``{subject, version, id,
+  schema, deleted, schemaType?, references?, guid?, ...}``; a null value deletes the version
+  for good (hard delete).
+* ``CONFIG`` / ``MODE`` (key: ``subject``, null for global): ``{compatibilityLevel}`` /
+  ``{mode}``; null resets.
+* ``NOOP``: ignored (the registry's own read barrier).
+* ``DELETE_SUBJECT`` (key: ``subject``): ``{subject, version}``, versions up to it are
+  soft-deleted.
+* ``CLEAR_SUBJECT`` (key: ``subject``): ``{subject}``, its soft-deleted versions are gone for
+  good (the registry writes it when a subject goes to IMPORT mode, to clear deleted schemas;
+  we match the subject exactly, not as a context prefix).
 
 A soft-deleted version (``deleted: true``) is hidden from the registry's listings but its
 id still resolves, so data written with it still decodes; only a hard delete (a null value)
