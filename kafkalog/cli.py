@@ -17,7 +17,8 @@ or ``--decoder`` says which (:mod:`kafkalog.internal`).
 ``--schemas SOURCE`` decodes keys and values written in Schema Registry's wire format
 with a registry rebuilt from SOURCE (the snapshot's ``_schemas`` topic, a schema folder
 or a registry URL: :mod:`kafkalog.schemas`); a key or value that does not decode is a
-``key_decode_error``/``value_decode_error`` finding.
+``key_decode_error``/``value_decode_error`` finding, a JSON document that breaks its
+schema a ``key_schema_violation``/``value_schema_violation``.
 
 Exit status, the same for both commands (with several files the highest wins):
 see :data:`EXIT_STATUS`. Errors and refusals are one line on stderr, with no
@@ -600,7 +601,9 @@ With --schemas SOURCE, keys and values in Schema Registry's wire format are
 decoded (JSON: key_schema_id, value_schema_id, key_format, value_format,
 key_decoded, value_decoded, key_error, value_error on each record; text: a
 `schemas: {...}` object); one that does not decode is a key_decode_error or
-value_decode_error finding. Values not in the wire format are not errors.
+value_decode_error finding, a JSON document that breaks its schema a
+key_schema_violation or value_schema_violation. Values not in the wire format
+are not errors.
 
 An empty .log, or one whose first bytes are no entry header and where no valid
 entry follows (a text file, say), is said in one line on stderr (exit 1);
