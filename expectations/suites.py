@@ -4,7 +4,8 @@ The checks themselves are per-partition window SQL in
 ``spark_jobs/quality/checks.py``. Their observations, graded by the policy and
 summarized per check × topic-partition × class × status
 (``spark_jobs.quality.results.verdicts``: counts and an example message), are
-the batch every suite validates. Each check has one suite with two
+the batch every suite validates, from a scratch SQLite table (a few rows, already
+on the driver: no Spark job per expectation). Each check has one suite with two
 ``UnexpectedRowsExpectation``\\ s (``expectations.data_docs.PolicyRows``): the
 partitions and classes graded ``fail`` (severity critical) and those graded
 ``warn`` (severity warning). Explained observations (status ``pass``) are listed in
@@ -42,8 +43,26 @@ COLUMNS = "topic, partition, class, items, offsets, max_value, example"
 
 
 def unexpected_rows_query(check: str, status: str) -> str:
+    # `check` is a keyword in SQLite (a CHECK constraint): quoted
     return (f"SELECT {COLUMNS} FROM {{batch}} "
-            f"WHERE check = '{check}' AND status = '{status}'")
+            f"WHERE `check` = '{check}' AND status = '{status}'")
+
+
+#: Spark SQL type -> SQLite column type of the verdicts table
+SQLITE_TYPES = {"string": "TEXT", "int": "INTEGER", "bigint": "INTEGER"}
+
+
+def verdicts_database(verdicts, path: str) -> None:
+    """Write the verdicts (a Spark DataFrame, one row per check × topic-partition × class ×
+    status: small and bounded) into the SQLite table ``verdicts`` at ``path``."""
+    import sqlite3
+
+    fields = [(f.name, SQLITE_TYPES[f.dataType.simpleString()]) for f in verdicts.schema.fields]
+    rows = [tuple(r) for r in verdicts.collect()]
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE verdicts ({', '.join(f'`{n}` {t}' for n, t in fields)})")
+        db.executemany(f"INSERT INTO verdicts VALUES ({', '.join('?' * len(fields))})", rows)
+    db.close()
 
 
 #: the policy grade -> the severity of the expectation whose unexpected rows it grades
@@ -89,19 +108,21 @@ def validate(verdicts, run_id: str, checks, docs_dir: str | None = None):
     docs_dir = docs_dir or tempfile.mkdtemp(prefix="dq-docs-")
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
-    source = ctx.data_sources.add_spark("audit")
-    asset = source.add_dataframe_asset("verdicts")
-    whole = asset.add_batch_definition_whole_dataframe("run")
-    definitions = []
-    for suite in build_suites(gx, checks):
-        suite = ctx.suites.add(suite)
-        definitions.append(ctx.validation_definitions.add(
-            gx.ValidationDefinition(name=suite.name, data=whole, suite=suite)))
-    checkpoint = ctx.checkpoints.add(gx.Checkpoint(
-        name="kafka_audit", validation_definitions=definitions,
-        result_format={"result_format": "SUMMARY"}))
-    result = checkpoint.run(batch_parameters={"dataframe": verdicts},
-                            run_id=gx.RunIdentifier(run_name=run_id))
+    with tempfile.TemporaryDirectory(prefix="dq-verdicts-") as scratch:
+        database = os.path.join(scratch, "verdicts.sqlite")
+        verdicts_database(verdicts, database)
+        source = ctx.data_sources.add_sqlite("audit", connection_string=f"sqlite:///{database}")
+        whole = source.add_table_asset("verdicts", table_name="verdicts") \
+            .add_batch_definition_whole_table("run")
+        definitions = []
+        for suite in build_suites(gx, checks):
+            suite = ctx.suites.add(suite)
+            definitions.append(ctx.validation_definitions.add(
+                gx.ValidationDefinition(name=suite.name, data=whole, suite=suite)))
+        checkpoint = ctx.checkpoints.add(gx.Checkpoint(
+            name="kafka_audit", validation_definitions=definitions,
+            result_format={"result_format": "SUMMARY"}))
+        result = checkpoint.run(run_id=gx.RunIdentifier(run_name=run_id))
     grade_of = {severity: grade for grade, severity in SEVERITIES.items()}
     summary = {}
     for vr in result.run_results.values():
