@@ -8,11 +8,18 @@ each chunk (dynamic task mapping, spark-submit on `spark_default`) into the
 run's Iceberg branch (`run_<run id>`); `check_quality` audits exactly that branch;
 `publish` makes it `main` only if the audit passed, and emits the table Assets.
 
-Manual runs (Trigger with config): `date_from`/`date_to` (inclusive) replace the
-data interval's date, `topics` filters by comma-separated patterns, `reprocess`
-decodes segments again even when the ledger shows them ingested. Backfill:
-`airflow backfill create --dag-id kafka_segments_nightly --from-date 2026-11-01
---to-date 2026-11-07T23:59:59` (the bounds are logical dates, a night's is 03:00).
+**Which night a run reads.** Without params, one night: the UTC date of the run's
+logical date (its data interval start; the run of 2026-11-21 03:00 reads
+`.../2026-11-21/`). That holds for scheduled runs, for each run of a backfill (the
+Backfill dialog's date range picks the runs' logical dates, one run per night of the
+schedule, each reading its own night) and for a triggered run with a logical date.
+The params `date_from`/`date_to` (inclusive) replace that night with their range for
+this one run (one run over all those nights); leave them empty in a backfill, or every
+run of it reads the same range. `topics` filters by comma-separated patterns,
+`reprocess` decodes segments again even when the ledger shows them ingested. Backfill
+from the CLI: `airflow backfill create --dag-id kafka_segments_nightly --from-date
+2026-11-01 --to-date 2026-11-07T23:59:59` (the bounds are logical dates, a night's is
+03:00, so a bare `--to-date 2026-11-07` leaves that night out).
 Records are deduplicated against the warehouse and runs take it in turn (`plan`
 waits while another run is between plan and publish, backfill runs included), so
 reruns and backfills never duplicate them.
@@ -54,11 +61,16 @@ default_args = {
     doc_md=__doc__,
     params={
         "date_from": Param(None, type=["null", "string"], format="date",
-                           title="First snapshot date",
-                           description="Manual range (inclusive); empty: the run's data interval"),
+                           title="First snapshot night (instead of the logical date's)",
+                           description="Empty (the default): the run reads one night, the UTC date "
+                                       "of its logical date; each run of a backfill reads its own "
+                                       "night. Set: this run reads the nights date_from..date_to "
+                                       "instead (leave empty in a backfill, or every run of it "
+                                       "reads this same range)."),
         "date_to": Param(None, type=["null", "string"], format="date",
-                         title="Last snapshot date",
-                         description="Empty: same as the first date"),
+                         title="Last snapshot night (inclusive)",
+                         description="The range's last night, inclusive. Empty: date_from "
+                                     "alone (date_to alone: that one night)."),
         "topics": Param("*", type="string", title="Topics",
                         description="Comma-separated patterns (fnmatch), * for all"),
         "reprocess": Param(False, type="boolean", title="Reprocess",
@@ -71,7 +83,7 @@ def kafka_segments_nightly():
     # while another run holds the warehouse (kafkalog_pipeline.tasks.wait_for_warehouse)
     @task(retries=3, max_active_tis_per_dag=1)
     def plan(**context) -> list[list[str]]:
-        return tasks.plan_from_context(context)
+        return tasks.plan_task(context)
 
     decode_args = plan()
 
@@ -94,7 +106,9 @@ def kafka_segments_nightly():
             "--catalog", "{{ ti.xcom_pull(task_ids='plan', key='catalog') }}",
             "--namespace", "{{ ti.xcom_pull(task_ids='plan', key='namespace') }}",
         ],
-        retries=1,  # a failed audit fails the same way again; one retry covers a Spark hiccup
+        # a failed check fails the task at once (AirflowFailException, no retry: the verdict
+        # cannot change); one retry covers a crash (a Spark hiccup). Returns the verdict.
+        retries=1,
     )
 
     @task(outlets=list(TABLE_ASSETS.values()), retries=3)

@@ -16,8 +16,8 @@
    query to copy, and whether the counts changed since the previous ``make demo``.
 
 ``ui`` (``make ui``) serves the same data: moto again (its state is in memory),
-then Airflow's api-server, scheduler and dag-processor on 127.0.0.1, each in its
-own process group, stopped together on Ctrl-C. Log in as ``admin`` with the
+then Airflow's api-server, scheduler, dag-processor and triggerer on 127.0.0.1, each
+in its own process group, stopped together on Ctrl-C. Log in as ``admin`` with the
 password printed at start (kept in ``OUT/airflow/simple_auth_manager_passwords.json.generated``).
 
 No credentials here are real: the moto server accepts any key, and the demo's
@@ -406,6 +406,126 @@ def fail_abandoned_runs(dag_id: str) -> None:
             dr.set_state(DagRunState.FAILED)
 
 
+class TaskLogFiles:
+    """Task logs where Airflow's log reader looks for them, for tasks run by ``dag.test()``.
+
+    ``dag.test()`` runs each task inside its own process, with no supervisor
+    (``run_task_in_process``), and logs to that process's output only; the UI then
+    finds no file and says "Log file not found on worker". While active, a copy of every log event of a task try is
+    written as the JSON line a worker's supervisor writes, to
+    ``[logging] base_log_folder`` / ``log_filename_template`` rendered for that try
+    (the path the api-server's ``FileTaskHandler`` reads). A try's file is started
+    afresh the first time this process writes it (a rerun of the demo reuses run ids
+    and try numbers) and appended to after (a rescheduled try comes back).
+    """
+
+    def __init__(self):
+        self.file = None
+        self.started: set[str] = set()
+
+    # ---- where
+    def open(self, ti) -> Path:
+        from airflow.sdk.log import init_log_file
+        from airflow.utils.helpers import log_filename_template_renderer
+
+        path = init_log_file(log_filename_template_renderer()(ti=ti))
+        self.close()
+        self.file = open(path, "a" if str(path) in self.started else "w", encoding="utf-8")
+        self.started.add(str(path))
+        return path
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+    # ---- what
+    def write(self, event: dict) -> None:
+        if self.file is None:
+            return
+        line = {"timestamp": event.get("timestamp"), "level": event.get("level", "info"),
+                "event": str(event.get("event", "")), "logger": event.get("logger")}
+        line.update({k: v for k, v in event.items()
+                     if k not in line and not k.startswith("_") and k not in ("exc_info",
+                                                                              "logger_name")})
+        self.file.write(json.dumps(line, default=str) + "\n")
+        self.file.flush()
+
+    def processor(self, logger, method_name, event_dict):
+        """structlog processor (before the renderer): structlog's own loggers."""
+        import structlog
+
+        event = dict(event_dict)
+        if event.get("exc_info"):
+            event = structlog.processors.format_exc_info(logger, method_name, event)
+        self.write(event)
+        return event_dict
+
+    def handler(self):
+        """A stdlib handler (root logger): the stdlib loggers of tasks and hooks."""
+        import logging
+
+        files = self
+
+        class Handler(logging.Handler):
+            def emit(self, record):
+                event = {"timestamp": dt.datetime.fromtimestamp(record.created, dt.timezone.utc)
+                         .isoformat().replace("+00:00", "Z"),
+                         "level": record.levelname.lower(), "event": record.getMessage(),
+                         "logger": record.name}
+                if record.exc_info:
+                    event["exception"] = logging.Formatter().formatException(record.exc_info)
+                files.write(event)
+
+        return Handler(level=logging.INFO)
+
+
+@contextlib.contextmanager
+def dag_test_like_a_worker():
+    """``dag.test()`` leaving what a scheduled run leaves for the UI:
+
+    * each task try's log in the file the api-server reads (:class:`TaskLogFiles`);
+    * the run's real start time: ``dag.test()`` creates the run with
+      ``start_date = logical date`` (apache/airflow#66127), so a run of a past night
+      read "4d 05:00" for two minutes' work; here it is the time the run was created.
+    """
+    import logging
+
+    import structlog
+
+    from airflow.models import dagrun as dagrun_module
+    from airflow.sdk.execution_time import supervisor
+
+    files = TaskLogFiles()
+    run_in_process, get_or_create = supervisor.run_task_in_process, dagrun_module.get_or_create_dagrun
+
+    def run_task_in_process(ti, task, *args, **kwargs):
+        files.open(ti)
+        try:
+            return run_in_process(ti, task, *args, **kwargs)
+        finally:
+            files.close()
+
+    def get_or_create_dagrun(**kwargs):
+        kwargs["start_date"] = dt.datetime.now(dt.timezone.utc)
+        return get_or_create(**kwargs)
+
+    processors = structlog.get_config()["processors"]
+    processors.insert(len(processors) - 1, files.processor)  # before the renderer
+    handler = files.handler()
+    logging.getLogger().addHandler(handler)
+    supervisor.run_task_in_process = run_task_in_process
+    dagrun_module.get_or_create_dagrun = get_or_create_dagrun
+    try:
+        yield files
+    finally:
+        supervisor.run_task_in_process = run_in_process
+        dagrun_module.get_or_create_dagrun = get_or_create
+        logging.getLogger().removeHandler(handler)
+        processors.remove(files.processor)
+        files.close()
+
+
 def dagtest(date: str) -> int:
     """Run the nightly DAG for snapshot ``date`` with ``dag.test()``; exit 0 iff it succeeded."""
     from airflow.dag_processing.dagbag import DagBag
@@ -419,7 +539,8 @@ def dagtest(date: str) -> int:
     logical = dt.datetime.fromisoformat(date).replace(hour=3, tzinfo=dt.timezone.utc)
     # run_after = logical date: the run id is manual__<logical date>, the same on every
     # demo run, so a rerun replaces that run's output instead of adding a new run
-    dr = dag.test(logical_date=logical, run_after=logical)
+    with dag_test_like_a_worker():
+        dr = dag.test(logical_date=logical, run_after=logical)
     states = {ti.task_id + (f"[{ti.map_index}]" if ti.map_index >= 0 else ""): str(ti.state)
               for ti in dr.get_task_instances()}
     print(json.dumps({"run_id": dr.run_id, "state": str(dr.state), "tasks": states}), flush=True)
@@ -594,7 +715,8 @@ def _ui(out: Path, port: int | None) -> int:
     signal.signal(signal.SIGHUP, stop)
     procs = []
     try:
-        for component in (api_server_args(port), ["scheduler"], ["dag-processor"]):
+        # the triggerer too: without one the home page shows a red "Triggerer" badge
+        for component in (api_server_args(port), ["scheduler"], ["dag-processor"], ["triggerer"]):
             procs.append(start_component(env, log_dir, *component))
         print(f"\nAirflow UI: http://127.0.0.1:{port}/  user: admin  password: {password}")
         print(f"(password file {pw_path}; logs in {log_dir}; Ctrl-C stops everything)")

@@ -7,13 +7,66 @@ S3 access resolved from the ``aws_default`` connection or the environment.
 
 The credentials are resolved inside the running task, so they never appear in
 the DAG file, in XCom or in the rendered template fields.
+
+For the audit (``spark_jobs.check_quality``) it also reads the job's own lines
+from spark-submit's output: ``FAIL ...`` lines go to the task log at ERROR,
+``WARN ...`` at WARNING, and the verdict line becomes the task's return value
+(XCom ``return_value``: results per outcome and the checks that failed or
+warned). An audit that ran and failed a check (exit status
+``check_quality.EXIT_CHECKS_FAILED``) fails the task at once with one line
+naming the failed checks (``AirflowFailException``: no retry, no traceback);
+any other non-zero exit is a crash and fails as usual, so it is retried.
 """
 
 from __future__ import annotations
 
+import json
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from . import settings
+from .tasks import QUALITY_JOB
+
+
+class JobOutput:
+    """Reads a job's own lines out of spark-submit's output (:meth:`lines`): ``FAIL ...``
+    and ``WARN ...`` are logged to ``log`` at ERROR and WARNING (Spark's own lines stay
+    with the provider, at INFO), and the verdict line (``verdict_prefix`` + JSON), if
+    any, is kept in :attr:`verdict` instead of being logged raw."""
+
+    def __init__(self, log, verdict_prefix: str | None = None):
+        self.log = log
+        self.verdict_prefix = verdict_prefix
+        self.verdict: dict | None = None
+
+    def lines(self, itr):
+        """Handle the job's lines; yield the others, for the provider's own handling."""
+        for raw in itr:
+            line = raw.strip()
+            if self.verdict_prefix and line.startswith(self.verdict_prefix):
+                try:
+                    self.verdict = json.loads(line[len(self.verdict_prefix):])
+                    continue
+                except ValueError:
+                    pass  # not ours after all: logged as it is
+            if line.startswith("FAIL "):
+                self.log.error(line)
+            elif line.startswith("WARN "):
+                self.log.warning(line)
+            else:
+                yield raw
+
+
+def failed_checks_line(verdict: dict | None) -> str:
+    """One line for a failed audit: ``audit failed: crc (orders-0, orders-1), offset_gaps
+    (gap-0) failed; 2 warned, 40 passed; the run is not published``."""
+    if not verdict:
+        return "audit failed (no verdict line in its output); the run is not published"
+    failed = ", ".join(f"{check} ({', '.join(parts)})"
+                       for check, parts in sorted(verdict.get("failed", {}).items()))
+    return (f"audit failed: {failed} failed; {verdict.get('warn', 0)} warned, "
+            f"{verdict.get('pass', 0)} passed; the run is not published")
 
 
 class KafkalogSparkSubmitOperator(SparkSubmitOperator):
@@ -25,8 +78,43 @@ class KafkalogSparkSubmitOperator(SparkSubmitOperator):
         super().__init__(**kwargs)
         self.aws_conn_id = aws_conn_id
 
+    def _is_audit(self) -> bool:
+        return bool(self.application_args) and self.application_args[0] == QUALITY_JOB
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """The provider's hook, its output read through :class:`JobOutput` first."""
+        hook = super()._get_hook()
+        prefix = None
+        if self._is_audit():
+            from spark_jobs.check_quality import VERDICT_PREFIX as prefix
+        self.job_output = JobOutput(hook.log, prefix)
+        provider = hook._process_spark_submit_log
+        hook._process_spark_submit_log = lambda itr: provider(self.job_output.lines(itr))
+        return hook
+
     def execute(self, context):
         access = settings.s3_access(self.aws_conn_id)
         self.env_vars = {**settings.spark_env(access), **(self.env_vars or {})}
         self._hook = None  # built from the environment above
-        return super().execute(context)
+        if not self._is_audit():
+            return super().execute(context)
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from spark_jobs.check_quality import EXIT_CHECKS_FAILED
+
+        try:
+            super().execute(context)
+        except AirflowException:
+            submitted = getattr(self._hook, "_submit_sp", None)  # the spark-submit Popen
+            if submitted is not None and submitted.returncode == EXIT_CHECKS_FAILED:
+                verdict = self.job_output.verdict
+                if verdict is not None:
+                    context["ti"].xcom_push(key="return_value", value=verdict)
+                raise AirflowFailException(failed_checks_line(verdict)) from None
+            raise  # a crash: retried
+        verdict = self.job_output.verdict
+        if verdict is not None:
+            warned = ", ".join(f"{c} ({', '.join(p)})" for c, p in sorted(verdict["warned"].items()))
+            self.log.info("verdict: %d failed, %d warned, %d passed%s", verdict["fail"],
+                          verdict["warn"], verdict["pass"], f"; warned: {warned}" if warned else "")
+        return verdict

@@ -267,6 +267,25 @@ def plan_from_context(context) -> list[list[str]]:
     return summary["decode_args"]
 
 
+#: XCom key of a skipped plan's reason (the UI plugin says it where a report would be)
+SKIP_REASON_KEY = "skip_reason"
+
+
+def plan_task(context) -> list[list[str]]:
+    """The ``plan`` task: :func:`plan_from_context`; a night it skips is logged with why
+    (INFO, before the skip) and its reason is pushed to XCom (``SKIP_REASON_KEY``)."""
+    _, skip = _airflow_errors()
+    try:
+        return plan_from_context(context)
+    except skip as err:
+        reason = str(err)
+        log.info("skipping the run: %s", reason)
+        ti = context.get("ti")
+        if ti is not None:
+            ti.xcom_push(key=SKIP_REASON_KEY, value=reason)
+        raise
+
+
 def publish_from_context(context, assets) -> dict:
     """The ``publish`` task: publish the audited run, annotate the table assets' events."""
     ti = context["ti"]
@@ -282,7 +301,9 @@ def publish_from_context(context, assets) -> dict:
                              namespace=ti.xcom_pull(task_ids="plan", key="namespace"))
     except (iceberg.ConflictError, iceberg.NothingStaged, iceberg.NotAudited) as err:
         raise fail(str(err)) from err  # no retry changes it: the run must be run again
-    extra = {"warehouse": warehouse, "run_id": run_id, "dates": plan.get("dates", [])}
+    extra = {"warehouse": warehouse, "run_id": run_id, "dates": plan.get("dates", []),
+             # the audit's verdict (counts per outcome, checks that failed or warned)
+             "verdict": ti.xcom_pull(task_ids="check_quality")}
     outlet_events = context.get("outlet_events")
     if outlet_events is not None:
         for asset in assets:

@@ -11,8 +11,13 @@ great-expectations suites of ``expectations/suites.py``, and writes
   verdict is visible at once, for runs that will never be published too);
 * ``W/data_docs/<run_token>/index.html`` — the run's Data Docs.
 
-Exit status: 0 when no check failed (warnings allowed), 1 when one did (the
-message lists them; publish must not run), 2 on usage or I/O errors.
+Exit status: 0 when no check failed (warnings allowed); ``EXIT_CHECKS_FAILED``
+(65, sysexits' EX_DATAERR) when the audit ran and a check failed (the FAIL lines
+list them; publish must not run, and running the audit again gives the same
+verdict); 2 on usage or I/O errors. Anything else (1 for an exception, the
+JVM's own codes) is a crash, which a retry may fix. The last line printed is
+the verdict, ``VERDICT_PREFIX`` + JSON (:func:`verdict`), which the Airflow
+operator reads as the task's summary.
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ from spark_jobs.quality import results
 from spark_jobs.quality.policy import Policy, PolicyError
 
 TABLES = iceberg.DECODE_TABLES
+
+#: exit status of an audit that ran and failed a check (not a crash: no retry changes it)
+EXIT_CHECKS_FAILED = 65
+#: the verdict line's prefix (kafkalog_pipeline.operators reads it from spark-submit's output)
+VERDICT_PREFIX = "check_quality: verdict "
 
 
 def parse_args(argv):
@@ -122,8 +132,24 @@ def publish_docs(store, verdicts, run_id: str, checks, out=None) -> str:
     return summary
 
 
+def verdict(rows) -> dict:
+    """The run's verdict, small enough for XCom and an asset event's ``extra``: results
+    (check x topic-partition) per outcome, and per check that failed or warned its
+    topic-partitions: ``{"fail": 1, "warn": 3, "pass": 40, "failed": {"crc": ["orders-0"]},
+    "warned": {...}}``."""
+    out: dict = {"fail": 0, "warn": 0, "pass": 0, "failed": {}, "warned": {}}
+    for r in sorted(rows, key=lambda r: (r["check"], r["topic"], r["partition"])):
+        status = r["status"] if r["status"] in ("fail", "warn") else "pass"
+        out[status] += 1
+        if status != "pass":
+            out["failed" if status == "fail" else "warned"].setdefault(r["check"], []).append(
+                f"{r['topic']}-{r['partition']}")
+    return out
+
+
 def report(rows, out=None) -> int:
-    """Print failing and warning results; 1 if any failed, else 0."""
+    """Print failing and warning results, then the verdict line (:data:`VERDICT_PREFIX`);
+    :data:`EXIT_CHECKS_FAILED` if any failed, else 0."""
     out = out or sys.stderr
     failed = [r for r in rows if r["status"] == "fail"]
     warned = [r for r in rows if r["status"] == "warn"]
@@ -134,9 +160,10 @@ def report(rows, out=None) -> int:
                   f"in {r['observed']} checked; first: {first}", file=out)
     if failed:
         print(f"check_quality: {len(failed)} check(s) failed; the run must not be published", file=out)
-        return 1
-    print(f"check_quality: passed ({len(warned)} warning(s))", file=out)
-    return 0
+    else:
+        print(f"check_quality: passed ({len(warned)} warning(s))", file=out)
+    print(VERDICT_PREFIX + json.dumps(verdict(rows), sort_keys=True), file=out, flush=True)
+    return EXIT_CHECKS_FAILED if failed else 0
 
 
 def main(argv=None, spark=None) -> int:

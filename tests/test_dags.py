@@ -153,6 +153,61 @@ def _segments(rng: random.Random, n_tp: int) -> list[snapshots.Segment]:
     return out
 
 
+# ------------------------------------------------------------------ what the UI shows
+def test_trigger_form_says_which_nights_a_run_reads(dag):
+    """Empty params: the logical date's night (each backfill run its own); set: the range."""
+    date_from = dag.params.get_param("date_from")
+    assert "logical date" in date_from.description and "backfill" in date_from.description
+    assert "instead" in date_from.schema["title"]
+    assert "inclusive" in dag.params.get_param("date_to").schema["title"]
+    assert "Which night a run reads" in dag.doc_md
+
+
+def test_audit_output_levels_verdict_and_one_line_failure(caplog):
+    """spark-submit's output of the audit: FAIL lines at ERROR, WARN at WARNING, Spark's own
+    lines left to the provider (INFO), the verdict line kept, not logged."""
+    import json
+    import logging
+
+    from kafkalog_pipeline.operators import JobOutput, failed_checks_line
+    from spark_jobs.check_quality import VERDICT_PREFIX
+
+    verdict = {"fail": 2, "warn": 1, "pass": 5, "failed": {"crc": ["a-0", "a-1"]},
+               "warned": {"offset_gaps": ["b-0"]}}
+    out = JobOutput(logging.getLogger("audit-output"), VERDICT_PREFIX)
+    lines = ["26/11/25 22:48:20 WARN NativeCodeLoader: Unable to load\n",
+             "FAIL crc a-0: 1 problem(s) in 3 checked; first: ...\n",
+             "WARN offset_gaps b-0: 1 problem(s) in 1 checked; first: ...\n",
+             f"{VERDICT_PREFIX}{json.dumps(verdict)}\n",
+             f"{VERDICT_PREFIX}not json\n"]
+    with caplog.at_level(logging.INFO, logger="audit-output"):
+        rest = list(out.lines(iter(lines)))
+    assert rest == [lines[0], lines[4]]  # Spark's own line, and a "verdict" that is none
+    assert [(r.levelname, r.getMessage()[:8]) for r in caplog.records] == [
+        ("ERROR", "FAIL crc"), ("WARNING", "WARN off")]
+    assert out.verdict == verdict
+    assert failed_checks_line(verdict) == (
+        "audit failed: crc (a-0, a-1) failed; 1 warned, 5 passed; the run is not published")
+    assert "no verdict" in failed_checks_line(None)
+
+
+def test_data_quality_tab_says_why_a_run_has_no_report():
+    sys.path.insert(0, str(DAGS.parent / "plugins"))  # as Airflow puts its plugins folder
+    from kafkalog_quality.links import no_report_reason
+
+    skipped = {"plan": "skipped", "decode_chunk": "skipped", "check_quality": "skipped"}
+    assert no_report_reason(skipped, "nothing to decode for 2026-11-25: 0 segments") == \
+        "no report: night skipped because nothing to decode for 2026-11-25: 0 segments"
+    assert no_report_reason({"plan": "failed", "check_quality": "upstream_failed"}, None) == \
+        "no report: the audit did not run, because plan failed"
+    assert no_report_reason({"plan": "success", "decode_chunk": "failed",
+                             "check_quality": None}, None) == \
+        "no report: the audit did not run, because decode_chunk failed"
+    assert no_report_reason({"plan": "success", "decode_chunk": "running",
+                             "check_quality": None}, None).startswith("no report yet")
+    assert no_report_reason({}, None, run_exists=False) == "no report: Airflow has no such DAG run"
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_plan_chunks_keeps_partitions_together_and_balances(seed):
     rng = random.Random(seed)

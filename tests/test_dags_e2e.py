@@ -117,18 +117,72 @@ DEFAULT_CONF = {"date_from": None, "date_to": None, "topics": "*", "reprocess": 
 
 
 def run(dag, date=None, conf=None):
-    """One dag.test() run; returns (run_id, state, {task: state})."""
+    """One dag.test() run, as `make demo` runs it (task logs where the UI reads them, real
+    start time: kafkalog_pipeline.demo.dag_test_like_a_worker); (run_id, state, {task: state})."""
+    from kafkalog_pipeline.demo import dag_test_like_a_worker
+
     conf = {**DEFAULT_CONF, **(conf or {})}
-    if date is not None:
-        logical = dt.datetime.fromisoformat(date).replace(hour=3, tzinfo=dt.timezone.utc)
-        dr = dag.test(logical_date=logical, run_after=logical, run_conf=conf)
-    else:  # a manual run without a logical date (Airflow 3), e.g. from the trigger form
-        dr = dag.test(logical_date=None, run_after=dt.datetime(2026, 11, 22, 9, tzinfo=dt.timezone.utc),
-                      run_conf=conf)
+    with dag_test_like_a_worker():
+        if date is not None:
+            logical = dt.datetime.fromisoformat(date).replace(hour=3, tzinfo=dt.timezone.utc)
+            dr = dag.test(logical_date=logical, run_after=logical, run_conf=conf)
+        else:  # a manual run without a logical date (Airflow 3), e.g. from the trigger form
+            dr = dag.test(logical_date=None,
+                          run_after=dt.datetime(2026, 11, 22, 9, tzinfo=dt.timezone.utc),
+                          run_conf=conf)
     states = {}
     for ti in dr.get_task_instances():
         states.setdefault(ti.task_id, []).append(str(ti.state).rsplit(".", 1)[-1].lower())
     return dr.run_id, str(dr.state).rsplit(".", 1)[-1].lower(), states
+
+
+@pytest.fixture(scope="module")
+def api(airflow_db):
+    """The api-server's app in this process (no server started): ``api(path)`` GETs it as
+    an admin (the simple auth manager's token)."""
+    from fastapi.testclient import TestClient
+
+    from airflow.api_fastapi.app import create_app
+    from airflow.configuration import conf
+
+    conf.set("core", "simple_auth_manager_all_admins", "True")
+    client = TestClient(create_app())
+    token = client.get("/auth/token").json()["access_token"]
+
+    def get(path: str):
+        resp = client.get(path, headers={"Authorization": f"Bearer {token}",
+                                          "Accept": "application/json"})
+        assert resp.status_code == 200, (path, resp.status_code, resp.text[:2000])
+        return resp.json()
+
+    return get
+
+
+def task_log(api, run_id: str, task_id: str, try_number: int = 1) -> list[dict]:
+    """The task try's log as the UI gets it (REST API, structured lines)."""
+    from urllib.parse import quote
+
+    body = api(f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
+               f"{task_id}/logs/{try_number}")
+    lines = [line for line in body["content"] if isinstance(line, dict)]
+    assert not any("Log file not found" in str(line.get("event")) for line in lines), lines
+    return lines
+
+
+def events(lines: list[dict], level: str | None = None) -> list[str]:
+    return [str(line.get("event")) for line in lines
+            if level is None or line.get("level") == level]
+
+
+def task_instance(run_id: str, task_id: str):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run_id,
+                                                   task_id=task_id).one()
+        session.expunge(ti)
+        return ti
 
 
 # ------------------------------------------------------------------ the test
@@ -171,6 +225,11 @@ def test_two_nights_rerun_and_manual_reprocess(dag, pipeline):
             r["partition"]) == (run_id2, "offset_gaps", "payments", 1)]
     assert [(r["status"], json.loads(r["details"])["classes"]) for r in gaps] == [
         ("warn", {"missing_segment": {"status": "warn", "items": 1, "offsets": 10}})]
+    # the audit's verdict is check_quality's return value and in the table assets' events
+    verdict = xcom(run_id2, "check_quality")
+    assert verdict["fail"] == 0 and verdict["warn"] > 0 and verdict["pass"] > 0, verdict
+    assert verdict["warned"]["offset_gaps"] == ["payments-1"], verdict
+    assert asset_extra(run_id2)["verdict"] == verdict
     counts = {name: len(warehouse_rows(wh, name)) for name in ("records", "batches", "markers")}
 
     # the same night again: same run id, same output, nothing duplicated
@@ -193,11 +252,51 @@ def test_two_nights_rerun_and_manual_reprocess(dag, pipeline):
     assert tasks["publish"] == ["skipped"]
 
 
-def test_empty_snapshot_is_a_clean_skip(dag, pipeline):
+def test_empty_snapshot_is_a_clean_skip(dag, pipeline, api):
+    import sys
+
+    sys.path.insert(0, str(DAGS.parent / "plugins"))  # as Airflow puts its plugins folder
+    from kafkalog_quality.links import no_report_reason, run_states
+
+    began = dt.datetime.now(dt.timezone.utc)
     run_id, state, tasks = run(dag, "2026-11-25")  # nothing was copied that night
     assert state == "success", tasks
     assert tasks["plan"] == ["skipped"] and tasks["check_quality"] == ["skipped"]
     assert tasks["publish"] == ["skipped"]
+    # the run's real start and end (dag.test() alone starts it at its logical date)
+    body = api(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
+    start, end = (dt.datetime.fromisoformat(body[k]) for k in ("start_date", "end_date"))
+    assert began <= start <= end <= dt.datetime.now(dt.timezone.utc), body
+    # the plan task's log, read by the api-server, says why the night was skipped
+    reason = "nothing to decode for 2026-11-25: 0 "  # no segment under the night's prefix
+    skipping = [e for e in events(task_log(api, run_id, "plan"), "info") if reason in e]
+    assert skipping and skipping[0].startswith("skipping the run: "), skipping
+    # and the Data quality tab says so instead of "No such run"
+    exists, states, why = run_states(DAG_ID, run_id)
+    assert exists and states["plan"] == "skipped"
+    assert no_report_reason(states, why).startswith("no report: night skipped because " + reason)
+
+
+def xcom(run_id: str, task_id: str, key: str = "return_value"):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.scalars(XComModel.get_many(run_id=run_id, dag_ids=DAG_ID, task_ids=task_id,
+                                                 key=key, limit=1)).first()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+def asset_extra(run_id: str) -> dict:
+    """The ``extra`` of the records asset's event of run ``run_id``."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        extras = [e.extra for e in session.query(AssetEvent).all()
+                  if (e.extra or {}).get("run_id") == run_id]
+    assert extras, f"no asset event of {run_id}"
+    return extras[-1]
 
 
 def plan_error(date: str) -> str:
@@ -231,8 +330,10 @@ def test_missing_bucket_fails_the_plan_task_without_retries(dag, pipeline, monke
         "the bucket does not exist (NoSuchBucket)")
 
 
-def test_failed_audit_holds_publish_back(dag, pipeline, tmp_path):
-    """A CRC mismatch fails the audit (expectations/policy.yaml): the run is not published."""
+def test_failed_audit_holds_publish_back(dag, pipeline, tmp_path, api):
+    """A CRC mismatch fails the audit (expectations/policy.yaml): the run is not published.
+
+    The task fails once, no retry, with one line naming the check; FAIL lines at ERROR."""
     import boto3
 
     from kafkalog.writer import SegmentWriter, WriteRecord
@@ -255,6 +356,16 @@ def test_failed_audit_holds_publish_back(dag, pipeline, tmp_path):
     assert tasks["decode_chunk"] == ["success"]
     assert tasks["check_quality"] == ["failed"]
     assert tasks["publish"] == ["upstream_failed"]
+    assert task_instance(run_id, "check_quality").try_number == 1  # a verdict is not retried
+    log = task_log(api, run_id, "check_quality")
+    assert any(e.startswith("FAIL crc audit-0: ") for e in events(log, "error")), events(log)
+    assert not any(e.startswith("FAIL ") for e in events(log, "info"))
+    failure = [line for line in log if line.get("event") == "Task failed with exception"]
+    assert failure and "AirflowFailException: audit failed: crc (audit-0)" in str(failure), failure
+    assert "Cannot execute" not in json.dumps(log)  # no spark-submit command and traceback
+    verdict = xcom(run_id, "check_quality")
+    assert verdict["failed"]["crc"] == ["audit-0"], verdict
+    assert verdict["fail"] == sum(len(parts) for parts in verdict["failed"].values()), verdict
     wh = pipeline["warehouse"]
     records = iceberg.Warehouse(str(wh)).table("records")
     assert iceberg.published_snapshot(records, run_id) is None

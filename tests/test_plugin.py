@@ -1033,10 +1033,15 @@ def test_airflow_lists_the_plugin(tmp_path):
     plugins = {p["name"]: p for p in json.loads(out.stdout[out.stdout.index("["):])}
     plugin = plugins["kafkalog_quality"]
     assert plugin["source"].endswith("kafkalog_quality_plugin.py")
-    assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == [URL_PREFIX]
-    [view] = plugin["external_views"]
-    assert (view["name"], view["destination"], view["url_route"]) == ("Data quality", "nav", "data-quality")
-    assert view["href"] == URL_PREFIX.lstrip("/") + "/"
+    from kafkalog_quality.links import VIEW_HREF, VIEW_PREFIX
+
+    assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == [URL_PREFIX, VIEW_PREFIX]
+    # the nav entry, and a "Data quality" tab on every DAG run and task instance
+    assert [(v["name"], v["destination"], v["url_route"], v["href"])
+            for v in plugin["external_views"]] == [
+        ("Data quality", "nav", "data-quality", URL_PREFIX.lstrip("/") + "/"),
+        ("Data quality", "dag_run", "data-quality-run", VIEW_HREF),
+        ("Data quality", "task_instance", "data-quality-task", VIEW_HREF)]
     assert any("DataQualityReportLink" in link for link in plugin["global_operator_extra_links"])
     # the package's modules are not scanned as plugins of their own (plugins/.airflowignore)
     assert set(plugins) == {"kafkalog_quality"}

@@ -496,10 +496,20 @@ def test_job_fails_the_run_and_says_why(spark, faulty_w, test_policy, capsys):
 
     code = check_quality.main(["--warehouse", faulty_w, "--run-id", "faulty", "--policy", test_policy],
                               spark=spark)
-    assert code == 1
+    assert code == check_quality.EXIT_CHECKS_FAILED  # a verdict, not a crash: no retry
     err = capsys.readouterr().err
     assert "FAIL offset_gaps gap-0" in err and "must not be published" in err
     rows = dq_rows(faulty_w, "faulty")
+    # the last line is the verdict the Airflow task returns: the rows' outcomes, by check
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(check_quality.VERDICT_PREFIX)
+    verdict = json.loads(last[len(check_quality.VERDICT_PREFIX):])
+    for status, key in (("fail", "failed"), ("warn", "warned")):
+        bad = [r for r in rows if r["status"] == status]
+        assert verdict[status] == len(bad) > 0
+        assert verdict[key] == {c: sorted(f"{r['topic']}-{r['partition']}" for r in bad
+                                          if r["check"] == c) for c in {r["check"] for r in bad}}
+    assert verdict["pass"] == sum(r["status"] == "pass" for r in rows)
     # one row per check x topic-partition
     topics = ["crc", "ct", "div", "dup", "gap", "lat", "livetail", "maxts", "tail"]
     assert sorted((r["topic"], r["check"]) for r in rows) == sorted(
@@ -733,7 +743,8 @@ def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
     log.write_bytes(bytes(data))
     job.main(["--input", str(night2), "--output", W, "--run-id", "night-2", "--no-publish"], spark=spark)
     capsys.readouterr()
-    assert check_quality.main(["--warehouse", W, "--run-id", "night-2", "--no-docs"], spark=spark) == 1
+    assert check_quality.main(["--warehouse", W, "--run-id", "night-2", "--no-docs"],
+                              spark=spark) == check_quality.EXIT_CHECKS_FAILED
     assert "FAIL crc orders-0" in capsys.readouterr().err
     ledger = tables.read_arrow(W, "ledger", ref=iceberg.branch_name("night-2")).to_pylist()
     assert sorted((r["topic"], r["segment_base_offset"], r["action"]) for r in ledger
