@@ -41,7 +41,7 @@ ui: venv
 # built) and on the pure-Python reference (KAFKALOG_PURE_PYTHON=1); the pipeline
 # tests (Spark, S3, Airflow, browser) do not depend on the decoder path and run once.
 test: venv browser
-	KAFKALOG_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+	KAFKALOG_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 	KAFKALOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not pipeline"
 
 # Debian's chromium for the browser tests (tests/test_plugin_ui.py); apt-get needs root.
@@ -58,6 +58,7 @@ bench: venv
 	$(BIN)/python bench/bench_job.py
 	$(BIN)/python bench/bench_plan.py
 	$(BIN)/python bench/bench_iceberg.py
+	$(BIN)/python bench/bench_replicas.py
 
 clean:
 	rm -rf $(VENV) demo-output build *.egg-info
