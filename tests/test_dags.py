@@ -206,6 +206,13 @@ def test_data_quality_tab_says_why_a_run_has_no_report():
     assert no_report_reason({"plan": "success", "decode_chunk": "running",
                              "check_quality": None}, None).startswith("no report yet")
     assert no_report_reason({}, None, run_exists=False) == "no report: Airflow has no such DAG run"
+    # the tab's page for a DAG the audit does not cover (no warehouse or metadata read)
+    from fastapi.testclient import TestClient
+
+    from kafkalog_quality.links import create_view_app
+
+    page = TestClient(create_view_app(authenticate=False)).get("/some_other_dag/manual__x")
+    assert page.status_code == 404 and "no report: DAG some_other_dag is not audited" in page.text
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -275,6 +275,15 @@ def test_empty_snapshot_is_a_clean_skip(dag, pipeline, api):
     exists, states, why = run_states(DAG_ID, run_id)
     assert exists and states["plan"] == "skipped"
     assert no_report_reason(states, why).startswith("no report: night skipped because " + reason)
+    from urllib.parse import quote
+
+    from fastapi.testclient import TestClient
+
+    from kafkalog_quality.links import create_view_app
+
+    page = TestClient(create_view_app(authenticate=False)).get(f"/{DAG_ID}/{quote(run_id, safe='')}")
+    assert page.status_code == 404, page.text
+    assert "no report: night skipped because " + reason in page.text
 
 
 def xcom(run_id: str, task_id: str, key: str = "return_value"):

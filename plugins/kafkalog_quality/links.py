@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from fastapi import Request  # at module level: route annotations are resolved from here
+
 from airflow.sdk import BaseOperatorLink
 
 from spark_jobs.storage import run_token
@@ -120,7 +122,7 @@ def run_states(dag_id: str, run_id: str) -> tuple[bool, dict[str, str | None], s
 
 def create_view_app(*, authenticate: bool = True):
     """The FastAPI app behind the "Data quality" tabs (mounted at ``VIEW_PREFIX``)."""
-    from fastapi import Depends, FastAPI, Request
+    from fastapi import Depends, FastAPI
     from fastapi.responses import HTMLResponse, RedirectResponse
 
     from . import app as report_app
