@@ -49,7 +49,7 @@ default_args = {
 
 
 @dag(
-    dag_id="kafka_segments_nightly",
+    dag_id=settings.NIGHTLY_DAG_ID,
     description="Decode the nightly Kafka segment snapshot, audit it, publish it",
     schedule=settings.parse_time_setting("schedule"),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),

@@ -42,11 +42,11 @@ from pathlib import Path
 
 from spark_jobs.schemas import NAMES as TABLES
 
-from . import demo_data
+from . import demo_data, settings
 
 BUCKET = "kafka-snapshots"
 PREFIX = "snapshots"
-DAG_ID = "kafka_segments_nightly"
+DAG_ID = settings.NIGHTLY_DAG_ID
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 

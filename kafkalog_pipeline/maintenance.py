@@ -24,7 +24,7 @@ from . import settings
 
 log = logging.getLogger(__name__)
 
-NIGHTLY_DAG_ID = "kafka_segments_nightly"
+NIGHTLY_DAG_ID = settings.NIGHTLY_DAG_ID
 #: read once, at parse time, from the environment (as settings.PARSE_TIME)
 SCHEDULE_ENV, SCHEDULE_DEFAULT = "KAFKALOG_MAINTENANCE_SCHEDULE", "0 5 * * 0"  # Sundays 05:00 UTC
 

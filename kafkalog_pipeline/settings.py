@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+#: the DAG that ingests and audits nights (dags/kafka_segments_nightly.py; backfills are its runs)
+NIGHTLY_DAG_ID = "kafka_segments_nightly"
+
 #: name -> (Airflow Variable, environment variable, default)
 SETTINGS: dict[str, tuple[str, str, str | None]] = {
     "warehouse": ("kafkalog_warehouse", "KAFKALOG_WAREHOUSE", None),

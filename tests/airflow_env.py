@@ -8,11 +8,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
 from spark_settings import SUBMIT_CONF
 
 REPO = Path(__file__).resolve().parent.parent
 DAGS = REPO / "dags"
-DAG_ID = "kafka_segments_nightly"
+DAG_ID = NIGHTLY_DAG_ID
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafkalog-dags-airflow-"))
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)

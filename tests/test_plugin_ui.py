@@ -30,6 +30,7 @@ from urllib.parse import quote, urljoin
 import httpx
 import pytest
 
+from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
 from spark_jobs import storage
 from screenshot_report import SHOTS, shoot
 from test_plugin import (PLUGINS, REPO, Dom, docs_html, expected_cells, expected_counts,
@@ -39,7 +40,7 @@ pytestmark = pytest.mark.pipeline
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 PREFIX = "/kafkalog-quality"
-DAG_ID = "kafka_segments_nightly"
+DAG_ID = NIGHTLY_DAG_ID
 DAG_FILE = f'''
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG

@@ -28,19 +28,21 @@ import mimetypes
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
+
 from . import data, pages
 
 URL_PREFIX = "/kafkalog-quality"
 #: the DAGs whose quality task writes dq_results (see plugins/README.md)
-DAG_IDS = ("kafka_segments_nightly", "kafka_segments_backfill")
+DAG_IDS = (NIGHTLY_DAG_ID,)
 
 
-class _LoginRequired(Exception):
+class LoginRequired(Exception):
     def __init__(self, login_url: str):
         self.login_url = login_url
 
 
-async def _airflow_user(request: Request):
+async def airflow_user(request: Request):
     """The caller as Airflow's auth manager sees them, authorized to read the pipeline's runs."""
     from fastapi.security import HTTPAuthorizationCredentials
 
@@ -56,7 +58,7 @@ async def _airflow_user(request: Request):
         user = await get_user(request, None, bearer)
     except HTTPException as err:
         if err.status_code in (401, 403) and bearer is None and _wants_html(request):
-            raise _LoginRequired(get_auth_manager().get_url_login(next_url=str(request.url)))
+            raise LoginRequired(get_auth_manager().get_url_login(next_url=str(request.url)))
         raise
     manager = get_auth_manager()
     allowed = manager.is_authorized_view(access_view=AccessView.WEBSITE, user=user) and any(
@@ -81,12 +83,12 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
     ``authenticate=False`` serves without asking Airflow (only for use outside an api-server,
     e.g. embedding the views elsewhere behind another gate); the plugin always authenticates.
     """
-    deps = [Depends(_airflow_user)] if authenticate else []
+    deps = [Depends(airflow_user)] if authenticate else []
     app = FastAPI(title="kafkalog data quality", dependencies=deps, docs_url=None,
                   redoc_url=None, openapi_url=None)
 
-    @app.exception_handler(_LoginRequired)
-    async def _login(request: Request, exc: _LoginRequired):
+    @app.exception_handler(LoginRequired)
+    async def _login(request: Request, exc: LoginRequired):
         return RedirectResponse(exc.login_url, status_code=307)
 
     @app.exception_handler(data.WarehouseNotConfigured)

@@ -128,11 +128,11 @@ def create_view_app(*, authenticate: bool = True):
     from . import app as report_app
     from . import data, pages
 
-    deps = [Depends(report_app._airflow_user)] if authenticate else []
+    deps = [Depends(report_app.airflow_user)] if authenticate else []
     view = FastAPI(title="kafkalog data quality tabs", dependencies=deps, docs_url=None,
                    redoc_url=None, openapi_url=None)
 
-    @view.exception_handler(report_app._LoginRequired)
+    @view.exception_handler(report_app.LoginRequired)
     async def _login(request: Request, exc):
         return RedirectResponse(exc.login_url, status_code=307)
 
