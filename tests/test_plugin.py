@@ -906,6 +906,7 @@ def test_problem_line_is_the_audits_log_line_in_the_reports_words():
         "FAIL crc orders-0: 0 items found (no details recorded)"
     assert data.checked_text(5, {"unit": "segments"}) == "5 segments checked"
     assert data.checked_text(1, {"unit": "segments"}) == "1 segment checked"
+    assert data.checked_text(1, {"unit": "batches"}) == "1 batch checked"
     assert data.checked_text(None, details) is None
     assert [data.severity_label(s) for s in ("fail", "warn", "pass", None, "odd")] == \
         ["would fail", "warn-only", "report-only", None, "severity odd"]

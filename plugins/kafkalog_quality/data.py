@@ -862,7 +862,7 @@ def checked_text(observed, details) -> str | None:
         return None
     unit = str(_as_details(details).get("unit") or "")
     if n == 1 and unit.endswith("s"):  # the audit names units in the plural
-        unit = unit[:-1]
+        unit = unit[:-2] if unit.endswith(("ches", "shes", "sses", "xes")) else unit[:-1]
     return f"{n:,} {unit} checked" if unit else f"{n:,} checked"
 
 
