@@ -442,6 +442,13 @@ class SegmentWriter:
         """Bytes written to the ``.log`` so far (where the next entry starts)."""
         return self._position
 
+    def skip_to(self, offset: int) -> None:
+        """Start the next entry at ``offset``: the offsets in between exist in no batch, as
+        where the log cleaner removed a segment's head (the file keeps its base offset)."""
+        if offset < self._next_offset:
+            raise ValueError(f"offset {offset} is below the next offset {self._next_offset}")
+        self._next_offset = offset
+
     # ------------------------------------------------------------ appends
     def append(
         self, records: Iterable[WriteRecord], *, magic: int = 2, codec="none", **batch_options

@@ -8,7 +8,8 @@
   transaction; on the second night the active segment has grown (night 1's
   bytes are a prefix of night 2's).
 * ``orders-1``: transactions that commit and abort with their markers,
-  LogAppendTime, a compacted batch (offset gaps); a new segment rolls on night 2.
+  LogAppendTime, a compacted batch (offset gaps); a new segment rolls on night 2,
+  compacted, its head removed by the cleaner (offset gaps graded ``compaction``).
 * ``legacy-0``: a partition upgraded across versions: magic 0 (gzip, lz4),
   magic 1 (snappy, LogAppendTime) and v2 in one segment (mixed magic).
 * ``payments-0`` / ``payments-1``: transactional producers (two commits, one abort).
@@ -113,8 +114,12 @@ def _orders1(directory: Path, night: int) -> None:
                  codec="zstd")
         rolled_at = w.next_offset
     if night >= 1:
+        # the new segment as the cleaner left it: its head (3 offsets) removed, the file still
+        # named by its base offset, and its first batch compacted (deltas 7 and 8 removed)
         with SegmentWriter(directory, rolled_at, index_interval_bytes=512) as w:
-            w.append([_order(rolled_at + k, 1) for k in range(8)], codec="zstd")
+            w.skip_to(rolled_at + 3)
+            w.append([_order(rolled_at + k, 1)._replace(offset_delta=k if k < 7 else 9)
+                      for k in range(8)], codec="zstd")
             w.append([_order(rolled_at + 8 + k, 1) for k in range(8)], codec="snappy")
 
 

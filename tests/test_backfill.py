@@ -13,8 +13,9 @@ parallelism 2, local Spark. Then, with the CLI:
    same for batches and markers. The runs took the warehouse in turn.
 2. The same backfill again: both nights already ran, so Airflow creates no run;
    the warehouse is unchanged.
-3. The same backfill with ``--reprocess-behavior completed``: Airflow clears both
-   runs and runs them again (same run ids); records, batches and markers are unchanged.
+3. A backfill of the last night with ``--reprocess-behavior completed``: Airflow clears
+   that completed run and runs it again (same run id); records, batches and markers are
+   unchanged.
 
 The scheduler creates no run of its own (``[scheduler] use_job_schedule = False``):
 the runs checked are the backfills' runs, whatever today's date is.
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,9 +42,15 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
 DAG_ID = demo.DAG_ID
 NIGHTS = demo_data.NIGHTS
-#: a bare --to-date is midnight; the last night's run has logical date <night>T03:00Z
-BACKFILL = ["backfill", "create", "--dag-id", DAG_ID,
-            "--from-date", NIGHTS[0], "--to-date", f"{NIGHTS[-1]}T23:59:59"]
+
+
+def backfill_args(nights=NIGHTS) -> list[str]:
+    """``airflow backfill create`` over ``nights`` (a bare --to-date is midnight; the last
+    night's run has logical date <night>T03:00Z)."""
+    return ["backfill", "create", "--dag-id", DAG_ID,
+            "--from-date", nights[0], "--to-date", f"{nights[-1]}T23:59:59"]
+
+
 RUN_TIMEOUT = 25 * 60  # per backfill: two runs one after the other, on a busy 2-core machine
 FINAL = ("success", "failed")
 LOCK_ATTEMPTS = 3  # airflow backfill create, on "database is locked" (see create_backfill)
@@ -174,14 +180,16 @@ def assert_warehouse_exact(warehouse: Path, want: dict[str, set]) -> dict[str, i
     return {name: len(keys) for name, keys in got.items()}
 
 
-def create_backfill(af: Airflow, *extra: str, runs=NIGHTS) -> int:
-    """``airflow backfill create``, after a dry run that lists ``runs``' nights; its id."""
-    dry = af.cli(*BACKFILL, *extra, "--dry-run")
+def create_backfill(af: Airflow, *extra: str, nights=NIGHTS, runs=None) -> int:
+    """``airflow backfill create`` over ``nights``, after a dry run that lists ``runs``' nights
+    (default: all of ``nights``); its id."""
+    runs = nights if runs is None else runs
+    dry = af.cli(*backfill_args(nights), *extra, "--dry-run")
     listed = re.findall(r"(\d{4}-\d\d-\d\d) 03:00:00\+00:00", dry.split("Runs to be attempted")[-1])
     assert listed == list(runs), dry[-2000:]
     before = af.query("SELECT coalesce(max(id), 0) FROM backfill")[0][0]
     for attempt in range(1, LOCK_ATTEMPTS + 1):
-        out = af.cli(*BACKFILL, *extra, check=False, returncode=True)
+        out = af.cli(*backfill_args(nights), *extra, check=False, returncode=True)
         if out[0] == 0:
             break
         # SQLite refuses a write from a transaction whose snapshot another process's write
@@ -235,15 +243,15 @@ def check_in_turn(af: Airflow, runs: list[dict]) -> None:
         assert end <= start, f"{first} and {second} were between plan and publish at once"
 
 
-def check_runs(af: Airflow, runs: list[dict]) -> None:
-    """Both nights ran and succeeded, each from its own snapshot date, and published."""
-    assert [r["logical_date"][:10] for r in runs] == list(NIGHTS), runs
+def check_runs(af: Airflow, runs: list[dict], nights=NIGHTS) -> None:
+    """Each of ``nights`` ran and succeeded, from its own snapshot date, and published."""
+    assert [r["logical_date"][:10] for r in runs] == list(nights), runs
     assert all(r["exception"] is None and r["run_id"] for r in runs), runs
-    assert [r["state"] for r in runs] == ["success"] * len(NIGHTS), runs
-    assert [r["run_id"] for r in runs] == [f"backfill__{n}T03:00:00+00:00" for n in NIGHTS]
+    assert [r["state"] for r in runs] == ["success"] * len(nights), runs
+    assert [r["run_id"] for r in runs] == [f"backfill__{n}T03:00:00+00:00" for n in nights]
     # snapshot date = the run's logical date: its ledger names only that night's segments
     ledger = warehouse_rows(af.warehouse, "ledger", ["run_id", "segment"])
-    for r, night in zip(runs, NIGHTS):
+    for r, night in zip(runs, nights):
         dates = {re.search(r"/(\d{4}-\d\d-\d\d)/", x["segment"]).group(1)
                  for x in ledger if x["run_id"] == r["run_id"]}
         assert dates == {night}, (r["run_id"], dates)
@@ -279,16 +287,17 @@ def test_backfills_over_the_demo_nights_never_duplicate(airflow):
         assert [(r["exception"], r["run_id"]) for r in again] == [("already exists", None)] * 2
         assert assert_warehouse_exact(af.warehouse, want) == counts
 
-        # 3. the same dates, completed runs included: Airflow clears and reruns them
-        second = create_backfill(af, "--reprocess-behavior", "completed")
+        # 3. the last night again, completed runs included: Airflow clears and reruns it (one
+        #    night: a rerun of the first as well only repeated this at the cost of a DAG run)
+        last = NIGHTS[-1:]
+        second = create_backfill(af, "--reprocess-behavior", "completed", nights=last)
         rerun = wait_for_backfill(af, second)
         print("backfill 3:", json.dumps(rerun, indent=1))
-        check_runs(af, rerun)
-        assert [r["run_id"] for r in rerun] == [r["run_id"] for r in runs]
-        assert all(r["start"] > old["end"] for r, old in zip(rerun, runs)), "runs were not rerun"
+        check_runs(af, rerun, nights=last)
+        assert [r["run_id"] for r in rerun] == [runs[-1]["run_id"]]
+        assert rerun[0]["start"] > runs[-1]["end"], "the run was not rerun"
         assert assert_warehouse_exact(af.warehouse, want) == counts
         assert {name: sorted(k) for name, k in warehouse_keys(af.warehouse).items()} == keys
-        check_in_turn(af, rerun)
     except BaseException:
         af.dump_logs()
         raise

@@ -703,3 +703,11 @@ def test_segment_writer_raw_bytes_and_refusals(tmp_path):
         SegmentWriter(tmp_path, 7)
     with pytest.raises(ValueError):
         w.append(write_records(SAMPLE[:1]))  # closed
+    # a head the cleaner removed: the file keeps base 3, its first batch starts at 6
+    with SegmentWriter(tmp_path / "head", 3) as w:
+        w.skip_to(6)
+        assert w.append(write_records(SAMPLE[:2])) == (6, 7)
+        with pytest.raises(ValueError):
+            w.skip_to(7)  # offsets only move forward
+    assert [(b.base_offset, b.last_offset) for b in
+            kafkalog.iter_batches(_files(tmp_path / "head", 3)[".log"])] == [(6, 7)]
