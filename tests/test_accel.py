@@ -18,7 +18,7 @@ import sys
 import pytest
 
 import kafkalog
-from kafkalog.writer import SegmentWriter, WriteRecord, encode_legacy_entry, encode_v2_batch
+from kafkalog.writer import SegmentWriter, WriteRecord, encode_v2_batch
 
 from paths import assert_same_tables, decode_both, pure_python
 from test_corpus import FILES, IDS

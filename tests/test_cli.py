@@ -6,7 +6,6 @@ import json
 import struct
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -11,7 +11,6 @@ whose batch CRC is valid; the warehouse is read with pyarrow.
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import os
 from pathlib import Path

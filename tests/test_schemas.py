@@ -23,7 +23,6 @@ from kafkalog.schemas import (
     FIELDS, MALFORMED, UNKNOWN_SCHEMA_ID, Registry, decode_fields, from_folder, from_schemas_topic,
 )
 from kafkalog.schemas.wire import read_message_indexes, schema_ref
-from kafkalog.default_records import encode_varint
 from kafkalog.writer import SegmentWriter, WriteRecord
 
 import authlib.deprecate  # noqa: E402,F401  (it sets its warnings to "always" on import)
