@@ -338,7 +338,13 @@ class Warehouse:
         if table is not None:
             table = evolve(table, name)
         if table is None:
-            self.catalog.create_namespace_if_not_exists(self.namespace)
+            try:
+                self.catalog.create_namespace_if_not_exists(self.namespace)
+            except Exception:
+                # two first runs at once: the other made it between pyiceberg's check and its
+                # insert (a SQL catalog raises its database's unique-constraint error)
+                if not self.catalog.namespace_exists(self.namespace):
+                    raise
             ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schemas.TABLES[name]))
             try:
                 table = self.catalog.create_table(

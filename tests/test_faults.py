@@ -279,7 +279,7 @@ def test_two_runs_at_the_same_time_never_duplicate(spark, tmp_path):
     src = write_snapshot(tmp_path / "snap", partitions=(0, 1, 2))
     want = truth(src)
     wh = tmp_path / "wh"
-    decode(spark, src, tmp_path / "warm", "warm")  # tables exist: both race on commits only
+    decode(spark, src, tmp_path / "warm", "warm")  # Spark warmed up, in another warehouse
     outcomes = {}
 
     def run(run_id):
@@ -287,13 +287,17 @@ def test_two_runs_at_the_same_time_never_duplicate(spark, tmp_path):
             outcomes[run_id] = decode(spark, src, wh, run_id)["published"]
         except iceberg.ConflictError as err:
             outcomes[run_id] = err
+        except Exception as err:  # noqa: BLE001 - any other error is a failure, said below
+            outcomes[run_id] = f"crashed: {type(err).__name__}: {err}"
 
+    # a fresh catalog: both also race to create the namespace and the tables
     threads = [threading.Thread(target=run, args=(r,)) for r in ("a", "b")]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert lost_and_duplicated(want, published(wh)) == (0, 0), outcomes
+    assert not [e for e in outcomes.values() if isinstance(e, str)], outcomes
     refused = [e for e in outcomes.values() if isinstance(e, iceberg.ConflictError)]
     assert len(refused) <= 1 and sum(v is True for v in outcomes.values()) >= 1, outcomes
 
