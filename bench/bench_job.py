@@ -48,25 +48,11 @@ def ensure_snapshot(out: Path, size_mib: int, partitions: int) -> tuple[Path, di
 
     import kafkalog
 
-    root = out / "job-snapshot"
-    meta_path = root / "meta.json"
     per = max(SEGMENT_MIB, -(-size_mib // partitions))
     want = {"partitions": partitions, "segment_mib": per, "generator": bench_memory.GENERATOR,
             "index": INDEX_FORMAT}
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if {k: meta.get(k) for k in want} == want:
-            return root, meta
-    shutil.rmtree(root, ignore_errors=True)
-    records = size = 0
-    for p in range(partitions):
-        d = root / f"events-{p}"
-        d.mkdir(parents=True)
-        log = d / "00000000000000000000.log"
-        m = bench_memory.write_segment(log, per << 20, "none" if p % 2 == 0 else "lz4")
-        log.with_suffix(".json").unlink()
-        records += m["records"]
-        size += m["bytes"]
+
+    def index(log: Path) -> None:
         # an .index entry every 4 KiB of batches, as the broker's index.interval.bytes
         # does: the batch's last offset (relative) and its position
         entries, since = bytearray(), 0
@@ -76,9 +62,9 @@ def ensure_snapshot(out: Path, size_mib: int, partitions: int) -> tuple[Path, di
                 since = 0
             since += b.size
         log.with_suffix(".index").write_bytes(bytes(entries))
-    meta = dict(want, records=records, bytes=size)
-    meta_path.write_text(json.dumps(meta) + "\n")
-    return root, meta
+
+    return bench_memory.ensure_partitions(out / "job-snapshot", want, "events", partitions,
+                                          per << 20, after_log=index)
 
 
 def _pieces(root: Path, split_mib: int) -> list[tuple[str, int, int]]:

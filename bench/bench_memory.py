@@ -31,6 +31,7 @@ import os
 import platform
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -114,6 +115,34 @@ def write_segment(path: Path, target_bytes: int, codec: str) -> dict:
             "generator": GENERATOR}
     path.with_suffix(".json").write_text(json.dumps(meta) + "\n")
     return meta
+
+
+def ensure_partitions(root: Path, want: dict, topic: str, partitions: int, per_bytes: int,
+                      after_log=None) -> tuple[Path, dict]:
+    """``root/<topic>-<p>/00000000000000000000.log`` for each partition, ``per_bytes`` each
+    (even partitions uncompressed, odd ones lz4), reused while ``root/meta.json`` holds
+    ``want``; ``after_log(log)`` adds what a bench needs beside each segment. Its meta:
+    ``want`` with the records and bytes written."""
+    meta_path = root / "meta.json"
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if {k: meta.get(k) for k in want} == want:
+            return root, meta
+    shutil.rmtree(root, ignore_errors=True)
+    records = size = 0
+    for p in range(partitions):
+        d = root / f"{topic}-{p}"
+        d.mkdir(parents=True)
+        log = d / "00000000000000000000.log"
+        m = write_segment(log, per_bytes, "none" if p % 2 == 0 else "lz4")
+        log.with_suffix(".json").unlink()
+        records += m["records"]
+        size += m["bytes"]
+        if after_log is not None:
+            after_log(log)
+    meta = dict(want, records=records, bytes=size)
+    meta_path.write_text(json.dumps(meta) + "\n")
+    return root, meta
 
 
 def ensure_segment(out: Path, size_gib: float, codec: str) -> tuple[Path, dict, str]:

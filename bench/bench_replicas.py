@@ -39,27 +39,9 @@ def ensure_base(out: Path, size_mib: int, partitions: int) -> tuple[Path, dict]:
     """One copy of the partitions (reused while its parameters hold)."""
     import bench_memory
 
-    root = out / "replicas-snapshot" / "base"
-    meta_path = root / "meta.json"
     want = {"partitions": partitions, "size_mib": size_mib, "generator": bench_memory.GENERATOR}
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if {k: meta.get(k) for k in want} == want:
-            return root, meta
-    shutil.rmtree(root, ignore_errors=True)
-    records = size = 0
-    for p in range(partitions):
-        d = root / f"{TOPIC}-{p}"
-        d.mkdir(parents=True)
-        log = d / "00000000000000000000.log"
-        m = bench_memory.write_segment(log, (size_mib << 20) // partitions,
-                                       "none" if p % 2 == 0 else "lz4")
-        log.with_suffix(".json").unlink()
-        records += m["records"]
-        size += m["bytes"]
-    meta = dict(want, records=records, bytes=size)
-    meta_path.write_text(json.dumps(meta) + "\n")
-    return root, meta
+    return bench_memory.ensure_partitions(out / "replicas-snapshot" / "base", want, TOPIC,
+                                          partitions, (size_mib << 20) // partitions)
 
 
 def copies(base: Path, n: int) -> Path:
