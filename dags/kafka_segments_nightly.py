@@ -96,7 +96,7 @@ def kafka_segments_nightly():
     ).expand(application_args=decode_args)
 
     check_quality = KafkalogSparkSubmitOperator(
-        task_id="check_quality",  # the UI plugin links this task id to the run's report
+        task_id=tasks.QUALITY_TASK,  # the UI plugin links this task id to the run's report
         application=settings.spark_entry(),
         name="kafkalog-check-quality",
         application_args=[

@@ -178,6 +178,8 @@ def _airflow_errors():
 
 #: a run holds the warehouse from its plan's success until its publish task is done
 PLAN_TASK, PUBLISH_TASK = "plan", "publish"
+#: the audit task (the UI plugin links this task id to the run's report)
+QUALITY_TASK = "check_quality"
 _DONE = {"success", "failed", "upstream_failed", "skipped", "removed"}
 
 

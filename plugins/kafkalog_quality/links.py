@@ -19,12 +19,13 @@ from fastapi import Request  # at module level: route annotations are resolved f
 
 from airflow.sdk import BaseOperatorLink
 
+from kafkalog_pipeline.tasks import PLAN_TASK, QUALITY_TASK
 from spark_jobs.storage import run_token
 
 from .app import DAG_IDS, URL_PREFIX
 
 #: the task that runs ``check_quality.py --run-id {{ run_id }}`` in each of ``DAG_IDS``
-QUALITY_TASK_ID = "check_quality"
+QUALITY_TASK_ID = QUALITY_TASK
 #: where :func:`create_view_app` is mounted on the api-server
 VIEW_PREFIX = "/kafkalog-quality-view"
 #: the external views' target: the UI fills in the run (and task) it is shown for
@@ -68,20 +69,17 @@ def no_report_reason(states: dict[str, str | None], skip_reason: str | None,
     ``{task_id: state}`` of the run's task instances (mapped ones: the worst)."""
     if not run_exists:
         return "no report: Airflow has no such DAG run"
-    plan = states.get("plan")
+    plan = states.get(PLAN_TASK)
     if plan == "skipped":
         return "no report: night skipped because " + (
             skip_reason or "the plan task skipped it (no reason recorded)")
     audit = states.get(QUALITY_TASK_ID)
-    if audit in _UNFINISHED:
-        if any(s in ("failed", "upstream_failed") for s in states.values()):
-            broken = sorted(t for t, s in states.items() if s == "failed")
-            return ("no report: the audit did not run, because "
-                    f"{', '.join(broken) or 'an earlier task'} failed")
-        return f"no report yet: the audit ({QUALITY_TASK_ID}) has not finished (state {audit or 'none'})"
-    if audit == "upstream_failed":
+    if audit == "upstream_failed" or audit in _UNFINISHED and any(
+            s in ("failed", "upstream_failed") for s in states.values()):
         broken = sorted(t for t, s in states.items() if s == "failed")
         return f"no report: the audit did not run, because {', '.join(broken) or 'an earlier task'} failed"
+    if audit in _UNFINISHED:
+        return f"no report yet: the audit ({QUALITY_TASK_ID}) has not finished (state {audit or 'none'})"
     if audit == "skipped":
         return "no report: the audit was skipped"
     return (f"no report: the audit ended {audit} without writing results "
@@ -114,7 +112,7 @@ def run_states(dag_id: str, run_id: str) -> tuple[bool, dict[str, str | None], s
         states = {task_id: min(found, key=lambda s: worst_first.index(s)
                                if s in worst_first else 0)
                   for task_id, found in seen.items()}
-        row = session.scalars(XComModel.get_many(run_id=run_id, dag_ids=dag_id, task_ids="plan",
+        row = session.scalars(XComModel.get_many(run_id=run_id, dag_ids=dag_id, task_ids=PLAN_TASK,
                                                  key=SKIP_REASON_KEY, limit=1)).first()
         reason = XComModel.deserialize_value(row) if row is not None else None
     return exists, states, reason
