@@ -158,10 +158,7 @@ def write_config(directory: str, name: str, props: dict) -> str:
     lines += [f"    {k}: {_yaml_scalar(v)}" for k, v in props.items()]
     path = os.path.join(directory, CONFIG_FILE)
     os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, path)
+    storage.write_atomically(path, ("\n".join(lines) + "\n").encode())
     return path
 
 

@@ -112,6 +112,19 @@ def split_s3(uri: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
+def _private_tmp(path: str) -> str:
+    """A temporary name beside ``path`` that no other process or thread writes."""
+    return f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """``path`` holds ``data`` whole or keeps what it held: written beside it, then renamed."""
+    tmp = _private_tmp(path)
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
 def join(root: str, key: str) -> str:
     return root.rstrip("/") + "/" + key.lstrip("/") if key else root
 
@@ -209,23 +222,22 @@ class LocalStore:
     def write(self, key: str, data: bytes) -> None:
         full = self.path(key)
         os.makedirs(os.path.dirname(full), exist_ok=True)
-        tmp = f"{full}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, full)
+        write_atomically(full, data)
 
     def put_file(self, key: str, local_path: str) -> None:
         """Move a finished local file into the store under ``key``."""
         full = self.path(key)
         os.makedirs(os.path.dirname(full), exist_ok=True)
-        shutil.move(local_path, full + ".tmp")
-        os.replace(full + ".tmp", full)
+        tmp = _private_tmp(full)
+        shutil.move(local_path, tmp)
+        os.replace(tmp, full)
 
     def copy(self, src_key: str, dst_key: str) -> None:
         dst = self.path(dst_key)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copyfile(self.path(src_key), dst + ".tmp")
-        os.replace(dst + ".tmp", dst)
+        tmp = _private_tmp(dst)
+        shutil.copyfile(self.path(src_key), tmp)
+        os.replace(tmp, dst)
 
     def move(self, src_key: str, dst_key: str) -> None:
         dst = self.path(dst_key)
