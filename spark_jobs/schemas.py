@@ -31,7 +31,13 @@ def _with(schema: pa.Schema, drop=(), retype=None, extra=(), partitions=_TOPIC) 
                      + list(partitions))
 
 
-RECORDS = _with(ka.RECORDS_SCHEMA, drop={"crc_valid"},
+#: what a Schema Registry's schemas fill in (issue 20; spark_jobs/decode/values.py): the key's
+#: and value's schema id and format (AVRO, JSON, PROTOBUF), the value as JSON text, and why a
+#: value in the wire format did not decode (unknown_schema_id, malformed); null otherwise
+VALUE_COLUMNS = [("key_schema_id", pa.int32()), ("value_schema_id", pa.int32()),
+                 ("key_format", pa.string()), ("value_format", pa.string()),
+                 ("value_json", pa.string()), ("value_error", pa.string())]
+RECORDS = _with(ka.RECORDS_SCHEMA, drop={"crc_valid"}, extra=VALUE_COLUMNS,
                 partitions=_INGESTED + [("dt", pa.string())])
 BATCHES = _with(ka.BATCHES_SCHEMA, retype={"crc": pa.int64(), "computed_crc": pa.int64()},
                 partitions=_INGESTED)

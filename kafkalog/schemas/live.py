@@ -17,15 +17,17 @@ from .registry import Reference, Registry, RegistryError, Schema, schema_from_js
 class LiveRegistry(Registry):
     url: str = ""
     timeout: float = 10.0
+    auth: tuple[str, str] | None = None  # HTTP basic auth (user, password)
     _client: object = None
     _misses: set = field(default_factory=set)
 
     _UNPICKLED = ("decoders", "_client")  # an HTTP client does not travel; a new one is made
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, timeout: float = 10.0, auth: tuple[str, str] | None = None) -> None:
         Registry.__init__(self)
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.auth = auth
         self._client = None
         self._misses = set()
 
@@ -33,7 +35,7 @@ class LiveRegistry(Registry):
         import httpx
 
         if self._client is None:
-            self._client = httpx.Client(base_url=self.url, timeout=self.timeout)
+            self._client = httpx.Client(base_url=self.url, timeout=self.timeout, auth=self.auth)
         try:
             response = self._client.get(path, headers={"Accept": "application/vnd.schemaregistry.v1+json"})
         except httpx.HTTPError as err:

@@ -226,25 +226,32 @@ def from_schemas_topic(path: str) -> Registry:
     """Read the ``_schemas`` topic from a segment, its partition folder (``_schemas-0``) or
     a folder holding that partition folder. Segments are read in base-offset order; a
     batch whose CRC fails is skipped and noted in :attr:`Registry.problems`."""
-    from ..log_reader import scan
-    from ..model import Batch
-
     files = _segment_files(path)
     if not files:
         raise RegistryError(f"{path}: no _schemas segment (.log) here")
     registry = Registry()
     for f in files:
-        for item in scan(f):
-            if not isinstance(item, Batch):
-                registry.problems.append(f"{f}: {item.kind} at byte {item.position}: {item.message}")
-                continue
-            if item.is_control or item.crc_valid is False:
-                if item.crc_valid is False:
-                    registry.problems.append(f"{f}: batch at byte {item.position} skipped: CRC mismatch")
-                continue
-            for r in item.records:
-                registry.apply(r.key, r.value, f"{f} offset {r.offset}")
+        read_schemas_segment(registry, f, f)
     return registry
+
+
+def read_schemas_segment(registry: Registry, source, where: str) -> None:
+    """Apply one ``_schemas`` segment's records to ``registry`` (``source``: what
+    :func:`kafkalog.scan` reads, a path or a ``Slice``; ``where`` names it in problems);
+    a batch whose CRC fails is skipped and noted in :attr:`Registry.problems`."""
+    from ..log_reader import scan
+    from ..model import Batch
+
+    for item in scan(source):
+        if not isinstance(item, Batch):
+            registry.problems.append(f"{where}: {item.kind} at byte {item.position}: {item.message}")
+            continue
+        if item.is_control or item.crc_valid is False:
+            if item.crc_valid is False:
+                registry.problems.append(f"{where}: batch at byte {item.position} skipped: CRC mismatch")
+            continue
+        for r in item.records:
+            registry.apply(r.key, r.value, f"{where} offset {r.offset}")
 
 
 #: Schema file suffixes of a schema folder and the format each holds.

@@ -13,12 +13,14 @@ import json
 import sys
 import time
 import uuid
+from dataclasses import replace
 
 import pyarrow as pa
 
+from kafkalog.schemas import RegistryError
 from spark_jobs import iceberg, layout, schemas, storage, tables
 from spark_jobs import publish as publishing
-from spark_jobs.decode import replicas
+from spark_jobs.decode import replicas, values
 from spark_jobs.decode.deduplication import resolve_pending
 from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, discover, first_ingested, ingested,
                                     ledger_ranges, plan, read_index_positions)
@@ -54,6 +56,12 @@ def parse_args(argv):
                         "(default %(default)s)")
     p.add_argument("--max-raw-bytes", type=int, default=DEFAULT_MAX_RAW,
                    help="keep at most this many raw bytes per finding (default %(default)s)")
+    p.add_argument("--schema-registry", metavar="URL|DIR",
+                   help="decode keys and values in Schema Registry's wire format with this "
+                        "registry: a URL (basic auth from the environment, "
+                        f"{values.AUTH_ENV[0]} / {values.AUTH_ENV[1]}), a _schemas folder or "
+                        "a schema folder (default: the input's own _schemas segments; none: "
+                        "the value columns stay null; docs/schemas.md)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     return p.parse_args(argv)
 
@@ -76,6 +84,12 @@ def main(argv=None, spark=None) -> dict:
         segments, unparsable = discover(args.input, s3)
     except layout.ManifestError as err:
         raise SystemExit(f"decode_segments: {err}") from err
+    try:
+        registry = values.registry_for_run(args.schema_registry, segments, s3,
+                                           auth=values.auth_from_env())
+    except RegistryError as err:
+        raise SystemExit(f"decode_segments: --schema-registry: {err}") from err
+    ctx = replace(ctx, registry=registry)
     for uri in unparsable:
         print(f"decode_segments: {uri} is not {layout.GRAMMAR}: not decoded "
               "(an unparsable_name finding)", file=sys.stderr)
@@ -141,7 +155,7 @@ def main(argv=None, spark=None) -> dict:
     timings["commit"] = time.time() - t1
     summary = {
         "run_id": args.run_id, "chunk_id": args.chunk_id, "segments": len(segments),
-        "tasks": len(tasks), "bytes": sum(t.end - t.start for t in tasks),
+        "tasks": len(tasks), "schemas": values.describe(registry), "bytes": sum(t.end - t.start for t in tasks),
         **counts, "divergences": divergences, "unparsable": len(unparsable),
         "actions": {a: sum(1 for r in rows if r["action"] == a)
                     for a in sorted({r["action"] for r in rows})},

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 import kafkalog
 from spark_jobs import schemas, storage
+from spark_jobs.decode import values
 from spark_jobs.decode.planning import Task
 from spark_jobs.decode.writing import Context, PartWriter, lineage, partition_path, records_out
 
@@ -27,6 +28,10 @@ from spark_jobs.decode.writing import Context, PartWriter, lineage, partition_pa
 RAW_KINDS = frozenset({"crc_mismatch", "corrupt_batch", "skipped_bytes", "truncated_tail",
                        "decompression_error", "unknown_codec", "limit_exceeded"})
 
+
+#: the columns of a ``value_decode_error`` finding the task fills (lineage comes after)
+_VALUE_FINDINGS = pa.schema([f for f in schemas.FINDINGS if f.name in (
+    "kind", "position", "end", "message", "base_offset", "last_offset", "bytes", "raw")])
 
 _OFFSET_SIZE_MAGIC = struct.Struct(">qiiB")  # offset, size, (leader epoch | crc), magic
 
@@ -155,6 +160,7 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
         if cut is None and hi < task.size:
             return None  # the next task's first entry lies past this window: read further
     stats = _empty_stats(task)
+    value_decoder = values.ValueDecoder(ctx.registry, ctx.max_raw)
     raw_source = source
     topic = task.topic
     last_batch = None
@@ -171,9 +177,15 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
         if name == "records":
             good = batch.filter(batch.column("crc_valid")) \
                 if not pc.all(batch.column("crc_valid")).as_py() else batch
+            good = values.with_columns(good, value_decoder.columns(good))
             rows = lineage(good, "records", task, ctx)  # crc_valid is not a records column
             records_out(writer, rows, topic)
             stats["records"] += rows.num_rows
+            found = value_decoder.take_findings()
+            if found:
+                fb = pa.RecordBatch.from_pylist(found, schema=_VALUE_FINDINGS)
+                stats["findings"] += fb.num_rows
+                writer.write("findings", partition_path(topic), lineage(fb, "findings", task, ctx))
         elif name == "batches":
             if batch.num_rows == 0:
                 continue

@@ -38,11 +38,11 @@ DELTA_COLUMNS = ("offset", "timestamp")
 
 #: plain pages, no dictionary: one value per batch (or per file) repeated on every record
 #: row, which LZ4 squeezes as well as a dictionary would (files +2%), at a third of the
-#: cost; and the nested headers, whose dictionary saves nothing on unique values
+#: cost; and the nested headers and value_json, whose dictionary saves nothing on unique values
 PLAIN_COLUMNS = frozenset({
     "partition", "batch_position", "batch_base_offset", "batch_last_offset", "magic",
     "producer_id", "producer_epoch", "sequence", "partition_leader_epoch",
-    "segment_base_offset", "is_transactional", "headers"})
+    "segment_base_offset", "is_transactional", "headers", "value_json"})
 
 
 #: strings the job hands to Parquet as dictionary arrays: the same few values on every
@@ -91,6 +91,9 @@ class Context:
     max_raw: int = DEFAULT_MAX_RAW
     slack: int = DEFAULT_SLACK
     ingested_at: str = ""
+    #: the run's Schema Registry (kafkalog.schemas; schemas as text, pickled with the
+    #: context), or None: the records' value columns stay null (spark_jobs/decode/values.py)
+    registry: object = None
 
     @property
     def ingest_dt(self) -> str | None:

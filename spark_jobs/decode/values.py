@@ -1,0 +1,220 @@
+"""Values as data: the ``records`` columns a Schema Registry's schemas fill
+(docs/schemas.md, "In the tables").
+
+Each records batch a task decodes gets :data:`COLUMNS`: the key's and the value's schema
+id and format, the value decoded to JSON text (``value_json``, the shapes of
+``kafkalog dump --schemas``: :func:`kafkalog.schemas.decode_one`), and why a value in the
+wire format did not decode (``value_error``: ``unknown_schema_id`` or ``malformed``). Each
+such value is also a ``value_decode_error`` finding with its bytes (at most
+``--max-raw-bytes``), up to :data:`MAX_FINDINGS_PER_TASK` per task; the audit's
+``schema_decode`` check counts them all from ``value_error``.
+
+The registry comes from the driver (:func:`registry_for_run`) in the task context. The
+hot path is a byte test: only values whose first byte is the wire format's magic 0 (or
+whose record names a schema in a ``__value_schema_id`` header) are looked at one by one;
+a batch with none of them gets null columns at once, as does every batch when the run
+has no registry.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafkalog import schemas as sr
+from spark_jobs.schemas import VALUE_COLUMNS
+
+#: the columns this module adds to ``records`` (before the lineage columns), in order
+COLUMNS = pa.schema(VALUE_COLUMNS)
+#: the finding a value in the wire format that does not decode gives
+FINDING_KIND = "value_decode_error"
+#: at most this many ``value_decode_error`` findings per task (one more says how many
+#: were left out); ``records.value_error`` holds every one
+MAX_FINDINGS_PER_TASK = 1000
+#: the topic Schema Registry keeps its state in
+SCHEMAS_TOPIC = "_schemas"
+
+_MAGIC = pa.scalar(bytes([0]), pa.binary())
+_HEADER_NAMES = pa.array([sr.KEY_SCHEMA_HEADER, sr.VALUE_SCHEMA_HEADER], pa.string())
+
+
+def null_columns(n: int) -> list[pa.Array]:
+    return [pa.nulls(n, f.type) for f in COLUMNS]
+
+
+def _wire_mask(column: pa.Array) -> pa.Array:
+    """True where a key or value starts with the wire format's magic byte."""
+    return pc.fill_null(pc.equal(pc.binary_slice(column, 0, 1), _MAGIC), False)
+
+
+def _schema_headers(headers: pa.Array) -> bool:
+    """Whether any record of the batch has a ``__key_schema_id``/``__value_schema_id`` header."""
+    flat = pc.list_flatten(headers)
+    if len(flat) == 0:
+        return False
+    return bool(pc.any(pc.is_in(flat.field("key"), value_set=_HEADER_NAMES)).as_py())
+
+
+def _as_array(column) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+class ValueDecoder:
+    """Adds :data:`COLUMNS` to a task's records batches and collects its findings."""
+
+    def __init__(self, registry: sr.Registry | None, max_raw: int):
+        self.registry = registry
+        self.max_raw = max_raw
+        self.findings: list[dict] = []
+        self.left_out = 0
+
+    def columns(self, batch: pa.RecordBatch) -> list[pa.Array]:
+        """The :data:`COLUMNS` of ``batch`` (a kafkalog records batch)."""
+        n = batch.num_rows
+        if self.registry is None or n == 0:
+            return null_columns(n)
+        keys, values = _as_array(batch.column("key")), _as_array(batch.column("value"))
+        key_mask, value_mask = _wire_mask(keys), _wire_mask(values)
+        headers = _as_array(batch.column("headers"))
+        named = _schema_headers(headers)
+        if not named and not pc.any(key_mask).as_py() and not pc.any(value_mask).as_py():
+            return null_columns(n)
+        rows = set(pc.indices_nonzero(pc.or_(key_mask, value_mask)).to_pylist())
+        if named:
+            rows.update(i for i, hs in enumerate(headers.to_pylist())
+                        if hs and any(h["key"] in (sr.KEY_SCHEMA_HEADER, sr.VALUE_SCHEMA_HEADER)
+                                      for h in hs))
+        out = [[None] * n for _ in COLUMNS]
+        offsets = batch.column("offset")
+        positions = batch.column("batch_position")
+        for i in sorted(rows):
+            hs = headers[i].as_py() if named else None
+            hs = [(h["key"], h["value"]) for h in hs] if hs else ()
+            key = keys[i].as_py()
+            if key is not None:
+                k = self._key(key, sr.wire_header(hs, sr.KEY_SCHEMA_HEADER))
+                out[0][i], out[2][i] = k
+            value = values[i].as_py()
+            if value is None:
+                continue
+            d = sr.decode_one(self.registry, value, sr.wire_header(hs, sr.VALUE_SCHEMA_HEADER))
+            out[1][i], out[3][i] = d.schema_id, d.format
+            if d.error is not None:
+                out[5][i] = d.error
+                self._finding(d, value, offsets[i].as_py(), positions[i].as_py())
+            elif d.schema_id is not None or d.format is not None:
+                out[4][i] = json.dumps(d.decoded, ensure_ascii=False, separators=(",", ":"))
+        return [pa.array(col, f.type) for col, f in zip(out, COLUMNS)]
+
+    def _key(self, key: bytes, header: bytes | None) -> tuple[int | None, str | None]:
+        """A key's schema id and format: looked up, not decoded (the key stays bytes)."""
+        try:
+            ref = sr.schema_ref(key, header)
+        except sr.WireFormatError:
+            return None, None
+        if ref is None:
+            return None, None
+        schema = self.registry.by_id(ref.schema_id) if ref.guid is None \
+            else self.registry.by_guid(ref.guid)
+        if schema is None:
+            return ref.schema_id, None
+        return schema.id, schema.schema_type
+
+    def _finding(self, d: sr.Decoded, value: bytes, offset: int, position: int) -> None:
+        if len(self.findings) >= MAX_FINDINGS_PER_TASK:
+            self.left_out += 1
+            return
+        raw = value if len(value) <= self.max_raw else None
+        what = f"schema id {d.schema_id}" if d.schema_id is not None else "a schema header"
+        message = f"offset {offset}: value ({what}) is {d.error}: {d.reason}"
+        if raw is None:
+            message += f" (raw bytes not kept: {len(value)} bytes exceed --max-raw-bytes)"
+        self.findings.append(dict(kind=FINDING_KIND, position=position, end=position,
+                                  message=message, base_offset=offset, last_offset=offset,
+                                  bytes=len(value), raw=raw))
+
+    def take_findings(self) -> list[dict]:
+        """The findings so far (and one that counts those left out), emptied."""
+        out, self.findings = self.findings, []
+        if self.left_out:
+            out.append(dict(kind=FINDING_KIND, position=out[-1]["position"] if out else 0,
+                            end=out[-1]["end"] if out else 0, base_offset=None,
+                            last_offset=None, bytes=None, raw=None,
+                            message=f"{self.left_out} more undecodable values in this task not "
+                                    f"listed (at most {MAX_FINDINGS_PER_TASK} a task); "
+                                    "records.value_error has them all"))
+            self.left_out = 0
+        return out
+
+
+def with_columns(batch: pa.RecordBatch, cols: list[pa.Array]) -> pa.RecordBatch:
+    """``batch`` with :data:`COLUMNS` appended (by name: :func:`writing.lineage` orders them)."""
+    return pa.RecordBatch.from_arrays(list(batch.columns) + cols,
+                                      names=batch.schema.names + COLUMNS.names)
+
+
+# ------------------------------------------------------------------ the driver
+#: where the job takes a live registry's basic-auth user and password from (never the
+#: command line: the DAG sets them from its Airflow connection)
+AUTH_ENV = ("KAFKALOG_SCHEMA_REGISTRY_USER", "KAFKALOG_SCHEMA_REGISTRY_PASSWORD")
+
+
+def auth_from_env(environ=None) -> tuple[str, str] | None:
+    """``(user, password)`` from :data:`AUTH_ENV`, or None where no user is set."""
+    import os
+
+    env = os.environ if environ is None else environ
+    user = env.get(AUTH_ENV[0])
+    return (user, env.get(AUTH_ENV[1], "")) if user else None
+
+
+def describe(registry: sr.Registry | None) -> str | None:
+    """The run summary's word on its registry: None, the URL, or how many schemas."""
+    if registry is None:
+        return None
+    url = getattr(registry, "url", None)
+    return url or f"{len(registry.schemas)} schemas, {len(registry.problems)} records skipped"
+
+
+def schemas_segments(segments) -> list:
+    """The listing's ``_schemas`` segments, partition and base offset in order."""
+    return sorted((s for s in segments if s.topic == SCHEMAS_TOPIC),
+                  key=lambda s: (s.partition, s.base_offset))
+
+
+def registry_for_run(source: str | None, segments, s3=None, *, auth=None) -> sr.Registry | None:
+    """The run's registry: from ``source`` (``--schema-registry``: a registry URL, a
+    ``_schemas`` folder or a schema folder) if given, else from the listing's own
+    ``_schemas`` segments; None when there is neither (nothing is decoded).
+
+    Skipped ``_schemas`` records are said on stderr, as ``kafkalog dump --schemas`` does."""
+    if source:
+        if source.startswith(("http://", "https://")):
+            from kafkalog.schemas.live import LiveRegistry
+            registry = LiveRegistry(source, auth=auth)
+        else:
+            registry = sr.open_source(source)
+    else:
+        found = schemas_segments(segments)
+        if not found:
+            return None
+        registry = _from_segments(found, s3)
+    for problem in registry.problems:
+        print(f"decode_segments: schemas: skipped {problem}", file=sys.stderr)
+    return registry
+
+
+def _from_segments(segments, s3) -> sr.Registry:
+    """A registry from ``_schemas`` segments (local or ``s3://``), read in the given order."""
+    import kafkalog
+    from kafkalog.schemas.registry import read_schemas_segment
+    from spark_jobs import storage
+
+    registry = sr.Registry()
+    for seg in segments:
+        store, key = storage.open_object(seg.uri, s3)
+        read_schemas_segment(registry, kafkalog.Slice(store.read(key), 0), seg.uri)
+    return registry
