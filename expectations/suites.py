@@ -37,6 +37,8 @@ DESCRIPTIONS = {
     "replica_divergence": "Two brokers' copies of a partition hold the same batches at the same offsets.",
     "truncated_tail": "No segment ends in an incomplete entry (the newest segment of a live partition may).",
     "decoder_findings": "The decoder found nothing unreadable (corrupt batches, skipped bytes, codec errors ...).",
+    "schema_decode": "Values in Schema Registry's wire format decode with the run's registry "
+                     "(unknown schema ids and malformed payloads are counted per partition).",
 }
 
 COLUMNS = "topic, partition, class, items, offsets, max_value, example"

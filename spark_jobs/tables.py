@@ -55,9 +55,13 @@ def table_paths(wh: iceberg.Warehouse, name: str, *, snapshot: int | None = None
 
 
 def read_file(path: str, name: str, config: storage.S3Config | None = None) -> pa.Table:
-    """One data file of table ``name`` (any file the pipeline wrote), in the table's schema."""
+    """One data file of table ``name`` (any file the pipeline wrote), in the table's schema
+    (a column an earlier version did not write reads as null, as Iceberg reads it)."""
     store, key = storage.open_object(path, config)
     table = pq.read_table(io.BytesIO(store.read(key)))
+    for f in schemas.TABLES[name]:
+        if f.name not in table.column_names:
+            table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
     return table.select(schemas.TABLES[name].names).cast(schemas.TABLES[name])
 
 

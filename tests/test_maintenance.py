@@ -66,8 +66,8 @@ def record_rows(run_id: str, topic: str, partition: int, offsets, day: str = DAY
         "dt": [day] * n,
         schemas.INGEST_DT: [day] * n,
     }
-    return pa.table({f.name: pa.array(cols[f.name], f.type) for f in schemas.RECORDS},
-                    schema=schemas.RECORDS)
+    return pa.table({f.name: pa.array(cols[f.name], f.type) if f.name in cols
+                     else pa.nulls(n, f.type) for f in schemas.RECORDS}, schema=schemas.RECORDS)
 
 
 def write_file(wh: iceberg.Warehouse, rows: pa.Table, name: str) -> str:

@@ -111,6 +111,9 @@ def stage(root, run_id: str, parts: list[dict], *, published: bool = False) -> N
         for col, value in partition.items():
             if col not in table.column_names:
                 table = table.append_column(col, pa.array([value] * table.num_rows, pa.string()))
+        for f in schema:  # columns a Schema Registry fills (records' value columns): null here
+            if f.name not in table.column_names:
+                table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
         folder = "/".join(f"{k}={v}" for k, v in partition.items())
         uri = f"{wh.data_root(name)}/{folder + '/' if folder else ''}{prefix}{i}.parquet"
         store, key = storage.open_object(uri, wh.s3)

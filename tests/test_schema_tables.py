@@ -174,3 +174,34 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, sn
              if f["kind"] == values.FINDING_KIND]
     assert sorted((f["topic"], f["base_offset"], f["raw"]) for f in found) == [
         ("plain", 4, UNKNOWN), ("plain", 5, data.orders[0][1][:-3])]
+
+
+@pytest.mark.pipeline
+def test_schema_decode_check_grades_the_share_per_partition(spark):
+    """``schema_decode``: one observation per undecodable value, warn by class; a partition
+    beyond ``max_share`` fails; values outside the wire format are not counted."""
+    from spark_jobs.quality import checks, schema_decode
+    from spark_jobs.quality.policy import Policy
+
+    rows = [("a", 0, i, 5, None) for i in range(199)] + [("a", 0, 199, 999, "unknown_schema_id")] \
+        + [("b", 0, 0, 5, None), ("b", 0, 1, 5, "malformed")] \
+        + [("c", 0, i, None, None) for i in range(5)]
+    records = spark.createDataFrame(
+        [(t, p, o, sid, err, "seg", 0) for t, p, o, sid, err in rows],
+        "topic string, partition int, offset bigint, value_schema_id int, value_error string, "
+        "segment string, batch_position bigint")
+    policy = Policy.load()
+    topics = ["a", "b", "c"]
+    obs = checks.apply_policy(schema_decode.schema_decode(
+        records, schema_decode.share_frame(spark, policy, topics)), policy, topics)
+    got = sorted((r.topic, r.first_offset, r["class"], r.status, r.value) for r in obs.collect())
+    assert got == [("a", 199, "unknown_schema_id", "warn", 999),
+                   ("b", 1, "beyond_max_share", "fail", 5)]
+    messages = {r.topic: r.message for r in obs.collect()}
+    assert "1 of 200 values in the wire format of this partition did not decode (0.5%, " \
+        "max_share 1.0%)" in messages["a"]
+    assert "1 of 2 values" in messages["b"] and "50.0%" in messages["b"]
+    # the Spark reader of s3:// files goes through read_file: an old file reads null there too
+    old_file = tables.table_paths(wh, "records")[0]
+    assert tables.read_file(old_file, "records").select(values.COLUMNS.names).to_pylist() == \
+        [dict.fromkeys(values.COLUMNS.names)]

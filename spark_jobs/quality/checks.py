@@ -16,6 +16,7 @@ The gap classification rules are documented in expectations/README.md.
 
 from __future__ import annotations
 
+from . import schema_decode
 from .policy import Policy
 
 OBSERVATION_COLUMNS = (
@@ -38,6 +39,7 @@ CHECKS = {
     "replica_divergence": "segments",
     "truncated_tail": "segments",
     "decoder_findings": "segments",
+    "schema_decode": "records",  # spark_jobs/quality/schema_decode.py
 }
 
 #: finding kinds that mean bytes of a segment did not decode into batches
@@ -539,7 +541,8 @@ def finding_checks(findings, newest_segments):
     """Decoder and job findings: ``divergence``, ``truncated_tail`` (class
     ``active_segment`` in the partition's newest segment of the run, where a
     live broker was still writing) and ``decoder_findings`` (class = kind).
-    ``crc_mismatch`` belongs to :func:`crc_failures`. ``newest_segments``:
+    ``crc_mismatch`` belongs to :func:`crc_failures`, ``value_decode_error`` to
+    :mod:`schema_decode` (which counts them from ``records``). ``newest_segments``:
     (topic, partition, segment) of each partition's newest segment."""
     return _select(_sql(findings.sparkSession, """
         SELECT CASE WHEN f.kind IN ('divergence', 'truncated_tail') THEN f.kind
@@ -553,7 +556,7 @@ def finding_checks(findings, newest_segments):
                              COALESCE(CAST(f.end AS string), '?'), f.message) AS message
         FROM {f} f LEFT JOIN {n} n ON n.topic = f.topic AND n.partition = f.partition
                                    AND n.segment = f.segment
-        WHERE f.kind <> 'crc_mismatch' AND NOT """ + _REPLICA, f=findings, n=newest_segments))
+        WHERE f.kind NOT IN ('crc_mismatch', 'value_decode_error') AND NOT """ + _REPLICA, f=findings, n=newest_segments))
 
 
 def _replica_predicate() -> str:
@@ -610,6 +613,7 @@ def apply_policy(observations, policy: Policy, topics, finding_kinds=()):
         "divergence": ["divergence"],
         "replica_divergence": ["divergence"],
         "truncated_tail": ["truncated_tail", "active_segment"],
+        schema_decode.CHECK: schema_decode.CLASSES,
     }
     kinds = set()
     for t in topics:
@@ -658,6 +662,7 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=Non
         max_timestamp_mismatches(r, b),
         finding_checks(f, newest_segments(b, l)),
         replica_divergences(f),
+        schema_decode.schema_decode(r, schema_decode.share_frame(spark, policy, topics)),
     ]
     out = parts[0]
     for p in parts[1:]:
