@@ -16,7 +16,9 @@ schedule, each reading its own night) and for a triggered run with a logical dat
 The params `date_from`/`date_to` (inclusive) replace that night with their range for
 this one run (one run over all those nights); leave them empty in a backfill, or every
 run of it reads the same range. `topics` filters by comma-separated patterns,
-`reprocess` decodes segments again even when the ledger shows them ingested. Backfill
+`reprocess` decodes segments again even when the ledger shows them ingested,
+`schema_registry_conn_id` decodes values with a live Schema Registry instead of the
+snapshot's own `_schemas` topic (docs/schemas.md). Backfill
 from the CLI: `airflow backfill create --dag-id kafka_segments_nightly --from-date
 2026-11-01 --to-date 2026-11-07T23:59:59` (the bounds are logical dates, a night's is
 03:00, so a bare `--to-date 2026-11-07` leaves that night out).
@@ -32,7 +34,7 @@ import datetime as dt
 
 from airflow.sdk import Param, chain, dag, task
 
-from kafkalog_pipeline import settings, tasks
+from kafkalog_pipeline import schema_registry, settings, tasks
 from kafkalog_pipeline.assets import TABLE_ASSETS
 from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator
 
@@ -76,6 +78,12 @@ default_args = {
         "reprocess": Param(False, type="boolean", title="Reprocess",
                            description="Decode segments again even if already ingested "
                                        "(rows already in the warehouse are still not duplicated)"),
+        schema_registry.PARAM: Param(
+            None, type=["null", "string"], title="Schema Registry connection",
+            description="Empty (the default): values in Schema Registry's wire format decode "
+                        "with the snapshot's own _schemas topic. Set: with the live registry "
+                        "of this Airflow connection (host = URL, login/password = basic "
+                        "auth). See docs/schemas.md."),
     },
 )
 def kafka_segments_nightly():

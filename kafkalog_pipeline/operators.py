@@ -95,6 +95,10 @@ class KafkalogSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context):
         access = settings.s3_access(self.aws_conn_id)
         self.env_vars = {**settings.spark_env(access), **(self.env_vars or {})}
+        if not self._is_audit():  # a live registry's basic auth, never on the command line
+            from .schema_registry import PARAM, auth_env
+
+            self.env_vars.update(auth_env((context.get("params") or {}).get(PARAM)))
         self._hook = None  # built from the environment above
         if not self._is_audit():
             return super().execute(context)

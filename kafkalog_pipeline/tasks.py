@@ -28,7 +28,8 @@ import logging
 
 from spark_jobs import layout
 
-from . import settings, snapshots
+from . import schema_registry, settings, snapshots
+from .schema_registry import registry_args as schema_registry_args
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,8 @@ def open_warehouse(warehouse: str, access: settings.S3Access | None = None, *,
 def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = False,
              warehouse: str | None = None, bucket: str | None = None,
              prefix: str | None = None, template: str | None = None,
-             access: settings.S3Access | None = None) -> dict:
+             access: settings.S3Access | None = None,
+             schema_registry: str | None = None) -> dict:
     """List the snapshot(s), plan chunks, write one manifest per chunk.
 
     Every listed segment goes to the decode job, so that its ledger (and the audit,
@@ -91,8 +93,11 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     segment is decoded again (the decode job still drops rows already published,
     so nothing is duplicated).
 
+    Values are decoded with the live registry at ``schema_registry`` (a URL), else with
+    the snapshot's own ``_schemas`` segments (:mod:`kafkalog_pipeline.schema_registry`).
+
     Returns ``{"warehouse", "run_id", "dates", "prefixes", "chunks": [summary...],
-    "segments", "already_ingested", "bytes", "ignored", "decode_args": [[argv...], ...]}``
+    "segments", "already_ingested", "bytes", "ignored", "schemas", "decode_args": [[argv...], ...]}``
     (``segments``: listed; ``already_ingested``: of them, unchanged since an earlier
     run; ``bytes``: to decode); ``decode_args`` is empty when there is nothing to decode.
     Raises :class:`settings.SettingError` / :class:`snapshots.PermanentS3Error`
@@ -130,6 +135,9 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     wh.begin_run(run_id, reset=True)
     store.delete_prefix(f"_staging/{token}/")
     decode_args = []
+    registry_args, registry_source = schema_registry_args(
+        url=schema_registry, segments=segments, store=store, token=token, bucket=bucket,
+        prefixes=prefixes, access=access, topics=topics) if chunks else ([], None)
     for chunk in chunks:
         key = manifest_key(token, chunk.chunk_id)
         store.write(key, chunk.manifest())
@@ -139,7 +147,7 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
             + (["--reprocess"] if reprocess else [])
         if access.endpoint_url:
             args += ["--s3-endpoint", access.endpoint_url]
-        decode_args.append(args)
+        decode_args.append(args + registry_args)
         log.info("chunk %d: %d segments, %d bytes, partitions %s", chunk.chunk_id,
                  len(chunk.segments), chunk.bytes, ", ".join(chunk.summary()["partitions"]))
     return {
@@ -155,6 +163,7 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
         "bytes": sum(c.bytes for c in chunks),
         "ignored": ignored,
         "unparsable": unparsable,
+        "schemas": registry_source,
         "decode_args": decode_args,
     }
 
@@ -249,8 +258,12 @@ def plan_from_context(context) -> list[list[str]]:
             interval_start=context.get("data_interval_start"),
             logical_date=context.get("logical_date"),
             run_after=getattr(dag_run, "run_after", None))
+        conn_id = params.get(schema_registry.PARAM)
+        url = schema_registry.connection_url(schema_registry.get_connection(conn_id)) \
+            if conn_id else None
         summary = plan_run(run_id=context["run_id"], dates=dates,
-                           topics=params.get("topics"), reprocess=bool(params.get("reprocess")))
+                           topics=params.get("topics"), reprocess=bool(params.get("reprocess")),
+                           schema_registry=url)
     except (settings.SettingError, snapshots.PermanentS3Error, ValueError) as err:
         raise fail(str(err)) from err
     ti = context["ti"]

@@ -84,7 +84,8 @@ def test_wiring_write_audit_publish(dag):
         "--catalog", "{{ ti.xcom_pull(task_ids='plan', key='catalog') }}",
         "--namespace", "{{ ti.xcom_pull(task_ids='plan', key='namespace') }}"]
     assert {a.name for a in publish.outlets} == {a.name for a in TABLE_ASSETS.values()}
-    assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess"}
+    assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess",
+                                      "schema_registry_conn_id"}
     assert plan.retries >= 1
 
 

@@ -59,8 +59,9 @@ def parse_args(argv):
     p.add_argument("--schema-registry", metavar="URL|DIR",
                    help="decode keys and values in Schema Registry's wire format with this "
                         "registry: a URL (basic auth from the environment, "
-                        f"{values.AUTH_ENV[0]} / {values.AUTH_ENV[1]}), a _schemas folder or "
-                        "a schema folder (default: the input's own _schemas segments; none: "
+                        f"{values.AUTH_ENV[0]} / {values.AUTH_ENV[1]}), a segment manifest "
+                        "(.json) or s3:// prefix holding _schemas segments, a local _schemas "
+                        "folder or a schema folder (default: the input's own _schemas segments; none: "
                         "the value columns stay null; docs/schemas.md)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     return p.parse_args(argv)

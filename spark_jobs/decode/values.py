@@ -180,23 +180,34 @@ def describe(registry: sr.Registry | None) -> str | None:
 
 
 def schemas_segments(segments) -> list:
-    """The listing's ``_schemas`` segments, partition and base offset in order."""
+    """The listing's ``_schemas`` segments: by partition, then folder (several nights'
+    copies one night after the other: their folders differ by the night's date), then
+    base offset."""
     return sorted((s for s in segments if s.topic == SCHEMAS_TOPIC),
-                  key=lambda s: (s.partition, s.base_offset))
+                  key=lambda s: (s.partition, s.uri.rsplit("/", 1)[0], s.base_offset))
 
 
 def registry_for_run(source: str | None, segments, s3=None, *, auth=None) -> sr.Registry | None:
     """The run's registry: from ``source`` (``--schema-registry``: a registry URL, a
+    segment manifest or ``s3://`` prefix holding ``_schemas`` segments, a local
     ``_schemas`` folder or a schema folder) if given, else from the listing's own
     ``_schemas`` segments; None when there is neither (nothing is decoded).
 
     Skipped ``_schemas`` records are said on stderr, as ``kafkalog dump --schemas`` does."""
-    if source:
-        if source.startswith(("http://", "https://")):
-            from kafkalog.schemas.live import LiveRegistry
-            registry = LiveRegistry(source, auth=auth)
-        else:
-            registry = sr.open_source(source)
+    if source and source.startswith(("http://", "https://")):
+        from kafkalog.schemas.live import LiveRegistry
+        registry = LiveRegistry(source, auth=auth)
+    elif source and (source.endswith(".json") or source.startswith("s3://")):
+        # a manifest (the DAG's plan writes one of the snapshot's _schemas segments) or a
+        # snapshot prefix in S3
+        from spark_jobs.decode.planning import discover
+
+        found = schemas_segments(discover(source, s3)[0])
+        if not found:
+            raise sr.RegistryError(f"{source}: no {SCHEMAS_TOPIC} segments there")
+        registry = _from_segments(found, s3)
+    elif source:
+        registry = sr.open_source(source)
     else:
         found = schemas_segments(segments)
         if not found:
