@@ -122,6 +122,20 @@ def test_no_registry_no_decoding_and_findings_are_bounded(data, snapshot, monkey
     assert found[1]["message"].startswith("2 more undecodable values")
 
 
+def test_the_byte_test_reads_first_bytes_of_sliced_null_and_large_arrays():
+    data = [b"\x00a", b"", None, b"a\x00", b"\x00", b"x"]
+    want = [True, False, False, False, True, False]
+    for t in (pa.binary(), pa.large_binary()):
+        arr = pa.array(data, t)
+        assert values._wire_mask(arr).tolist() == want
+        assert values._wire_mask(arr.slice(3)).tolist() == want[3:]
+    # a null slot that spans bytes (Arrow allows it) is still no value
+    spans = pa.Array.from_buffers(pa.binary(), 2, [pa.py_buffer(bytes([0b01])),
+                                                   pa.py_buffer(struct.pack("<3i", 0, 1, 2)),
+                                                   pa.py_buffer(b"x\x00")])
+    assert spans.to_pylist() == [b"x", None] and values._wire_mask(spans).tolist() == [False, False]
+
+
 def test_auth_comes_from_the_environment_only():
     assert values.auth_from_env({}) is None
     assert values.auth_from_env({values.AUTH_ENV[0]: "u", values.AUTH_ENV[1]: "p"}) == ("u", "p")

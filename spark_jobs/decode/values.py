@@ -10,7 +10,7 @@ such value is also a ``value_decode_error`` finding with its bytes (at most
 ``schema_decode`` check counts them all from ``value_error``.
 
 The registry comes from the driver (:func:`registry_for_run`) in the task context. The
-hot path is a byte test: only values whose first byte is the wire format's magic 0 (or
+hot path is a byte test (:func:`_wire_mask`): only values whose first byte is the wire format's magic 0 (or
 whose record names a schema in a ``__value_schema_id`` header) are looked at one by one;
 a batch with none of them gets null columns at once, as does every batch when the run
 has no registry.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -37,7 +38,6 @@ MAX_FINDINGS_PER_TASK = 1000
 #: the topic Schema Registry keeps its state in
 SCHEMAS_TOPIC = "_schemas"
 
-_MAGIC = pa.scalar(bytes([0]), pa.binary())
 _HEADER_NAMES = pa.array([sr.KEY_SCHEMA_HEADER, sr.VALUE_SCHEMA_HEADER], pa.string())
 
 
@@ -45,9 +45,22 @@ def null_columns(n: int) -> list[pa.Array]:
     return [pa.nulls(n, f.type) for f in COLUMNS]
 
 
-def _wire_mask(column: pa.Array) -> pa.Array:
-    """True where a key or value starts with the wire format's magic byte."""
-    return pc.fill_null(pc.equal(pc.binary_slice(column, 0, 1), _MAGIC), False)
+def _wire_mask(column: pa.Array) -> np.ndarray:
+    """True where a key or value starts with the wire format's magic byte 0: the first byte
+    of each non-empty value, read straight from the Arrow buffers (no copy, no new array)."""
+    n = len(column)
+    _, offsets, data = column.buffers()
+    if data is None or n == 0:
+        return np.zeros(n, dtype=bool)
+    width = np.int64 if pa.types.is_large_binary(column.type) else np.int32
+    offsets = np.frombuffer(offsets, dtype=width, count=column.offset + n + 1)[column.offset:]
+    starts = offsets[:-1]
+    nonempty = np.flatnonzero(offsets[1:] > starts)  # a null value is empty too
+    out = np.zeros(n, dtype=bool)
+    out[nonempty] = np.frombuffer(data, dtype=np.uint8)[starts[nonempty]] == 0
+    if column.null_count:  # Arrow lets a null slot span bytes: it is no value
+        out &= column.is_valid().to_numpy(zero_copy_only=False)
+    return out
 
 
 def _schema_headers(headers: pa.Array) -> bool:
@@ -77,12 +90,12 @@ class ValueDecoder:
         if self.registry is None or n == 0:
             return null_columns(n)
         keys, values = _as_array(batch.column("key")), _as_array(batch.column("value"))
-        key_mask, value_mask = _wire_mask(keys), _wire_mask(values)
+        wire = _wire_mask(keys) | _wire_mask(values)
         headers = _as_array(batch.column("headers"))
         named = _schema_headers(headers)
-        if not named and not pc.any(key_mask).as_py() and not pc.any(value_mask).as_py():
+        if not named and not wire.any():
             return null_columns(n)
-        rows = set(pc.indices_nonzero(pc.or_(key_mask, value_mask)).to_pylist())
+        rows = set(np.flatnonzero(wire).tolist())
         if named:
             rows.update(i for i, hs in enumerate(headers.to_pylist())
                         if hs and any(h["key"] in (sr.KEY_SCHEMA_HEADER, sr.VALUE_SCHEMA_HEADER)
