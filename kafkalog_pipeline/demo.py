@@ -652,6 +652,11 @@ def report(out: Path, results: list[dict]) -> int:
     for name in TABLES:
         print(f"  {wh.namespace}.{name:<11} {counts[name]:>6} rows")
     print("  records by topic: " + ", ".join(f"{t}={n}" for t, n in counts["records_by_topic"].items()))
+    from kafkalog_pipeline.demo_schemas import value_lines
+
+    print("  values in Schema Registry's wire format (records.value_json; docs/schemas.md):")
+    for line in value_lines(wh):
+        print(f"    {line}")
     for r in results:
         if r.get("run_id"):
             dq = dq_summary(out, r["run_id"])

@@ -22,6 +22,10 @@ written (``truncated_tail`` in the newest segment, and its ``.index`` and
 misses a segment between two others (an offset gap at a segment boundary:
 ``missing_segment``); a ``payments-0`` producer sent a header key that is not
 UTF-8 (``invalid_header_key``).
+* ``_schemas-0``, ``shop.orders-0`` (Avro), ``clicks-0`` (JSON Schema), ``shipments-0``
+  (Protobuf): values in Schema Registry's wire format and the registry's own topic
+  (:mod:`kafkalog_pipeline.demo_schemas`; on night 2, one click whose schema id no
+  registry holds: ``schema_decode`` warns).
 * a ``_SUCCESS`` marker and a ``README.txt`` beside the partitions (not segments:
   the planner ignores them).
 
@@ -37,6 +41,7 @@ import shutil
 from pathlib import Path
 
 from kafkalog.demo import write_legacy
+from kafkalog_pipeline import demo_schemas
 from kafkalog.writer import SegmentWriter, WriteRecord
 
 NIGHTS = ("2026-11-20", "2026-11-21")
@@ -172,6 +177,7 @@ def write_night(root: Path, night: int) -> Path:
     _legacy(out / "legacy-0")
     _payments(out / "payments-0", 0, night)
     _payments(out / "payments-1", 1, night)
+    demo_schemas.write(out, night, T0, HOUR)
     (out / "_SUCCESS").write_bytes(b"")
     (out / "README.txt").write_text("nightly copy of the broker log directories\n")
     return out
