@@ -65,20 +65,22 @@ def segment_name(base: int) -> str:
     return f"{base:020d}.log"
 
 
-def gap_item(cause: str, status: str, lo: int, hi: int, rng: random.Random) -> dict:
+def gap_item(cause: str, status: str, lo: int, hi: int, rng: random.Random,
+             where: str = "orders-0") -> dict:
     """An offset-gap item as check_quality.py stores it (its message phrased as checks.py does)."""
     before, after = segment_name(rng.randrange(0, lo + 1)), segment_name(hi + 1)
     message = {
-        "missing_segment": f"offsets {lo}..{hi}: {before} ends at {lo - 1} but the next segment "
-                           f"file {after} starts at {hi + 1}: a segment based at {lo} is missing "
-                           "from the snapshot",
+        "missing_segment": f"offsets {lo}..{hi} of {where} are missing from the snapshot, "
+                           f"between {before} (ends at offset {lo - 1}) and {after} (starts at "
+                           f"offset {hi + 1}): the segment file based at {lo} was not copied",
         "compaction": f"offsets {lo}..{hi}: removed by log compaction (the segment holds "
                       "compacted batches)",
         "aborted_txn": f"offsets {lo}..{hi}: inside the transaction producer 4001 aborted at "
                        f"offset {hi + 3} (aborted data cleaned away)",
     }[cause]
     return {"class": cause, "status": status, "first_offset": lo, "last_offset": hi,
-            "offsets": hi - lo + 1, "value": None, "segment": after, "position": 0,
+            "offsets": hi - lo + 1, "value": None, "segment": after,
+            "position": None if cause == "missing_segment" else 0,
             "message": message}
 
 
@@ -136,7 +138,8 @@ def scenario(seed: int = 7) -> list[dict]:
                             failed += n if cause_status != "pass" else 0
                             for _ in range(n):
                                 lo = rng.randrange(1, 10**5)
-                                items.append(gap_item(cause, cause_status, lo, lo + 6, rng))
+                                items.append(gap_item(cause, cause_status, lo, lo + 6, rng,
+                                                            f"{topic}-{partition}"))
                     details["items"] = sorted(items, key=lambda it: (
                         ("fail", "warn", "pass").index(it["status"]), it["first_offset"]))
                 elif (check, i, partition) in (("create_time", 2, 0), ("log_append_time", 1, 1)):
