@@ -155,9 +155,12 @@ def report(rows, out=None) -> int:
     warned = [r for r in rows if r["status"] == "warn"]
     for label, group in (("FAIL", failed), ("WARN", warned)):
         for r in group:
-            first = (json.loads(r["details"]).get("items") or [{}])[0].get("message", "")
-            print(f"{label} {r['check']} {r['topic']}-{r['partition']}: {r['failed']} problem(s) "
-                  f"in {r['observed']} checked; first: {first}", file=out)
+            details = json.loads(r["details"])
+            first = (details.get("items") or [{}])[0].get("message", "")
+            print(f"{label} {r['check']} {r['topic']}-{r['partition']}: "
+                  f"{results.plural(r['failed'], 'item')}, "
+                  f"{results.checked(r['observed'], details.get('unit') or qc.CHECKS.get(r['check']))}; "
+                  f"first: {first}", file=out)
     if failed:
         print(f"check_quality: {len(failed)} check(s) failed; the run must not be published", file=out)
     else:

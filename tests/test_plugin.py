@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import io
 import json
 import os
 import random
@@ -895,6 +896,15 @@ def test_problem_line_is_the_audits_log_line_in_the_reports_words():
     line = data.problem_line("offset_gaps", "payments", 1, "warn", json.dumps(details), failed=1, observed=1204)
     assert line == ("WARN offset_gaps payments-1: 1 item, 1,204 batches checked; first: "
                     + data.describe_item(details["items"][0]))
+    # the audit's own log line (check_quality.report) counts in the same words
+    from spark_jobs import check_quality
+
+    out = io.StringIO()
+    check_quality.report([{"check": "offset_gaps", "topic": "payments", "partition": 1,
+                           "status": "warn", "failed": 1, "observed": 1204,
+                           "details": json.dumps(details)}], out)
+    assert out.getvalue().splitlines()[0] == ("WARN offset_gaps payments-1: 1 item, 1,204 batches "
+                                              "checked; first: " + details["items"][0]["message"])
     assert data.first_problem("payments", 1, details) == "payments-1: " + data.describe_item(details["items"][0])
     assert data.problem_items(details) == details["items"][:1]
     assert data.accepted_items(details) == details["items"][1:]

@@ -20,6 +20,20 @@ from .policy import RANK, Policy, worst
 MAX_ITEMS = 20
 
 
+def plural(n: int, word: str) -> str:
+    """``1 item``, ``1,204 items``."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def checked(n: int, unit: str | None) -> str:
+    """``1,204 batches checked``, ``1 batch checked``: a result's ``observed`` count in its
+    unit (:data:`CHECKS`' plural nouns: batches, records, segments)."""
+    unit = unit or ""
+    if n == 1 and unit.endswith("s"):
+        unit = unit[:-2] if unit.endswith(("ches", "shes", "sses", "xes")) else unit[:-1]
+    return f"{n:,} {unit} checked" if unit else f"{n:,} checked"
+
+
 def partition_units(tables: dict):
     """(topic, partition) -> {"batches": n, "records": n, "segments": n} over the run's tables."""
     b, r, f, l = (tables[n] for n in ("batches", "records", "findings", "ledger"))
