@@ -37,6 +37,13 @@ DESCRIPTIONS = {
     "replica_divergence": "Two brokers' copies of a partition hold the same batches at the same offsets.",
     "truncated_tail": "No segment ends in an incomplete entry (the newest segment of a live partition may).",
     "decoder_findings": "The decoder found nothing unreadable (corrupt batches, skipped bytes, codec errors ...).",
+    "committed_offset_beyond_log_end": "No consumer group's latest committed offset is past the partition's log end.",
+    "committed_offset_before_log_start": "No consumer group's latest committed offset is before the partition's "
+                                         "log start (data retention removed before the group read it).",
+    "producer_snapshot": "Each producer of a .snapshot has the epoch, last sequence and last offset of its "
+                         "last batch in the log.",
+    "leader_epoch_checkpoint": "Each batch's partition leader epoch is the leader-epoch-checkpoint's epoch "
+                               "for its offset.",
 }
 
 COLUMNS = "topic, partition, class, items, offsets, max_value, example"

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from .. import schemas
 from ..iceberg import AUDITED
-from .checks import CHECKS
+from .checks import CHECKS, OPTIONAL_CHECKS
 from .policy import RANK, Policy, worst
 
 MAX_ITEMS = 20
@@ -83,6 +83,8 @@ def build_rows(run_id: str, units: dict, classes, items, policy: Policy,
     rows = []
     for (topic, partition), unit in sorted(units.items()):
         for check, unit_name in CHECKS.items():
+            if check in OPTIONAL_CHECKS and not unit.get(unit_name):
+                continue  # a check of internal topics / state files the partition has none of
             key = (check, topic, partition)
             cls = by_key.get(key, [])
             bad = [c for c in cls if c.status != "pass"]
@@ -109,7 +111,7 @@ def build_rows(run_id: str, units: dict, classes, items, policy: Policy,
                 details["compacted_topic"] = True
             rows.append({
                 "run_id": run_id, "check": check, "topic": topic, "partition": partition,
-                "status": status, "severity": severity, "observed": unit[unit_name],
+                "status": status, "severity": severity, "observed": unit.get(unit_name, 0),
                 "failed": sum(c.items for c in bad),
                 "details": json.dumps(details, sort_keys=False, default=str),
                 "checked_at": checked_at,
