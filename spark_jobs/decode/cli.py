@@ -109,8 +109,12 @@ def main(argv=None, spark=None) -> dict:
                                                                   args.split_bytes)
         timings["frame"] = time.time() - t1
         t1 = time.time()
-        rows = run_tasks(spark, tasks, ctx)
+        rows = run_tasks(spark, tasks, ctx, args.split_bytes)
         timings["decode"] = time.time() - t1
+        # the tasks' own wall time (the rest of "decode" is Spark's: scheduling, workers)
+        timings["tasks_sum"] = sum(r.get("task_seconds", 0.0) for r in rows)
+        timings["task_max"] = max((r.get("task_seconds", 0.0) for r in rows), default=0.0)
+        timings["tasks_cpu_sum"] = sum(r.get("task_cpu_seconds", 0.0) for r in rows)
         files = task_files(rows)
         pending = {(r["topic"], r["partition"]) for r in rows if r["pending"]}
         t1 = time.time()
