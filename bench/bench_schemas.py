@@ -1,5 +1,6 @@
-"""Schema Registry decoding speed: kafkalog.schemas next to fastavro and protobuf alone,
-from one run on one core (issue 20 part 8).
+"""Schema Registry decoding speed on one core: kafkalog.schemas next to fastavro and protobuf.
+
+Issue 20 part 8; all figures from one run.
 
 Input, written once into bench/out/ and reused (fixed seed): N records per format whose
 values confluent-kafka's own serializers (``AvroSerializer``, ``ProtobufSerializer``)
@@ -346,13 +347,14 @@ def _version(dist: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=200_000, help="records per format (200000)")
-    ap.add_argument("--repeat", type=int, default=5, help="runs per decoder, best kept (5)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per chunk and decoder, best kept (5)")
     ap.add_argument("--format", nargs="+", default=list(TOPICS), choices=list(TOPICS))
     ap.add_argument("--chunk", type=int, default=10_000,
                     help="records a timed run decodes; each chunk's best run counts (10000)")
     ap.add_argument("--check", type=int, default=2000,
                     help="records whose (a) and (c) JSON must be equal (2000)")
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "out",
+                    help="where the input segments are written and reused (bench/out)")
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the results here")
     args = ap.parse_args(argv)
     if min(args.records, args.repeat, args.chunk) < 1:
