@@ -13,14 +13,24 @@ Then, in one run:
   (the mean is used); and the same ranges over CORES processes at once
   (``records_table_parallel``), which meets the same memory bandwidth and
   neighbours as the job's CORES workers;
+* ``decode_and_write_parallel`` (issue 18's fair peer): the job's own tasks
+  decoded with ``kafkalog.stream`` and written as the job writes them (writing.py:
+  lineage columns, write schema, Parquet options, a file per table and ``dt``,
+  through a PartWriter) in CORES processes at once, before and after the job;
+  and ``run_task_parallel``: ``executor.run_task`` itself (index checks, ledger
+  row) in CORES processes, no Spark;
 * the job: ``spark_jobs.decode.main`` on ``local[CORES]`` into a fresh
-  warehouse (list, plan, decode, Parquet, publish), with ``--split-bytes`` of
-  ``--split-mib``. The session is started, and one trivial Python job run,
-  before the clock starts: both are fixed costs of a session (reported as
-  ``not_counted``), not throughput.
+  warehouse (list, plan, decode, Parquet, commit, publish), with ``--split-bytes``
+  of ``--split-mib``. The session is started, one trivial Python job run, and the
+  warehouse's tables made before the clock starts: fixed costs of a session or of
+  a warehouse (reported as ``not_counted``), not throughput.
 
-Per-core throughput of the job is its MB/s and records/s divided by CORES; the
-verdict compares it with records_table's single-core figure (target >= 0.5).
+Per-core throughput of the job is its MB/s and records/s divided by CORES. The
+verdicts: the job per core against records_table's single-core figure (>= 0.5),
+and against the decode-and-write peer (``ratio_per_core_vs_decode_and_write_peer``,
+>= 0.8); the exit status is 0 when both are met. The job's ``phases`` include its
+tasks' own wall and CPU time (``tasks_sum``, ``tasks_cpu_sum``), to set beside the
+peers' ``piece_seconds_sum`` and ``piece_cpu_seconds_sum``.
 
     .venv/bin/python bench/bench_job.py [--size-mib 512] [--cores 2] [--split-mib 128] [--json FILE]
 """
@@ -214,7 +224,7 @@ def _warm_up(spark, cores: int) -> float:
 
 
 def bench_job(root: Path, wh: Path, cores: int, split_mib: int) -> dict:
-    from spark_jobs import decode
+    from spark_jobs import decode, iceberg
     from spark_jobs.session import build_session
 
     shutil.rmtree(wh, ignore_errors=True)
@@ -224,6 +234,11 @@ def bench_job(root: Path, wh: Path, cores: int, split_mib: int) -> dict:
     startup = time.perf_counter() - t0
     try:
         warm = _warm_up(spark, cores)
+        # the warehouse's tables exist before the clock, as for every night but the first:
+        # making them (and importing pyiceberg) is a fixed cost of a warehouse, ~2-7 s here
+        t0 = time.perf_counter()
+        iceberg.Warehouse(str(wh)).begin_run("bench-tables", reset=True)
+        tables = time.perf_counter() - t0
         t0 = time.perf_counter()
         summary = decode.main(
             ["--input", str(root), "--output", str(wh), "--run-id", "bench",
@@ -233,6 +248,7 @@ def bench_job(root: Path, wh: Path, cores: int, split_mib: int) -> dict:
         spark.stop()
     return {"seconds": seconds, "records": summary["records"], "tasks": summary["tasks"],
             "findings": summary["findings"], "session_start_s": startup, "first_python_job_s": warm,
+            "make_tables_s": tables,
             "timings": summary["timings"]}
 
 
@@ -283,7 +299,8 @@ def main(argv=None) -> int:
         "job": {"seconds": round(job["seconds"], 2), "tasks": job["tasks"],
                 "phases": job["timings"],
                 "not_counted": {"session_start_s": round(job["session_start_s"], 2),
-                                "first_python_job_s": round(job["first_python_job_s"], 2)},
+                                "first_python_job_s": round(job["first_python_job_s"], 2),
+                                "make_tables_s": round(job["make_tables_s"], 2)},
                 "parquet_bytes": job_parquet,
                 "mb_per_s_per_core": round(mb / job["seconds"] / args.cores, 1),
                 "records_per_s_per_core": round(meta["records"] / job["seconds"] / args.cores)},
@@ -321,7 +338,7 @@ def main(argv=None) -> int:
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0 if result["met"] else 1
+    return 0 if result["met"] and result["decode_and_write_met"] else 1
 
 
 if __name__ == "__main__":
