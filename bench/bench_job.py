@@ -21,8 +21,8 @@ Then, in one run:
   row) in CORES processes, no Spark;
 * the job: ``spark_jobs.decode.main`` on ``local[CORES]`` into a fresh
   warehouse (list, plan, decode, Parquet, commit, publish), with ``--split-bytes``
-  of ``--split-mib``. The session is started, one trivial Python job run, and the
-  warehouse's tables made before the clock starts: fixed costs of a session or of
+  of ``--split-mib``. The session is started, one Python job run (its workers import
+  what the job's tasks import), and the warehouse's tables made before the clock starts: fixed costs of a session or of
   a warehouse (reported as ``not_counted``), not throughput.
 
 Per-core throughput of the job is its MB/s and records/s divided by CORES. The
@@ -213,8 +213,12 @@ def _warm_up(spark, cores: int) -> float:
     import pyarrow as pa
 
     def touch(batches):
-        import kafkalog  # noqa: F401  (what the job's workers import)
+        import importlib
 
+        # what the job's workers import on their first task (unpickling the task's
+        # closure, then writing Parquet): a worker's fixed cost, as for the peers' processes
+        for module in ("spark_jobs.decode.executor", "pyarrow.parquet"):
+            importlib.import_module(module)
         for b in batches:
             yield pa.RecordBatch.from_arrays([b.column(0)], names=["id"])
 
