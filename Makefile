@@ -57,8 +57,10 @@ bench: venv
 	$(BIN)/python bench/bench_memory.py
 	$(BIN)/python bench/bench_job.py
 	$(BIN)/python bench/bench_plan.py
+	$(BIN)/python bench/bench_scale.py
 	$(BIN)/python bench/bench_iceberg.py
 	$(BIN)/python bench/bench_replicas.py
+	$(BIN)/python bench/bench_schemas.py
 
 clean:
 	rm -rf $(VENV) demo-output build *.egg-info

@@ -39,6 +39,13 @@ DESCRIPTIONS = {
     "decoder_findings": "The decoder found nothing unreadable (corrupt batches, skipped bytes, codec errors ...).",
     "schema_decode": "Values in Schema Registry's wire format decode with the run's registry "
                      "(unknown schema ids and malformed payloads are counted per partition).",
+    "committed_offset_beyond_log_end": "No consumer group's latest committed offset is past the partition's log end.",
+    "committed_offset_before_log_start": "No consumer group's latest committed offset is before the partition's "
+                                         "log start (data retention removed before the group read it).",
+    "producer_snapshot": "Each producer of a .snapshot has the epoch, last sequence and last offset of its "
+                         "last batch in the log.",
+    "leader_epoch_checkpoint": "Each batch's partition leader epoch is the leader-epoch-checkpoint's epoch "
+                               "for its offset.",
 }
 
 COLUMNS = "topic, partition, class, items, offsets, max_value, example"

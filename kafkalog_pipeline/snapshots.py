@@ -64,6 +64,8 @@ class Chunk:
     bytes: int = 0
     partitions: list[tuple[str, int]] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
+    #: URIs of the chunk's partitions' state files (layout.STATE_FILE_KEY)
+    state_files: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
         return {"chunk_id": self.chunk_id, "bytes": self.bytes,
@@ -72,7 +74,8 @@ class Chunk:
 
     def manifest(self) -> bytes:
         """The chunk's segment manifest (:func:`spark_jobs.layout.manifest`)."""
-        return layout.manifest([s.manifest_entry() for s in self.segments], self.chunk_id)
+        return layout.manifest([s.manifest_entry() for s in self.segments], self.chunk_id,
+                               self.state_files)
 
 
 # ------------------------------------------------------------------ dates
@@ -177,13 +180,16 @@ def classify(err: Exception, where: str) -> Exception:
 
 
 def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
-                  client=None, unparsable: list | None = None) -> tuple[list[Segment], int]:
+                  client=None, unparsable: list | None = None,
+                  state_files: list | None = None) -> tuple[list[Segment], int]:
     """Every ``.log`` segment under each snapshot date's prefix.
 
     ``prefixes`` maps snapshot date -> key prefix. Returns the segments (sorted
     by topic, partition, date, base offset) and the number of objects ignored
     (not a segment, or a topic the filter leaves out). The URIs of ``.log`` objects
-    whose names do not parse are appended to ``unparsable``.
+    whose names do not parse are appended to ``unparsable``; the partitions' state files
+    (``.snapshot``, ``leader-epoch-checkpoint``, ``partition.metadata``) to ``state_files``,
+    as ``(topic, partition, uri)`` (they count as ignored: they are not segments).
     """
     client = client or access.storage_config().client()  # the job's client: one retry policy
     keep = topic_matcher(topics)
@@ -200,6 +206,11 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
                         unparsable.append(f"s3://{bucket}/{obj['Key']}")
                     if parsed is None or not keep(parsed[0]):
                         ignored += 1
+                        state = layout.parse_state_key(obj["Key"][len(prefix):]) \
+                            if parsed is None and state_files is not None else None
+                        if state is not None and keep(state[0]):
+                            state_files.append((state[0], state[1],
+                                                f"s3://{bucket}/{obj['Key']}"))
                         continue
                     topic, partition, base = parsed
                     segments.append(Segment(
@@ -215,7 +226,8 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
 
 # ------------------------------------------------------------------ planning
 def plan_chunks(segments: Iterable[Segment], *, target_bytes: int,
-                max_chunks: int, to_decode: Callable[[Segment], int] | None = None) -> list[Chunk]:
+                max_chunks: int, to_decode: Callable[[Segment], int] | None = None,
+                state_files: Iterable[tuple[str, int, str]] = ()) -> list[Chunk]:
     """Group segments into chunks balanced by bytes, each topic-partition in one chunk.
 
     A segment weighs ``to_decode(segment)`` bytes (default: its size): what its
@@ -225,7 +237,9 @@ def plan_chunks(segments: Iterable[Segment], *, target_bytes: int,
     decode. Partitions are placed heaviest first on the lightest chunk (LPT);
     ties break on the name so the plan is the same for the same input. Empty
     chunks are dropped; chunk ids are 0..n-1 in order of the chunks' first
-    partition; a chunk's ``bytes`` are its bytes to decode.
+    partition; a chunk's ``bytes`` are its bytes to decode. ``state_files``
+    (``(topic, partition, uri)``, :func:`list_segments`) go with their partition's chunk:
+    a partition without segments has no chunk, and its state files are not read.
     """
     if target_bytes <= 0 or max_chunks <= 0:
         raise ValueError("target_bytes and max_chunks must be positive")
@@ -254,6 +268,10 @@ def plan_chunks(segments: Iterable[Segment], *, target_bytes: int,
             chunk.segments.extend(segs)
             chunk.bytes += sizes[tp]
         chunks.append(chunk)
+    where = {tp: chunk for chunk in chunks for tp in chunk.partitions}
+    for topic, partition, uri in sorted(state_files):
+        if (topic, partition) in where:
+            where[(topic, partition)].state_files.append(uri)
     return chunks
 
 

@@ -117,8 +117,9 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     log.info("run %s: snapshot dates %s under s3://%s (%r), topics %r, reprocess=%s",
              run_id, dates, bucket, access, topics, reprocess)
     unparsable: list[str] = []
+    state_files: list[tuple[str, int, str]] = []  # read by the chunk of their partition
     segments, ignored = snapshots.list_segments(bucket, prefixes, access, topics=topics,
-                                                unparsable=unparsable)
+                                                unparsable=unparsable, state_files=state_files)
     for uri in unparsable:
         log.warning("%s is not %s: not decoded", uri, layout.GRAMMAR)
 
@@ -129,7 +130,8 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     work = to_decode(wh, run_id, segments, reprocess=reprocess)
     unchanged = sum(1 for _, same in work.values() if same)
     chunks = [] if unchanged == len(segments) else snapshots.plan_chunks(
-        segments, target_bytes=target, max_chunks=max_chunks, to_decode=lambda s: work[s][0])
+        segments, target_bytes=target, max_chunks=max_chunks, to_decode=lambda s: work[s][0],
+        state_files=state_files)
     # a rerun of the whole run starts clean: its branches are made again from main
     # (without the run's published rows), and no manifest of an earlier attempt survives
     wh.begin_run(run_id, reset=True)

@@ -29,6 +29,7 @@ import sys
 
 from spark_jobs import iceberg, storage
 from spark_jobs.quality import checks as qc
+from spark_jobs.quality import internal_checks
 from spark_jobs.quality import results
 from spark_jobs.quality.policy import Policy, PolicyError
 
@@ -56,7 +57,7 @@ def audited_snapshots(wh: iceberg.Warehouse, run_id: str) -> dict[str, tuple[str
     """Per table: ``(where, snapshot id)`` the audit reads run ``run_id`` from: the head
     of its branch, or ``main`` where it has none (already published)."""
     out = {}
-    for name in TABLES:
+    for name in wh.run_tables():  # the decode tables and the derived ones the warehouse has
         head = wh.staged_snapshot(name, run_id)
         out[name] = (iceberg.branch_name(run_id), head) if head is not None \
             else ("main", wh.table(name).current_snapshot().snapshot_id)
@@ -84,15 +85,24 @@ def audit(spark, wh: iceberg.Warehouse, run_id: str, *, policy: Policy, docs: bo
     prior = qc.prior_ends(published_ledger, tables["ledger"], run_id)
     listed = qc.listed_segments(tables["ledger"], published_ledger, run_id)
     units = results.partition_units(tables)
+    internal = internal_checks.load(spark, wh, run_id, snapshots, tables["ledger"], listed)
+    for tp, counts in internal_checks.units(internal, tables["batches"]).items():
+        if tp in units:
+            units[tp].update(counts)
     where = ", ".join(sorted({w for w, _ in snapshots.values()}))
     if not units:
         raise LookupError(f"run {run_id!r} has no rows in catalog {wh.catalog_name!r} ({where})")
-    observations, _ = qc.run_checks(tables, policy, run_id, prior=prior, listed=listed)
+    observations, _ = qc.run_checks(tables, policy, run_id, prior=prior, listed=listed,
+                                    internal=internal)
     # computed once: everything below reads the materialized rows
     observations = observations.localCheckpoint()
     classes, items = results.summarize(observations)
     rows = results.build_rows(run_id, units, classes, items, policy)
     results.write(wh, run_id, rows, audited={n: s for n, (_, s) in snapshots.items()})
+    lag = internal_checks.write_lag(wh, run_id, internal)
+    if lag is not None:
+        print(f"check_quality: {lag} consumer_lag rows of run {run_id} -> "
+              f"{wh.namespace}.consumer_lag", file=out)
     print(f"check_quality: {len(rows)} results of run {run_id} (read from {where}) -> "
           f"{wh.namespace}.dq_results in catalog {wh.catalog_name!r}", file=out)
     if docs:
@@ -155,9 +165,12 @@ def report(rows, out=None) -> int:
     warned = [r for r in rows if r["status"] == "warn"]
     for label, group in (("FAIL", failed), ("WARN", warned)):
         for r in group:
-            first = (json.loads(r["details"]).get("items") or [{}])[0].get("message", "")
-            print(f"{label} {r['check']} {r['topic']}-{r['partition']}: {r['failed']} problem(s) "
-                  f"in {r['observed']} checked; first: {first}", file=out)
+            details = json.loads(r["details"])
+            first = (details.get("items") or [{}])[0].get("message", "")
+            print(f"{label} {r['check']} {r['topic']}-{r['partition']}: "
+                  f"{results.plural(r['failed'], 'item')}, "
+                  f"{results.checked(r['observed'], details.get('unit') or qc.CHECKS.get(r['check']))}; "
+                  f"first: {first}", file=out)
     if failed:
         print(f"check_quality: {len(failed)} check(s) failed; the run must not be published", file=out)
     else:

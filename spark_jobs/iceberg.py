@@ -372,10 +372,25 @@ class Warehouse:
 
     # ---------------------------------------------------------- run branches
 
-    def begin_run(self, run_id: str, *, reset: bool, names=DECODE_TABLES) -> dict[str, int]:
-        """Make (``reset``: make again) run ``run_id``'s branch on each table; its first
-        commit drops the run's files inherited from ``main``. Returns each table's fork
-        point: the ``main`` snapshot the run reads as what is already published."""
+    def run_tables(self) -> tuple[str, ...]:
+        """The tables a decode run writes and publishes, in publish order: the decode
+        tables, with the derived tables (:data:`schemas.DERIVED_TABLES`) that exist
+        already before the ledger (a warehouse that never saw an internal topic or a
+        state file has none, and pays nothing for them)."""
+        derived = tuple(n for n in schemas.DERIVED_TABLES if self.load(n) is not None)
+        return DECODE_TABLES[:-1] + derived + DECODE_TABLES[-1:]
+
+    def begin_table(self, name: str, run_id: str) -> int:
+        """Join (or make) run ``run_id``'s branch on table ``name``, which the run writes
+        for the first time (a derived table it has just created); returns the fork point."""
+        return self._begin(name, run_id, False)
+
+    def begin_run(self, run_id: str, *, reset: bool, names=None) -> dict[str, int]:
+        """Make (``reset``: make again) run ``run_id``'s branch on each table (default
+        :meth:`run_tables`); its first commit drops the run's files inherited from ``main``.
+        Returns each table's fork point: the ``main`` snapshot the run reads as what is
+        already published."""
+        names = names or self.run_tables()
         self.complete_interrupted(names)
         bases = {}
         for name in names:
@@ -497,9 +512,10 @@ class Warehouse:
                 return {name: int(s) for name, s in json.loads(summary[AUDITED]).items()}
         return None
 
-    def check_audited(self, run_id: str, names=DECODE_TABLES) -> None:
+    def check_audited(self, run_id: str, names=None) -> None:
         """Raise :class:`NotAudited` unless every branch head of run ``run_id`` is the
         snapshot its newest audit read (a table already published has no branch left)."""
+        names = names or self.run_tables()
         heads = self.audited_heads(run_id)
         if heads is None:
             raise NotAudited(f"run {run_id!r} has no audit in {self.namespace}.dq_results: "
@@ -512,12 +528,14 @@ class Warehouse:
                     f"read {heads.get(name)}: the run was written again after its audit; "
                     "audit it again before publishing")
 
-    def publish(self, run_id: str, names=DECODE_TABLES, *, audited: bool = False) -> dict:
+    def publish(self, run_id: str, names=None, *, audited: bool = False) -> dict:
         """Make run ``run_id``'s audited branch the current state of ``main``, table by
         table in ``names`` order (ledger last), then drop the branches. Idempotent: a
         table already published is left as it is, so publishing again after a crash at
         any point completes the run. ``audited``: refuse (:class:`NotAudited`) unless
-        the branches are what the run's newest audit read. Returns ``{table: action}``."""
+        the branches are what the run's newest audit read. Returns ``{table: action}``.
+        ``names`` default: :meth:`run_tables`."""
+        names = names or self.run_tables()
         if audited:
             self.check_audited(run_id, names)
         branch = branch_name(run_id)
@@ -610,8 +628,9 @@ class Warehouse:
             except CommitFailedException:
                 _backoff(attempt)
 
-    def discard(self, run_id: str, names=DECODE_TABLES) -> None:
+    def discard(self, run_id: str, names=None) -> None:
         """Drop run ``run_id``'s branches (its staged, unpublished commits)."""
+        names = names or self.run_tables()
         for name in names:
             self._drop_branch(name, branch_name(run_id))
 

@@ -10,8 +10,14 @@ any depth (``<night>/<broker>/<topic>-<partition>/...``).
 
 A segment manifest (the planner's chunks, the job's ``--input``) is JSON:
 ``{"segments": [{"uri": ..., "size": ..., "etag": ..., "mtime": ...,
-"index": ..., "timeindex": ..., "txnindex": ...} or "a URI", ...], "chunk_id": K}``;
-all but ``uri`` are optional (the job looks up what is missing).
+"index": ..., "timeindex": ..., "txnindex": ...} or "a URI", ...], "chunk_id": K,
+"state_files": ["a URI", ...]}``; all but ``uri`` are optional (the job looks up what is
+missing). ``state_files`` lists partition state files (:data:`STATE_FILE_KEY`) for the job
+to read; a directory or prefix input has them found beside the segments instead.
+
+A partition folder's state files (``kafkalog.state_files`` reads them): producer-state
+snapshots ``<20-digit offset>.snapshot``, ``leader-epoch-checkpoint`` and
+``partition.metadata``.
 """
 
 from __future__ import annotations
@@ -30,11 +36,24 @@ INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 SEGMENT_SUFFIX = ".log"
 #: what the grammar says, for messages
 GRAMMAR = "<topic>-<partition>/<20-digit base offset>.log"
+#: a partition folder's state file, at any depth: ``name`` is the file name
+STATE_FILE_KEY = re.compile(r"(?:^|/)" + _TOPIC + r"/(?P<name>\d{20}\.snapshot|"
+                            r"leader-epoch-checkpoint|partition\.metadata)$")
+STATE_GRAMMAR = ("<topic>-<partition>/{<20-digit offset>.snapshot, leader-epoch-checkpoint, "
+                 "partition.metadata}")
 
 #: the warehouse's tables (namespace ``kafka`` by default; columns: spark_jobs.schemas)
 TABLE_NAMES = ("records", "batches", "markers", "findings", "ledger", "dq_results")
 #: the tables a decode run writes, in publish order (ledger last: it is what later runs trust)
 DECODE_TABLES = TABLE_NAMES[:5]
+#: tables derived from Kafka's internal topics and the partitions' state files (issue 19,
+#: docs/tables.md): created by the first run that has rows for them, and then published
+#: with the run's other tables (before the ledger). ``consumer_lag`` is the audit's, like
+#: dq_results.
+INTERNAL_TABLES = ("consumer_offsets", "group_metadata", "transactions", "cluster_metadata",
+                   "producer_state", "leader_epochs", "consumer_lag")
+#: of them, those a decode run writes
+DERIVED_TABLES = INTERNAL_TABLES[:6]
 
 
 class ManifestError(ValueError):
@@ -65,12 +84,33 @@ def index_key(segment_key: str, suffix: str) -> str:
     return segment_key[:-len(SEGMENT_SUFFIX)] + suffix
 
 
-def manifest(entries: list[dict], chunk_id: int | None = None) -> bytes:
+def parse_state_key(key: str) -> tuple[str, int, str] | None:
+    """``(topic, partition, file name)`` of a partition state file's key, path or URI."""
+    m = STATE_FILE_KEY.search(key)
+    return (m["topic"], int(m["partition"]), m["name"]) if m else None
+
+
+def manifest(entries: list[dict], chunk_id: int | None = None,
+             state_files: list[str] | None = None) -> bytes:
     """A segment manifest's bytes."""
     doc: dict = {"segments": entries}
     if chunk_id is not None:
         doc["chunk_id"] = chunk_id
+    if state_files:
+        doc["state_files"] = list(state_files)
     return json.dumps(doc, indent=1).encode()
+
+
+def read_manifest_state_files(data: bytes, where: str) -> list[str]:
+    """The state-file URIs a manifest lists (none by default)."""
+    try:
+        doc = json.loads(data)
+        found = doc.get("state_files", []) if isinstance(doc, dict) else []
+        if not isinstance(found, list) or not all(isinstance(u, str) for u in found):
+            raise ValueError(f"state_files is not a list of URIs: {found!r}")
+    except ValueError as err:
+        raise ManifestError(f"{where} is not a segment manifest: {err}") from err
+    return found
 
 
 def read_manifest(data: bytes, where: str) -> list[dict]:

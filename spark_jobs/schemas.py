@@ -135,3 +135,62 @@ def spark_schema(name: str):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(TABLES[name])
+
+
+# ----------------------------------------------------------------------------------------
+# Kafka's internal topics and the partitions' state files (issue 19; docs/tables.md).
+# Unpartitioned: small tables. ``topic``/``partition`` are the partition a row is about
+# (the committed-to partition of an offset commit, the partition folder of a state file);
+# a decoded record's own place is ``source_topic``/``source_partition``/``source_offset``
+# (+ the lineage columns the other tables carry).
+
+_SOURCE = [("source_topic", pa.string()), ("source_partition", pa.int32()),
+           ("source_offset", pa.int64()), ("timestamp", TS)] + _LINEAGE
+_KEYED = [("record_type", pa.int16()), ("value_version", pa.int16()), ("tombstone", pa.bool_())]
+
+CONSUMER_OFFSETS = pa.schema([
+    ("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("committed_offset", pa.int64()), ("leader_epoch", pa.int32()), ("metadata", pa.string()),
+    ("commit_timestamp", TS), ("expire_timestamp", TS)] + _KEYED + _SOURCE)
+GROUP_METADATA = pa.schema([
+    ("group", pa.string()), ("record", pa.string())] + _KEYED + [
+    ("protocol_type", pa.string()), ("generation", pa.int32()), ("protocol", pa.string()),
+    ("leader", pa.string()), ("state_timestamp", TS), ("members", pa.int32()),
+    ("key_json", pa.string()), ("value_json", pa.string())] + _SOURCE)
+TRANSACTIONS = pa.schema([
+    ("transactional_id", pa.string())] + _KEYED + [
+    ("producer_id", pa.int64()), ("producer_epoch", pa.int16()),
+    ("previous_producer_id", pa.int64()), ("next_producer_id", pa.int64()),
+    ("timeout_ms", pa.int32()), ("state", pa.string()), ("partitions_json", pa.string()),
+    ("last_update_timestamp", TS), ("start_timestamp", TS)] + _SOURCE)
+CLUSTER_METADATA = pa.schema([
+    ("type", pa.string()), ("version", pa.int16()), ("topic_id", pa.string()),
+    ("topic_name", pa.string()), ("partition_id", pa.int32()), ("data_json", pa.string())]
+    + _SOURCE)
+_STATE_LINEAGE = [("topic_id", pa.string()), ("file", pa.string()), ("run_id", pa.string())]
+PRODUCER_STATE = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("snapshot_offset", pa.int64()),
+    ("producer_id", pa.int64()), ("producer_epoch", pa.int16()), ("first_sequence", pa.int32()),
+    ("last_sequence", pa.int32()), ("last_offset", pa.int64()), ("offset_delta", pa.int32()),
+    ("timestamp", TS), ("coordinator_epoch", pa.int32()),
+    ("current_txn_first_offset", pa.int64())] + _STATE_LINEAGE)
+LEADER_EPOCHS = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("epoch", pa.int32()),
+    ("start_offset", pa.int64())] + _STATE_LINEAGE)
+CONSUMER_LAG = pa.schema([
+    ("run_id", pa.string()), ("group", pa.string()), ("topic", pa.string()),
+    ("partition", pa.int32()), ("committed_offset", pa.int64()), ("commit_timestamp", TS),
+    ("log_start_offset", pa.int64()), ("log_end_offset", pa.int64()), ("lag", pa.int64()),
+    ("status", pa.string()), ("source_run_id", pa.string()), ("source_offset", pa.int64())])
+
+INTERNAL = dict(zip(layout.INTERNAL_TABLES, (
+    CONSUMER_OFFSETS, GROUP_METADATA, TRANSACTIONS, CLUSTER_METADATA, PRODUCER_STATE,
+    LEADER_EPOCHS, CONSUMER_LAG)))
+TABLES.update(INTERNAL)
+PARTITIONS.update({name: () for name in INTERNAL})
+#: the tables a decode run derives from internal topics and state files
+DERIVED_TABLES = layout.DERIVED_TABLES
+#: every table, the internal ones included (created on first use only)
+ALL_NAMES = NAMES + layout.INTERNAL_TABLES
+if tuple(TABLES) != ALL_NAMES:
+    raise RuntimeError("spark_jobs.layout.INTERNAL_TABLES and schemas.INTERNAL differ")

@@ -177,8 +177,8 @@ def test_audit_output_levels_verdict_and_one_line_failure(caplog):
                "warned": {"offset_gaps": ["b-0"]}}
     out = JobOutput(logging.getLogger("audit-output"), VERDICT_PREFIX)
     lines = ["26/11/25 22:48:20 WARN NativeCodeLoader: Unable to load\n",
-             "FAIL crc a-0: 1 problem(s) in 3 checked; first: ...\n",
-             "WARN offset_gaps b-0: 1 problem(s) in 1 checked; first: ...\n",
+             "FAIL crc a-0: 1 item, 3 batches checked; first: ...\n",
+             "WARN offset_gaps b-0: 1 item, 1 batch checked; first: ...\n",
              f"{VERDICT_PREFIX}{json.dumps(verdict)}\n",
              f"{VERDICT_PREFIX}not json\n"]
     with caplog.at_level(logging.INFO, logger="audit-output"):

@@ -739,6 +739,21 @@ def test_plan_skips_resumes_splits_and_marks_overlaps():
         [(0, 3072, False), (3072, 6144, True), (6144, 9216, True), (9216, 10_000, True)]
 
 
+def test_small_tasks_share_spark_tasks_and_big_ones_stay_alone():
+    from spark_jobs.decode.executor import TASK_COST_BYTES, pack
+
+    mib = 1 << 20
+    tasks = [job.Task(i, f"/s/t-{i}/0.log", "t", i, 0, n, None, None, 0, n)
+             for i, n in enumerate([128 * mib] * 3 + [64 << 10] * 500)]
+    groups = pack(tasks, 2, 128 * mib)
+    assert sorted(i for g in groups for i in g) == list(range(len(tasks)))  # each task once
+    assert sorted(g for g in groups if len(g) == 1)[:3] == [[0], [1], [2]]  # big: alone
+    small = [sum(tasks[i].end + TASK_COST_BYTES for i in g) for g in groups if g[0] > 2]
+    assert len(small) == len(groups) - 3 and max(small) - min(small) <= 2 * TASK_COST_BYTES
+    # a few tasks: one Spark task each, as before
+    assert sorted(map(sorted, pack(tasks[:3], 2, 128 * mib))) == [[0], [1], [2]]
+
+
 def test_coverage_chains_resumed_rows_and_drops_broken_chains():
     base = dict(first_offset=0, last_offset=9, last_batch_crc=1, etag=None)
     ledger = _ledger([

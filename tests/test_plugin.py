@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import io
 import json
 import os
 import random
@@ -65,20 +66,22 @@ def segment_name(base: int) -> str:
     return f"{base:020d}.log"
 
 
-def gap_item(cause: str, status: str, lo: int, hi: int, rng: random.Random) -> dict:
+def gap_item(cause: str, status: str, lo: int, hi: int, rng: random.Random,
+             where: str = "orders-0") -> dict:
     """An offset-gap item as check_quality.py stores it (its message phrased as checks.py does)."""
     before, after = segment_name(rng.randrange(0, lo + 1)), segment_name(hi + 1)
     message = {
-        "missing_segment": f"offsets {lo}..{hi}: {before} ends at {lo - 1} but the next segment "
-                           f"file {after} starts at {hi + 1}: a segment based at {lo} is missing "
-                           "from the snapshot",
+        "missing_segment": f"offsets {lo}..{hi} of {where} are missing from the snapshot, "
+                           f"between {before} (ends at offset {lo - 1}) and {after} (starts at "
+                           f"offset {hi + 1}): the segment file based at {lo} was not copied",
         "compaction": f"offsets {lo}..{hi}: removed by log compaction (the segment holds "
                       "compacted batches)",
         "aborted_txn": f"offsets {lo}..{hi}: inside the transaction producer 4001 aborted at "
                        f"offset {hi + 3} (aborted data cleaned away)",
     }[cause]
     return {"class": cause, "status": status, "first_offset": lo, "last_offset": hi,
-            "offsets": hi - lo + 1, "value": None, "segment": after, "position": 0,
+            "offsets": hi - lo + 1, "value": None, "segment": after,
+            "position": None if cause == "missing_segment" else 0,
             "message": message}
 
 
@@ -136,7 +139,8 @@ def scenario(seed: int = 7) -> list[dict]:
                             failed += n if cause_status != "pass" else 0
                             for _ in range(n):
                                 lo = rng.randrange(1, 10**5)
-                                items.append(gap_item(cause, cause_status, lo, lo + 6, rng))
+                                items.append(gap_item(cause, cause_status, lo, lo + 6, rng,
+                                                            f"{topic}-{partition}"))
                     details["items"] = sorted(items, key=lambda it: (
                         ("fail", "warn", "pass").index(it["status"]), it["first_offset"]))
                 elif (check, i, partition) in (("create_time", 2, 0), ("log_append_time", 1, 1)):
@@ -892,6 +896,15 @@ def test_problem_line_is_the_audits_log_line_in_the_reports_words():
     line = data.problem_line("offset_gaps", "payments", 1, "warn", json.dumps(details), failed=1, observed=1204)
     assert line == ("WARN offset_gaps payments-1: 1 item, 1,204 batches checked; first: "
                     + data.describe_item(details["items"][0]))
+    # the audit's own log line (check_quality.report) counts in the same words
+    from spark_jobs import check_quality
+
+    out = io.StringIO()
+    check_quality.report([{"check": "offset_gaps", "topic": "payments", "partition": 1,
+                           "status": "warn", "failed": 1, "observed": 1204,
+                           "details": json.dumps(details)}], out)
+    assert out.getvalue().splitlines()[0] == ("WARN offset_gaps payments-1: 1 item, 1,204 batches "
+                                              "checked; first: " + details["items"][0]["message"])
     assert data.first_problem("payments", 1, details) == "payments-1: " + data.describe_item(details["items"][0])
     assert data.problem_items(details) == details["items"][:1]
     assert data.accepted_items(details) == details["items"][1:]

@@ -799,6 +799,51 @@ def test_real_corpus_passes(spark, tmp_path):
            for by in [{x["check"]: x["observed"] for x in rows
                        if (x["topic"], x["partition"]) == (r["topic"], r["partition"])}]}
     assert got == expected
+    corpus_internal_tables(W, "corpus", logs)
+
+
+def corpus_internal_tables(W, run_id, logs):
+    """The corpus's __consumer_offsets and __cluster_metadata as the job's derived tables
+    (staged on the run's branch) and the audit's consumer_lag, against the same files read
+    here with kafkalog and kafkalog.internal directly."""
+    from collections import Counter
+
+    from kafkalog.internal import decode, decoder_for_path
+
+    commits, types, ends = Counter(), Counter(), {}
+    latest = {}
+    for log in logs:
+        m = re.search(r"/([^/]+)-(\d+)/\d{20}\.log$", log)
+        t = kafkalog.decode(log)
+        if t.batches.num_rows:
+            ends[(m.group(1), int(m.group(2)))] = max(t.batches.column("last_offset").to_pylist()) + 1
+        decoder = decoder_for_path(log)
+        if decoder is None:
+            continue
+        for r in t.records.to_pylist():
+            d = decode(decoder, r["key"], r["value"])
+            if decoder == "cluster-metadata":
+                types[d["type"]] += 1
+            elif d["key"]["type"] in (0, 1):
+                k, v = d["key"]["data"], d["value"]
+                offset = v["data"]["offset"] if v else None
+                commits[(k["group"], k["topic"], k["partition"], offset, int(m.group(2)),
+                         r["offset"])] += 1
+                tp = (k["group"], k["topic"], k["partition"])
+                if tp not in latest or (r["timestamp"], r["offset"]) > latest[tp][0]:
+                    latest[tp] = ((r["timestamp"], r["offset"]), offset)
+    branch = iceberg.branch_name(run_id)
+    staged = lambda name: tables.read_arrow(W, name, ref=branch).to_pylist()
+    assert Counter((r["group"], r["topic"], r["partition"], r["committed_offset"],
+                    r["source_partition"], r["source_offset"])
+                   for r in staged("consumer_offsets")) == commits
+    assert sum(commits.values()) > 400  # 1,013 commits in nine partitions
+    assert Counter(r["type"] for r in staged("cluster_metadata")) == types
+    lag = {(r["group"], r["topic"], r["partition"]): (r["committed_offset"], r["log_end_offset"],
+                                                      r["status"])
+           for r in tables.read_arrow(W, "consumer_lag").to_pylist()}
+    assert lag == {tp: (o, ends.get(tp[1:]), "ok" if tp[1:] in ends else "not_in_snapshot")
+                   for tp, (_, o) in latest.items() if o is not None}
 
 
 BATCH_COLS = ("topic string, partition int, base_offset long, last_offset long, record_count int, "

@@ -79,6 +79,78 @@ def _jsonable(v):
     return v
 
 
+def _avro_renderer(parsed, named: dict):
+    """What turns fastavro's datum of ``parsed`` into JSON data, in place, visiting only the
+    parts of the schema that need it (bytes, fixed, logical types); None when the datum is
+    JSON data as it comes (no walk, no copy: the common case). A union, a logical type and
+    a recursive reference that need it go through :func:`_jsonable` (by the value's type)."""
+    building: set[str] = set()
+    by_name: dict[str, object] = {}
+
+    def needs(s, seen: set[str]) -> bool:
+        if isinstance(s, str):
+            if s == "bytes":
+                return True
+            if s in named and s not in seen:
+                seen.add(s)
+                return needs(named[s], seen)
+            return False
+        if isinstance(s, list):
+            return any(needs(b, seen) for b in s)
+        if "logicalType" in s:
+            return True
+        t = s.get("type")
+        if t in ("record", "error"):
+            return any(needs(f["type"], seen) for f in s.get("fields", ()))
+        if t == "array":
+            return needs(s["items"], seen)
+        if t == "map":
+            return needs(s["values"], seen)
+        if t in ("fixed", "enum"):
+            return t == "fixed"
+        return needs(t, seen)
+
+    def of(s):
+        if not needs(s, set()):
+            return None
+        if isinstance(s, str):
+            if s == "bytes":
+                return _jsonable
+            if s in by_name:
+                return by_name[s]
+            if s in building:  # a recursive type that needs rendering: by value, below here
+                return _jsonable
+            building.add(s)
+            by_name[s] = of(named[s])
+            building.discard(s)
+            return by_name[s]
+        if isinstance(s, list) or "logicalType" in s:
+            return _jsonable
+        t = s["type"]
+        if t in ("record", "error"):
+            if s.get("name") in named:
+                building.add(s["name"])
+            convert = [(f["name"], c) for f in s["fields"] if (c := of(f["type"])) is not None]
+            building.discard(s.get("name"))
+
+            def record(d):
+                for name, c in convert:
+                    d[name] = c(d[name])
+                return d
+            return record
+        if t == "array":
+            item = of(s["items"])
+            return lambda xs: [item(x) for x in xs]
+        if t == "map":
+            value = of(s["values"])
+            return lambda m: {k: value(v) for k, v in m.items()}
+        if t == "fixed":
+            return _jsonable
+        return of(t)
+
+    return of(parsed)
+
+
 def _avro(registry: Registry, schema: Schema) -> Decoder:
     from fastavro import parse_schema, schemaless_reader
 
@@ -96,6 +168,7 @@ def _avro(registry: Registry, schema: Schema) -> Decoder:
         return parse_schema(json.loads(s.text), named_schemas=named)
 
     parsed = parse(schema)
+    render = _avro_renderer(parsed, named)
 
     def decode(payload: memoryview, indexes=None):
         buf = io.BytesIO(payload)
@@ -106,7 +179,7 @@ def _avro(registry: Registry, schema: Schema) -> Decoder:
                                f"{type(err).__name__}: {err}") from err
         if buf.tell() != len(payload):
             raise PayloadError(f"Avro datum ends at byte {buf.tell()} of {len(payload)}")
-        return _jsonable(datum)
+        return datum if render is None else render(datum)
 
     return decode
 
@@ -254,7 +327,7 @@ def _protobuf(registry: Registry, schema: Schema) -> Decoder:
     package = f"{main.package}." if main.package else ""
     classes: dict[tuple[int, ...], type] = {}
 
-    def message_class(indexes: list[int]):
+    def message_class(indexes):
         key = tuple(indexes)
         cls = classes.get(key)
         if cls is None:
@@ -273,12 +346,15 @@ def _protobuf(registry: Registry, schema: Schema) -> Decoder:
     def decode(payload: memoryview, indexes: list[int] | None = None):
         pos = 0
         if indexes is None:
-            indexes, pos = read_message_indexes(payload)
-        msg = message_class(indexes)()
-        try:
-            msg.ParseFromString(bytes(payload[pos:]))
+            if payload and payload[0] == 0:  # count 0, i.e. [0]: the common case, one byte
+                indexes, pos = (0,), 1
+            else:
+                indexes, pos = read_message_indexes(payload)
+        cls = classes.get(tuple(indexes)) or message_class(indexes)
+        try:  # protobuf parses a memoryview as it is: no copy of the payload
+            msg = cls.FromString(payload[pos:])
         except DecodeError as err:
-            raise PayloadError(f"Protobuf payload does not parse as {msg.DESCRIPTOR.full_name}: "
+            raise PayloadError(f"Protobuf payload does not parse as {cls.DESCRIPTOR.full_name}: "
                                f"{err}") from err
         return MessageToDict(msg, preserving_proto_field_name=True)
 

@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 from kafkalog_pipeline import snapshots
 from kafkalog_pipeline.settings import SETTINGS
 from spark_jobs import iceberg, layout, schemas, storage, tables
+from spark_jobs.quality.results import checked, plural
 
 log = logging.getLogger(__name__)
 
@@ -733,10 +734,6 @@ def severity_label(severity) -> str | None:
     return SEVERITY_LABELS.get(str(severity).lower(), f"severity {severity}")
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
-
-
 def _as_details(details) -> dict:
     if isinstance(details, (str, bytes)):
         details = _parse_details(details)
@@ -858,12 +855,7 @@ def checked_text(observed, details) -> str | None:
     """``1,204 batches checked``: the result's ``observed`` count in the unit the audit gives
     (``details.unit``: batches, records or segments)."""
     n = _count(observed)
-    if n is None:
-        return None
-    unit = str(_as_details(details).get("unit") or "")
-    if n == 1 and unit.endswith("s"):  # the audit names units in the plural
-        unit = unit[:-2] if unit.endswith(("ches", "shes", "sses", "xes")) else unit[:-1]
-    return f"{n:,} {unit} checked" if unit else f"{n:,} checked"
+    return None if n is None else checked(n, str(_as_details(details).get("unit") or ""))
 
 
 def problem_line(check, topic, partition, status, details, failed=None, observed=None) -> str:

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from kafkalog.schemas import RegistryError
 from spark_jobs import iceberg, layout, schemas, storage, tables
+from spark_jobs import internal_tables
 from spark_jobs import publish as publishing
 from spark_jobs.decode import replicas, values
 from spark_jobs.decode.deduplication import resolve_pending
@@ -81,8 +82,9 @@ def main(argv=None, spark=None) -> dict:
                        max_raw=args.max_raw_bytes,
                        ingested_at=first_ingested(ledger, args.run_id))
 
+    state_uris: list[str] = []  # the partitions' state files (spark_jobs.internal_tables)
     try:
-        segments, unparsable = discover(args.input, s3)
+        segments, unparsable = discover(args.input, s3, state_files=state_uris)
     except layout.ManifestError as err:
         raise SystemExit(f"decode_segments: {err}") from err
     try:
@@ -122,8 +124,12 @@ def main(argv=None, spark=None) -> dict:
                                                                   args.split_bytes)
         timings["frame"] = time.time() - t1
         t1 = time.time()
-        rows = run_tasks(spark, tasks, ctx)
+        rows = run_tasks(spark, tasks, ctx, args.split_bytes)
         timings["decode"] = time.time() - t1
+        # the tasks' own wall time (the rest of "decode" is Spark's: scheduling, workers)
+        timings["tasks_sum"] = sum(r.get("task_seconds", 0.0) for r in rows)
+        timings["task_max"] = max((r.get("task_seconds", 0.0) for r in rows), default=0.0)
+        timings["tasks_cpu_sum"] = sum(r.get("task_cpu_seconds", 0.0) for r in rows)
         files = task_files(rows)
         pending = {(r["topic"], r["partition"]) for r in rows if r["pending"]}
         t1 = time.time()
@@ -134,6 +140,12 @@ def main(argv=None, spark=None) -> dict:
             for name, fs in deduped.items():
                 files[name].extend(fs)
         timings["deduplicate"] = time.time() - t1
+        # internal topics and state files -> their tables (nothing at all where there are none)
+        t1 = time.time()
+        derived, derived_rows = internal_tables.derive(spark, ctx, wh, files["records"],
+                                                       state_uris, args.run_id)
+        if derived_rows:
+            timings["internal"] = time.time() - t1
     finally:
         if own_session and args.master is not None:
             spark.stop()
@@ -149,14 +161,22 @@ def main(argv=None, spark=None) -> dict:
         files["ledger"].extend(write_driver_table(ctx, "ledger", ledger_out, "ledger"))
     t1 = time.time()
     counts = {"records": sum(r["records"] for r in rows), "batches": sum(r["batches"] for r in rows),
-              "findings": sum(r["findings"] for r in rows) + divergences + len(unparsable)}
+              "findings": sum(r["findings"] for r in rows) + divergences + len(unparsable)
+              + derived_rows.pop("findings", 0)}
+    files["findings"].extend(derived.pop("findings", []))
+    for name in schemas.DERIVED_TABLES:
+        if name in derived and name not in bases:  # the table's first rows: made just now
+            bases[name] = wh.begin_table(name, args.run_id)
+        if name in bases:
+            wh.commit_files(name, args.run_id, derived.get(name, []), chunk_id=args.chunk_id)
     for name in schemas.DECODE_TABLES:
         wh.commit_files(name, args.run_id, files[name], chunk_id=args.chunk_id,
                         summary={"kafkalog.segments": len(segments), "kafkalog.tasks": len(tasks)})
     timings["commit"] = time.time() - t1
     summary = {
         "run_id": args.run_id, "chunk_id": args.chunk_id, "segments": len(segments),
-        "tasks": len(tasks), "schemas": values.describe(registry), "bytes": sum(t.end - t.start for t in tasks),
+        "tasks": len(tasks), "bytes": sum(t.end - t.start for t in tasks),
+        "schemas": values.describe(registry),
         **counts, "divergences": divergences, "unparsable": len(unparsable),
         "actions": {a: sum(1 for r in rows if r["action"] == a)
                     for a in sorted({r["action"] for r in rows})},
@@ -164,6 +184,8 @@ def main(argv=None, spark=None) -> dict:
         "branch": iceberg.branch_name(args.run_id),
         "catalog": args.catalog, "published": False, "seconds": None,
     }
+    if derived_rows:
+        summary["internal"] = dict(sorted(derived_rows.items()))
     if not args.no_publish:
         t1 = time.time()
         publishing.publish_run(wh, args.run_id)

@@ -11,8 +11,10 @@ ledger row, never ``decoded``.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import json
 import struct
+import time
 from dataclasses import replace
 
 import pyarrow as pa
@@ -21,7 +23,7 @@ import pyarrow.compute as pc
 import kafkalog
 from spark_jobs import schemas, storage
 from spark_jobs.decode import values
-from spark_jobs.decode.planning import Task
+from spark_jobs.decode.planning import DEFAULT_SPLIT_BYTES, Task
 from spark_jobs.decode.writing import Context, PartWriter, lineage, partition_path, records_out
 
 #: findings whose byte range is kept verbatim in ``findings.raw``
@@ -387,25 +389,64 @@ def _failed(row: dict, task: Task, ctx: Context, why: str) -> dict:
     return row
 
 
-def run_tasks(spark, tasks: list[Task], ctx: Context) -> list[dict]:
-    """Run every task on the executors (one Spark task each); their ledger rows come back.
+#: a task's fixed cost (its GETs, files, writer), counted as this many bytes of decoding
+#: when small tasks are packed into one Spark task (:func:`pack`)
+TASK_COST_BYTES = 1 << 20
 
-    The specs travel in the function's closure and each Spark partition of a
-    ``range`` picks its own, so every task is exactly one Spark task (largest
-    first) without shipping rows from the driver through the JVM.
+
+def pack(tasks: list[Task], slots: int, split_bytes: int) -> list[list[int]]:
+    """``tasks`` (their indices) in groups, one Spark task each, largest group first.
+
+    Starting a Spark task costs ~50-100 ms on this machine (more under load): a
+    snapshot of thousands of small segments spent most of its time there. Tasks are
+    spread over ``min(len(tasks), max(4 * slots, total / split_bytes))`` groups,
+    each next task (largest first) into the lightest group, by its bytes plus
+    :data:`TASK_COST_BYTES`; so tasks of ``split_bytes`` each stay one per group,
+    and small ones share, in about four rounds of the executors' ``slots``.
+    """
+    weights = [t.end - t.start + TASK_COST_BYTES for t in tasks]
+    n = min(len(tasks), max(4 * slots, -(-sum(weights) // max(split_bytes, 1))))
+    heap = [(0, g) for g in range(n)]
+    groups: list[list[int]] = [[] for _ in range(n)]
+    for i in sorted(range(len(tasks)), key=lambda i: -weights[i]):
+        load, g = heapq.heappop(heap)
+        groups[g].append(i)
+        heapq.heappush(heap, (load + weights[i], g))
+    return sorted(groups, key=lambda g: -sum(weights[i] for i in g))
+
+
+def run_tasks(spark, tasks: list[Task], ctx: Context,
+              split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
+    """Run every task on the executors; their ledger rows come back.
+
+    Tasks are packed into Spark tasks (:func:`pack`: one each where they are about
+    ``split_bytes`` or more, small ones together). The groups travel in the
+    function's closure and each Spark partition of a ``range`` picks its own,
+    without shipping rows from the driver through the JVM.
     """
     if not tasks:
         return []
     specs = [t.to_json() for t in tasks]
+    groups = pack(tasks, spark.sparkContext.defaultParallelism, split_bytes)
 
     def decode(batches):
         for b in batches:
-            out = [json.dumps(run_task(Task.from_json(specs[i]), ctx), default=_json_default)
-                   for i in b.column(0).to_pylist()]
+            out = [json.dumps(_timed_task(Task.from_json(specs[i]), ctx), default=_json_default)
+                   for g in b.column(0).to_pylist() for i in groups[g]]
             yield pa.RecordBatch.from_arrays([pa.array(out, pa.string())], names=["row"])
 
-    df = spark.range(0, len(specs), 1, numPartitions=len(specs))
+    df = spark.range(0, len(groups), 1, numPartitions=len(groups))
     return [json.loads(r.row) for r in df.mapInArrow(decode, "row string").collect()]
+
+
+def _timed_task(task: Task, ctx: Context) -> dict:
+    """:func:`run_task`, its row with the task's wall and CPU time (``task_seconds``,
+    ``task_cpu_seconds``: the worker's, its writer thread included), for the job's
+    timings; not ledger columns."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    row = run_task(task, ctx)
+    row.update(task_seconds=time.perf_counter() - t0, task_cpu_seconds=time.process_time() - c0)
+    return row
 
 
 def _json_default(value):

@@ -109,11 +109,14 @@ class Coverage:
     etag: str | None
 
 
-def discover(input_uri: str, config: storage.S3Config | None = None) -> tuple[list[Segment], list[str]]:
+def discover(input_uri: str, config: storage.S3Config | None = None, *,
+             state_files: list | None = None) -> tuple[list[Segment], list[str]]:
     """Every segment under a directory/prefix, or listed by a JSON manifest; and the
-    URIs of the ``.log`` objects whose names do not say where they belong."""
+    URIs of the ``.log`` objects whose names do not say where they belong. The
+    partitions' state files (layout.STATE_FILE_KEY: beside the segments, or the
+    manifest's ``state_files``) are appended to ``state_files`` where one is given."""
     if input_uri.endswith(".json"):
-        return _from_manifest(input_uri, config)
+        return _from_manifest(input_uri, config, state_files)
     store = storage.open_store(input_uri, config)
     objects = {o.key: o for o in store.list("")}
     segments, unparsable = [], []
@@ -122,6 +125,8 @@ def discover(input_uri: str, config: storage.S3Config | None = None) -> tuple[li
         if parsed is None:
             if layout.is_log(key):
                 unparsable.append(store.uri(key))
+            elif state_files is not None and layout.parse_state_key(key) is not None:
+                state_files.append(store.uri(key))
             continue
         found = {suffix: objects[layout.index_key(key, suffix)] for suffix in layout.INDEX_SUFFIXES
                  if layout.index_key(key, suffix) in objects}
@@ -137,10 +142,14 @@ def discover(input_uri: str, config: storage.S3Config | None = None) -> tuple[li
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri)), unparsable
 
 
-def _from_manifest(uri: str, config) -> tuple[list[Segment], list[str]]:
+def _from_manifest(uri: str, config, state_files: list | None = None
+                   ) -> tuple[list[Segment], list[str]]:
     store, key = storage.open_object(uri, config)
     segments, unparsable = [], []
-    for entry in layout.read_manifest(store.read(key), uri):
+    data = store.read(key)
+    if state_files is not None:
+        state_files.extend(layout.read_manifest_state_files(data, uri))
+    for entry in layout.read_manifest(data, uri):
         seg_uri = entry["uri"]
         parsed = layout.parse_segment_key(seg_uri)
         if parsed is None:

@@ -41,6 +41,23 @@ CHECKS = {
     "decoder_findings": "segments",
     "schema_decode": "records",  # spark_jobs/quality/schema_decode.py
 }
+#: the checks of Kafka's internal topics and state files (internal_checks.py): a partition
+#: gets a result only where they apply (a committed offset, a .snapshot, a checkpoint)
+INTERNAL_CHECKS = {
+    "committed_offset_beyond_log_end": "committed offsets",
+    "committed_offset_before_log_start": "committed offsets",
+    "producer_snapshot": "producers",
+    "leader_epoch_checkpoint": "checkpointed batches",
+}
+CHECKS.update(INTERNAL_CHECKS)
+OPTIONAL_CHECKS = frozenset(INTERNAL_CHECKS)
+#: their observations' classes (apply_policy)
+INTERNAL_CLASSES = {
+    "committed_offset_beyond_log_end": ["beyond_log_end"],
+    "committed_offset_before_log_start": ["before_log_start"],
+    "producer_snapshot": ["agrees", "disagrees", "not_in_run"],
+    "leader_epoch_checkpoint": ["agrees", "disagrees", "before_first_entry"],
+}
 
 #: finding kinds that mean bytes of a segment did not decode into batches
 UNREADABLE_KINDS = ("corrupt_batch", "skipped_bytes", "truncated_tail", "fetch_error")
@@ -614,6 +631,7 @@ def apply_policy(observations, policy: Policy, topics, finding_kinds=()):
         "replica_divergence": ["divergence"],
         "truncated_tail": ["truncated_tail", "active_segment"],
         schema_decode.CHECK: schema_decode.CLASSES,
+        **INTERNAL_CLASSES,
     }
     kinds = set()
     for t in topics:
@@ -636,11 +654,14 @@ def tolerances(policy: Policy, topics):
     return [(t, policy.tolerance_ms(t)) for t in topics if policy.tolerance_ms(t) is not None]
 
 
-def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=None):
+def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=None,
+               internal=None):
     """All checks over one run's tables (``records``, ``batches``, ``markers``,
     ``findings``, ``ledger``): observations with severity and status. ``prior``:
     :func:`prior_ends`; ``listed``: :func:`listed_segments` (by default from the
-    run's ledger alone: what skipped segments hold is then not known)."""
+    run's ledger alone: what skipped segments hold is then not known); ``internal``:
+    the frames of :mod:`.internal_checks` (``consumer_lag``, ``producer_state``,
+    ``leader_epochs``) where the run has them."""
     b, r, m, f, l = (tables[n] for n in ("batches", "records", "markers", "findings", "ledger"))
     spark = b.sparkSession
     topics = sorted(row[0] for row in b.select("topic").union(r.select("topic"))
@@ -664,6 +685,14 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=Non
         replica_divergences(f),
         schema_decode.schema_decode(r, schema_decode.share_frame(spark, policy, topics)),
     ]
+    if internal:
+        from .internal_checks import observations
+
+        # only the run's partitions (a group may commit offsets of partitions not in it)
+        mine = b.select("topic", "partition").union(l.select("topic", "partition")) \
+            .union(f.select("topic", "partition")).distinct()
+        parts += [o.join(mine, ["topic", "partition"], "left_semi")
+                  for o in observations(internal, dedup_batches(b))]
     out = parts[0]
     for p in parts[1:]:
         out = out.unionByName(p)

@@ -14,10 +14,24 @@ import pyarrow as pa
 
 from .. import schemas
 from ..iceberg import AUDITED
-from .checks import CHECKS
+from .checks import CHECKS, OPTIONAL_CHECKS
 from .policy import RANK, Policy, worst
 
 MAX_ITEMS = 20
+
+
+def plural(n: int, word: str) -> str:
+    """``1 item``, ``1,204 items``."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def checked(n: int, unit: str | None) -> str:
+    """``1,204 batches checked``, ``1 batch checked``: a result's ``observed`` count in its
+    unit (:data:`CHECKS`' plural nouns: batches, records, segments)."""
+    unit = unit or ""
+    if n == 1 and unit.endswith("s"):
+        unit = unit[:-2] if unit.endswith(("ches", "shes", "sses", "xes")) else unit[:-1]
+    return f"{n:,} {unit} checked" if unit else f"{n:,} checked"
 
 
 def partition_units(tables: dict):
@@ -69,6 +83,8 @@ def build_rows(run_id: str, units: dict, classes, items, policy: Policy,
     rows = []
     for (topic, partition), unit in sorted(units.items()):
         for check, unit_name in CHECKS.items():
+            if check in OPTIONAL_CHECKS and not unit.get(unit_name):
+                continue  # a check of internal topics / state files the partition has none of
             key = (check, topic, partition)
             cls = by_key.get(key, [])
             bad = [c for c in cls if c.status != "pass"]
@@ -95,7 +111,7 @@ def build_rows(run_id: str, units: dict, classes, items, policy: Policy,
                 details["compacted_topic"] = True
             rows.append({
                 "run_id": run_id, "check": check, "topic": topic, "partition": partition,
-                "status": status, "severity": severity, "observed": unit[unit_name],
+                "status": status, "severity": severity, "observed": unit.get(unit_name, 0),
                 "failed": sum(c.items for c in bad),
                 "details": json.dumps(details, sort_keys=False, default=str),
                 "checked_at": checked_at,

@@ -1,0 +1,316 @@
+"""Tables derived from Kafka's internal topics and the partitions' state files (issue 19;
+columns: :mod:`spark_jobs.schemas`, docs/tables.md).
+
+* ``consumer_offsets``, ``group_metadata`` (``__consumer_offsets``), ``transactions``
+  (``__transaction_state``), ``cluster_metadata`` (``__cluster_metadata``): decoded with
+  Kafka's own message specs (:mod:`kafkalog.internal`) from the run's *deduplicated*
+  ``records`` files of those topics — what the run commits, so reruns, overlapping
+  snapshots and replicas never give a record twice. The executors read the files and
+  write the derived tables' files (:func:`derive_records`); only file names reach the
+  driver. A record that does not decode is an ``internal_record_error`` finding.
+* ``producer_state`` (producer-state ``.snapshot`` files) and ``leader_epochs``
+  (``leader-epoch-checkpoint``), each row with the ``topic_id`` of the ``partition.metadata``
+  beside it: read by the driver (a few small files, :func:`state_tables`); CRC and parse
+  faults are ``state_crc_mismatch`` / ``state_file_corrupt`` findings.
+
+A run that has neither internal topics nor state files does nothing here: no table is
+made and nothing committed. ``consumer_lag`` is the audit's (spark_jobs.check_quality).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from kafkalog import state_files as sf
+from kafkalog.internal import (CLUSTER_METADATA, OFFSETS, TOPIC_DECODERS, TRANSACTION_LOG,
+                               MessageError, decode, expand_consumer_protocol)
+from kafkalog.internal.topics import coordinator_keys
+from spark_jobs import layout, schemas, storage
+
+#: decoder -> the tables its records go to
+DECODER_TABLES = {
+    OFFSETS: ("consumer_offsets", "group_metadata"),
+    TRANSACTION_LOG: ("transactions",),
+    CLUSTER_METADATA: ("cluster_metadata",),
+}
+#: state file kind -> the table its rows go to (partition.metadata: a column of both)
+STATE_TABLES = {sf.PRODUCER_SNAPSHOT: "producer_state", sf.LEADER_EPOCH_CHECKPOINT: "leader_epochs"}
+#: the finding kind of a record of an internal topic that does not decode
+RECORD_ERROR = "internal_record_error"
+#: Kafka's TransactionState ids (TransactionState.java), as the transactions table names them
+TRANSACTION_STATES = {0: "Empty", 1: "Ongoing", 2: "PrepareCommit", 3: "PrepareAbort",
+                      4: "CompleteCommit", 5: "CompleteAbort", 6: "Dead", 7: "PrepareEpochFence"}
+#: rows an executor keeps before it writes them
+FLUSH_ROWS = 50_000
+
+
+def internal_files(record_files: list[str]) -> dict[str, list[str]]:
+    """The run's records files of internal topics, by topic (a records file holds one
+    topic, named by its folder ``topic=<name>``: writing.partition_path)."""
+    out: dict[str, list[str]] = {}
+    for path in record_files:
+        for topic in TOPIC_DECODERS:
+            if f"/topic={topic}/" in path:
+                out.setdefault(topic, []).append(path)
+    return out
+
+
+def _ms(value):
+    """A Kafka millisecond timestamp, None for its -1 (none)."""
+    return None if value is None or value < 0 else value
+
+
+def _json(value) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+def derived_row(decoder: str, key: bytes | None, value: bytes | None) -> tuple[str, dict]:
+    """``(table, row)`` of one internal-topic record (the row without its source columns);
+    :class:`MessageError` when it does not decode."""
+    d = decode(decoder, key, value)
+    if decoder == CLUSTER_METADATA:
+        data = d["data"]
+        return "cluster_metadata", {
+            "type": d["type"], "version": d["version"], "topic_id": data.get("topicId"),
+            "topic_name": data.get("name") if d["type"] == "TOPIC_RECORD" else None,
+            "partition_id": data.get("partitionId"), "data_json": _json(data)}
+    record_type, k = d["key"]["type"], d["key"]["data"]
+    v = d["value"]
+    keyed = {"record_type": record_type, "value_version": v["version"] if v else None,
+             "tombstone": v is None}
+    data = v["data"] if v else {}
+    if decoder == TRANSACTION_LOG:
+        return "transactions", {
+            "transactional_id": k.get("transactionalId"), **keyed,
+            "producer_id": data.get("producerId"), "producer_epoch": data.get("producerEpoch"),
+            "previous_producer_id": data.get("previousProducerId"),
+            "next_producer_id": data.get("nextProducerId"),
+            "timeout_ms": data.get("transactionTimeoutMs"),
+            "state": (TRANSACTION_STATES.get(data["transactionStatus"],
+                                             str(data["transactionStatus"]))
+                      if "transactionStatus" in data else None),
+            "partitions_json": _json(data["transactionPartitions"])
+            if data.get("transactionPartitions") is not None else None,
+            "last_update_timestamp": _ms(data.get("transactionLastUpdateTimestampMs")),
+            "start_timestamp": _ms(data.get("transactionStartTimestampMs"))}
+    if record_type in (0, 1):  # OffsetCommitKey
+        epoch = data.get("leaderEpoch")
+        return "consumer_offsets", {
+            "group": k.get("group"), "topic": k.get("topic"), "partition": k.get("partition"),
+            "committed_offset": data.get("offset"),
+            "leader_epoch": epoch if epoch is not None and epoch >= 0 else None,
+            "metadata": data.get("metadata"),
+            "commit_timestamp": _ms(data.get("commitTimestamp")),
+            "expire_timestamp": _ms(data.get("expireTimestamp")), **keyed}
+    try:
+        expanded = expand_consumer_protocol(d)["value"] if v else None
+    except MessageError:
+        expanded = v  # the member bytes stay base64: the record itself decoded
+    members = data.get("members")
+    return "group_metadata", {
+        "group": k.get("group", k.get("groupId")),
+        "record": coordinator_keys(decoder)[record_type][0].name[:-len("Key")], **keyed,
+        "protocol_type": data.get("protocolType"), "generation": data.get("generation"),
+        "protocol": data.get("protocol"), "leader": data.get("leader"),
+        "state_timestamp": _ms(data.get("currentStateTimestamp")),
+        "members": len(members) if isinstance(members, list) else None,
+        "key_json": _json(k), "value_json": _json(expanded["data"]) if expanded else None}
+
+
+_SOURCE_COLUMNS = ("topic", "partition", "offset", "timestamp", "batch_position", "key",
+                   "value", "segment", "segment_base_offset", "run_id")
+
+
+def rows_of_file(records: pa.Table) -> tuple[dict[str, list[dict]], list[dict]]:
+    """The derived rows (by table) and findings of one records file's rows."""
+    cols = {c: records.column(c).to_pylist() for c in _SOURCE_COLUMNS}
+    out: dict[str, list[dict]] = {}
+    findings: list[dict] = []
+    for i in range(records.num_rows):
+        topic = cols["topic"][i]
+        decoder = TOPIC_DECODERS.get(topic)
+        if decoder is None:
+            continue
+        source = {"source_topic": topic, "source_partition": cols["partition"][i],
+                  "source_offset": cols["offset"][i], "timestamp": cols["timestamp"][i],
+                  "segment": cols["segment"][i],
+                  "segment_base_offset": cols["segment_base_offset"][i],
+                  "run_id": cols["run_id"][i]}
+        try:
+            table, row = derived_row(decoder, cols["key"][i], cols["value"][i])
+        except MessageError as err:
+            offset, position = cols["offset"][i], cols["batch_position"][i]
+            findings.append(dict(
+                topic=topic, partition=cols["partition"][i], kind=RECORD_ERROR,
+                position=position, end=position, base_offset=offset, last_offset=offset,
+                message=f"{decoder} record at offset {offset} (batch at position {position}) "
+                        f"does not decode: {err}",
+                bytes=None, raw=None, segment=cols["segment"][i],
+                segment_base_offset=cols["segment_base_offset"][i], run_id=cols["run_id"][i]))
+            continue
+        out.setdefault(table, []).append({**row, **source})
+    return out, findings
+
+
+def _write_rows(writer, rows: dict[str, list[dict]], findings: list[dict], counts: dict) -> None:
+    from spark_jobs.decode.writing import partition_path
+
+    for table, rs in rows.items():
+        if rs:
+            writer.write(table, "", pa.Table.from_pylist(rs, schema=schemas.TABLES[table]))
+            counts[table] = counts.get(table, 0) + len(rs)
+    by_topic: dict = {}
+    for f in findings:
+        by_topic.setdefault(f["topic"], []).append(f)
+    for topic, fs in by_topic.items():
+        writer.write("findings", partition_path(topic),
+                     pa.Table.from_pylist(fs, schema=schemas.FINDINGS))
+        counts["findings"] = counts.get("findings", 0) + len(fs)
+
+
+_OUT = "table string, file string, rows bigint"
+
+
+def derive_records(spark, ctx, roots: dict, paths: list[str]) -> tuple[dict, dict]:
+    """Decode the internal-topic records files ``paths`` on the executors into the
+    derived tables' data files (``roots``: table -> data folder, findings included).
+    Returns ``({table: [file URIs]}, {table: rows})``."""
+    from pyspark import TaskContext
+
+    from spark_jobs.decode.writing import PartWriter
+    from spark_jobs.tables import read_file
+
+    def task(batches):
+        writer = PartWriter(ctx, f"internal{TaskContext.get().partitionId():05d}", roots)
+        counts: dict = {}
+        try:
+            for b in batches:
+                for path in b.column("path").to_pylist():
+                    records = read_file(path, "records", ctx.s3)
+                    for part in records.to_batches(FLUSH_ROWS):
+                        rows, findings = rows_of_file(pa.Table.from_batches([part]))
+                        _write_rows(writer, rows, findings, counts)
+        except BaseException:
+            writer.abort()
+            raise
+        files = writer.commit()
+        out = [(t, f, None) for t, fs in files.items() for f in fs]
+        out += [(t, None, n) for t, n in counts.items()]
+        yield pa.RecordBatch.from_pylist(
+            [{"table": t, "file": f, "rows": n} for t, f, n in out],
+            schema=pa.schema([("table", pa.string()), ("file", pa.string()), ("rows", pa.int64())]))
+
+    df = spark.createDataFrame([(p,) for p in paths], "path string")
+    out = df.repartition(min(len(paths), spark.sparkContext.defaultParallelism * 2)) \
+        .mapInArrow(task, _OUT).collect()
+    files: dict[str, list[str]] = {}
+    counts: dict[str, int] = {}
+    for r in out:
+        if r.file is not None:
+            files.setdefault(r.table, []).append(r.file)
+        if r.rows is not None:
+            counts[r.table] = counts.get(r.table, 0) + r.rows
+    return files, counts
+
+
+# ------------------------------------------------------------------ state files
+
+
+def state_tables(uris: list[str], s3, run_id: str) -> dict[str, pa.Table]:
+    """``producer_state``, ``leader_epochs`` and ``findings`` rows of the state files
+    ``uris`` (each ``<topic>-<partition>/<name>``: layout.STATE_FILE_KEY); only the
+    tables that have rows. A file that cannot be read is a ``state_file_corrupt``
+    finding, as is every fault the readers report."""
+    folders: dict[str, dict[str, list]] = {}
+    for uri in uris:
+        parsed = layout.parse_state_key(uri)
+        if parsed is None:
+            continue
+        folders.setdefault(uri[:uri.rstrip("/").rfind("/")], {}).setdefault(
+            sf.state_file_kind(parsed[2]), []).append((uri, parsed))
+    out: dict[str, list[dict]] = {"producer_state": [], "leader_epochs": [], "findings": []}
+    for folder, kinds in sorted(folders.items()):
+        read = {}
+        for kind, found in kinds.items():
+            for uri, (topic, partition, name) in sorted(found):
+                try:
+                    store, key = storage.open_object(uri, s3)
+                    state = sf.READERS[kind](store.read(key))
+                except (storage.StorageError, OSError, ValueError) as err:
+                    out["findings"].append(_finding(topic, partition, uri, run_id, 0, 0,
+                                                    f"{uri}: cannot be read: {err}"))
+                    continue
+                read.setdefault(kind, []).append((uri, topic, partition, name, state))
+                for f in state.findings:
+                    out["findings"].append(_finding(topic, partition, uri, run_id, f.position,
+                                                    f.end, f"{uri}: {f.message}", f.kind))
+        metadata = read.get(sf.PARTITION_METADATA, [])
+        topic_id = metadata[0][4].header.get("topic_id") if metadata else None
+        for uri, topic, partition, name, state in read.get(sf.PRODUCER_SNAPSHOT, []):
+            offset = int(name[:-len(sf.SNAPSHOT_SUFFIX)])
+            for row in state.rows:
+                out["producer_state"].append({
+                    **row, "topic": topic, "partition": partition, "snapshot_offset": offset,
+                    "timestamp": _ms(row["timestamp"]), "topic_id": topic_id, "file": uri,
+                    "run_id": run_id})
+        for uri, topic, partition, name, state in read.get(sf.LEADER_EPOCH_CHECKPOINT, []):
+            for row in state.rows:
+                out["leader_epochs"].append({**row, "topic": topic, "partition": partition,
+                                             "topic_id": topic_id, "file": uri,
+                                             "run_id": run_id})
+    return {name: pa.Table.from_pylist(rows, schema=schemas.TABLES[name])
+            for name, rows in out.items() if rows}
+
+
+def _finding(topic, partition, uri, run_id, position, end, message,
+             kind="state_file_corrupt") -> dict:
+    return dict(topic=topic, partition=partition, kind=kind, position=position, end=end,
+                message=message, base_offset=None, last_offset=None, bytes=None, raw=None,
+                segment=uri, segment_base_offset=None, run_id=run_id)
+
+
+def write_state_tables(ctx, roots: dict, found: dict[str, pa.Table]) -> dict[str, list[str]]:
+    """Write :func:`state_tables`' output on the driver; ``{table: [file URIs]}``."""
+    from spark_jobs.decode.writing import PartWriter
+
+    writer = PartWriter(ctx, "state", roots)
+    counts: dict = {}
+    _write_rows(writer, {n: t.to_pylist() for n, t in found.items() if n != "findings"},
+                found["findings"].to_pylist() if "findings" in found else [], counts)
+    return writer.commit()
+
+
+# ------------------------------------------------------------------ the job's step
+
+
+def derive(spark, ctx, wh, record_files: list[str], state_uris: list[str],
+           run_id: str) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """The derived tables' data files of one submission (and their findings, under
+    ``findings``), written into the tables' data folders; ``({table: files}, {table: rows})``.
+    Tables are made only where the run has an internal topic or state file for them."""
+    by_topic = internal_files(record_files)
+    state = state_tables(state_uris, ctx.s3, run_id) if state_uris else {}
+    if not by_topic and not state:
+        return {}, {}
+    needed = {t for topic in by_topic for t in DECODER_TABLES[TOPIC_DECODERS[topic]]}
+    needed |= {n for n in state if n != "findings"}
+    roots = {n: wh.data_root(n) for n in sorted(needed)}
+    roots["findings"] = ctx.roots["findings"]
+    files: dict[str, list[str]] = {}
+    counts: dict[str, int] = {}
+    if by_topic:
+        files, counts = derive_records(spark, ctx, roots,
+                                       [p for ps in by_topic.values() for p in ps])
+    if state:
+        for name, fs in write_state_tables(ctx, roots, state).items():
+            files.setdefault(name, []).extend(fs)
+        for name, t in state.items():
+            counts[name] = counts.get(name, 0) + t.num_rows
+    return files, counts
+
+
+__all__ = ["DECODER_TABLES", "RECORD_ERROR", "STATE_TABLES", "TRANSACTION_STATES", "derive",
+           "derive_records", "derived_row", "internal_files", "rows_of_file", "state_tables",
+           "write_state_tables"]

@@ -1,0 +1,197 @@
+"""Kafka's internal topics and the partitions' state files as tables (issue 19 parts 3-5):
+the decode job's derived tables, the audit's consumer_lag and its four checks.
+
+One snapshot written with kafkalog.writer holds what the real corpus lacks: two data
+partitions with idempotent producers and leader epochs, their ``.snapshot``,
+``leader-epoch-checkpoint`` and ``partition.metadata``, a ``__consumer_offsets`` partition
+with commits that lag, run past the log end, fall before the log start, are deleted or name
+a partition outside the snapshot, and a ``__transaction_state`` partition. The expected rows
+are written down here from what the test wrote, not read back from the job. One job run, its
+audit, then a rerun of the same run id from a manifest (the state files listed in it).
+The real corpus's ``__consumer_offsets`` are checked in test_quality.test_real_corpus_passes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from kafkalog.writer import (SegmentWriter, WriteRecord, encode_producer_snapshot,
+                             internal_record, leader_epoch_checkpoint_text,
+                             partition_metadata_text)
+from spark_jobs import iceberg, layout, tables
+
+pytestmark = pytest.mark.pipeline
+
+T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
+TOPIC_ID = "gSnfpEbtQfSDpxM2lhEn9A"
+#: (group, topic, partition, offset); None: a tombstone (the commit deleted). In this order
+#: in __consumer_offsets-0, one record a second from T0.
+COMMITS = [
+    ("lagging", "orders", 0, 2),
+    ("lagging", "orders", 0, 3),        # the latest: lag 5 - 3 = 2
+    ("ahead", "orders", 0, 9),          # past the log end 5
+    ("gone", "orders", 1, 4),           # before the log start 10
+    ("lagging", "orders", 1, 12),
+    ("lagging", "orders", 1, None),     # deleted: no lag row
+    ("elsewhere", "payments", 0, 7),    # not in the snapshot
+]
+TRANSACTIONS = [("orders-tx", 1, "Ongoing"), ("orders-tx", 4, "CompleteCommit")]
+
+
+def _ms(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+
+
+def _commit(group, topic, partition, offset, ts):
+    key = {"type": 1, "data": {"group": group, "topic": topic, "partition": partition}}
+    value = None if offset is None else {"version": 3, "data": {
+        "offset": offset, "leaderEpoch": 0, "metadata": "", "commitTimestamp": ts}}
+    return internal_record("offsets", {"key": key, "value": value}, timestamp=ts)
+
+
+def write_snapshot(root):
+    """The snapshot described above under ``root``; returns the state files' paths."""
+    d0, d1 = root / "orders-0", root / "orders-1"
+    for d in (d0, d1):
+        d.mkdir()
+    with SegmentWriter(d0, 0) as w:  # producer 77, epoch 2: offsets 0-2 (leader epoch 0), 3-4 (1)
+        w.append([WriteRecord(b"k", b"v%d" % i, timestamp=T0 + i) for i in range(3)],
+                 producer_id=77, producer_epoch=2, base_sequence=0, partition_leader_epoch=0)
+        w.append([WriteRecord(b"k", b"v%d" % i, timestamp=T0 + i) for i in range(3, 5)],
+                 producer_id=77, producer_epoch=2, base_sequence=3, partition_leader_epoch=1)
+    with SegmentWriter(d1, 10) as w:  # producer 88, epoch 0: offsets 10-13, leader epoch 4
+        w.append([WriteRecord(b"k", b"v%d" % i, timestamp=T0 + i) for i in range(4)],
+                 producer_id=88, producer_epoch=0, base_sequence=0, partition_leader_epoch=4)
+
+    def entry(pid, epoch, last_seq, last_offset, delta):
+        return {"producer_id": pid, "producer_epoch": epoch, "last_sequence": last_seq,
+                "last_offset": last_offset, "offset_delta": delta, "timestamp": T0,
+                "coordinator_epoch": -1, "current_txn_first_offset": -1}
+
+    (d0 / "00000000000000000005.snapshot").write_bytes(  # agrees with the log
+        encode_producer_snapshot([entry(77, 2, 4, 4, 1)]))
+    (d0 / "leader-epoch-checkpoint").write_text(leader_epoch_checkpoint_text([(0, 0), (1, 3)]))
+    (d0 / "partition.metadata").write_text(partition_metadata_text(TOPIC_ID))
+    (d1 / "00000000000000000014.snapshot").write_bytes(  # epoch 1: the log says 0
+        encode_producer_snapshot([entry(88, 1, 3, 13, 3)]))
+    (d1 / "leader-epoch-checkpoint").write_text(leader_epoch_checkpoint_text([(3, 10)]))
+    (root / "__consumer_offsets-0").mkdir()
+    with SegmentWriter(root / "__consumer_offsets-0", 0) as w:
+        w.append([internal_record("offsets", {
+            "key": {"type": 2, "data": {"group": "lagging"}},
+            "value": {"version": 3, "data": {"protocolType": "consumer", "generation": 3,
+                                             "protocol": "range", "leader": "m1",
+                                             "currentStateTimestamp": T0, "members": []}}},
+            timestamp=T0)])
+        for i, c in enumerate(COMMITS):
+            w.append([_commit(*c, ts=T0 + 1000 * (i + 1))])
+    (root / "__transaction_state-0").mkdir()
+    with SegmentWriter(root / "__transaction_state-0", 0) as w:
+        for i, (tid, status, _) in enumerate(TRANSACTIONS):
+            w.append([internal_record("transaction-log", {
+                "key": {"type": 0, "data": {"transactionalId": tid}},
+                "value": {"version": 0, "data": {
+                    "producerId": 77, "producerEpoch": 2, "transactionTimeoutMs": 60000,
+                    "transactionStatus": status,
+                    "transactionPartitions": [{"topic": "orders", "partitionIds": [0]}],
+                    "transactionLastUpdateTimestampMs": T0 + i,
+                    "transactionStartTimestampMs": T0}}}, timestamp=T0 + i)])
+    return sorted(p for p in root.rglob("*") if layout.parse_state_key(str(p)))
+
+
+def expected_lag(run_id):
+    """consumer_lag as the test's own data says: the newest commit per group x partition
+    (none where it is a tombstone) against the logs above (orders-0: 0..4, orders-1: 10..13)."""
+    logs = {("orders", 0): (0, 5), ("orders", 1): (10, 14)}
+    latest = {}
+    for i, (g, t, p, o) in enumerate(COMMITS):
+        latest[(g, t, p)] = (o, i)
+    out = []
+    for (g, t, p), (o, i) in latest.items():
+        if o is None:
+            continue
+        start, end = logs.get((t, p), (None, None))
+        status = ("not_in_snapshot" if start is None else "beyond_log_end" if o > end
+                  else "before_log_start" if o < start else "ok")
+        out.append({"run_id": run_id, "group": g, "topic": t, "partition": p,
+                    "committed_offset": o, "commit_timestamp": _ms(T0 + 1000 * (i + 1)),
+                    "log_start_offset": start, "log_end_offset": end,
+                    "lag": None if end is None else end - o, "status": status,
+                    "source_run_id": run_id, "source_offset": i + 1})
+    return sorted(out, key=lambda r: (r["group"], r["topic"], r["partition"]))
+
+
+def table_rows(w, name, cols, ref=None):
+    """Table ``name``'s ``cols`` as sorted tuples (None sorts by its repr)."""
+    return sorted((tuple(r[c] for c in cols) for r in tables.read_arrow(w, name, ref=ref)
+                   .to_pylist()), key=repr)
+
+
+def test_internal_tables_lag_and_checks(spark, tmp_path, capsys):
+    from spark_jobs import check_quality
+    from spark_jobs import decode as job
+
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    state = write_snapshot(snap)
+    W = str(tmp_path / "w")
+    run = "night-1"
+    out = job.main(["--input", str(snap), "--output", W, "--run-id", run, "--no-publish"],
+                   spark=spark)
+    assert out["internal"] == {"consumer_offsets": 7, "group_metadata": 1, "transactions": 2,
+                               "producer_state": 2, "leader_epochs": 3}
+    assert check_quality.main(["--warehouse", W, "--run-id", run, "--no-docs"], spark=spark) == 0
+    assert "consumer_lag" in capsys.readouterr().out
+
+    def check_tables(ref):
+        def rows(name, cols):
+            return table_rows(W, name, cols, ref)
+
+        assert rows("consumer_offsets", ("group", "topic", "partition", "committed_offset",
+                                             "tombstone", "source_offset", "run_id")) == sorted(
+            ((g, t, p, o, o is None, i + 1, run) for i, (g, t, p, o) in enumerate(COMMITS)),
+            key=repr)
+        assert rows("group_metadata", ("group", "record", "generation", "members",
+                                           "source_offset")) == [("lagging", "GroupMetadata", 3, 0, 0)]
+        assert rows("transactions", ("transactional_id", "state", "producer_id",
+                                         "source_offset")) == sorted(
+            ((tid, state, 77, i) for i, (tid, _, state) in enumerate(TRANSACTIONS)), key=repr)
+        assert rows("producer_state", ("topic", "partition", "snapshot_offset", "producer_id",
+                                           "producer_epoch", "last_sequence", "topic_id")) == [
+            ("orders", 0, 5, 77, 2, 4, TOPIC_ID), ("orders", 1, 14, 88, 1, 3, None)]
+        assert rows("leader_epochs", ("topic", "partition", "epoch", "start_offset")) == [
+            ("orders", 0, 0, 0), ("orders", 0, 1, 3), ("orders", 1, 3, 10)]
+        lag = sorted(tables.read_arrow(W, "consumer_lag").to_pylist(),
+                     key=lambda r: (r["group"], r["topic"], r["partition"]))
+        assert lag == expected_lag(run)
+
+    check_tables(iceberg.branch_name(run))  # staged: the audit read them there
+    dq = {(r["check"], r["topic"], r["partition"]): r for r in tables.read_arrow(W, "dq_results")
+          .to_pylist() if r["check"] in check_quality.qc.INTERNAL_CHECKS}
+    assert {k: (r["status"], r["observed"], r["failed"]) for k, r in dq.items()} == {
+        ("committed_offset_beyond_log_end", "orders", 0): ("warn", 2, 1),
+        ("committed_offset_before_log_start", "orders", 0): ("pass", 2, 0),
+        ("committed_offset_beyond_log_end", "orders", 1): ("pass", 1, 0),
+        ("committed_offset_before_log_start", "orders", 1): ("warn", 1, 1),
+        ("producer_snapshot", "orders", 0): ("pass", 1, 0),
+        ("producer_snapshot", "orders", 1): ("warn", 1, 1),
+        ("leader_epoch_checkpoint", "orders", 0): ("pass", 2, 0),
+        ("leader_epoch_checkpoint", "orders", 1): ("warn", 1, 1),
+    }  # and none for __consumer_offsets-0 / __transaction_state-0: nothing of theirs applies
+    first = lambda k: json.loads(dq[k]["details"])["items"][0]["message"]
+    assert first(("committed_offset_beyond_log_end", "orders", 0)).startswith(
+        "group ahead committed offset 9 of orders-0, 4 past its log end 5")
+    assert "retention removed 6 offsets" in first(("committed_offset_before_log_start", "orders", 1))
+    assert "producer 88 has epoch 1" in first(("producer_snapshot", "orders", 1))
+    assert "says epoch 3 from offset 10" in first(("leader_epoch_checkpoint", "orders", 1))
+
+    # the same run again, from a manifest that lists the state files: nothing twice
+    manifest = tmp_path / "chunk.json"
+    logs = sorted(str(p) for p in snap.rglob("*.log"))
+    manifest.write_bytes(layout.manifest(logs, state_files=[str(p) for p in state]))
+    again = job.main(["--input", str(manifest), "--output", W, "--run-id", run], spark=spark)
+    assert again["internal"] == out["internal"] and again["published"]
+    check_tables(None)  # published: main
