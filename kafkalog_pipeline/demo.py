@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from spark_jobs.schemas import NAMES as TABLES
+from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES
 
 from . import demo_data, settings
 
@@ -263,7 +263,8 @@ def table_counts(out: Path) -> dict:
 
     wh = warehouse(out)
     counts: dict = {}
-    for name in TABLES:
+    # the six tables, and those of Kafka's internal topics and state files the runs made
+    for name in (n for n in ALL_NAMES if n in TABLES or wh.load(n) is not None):
         counts[name] = read_arrow(wh, name, columns=("run_id",)).num_rows
     topics = read_arrow(wh, "records", columns=("topic",)).column("topic")
     counts["records_by_topic"] = {r["values"]: r["counts"]
@@ -649,8 +650,8 @@ def report(out: Path, results: list[dict]) -> int:
     wh = warehouse(out)
     print(f"\nIceberg tables (catalog {wh.catalog_name!r}, namespace {wh.namespace!r}; "
           f"configuration {out / '.pyiceberg.yaml'}):")
-    for name in TABLES:
-        print(f"  {wh.namespace}.{name:<11} {counts[name]:>6} rows")
+    for name in (n for n in ALL_NAMES if n in counts):
+        print(f"  {wh.namespace}.{name:<16} {counts[name]:>6} rows")
     print("  records by topic: " + ", ".join(f"{t}={n}" for t, n in counts["records_by_topic"].items()))
     from kafkalog_pipeline.demo_schemas import value_lines
 

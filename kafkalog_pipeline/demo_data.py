@@ -12,7 +12,19 @@
   compacted, its head removed by the cleaner (offset gaps graded ``compaction``).
 * ``legacy-0``: a partition upgraded across versions: magic 0 (gzip, lz4),
   magic 1 (snappy, LogAppendTime) and v2 in one segment (mixed magic).
-* ``payments-0`` / ``payments-1``: transactional producers (two commits, one abort).
+* ``payments-0`` / ``payments-1``: transactional producers (two commits, one abort);
+  beside ``payments-0`` its state files: the producer-state ``.snapshot`` Kafka wrote when the
+  segment rolled, a ``leader-epoch-checkpoint`` and ``partition.metadata`` (all agreeing with
+  the log).
+* ``__consumer_offsets-0``: the group coordinator's log: group ``billing`` (membership and
+  offset commits, caught up on ``payments-0``), group ``reports`` lagging on ``orders-1``, and
+  group ``replayer``, whose committed offset of ``payments-1`` is past that partition's log end
+  (the audit's ``committed_offset_beyond_log_end`` warns); night 2 appends newer commits.
+* ``__transaction_state-0``: the transaction coordinator's log for ``payments-0``'s
+  transactional producer (each transaction ``Ongoing``, then ``CompleteCommit`` or
+  ``CompleteAbort``).
+* ``__cluster_metadata-0``: the KRaft controller's log naming the topic ``payments`` (its id is
+  ``payments-0``'s ``partition.metadata``) and its two partitions.
 
 Injected faults, all on night 2, of the kinds a nightly copy really shows and
 that the severity policy (expectations/policy.yaml) warns about rather than
@@ -41,8 +53,10 @@ import shutil
 from pathlib import Path
 
 from kafkalog.demo import write_legacy
+from kafkalog.writer import (SegmentWriter, WriteRecord, encode_producer_snapshot,
+                             internal_record, leader_epoch_checkpoint_text,
+                             partition_metadata_text)
 from kafkalog_pipeline import demo_schemas
-from kafkalog.writer import SegmentWriter, WriteRecord
 
 NIGHTS = ("2026-11-20", "2026-11-21")
 T0 = 1_795_132_800_000  # 2026-11-20T00:00:00Z
@@ -166,6 +180,79 @@ def _payments(directory: Path, partition: int, night: int) -> None:
             os.remove(directory / name)
 
 
+# ------------------------------------------------------------------ internal topics
+#: the topic id partition.metadata names (22-character URL-safe base64, as Kafka prints it)
+PAYMENTS_TOPIC_ID = "cGF5bWVudHMtdG9waWMtaQ"
+#: (group, topic, partition, committed offset) per night, in commit order
+COMMITS = (
+    (("billing", "payments", 0, 10), ("reports", "orders", 1, 5),
+     ("replayer", "payments", 1, 40), ("billing", "payments", 0, 15)),
+    (("reports", "orders", 1, 9), ("billing", "payments", 0, 23)),
+)
+
+
+def _payments0_state(directory: Path) -> None:
+    """What the broker keeps beside payments-0: the producer-state snapshot written when the
+    first segment rolled at offset 15 (producer 5000's last batch: offsets 10..13, sequences
+    8..11, epoch 0), every batch in leader epoch 0, and the topic's id."""
+    (directory / f"{15:020d}.snapshot").write_bytes(encode_producer_snapshot([{
+        "producer_id": 5000, "producer_epoch": 0, "last_sequence": 11, "last_offset": 13,
+        "offset_delta": 3, "timestamp": T0 + 2 * HOUR + 13 * 1000, "coordinator_epoch": 1,
+        "current_txn_first_offset": -1}]))
+    (directory / "leader-epoch-checkpoint").write_text(leader_epoch_checkpoint_text([(0, 0)]))
+    (directory / "partition.metadata").write_text(partition_metadata_text(PAYMENTS_TOPIC_ID))
+
+
+def _consumer_offsets(directory: Path, night: int) -> None:
+    """Night 2's log is night 1's bytes and more (a growing segment)."""
+    with SegmentWriter(directory, 0) as w:
+        ts = T0 + 3 * HOUR
+        w.append([internal_record("offsets", {
+            "key": {"type": 2, "data": {"group": "billing"}},
+            "value": {"version": 3, "data": {
+                "protocolType": "consumer", "generation": 1, "protocol": "range",
+                "leader": "billing-1", "currentStateTimestamp": ts, "members": [{
+                    "memberId": "billing-1", "clientId": "billing", "clientHost": "/10.0.0.7",
+                    "rebalanceTimeout": 300000, "sessionTimeout": 45000,
+                    "subscription": "", "assignment": ""}]}}}, timestamp=ts)])
+        for n in range(night + 1):
+            for k, (group, topic, partition, offset) in enumerate(COMMITS[n]):
+                at = ts + n * 24 * HOUR + (k + 1) * 1000
+                w.append([internal_record("offsets", {
+                    "key": {"type": 1, "data": {"group": group, "topic": topic,
+                                                "partition": partition}},
+                    "value": {"version": 3, "data": {"offset": offset, "leaderEpoch": 0,
+                                                     "metadata": "", "commitTimestamp": at}}},
+                    timestamp=at)])
+
+
+def _transaction_state(directory: Path, night: int) -> None:
+    """payments-0's transactions (producer 5000), as its coordinator logged them."""
+    with SegmentWriter(directory, 0) as w:
+        for txn in range(3):
+            start = T0 + 2 * HOUR + 5 * txn * 1000
+            for status, at in ((1, start), (4 if txn != 1 else 5, start + 4000)):
+                w.append([internal_record("transaction-log", {
+                    "key": {"type": 0, "data": {"transactionalId": "payments-0-tx"}},
+                    "value": {"version": 0, "data": {
+                        "producerId": 5000, "producerEpoch": 0, "transactionTimeoutMs": 60000,
+                        "transactionStatus": status,
+                        "transactionPartitions": [{"topic": "payments", "partitionIds": [0]}],
+                        "transactionLastUpdateTimestampMs": at,
+                        "transactionStartTimestampMs": start}}}, timestamp=at)])
+
+
+def _cluster_metadata(directory: Path) -> None:
+    with SegmentWriter(directory, 0) as w:
+        w.append([internal_record("cluster-metadata", r, timestamp=T0) for r in (
+            {"type": "TOPIC_RECORD", "version": 0,
+             "data": {"name": "payments", "topicId": PAYMENTS_TOPIC_ID}},
+            *({"type": "PARTITION_RECORD", "version": 0,
+               "data": {"partitionId": p, "topicId": PAYMENTS_TOPIC_ID, "replicas": [1],
+                        "isr": [1], "leader": 1, "leaderEpoch": 0, "partitionEpoch": 0}}
+              for p in (0, 1)))])
+
+
 def write_night(root: Path, night: int) -> Path:
     """Write snapshot ``night`` (0 or 1) under ``root/<date>/``; return that directory."""
     out = root / NIGHTS[night]
@@ -177,6 +264,10 @@ def write_night(root: Path, night: int) -> Path:
     _legacy(out / "legacy-0")
     _payments(out / "payments-0", 0, night)
     _payments(out / "payments-1", 1, night)
+    _payments0_state(out / "payments-0")
+    _consumer_offsets(out / "__consumer_offsets-0", night)
+    _transaction_state(out / "__transaction_state-0", night)
+    _cluster_metadata(out / "__cluster_metadata-0")
     demo_schemas.write(out, night, T0, HOUR)
     (out / "_SUCCESS").write_bytes(b"")
     (out / "README.txt").write_text("nightly copy of the broker log directories\n")

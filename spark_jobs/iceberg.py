@@ -377,7 +377,13 @@ class Warehouse:
         tables, with the derived tables (:data:`schemas.DERIVED_TABLES`) that exist
         already before the ledger (a warehouse that never saw an internal topic or a
         state file has none, and pays nothing for them)."""
-        derived = tuple(n for n in schemas.DERIVED_TABLES if self.load(n) is not None)
+        from pyiceberg.exceptions import NoSuchNamespaceError
+
+        try:  # one listing, not a lookup per table: every run and audit asks
+            existing = {ident[-1] for ident in self.catalog.list_tables(self.namespace)}
+        except NoSuchNamespaceError:
+            existing = set()
+        derived = tuple(n for n in schemas.DERIVED_TABLES if n in existing)
         return DECODE_TABLES[:-1] + derived + DECODE_TABLES[-1:]
 
     def begin_table(self, name: str, run_id: str) -> int:

@@ -409,6 +409,16 @@ def test_plan_run_lists_every_segment_and_weighs_only_bytes_to_decode(
     date = night2
     summary = plan("night-2", night2)
     assert sorted(planned(summary)) == sorted(new)  # every listed segment, once
+    # the partitions' state files ride in the manifest of their partition's chunk
+    state = {}
+    for args in summary["decode_args"]:
+        uri = args[args.index("--input") + 1]
+        store, key = storage.open_object(uri, access.storage_config())
+        for f in layout.read_manifest_state_files(store.read(key), uri):
+            state[f.split(f"/{date}/", 1)[1]] = int(args[args.index("--chunk-id") + 1])
+    assert state == {f"payments-0/{name}": planned(summary)["payments-0/00000000000000000015.log"]
+                     for name in ("00000000000000000015.snapshot", "leader-epoch-checkpoint",
+                                  "partition.metadata")}
     assert planned(summary)["payments-1/00000000000000000000.log"] is not None
     assert summary["segments"] == len(new)
     assert summary["already_ingested"] == sum(old.get(p) == n for p, n in new.items()) > 0
