@@ -136,6 +136,24 @@ def test_the_byte_test_reads_first_bytes_of_sliced_null_and_large_arrays():
     assert spans.to_pylist() == [b"x", None] and values._wire_mask(spans).tolist() == [False, False]
 
 
+def test_kafkas_own_topics_are_never_taken_for_the_wire_format(data, snapshot):
+    """``__consumer_offsets`` keys and values start with an int16 version (a 0 byte): they
+    must not become unknown_schema_id (found by make demo once issue 19's topics met these)."""
+    registry = values.registry_for_run(None, discover(str(snapshot))[0])
+    batch = pa.RecordBatch.from_pylist(
+        [dict(offset=0, key=b"\x00\x01\x00\x03grp", value=b"\x00\x03\x00\x00", headers=[],
+              batch_position=0)],
+        schema=pa.schema([f for f in kafkalog.RECORDS_SCHEMA if f.name in
+                          ("offset", "key", "value", "headers", "batch_position")]))
+    for topic in ("__consumer_offsets", "__transaction_state", "__cluster_metadata"):
+        dec = values.ValueDecoder(registry, 1 << 20, topic)
+        assert [c.to_pylist() for c in dec.columns(batch)] == [[None]] * 6
+        assert dec.take_findings() == []
+    # elsewhere the same bytes would be an error (4 bytes: shorter than the wire prefix)
+    assert values.ValueDecoder(registry, 1 << 20, "_schemas").columns(batch)[5].to_pylist() == \
+        ["malformed"]
+
+
 def test_auth_comes_from_the_environment_only():
     assert values.auth_from_env({}) is None
     assert values.auth_from_env({values.AUTH_ENV[0]: "u", values.AUTH_ENV[1]: "p"}) == ("u", "p")

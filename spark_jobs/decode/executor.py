@@ -162,7 +162,7 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
         if cut is None and hi < task.size:
             return None  # the next task's first entry lies past this window: read further
     stats = _empty_stats(task)
-    value_decoder = values.ValueDecoder(ctx.registry, ctx.max_raw)
+    value_decoder = values.ValueDecoder(ctx.registry, ctx.max_raw, task.topic)
     raw_source = source
     topic = task.topic
     last_batch = None

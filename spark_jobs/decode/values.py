@@ -75,11 +75,23 @@ def _as_array(column) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-class ValueDecoder:
-    """Adds :data:`COLUMNS` to a task's records batches and collects its findings."""
+#: Kafka's own topics (``__consumer_offsets``, ``__transaction_state``,
+#: ``__cluster_metadata``) are never in the wire format, though their keys and values start
+#: with a 0 byte (an int16 version): they are not looked at (the internal tables decode them)
+INTERNAL_PREFIX = "__"
 
-    def __init__(self, registry: sr.Registry | None, max_raw: int):
-        self.registry = registry
+
+def decodes_topic(topic: str | None) -> bool:
+    """Whether values of ``topic`` may be in Schema Registry's wire format."""
+    return not (topic or "").startswith(INTERNAL_PREFIX)
+
+
+class ValueDecoder:
+    """Adds :data:`COLUMNS` to a task's records batches (of ``topic``) and collects its
+    findings."""
+
+    def __init__(self, registry: sr.Registry | None, max_raw: int, topic: str | None = None):
+        self.registry = registry if decodes_topic(topic) else None
         self.max_raw = max_raw
         self.findings: list[dict] = []
         self.left_out = 0
