@@ -403,12 +403,15 @@ class Warehouse:
             bases[name] = self._begin(name, run_id, reset)
         return bases
 
-    def complete_interrupted(self, names=DECODE_TABLES) -> list[str]:
+    def complete_interrupted(self, names=None) -> list[str]:
         """Finish the publish of every run that stopped part-way (its publish marker is
         still on the first table): its audit passed and its publish began, and a run that
         begins now must see all of it, or it would take half a run for what is published
         (its records without its ledger: the next night would decode them again).
-        Returns the runs completed; raises where one cannot be (:class:`ConflictError`)."""
+        ``names`` default: :meth:`run_tables` (a derived table's rows are published with
+        the run's). Returns the runs completed; raises where one cannot be
+        (:class:`ConflictError`)."""
+        names = names or self.run_tables()
         table = self.table(names[0])
         runs = sorted(v for k, v in table.properties.items() if k.startswith(PUBLISHING))
         for run in runs:

@@ -803,8 +803,9 @@ TOTALS = ("expired_snapshots", "orphans_deleted", "orphan_bytes", "groups_compac
 
 
 def existing_tables(wh: iceberg.Warehouse, names=None) -> list[str]:
-    """The warehouse's tables among ``names`` (default: all) that exist (none is created)."""
-    return [n for n in (names or schemas.NAMES) if wh.load(n) is not None]
+    """The warehouse's tables among ``names`` (default: all, the internal topics' included)
+    that exist (none is created)."""
+    return [n for n in (names or schemas.ALL_NAMES) if wh.load(n) is not None]
 
 
 def maintain(wh: iceberg.Warehouse, *, names=None,
@@ -847,7 +848,7 @@ def parse_args(argv):
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--warehouse", required=True, help="the warehouse root W (local path or s3://)")
     iceberg.add_catalog_args(p)
-    p.add_argument("--table", action="append", choices=schemas.NAMES,
+    p.add_argument("--table", action="append", choices=schemas.ALL_NAMES,
                    help="only this table (repeatable; default: every table)")
     p.add_argument("--older-than-days", type=float, default=DEFAULT_OLDER_THAN_DAYS,
                    help="expire snapshots older than this (default %(default)s)")

@@ -195,3 +195,13 @@ def test_internal_tables_lag_and_checks(spark, tmp_path, capsys):
     again = job.main(["--input", str(manifest), "--output", W, "--run-id", run], spark=spark)
     assert again["internal"] == out["internal"] and again["published"]
     check_tables(None)  # published: main
+
+    # maintenance covers these tables too: the rerun's replaced files are expired and
+    # deleted as orphans, and every row stays
+    from spark_jobs import maintenance
+
+    done = maintenance.maintain(iceberg.Warehouse(W), names=layout.INTERNAL_TABLES,
+                                older_than_days=0, retain_last=1, orphan_grace_hours=0)
+    assert set(done["tables"]) == set(layout.INTERNAL_TABLES) - {"cluster_metadata"}  # none here
+    assert done["orphans_deleted"] > 0
+    check_tables(None)
