@@ -4,15 +4,28 @@ URIs are logical (``kafkalog://warehouse/<table>``): the warehouse root is a
 run-time setting, so each asset event carries the actual root and run in its
 ``extra``. Downstream DAGs schedule on these (``schedule=[TABLE_ASSETS["records"]]``)
 instead of polling the warehouse.
+
+The tables of Kafka's internal topics and state files (``consumer_offsets``, ...)
+exist only once a run had rows for them, so ``publish`` declares one alias,
+:data:`DERIVED_ALIAS`, and adds an event through it for each such table the publish
+moved (:data:`DERIVED_ASSETS`): a DAG scheduled on ``DERIVED_ASSETS["consumer_offsets"]``
+runs after the nights that brought new commits, not after every night.
 """
 
 from __future__ import annotations
 
-from airflow.sdk import Asset
+from airflow.sdk import Asset, AssetAlias
 
-from spark_jobs.layout import TABLE_NAMES as TABLES
+from spark_jobs.layout import DERIVED_TABLES, TABLE_NAMES
 
-TABLE_ASSETS: dict[str, Asset] = {
-    name: Asset(name=f"kafkalog.{name}", uri=f"kafkalog://warehouse/{name}", group="kafkalog")
-    for name in TABLES
-}
+GROUP = "kafkalog"
+
+
+def table_asset(name: str) -> Asset:
+    """The asset of warehouse table ``name``."""
+    return Asset(name=f"kafkalog.{name}", uri=f"kafkalog://warehouse/{name}", group=GROUP)
+
+
+TABLE_ASSETS: dict[str, Asset] = {name: table_asset(name) for name in TABLE_NAMES}
+DERIVED_ASSETS: dict[str, Asset] = {name: table_asset(name) for name in DERIVED_TABLES}
+DERIVED_ALIAS = AssetAlias(name="kafkalog.derived_tables", group=GROUP)

@@ -303,8 +303,10 @@ def plan_task(context) -> list[list[str]]:
         raise
 
 
-def publish_from_context(context, assets) -> dict:
-    """The ``publish`` task: publish the audited run, annotate the table assets' events."""
+def publish_from_context(context, assets, derived=None) -> dict:
+    """The ``publish`` task: publish the audited run, annotate the table assets' events;
+    ``derived`` (``(alias, {table: asset})``): an event through the alias for each derived
+    table the publish moved (kafkalog_pipeline.assets)."""
     ti = context["ti"]
     warehouse = ti.xcom_pull(task_ids="plan", key="warehouse")
     plan = ti.xcom_pull(task_ids="plan", key="plan") or {}
@@ -325,4 +327,10 @@ def publish_from_context(context, assets) -> dict:
     if outlet_events is not None:
         for asset in assets:
             outlet_events[asset].extra = dict(extra)
+        if derived is not None:
+            alias, derived_assets = derived
+            moved = (result.get("tables") or {}) if isinstance(result, dict) else {}
+            for name, action in sorted(moved.items()):
+                if name in derived_assets and action != "nothing":
+                    outlet_events[alias].add(derived_assets[name], extra=dict(extra))
     return {**extra, "published": result if isinstance(result, (dict, list, str, int)) else None}

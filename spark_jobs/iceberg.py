@@ -602,6 +602,8 @@ class Warehouse:
             if ref is None:
                 return "published" if published_snapshot(table, run_id) is not None else "nothing"
             head = ref.snapshot_id
+            if snapshot_summary(table, head).get(RUN_ID) != run_id:
+                return "nothing"  # the run committed nothing here (a derived table it had no rows for)
             main = table.current_snapshot().snapshot_id
             if is_published(table, head):
                 return "published"

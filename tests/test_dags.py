@@ -63,7 +63,7 @@ def test_policy_owner_retries_tags(dag):
 def test_wiring_write_audit_publish(dag):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from kafkalog_pipeline.assets import TABLE_ASSETS
+    from kafkalog_pipeline.assets import DERIVED_ALIAS, TABLE_ASSETS
 
     plan, decode = dag.get_task("plan"), dag.get_task("decode_chunk")
     check, publish = dag.get_task("check_quality"), dag.get_task("publish")
@@ -83,7 +83,8 @@ def test_wiring_write_audit_publish(dag):
         "--run-id", "{{ run_id }}",
         "--catalog", "{{ ti.xcom_pull(task_ids='plan', key='catalog') }}",
         "--namespace", "{{ ti.xcom_pull(task_ids='plan', key='namespace') }}"]
-    assert {a.name for a in publish.outlets} == {a.name for a in TABLE_ASSETS.values()}
+    assert {a.name for a in publish.outlets} == {a.name for a in TABLE_ASSETS.values()} | {
+        DERIVED_ALIAS.name}
     assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess",
                                       "schema_registry_conn_id"}
     assert plan.retries >= 1
