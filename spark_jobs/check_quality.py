@@ -86,7 +86,7 @@ def audit(spark, wh: iceberg.Warehouse, run_id: str, *, policy: Policy, docs: bo
     listed = qc.listed_segments(tables["ledger"], published_ledger, run_id)
     units = results.partition_units(tables)
     internal = internal_checks.load(spark, wh, run_id, snapshots, tables["ledger"], listed)
-    for tp, counts in internal_checks.units(internal, tables["batches"]).items():
+    for tp, counts in internal_checks.units(internal, qc.dedup_batches(tables["batches"])).items():
         if tp in units:
             units[tp].update(counts)
     where = ", ".join(sorted({w for w, _ in snapshots.values()}))

@@ -157,6 +157,16 @@ def leader_epoch_checks(leader_epochs, batches):
         FROM m WHERE _n = 1""", e=leader_epochs, b=batches))
 
 
+def leader_epoch_observations(internal: dict, batches):
+    """:func:`leader_epoch_checks` of ``internal``'s ``leader_epochs`` against the run's
+    deduplicated ``batches``, computed once per audit and kept in ``internal`` (the
+    results' unit counts and the observations both read it: one scan of the batches)."""
+    if "leader_epoch_checkpoint" not in internal:
+        internal["leader_epoch_checkpoint"] = leader_epoch_checks(
+            internal["leader_epochs"], batches).localCheckpoint()
+    return internal["leader_epoch_checkpoint"]
+
+
 def observations(internal: dict, batches):
     """The observations of every check whose table ``internal`` holds (``consumer_lag``,
     ``producer_state``, ``leader_epochs``: the run's, as DataFrames)."""
@@ -166,7 +176,7 @@ def observations(internal: dict, batches):
     if "producer_state" in internal:
         parts.append(producer_snapshot_checks(internal["producer_state"], batches))
     if "leader_epochs" in internal:
-        parts.append(leader_epoch_checks(internal["leader_epochs"], batches))
+        parts.append(leader_epoch_observations(internal, batches))
     return parts
 
 
@@ -186,7 +196,7 @@ def units(internal: dict, batches) -> dict:
             "topic", "partition", "file", "producer_id").distinct()
             .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
     if "leader_epochs" in internal:
-        add("checkpointed batches", leader_epoch_checks(internal["leader_epochs"], batches)
+        add("checkpointed batches", leader_epoch_observations(internal, batches)
             .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
     return out
 
