@@ -25,8 +25,7 @@ import warnings
 from pathlib import Path
 
 from kafkalog.writer import SegmentWriter, WriteRecord
-
-SCHEMAS_TOPIC = "_schemas"
+from spark_jobs.decode.values import SCHEMAS_TOPIC
 ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "long"},
     {"name": "sku", "type": "string"},

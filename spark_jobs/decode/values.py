@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafkalog import schemas as sr
+from kafkalog.schemas.wire import MAGIC_ID
 from spark_jobs.schemas import VALUE_COLUMNS
 
 #: the columns this module adds to ``records`` (before the lineage columns), in order
@@ -57,7 +58,7 @@ def _wire_mask(column: pa.Array) -> np.ndarray:
     starts = offsets[:-1]
     nonempty = np.flatnonzero(offsets[1:] > starts)  # a null value is empty too
     out = np.zeros(n, dtype=bool)
-    out[nonempty] = np.frombuffer(data, dtype=np.uint8)[starts[nonempty]] == 0
+    out[nonempty] = np.frombuffer(data, dtype=np.uint8)[starts[nonempty]] == MAGIC_ID
     if column.null_count:  # Arrow lets a null slot span bytes: it is no value
         out &= column.is_valid().to_numpy(zero_copy_only=False)
     return out
