@@ -376,3 +376,33 @@ def test_schema_decode_check_grades_the_share_per_partition(spark):
     assert "1 of 200 values in the wire format of this partition did not decode (0.5%, " \
         "max_share 1.0%)" in messages["a"]
     assert "1 of 2 values" in messages["b"] and "50.0%" in messages["b"]
+
+
+def test_a_typed_table_evolves_by_name_and_old_rows_read_null(data, tmp_path):
+    """Night 1 knew v1, night 2 brings v2: the table a night-1 run made gains v2's top-level
+    and nested columns (optional); its rows read null there; the same columns again change
+    nothing."""
+    import pyarrow as pa
+
+    registry = Registry.from_schemas_records(items(data)[0])
+    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    name = layout.typed_table_name("shop.items")
+    v1 = pa.schema(list(typed_tables.LINEAGE) + list(typed_tables.value_schema(registry, 101)))
+    table = wh.typed_table(name, v1)
+    assert name in wh.run_tables() and wh.run_tables()[-1] == "ledger"
+    row = {**items(data)[2][0], "kafka_offset": 0, "run_id": "n1"}
+    table.append(pa.Table.from_pylist([row], schema=v1))
+    old = typed_tables.value_schema(registry, 101)
+    cols, ok, bad = typed_tables.plan_schemas(
+        registry, "shop.items", pa.schema([f for f in table.schema().as_arrow()
+                                           if f.name not in typed_tables.LINEAGE.names]))
+    assert ok == {101, 102} and list(bad) == [103] and cols.names[:len(old)] == old.names
+    evolved = wh.typed_table(name, pa.schema(list(typed_tables.LINEAGE) + list(cols)))
+    assert not evolved.schema().find_field("color").required
+    assert not evolved.schema().find_field("dims.h").required
+    got = evolved.scan().to_arrow().to_pylist()
+    assert [(r["id"], r["color"], r["dims"]) for r in got] == [(1, None, {"w": 2.0, "h": None})]
+    again = wh.typed_table(name, pa.schema(list(typed_tables.LINEAGE) + list(cols)))
+    assert again.metadata.last_updated_ms == evolved.metadata.last_updated_ms
+    with pytest.raises(KeyError):
+        wh.table(layout.typed_table_name("nothing.here"))
