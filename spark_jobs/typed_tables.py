@@ -258,40 +258,64 @@ def converter(t: pa.DataType):
 
 def rows_of(records: pa.Table, plan: TopicPlan) -> tuple[pa.Table | None, dict]:
     """The typed rows of one topic's records and ``{(partition, schema id): [first
-    offset, last offset, rows, segment, segment base offset, position]}`` of its
-    incompatible ones."""
+    offset, last offset, rows, segment, segment base offset, position, reason]}`` of the
+    values that do not go in: an incompatible version, or a value that does not convert to
+    the table's columns (not expected: value_json is the decoder's output for that schema;
+    but never a crash)."""
     cols = {c: records.column(c).to_pylist() for c in _READ if c in records.column_names}
     convert = converter(pa.struct(list(plan.schema)))
     rows, bad = [], {}
+
+    def refuse(i, sid, reason):
+        o = cols["offset"][i]
+        b = bad.setdefault((cols["partition"][i], sid), [
+            o, o, 0, cols["segment"][i], cols["segment_base_offset"][i],
+            cols["batch_position"][i], reason])
+        b[0], b[1], b[2] = min(b[0], o), max(b[1], o), b[2] + 1
+
     for i in range(records.num_rows):
         sid = cols["value_schema_id"][i]
         if cols["value_format"][i] != AVRO or cols["value_error"][i] is not None or sid is None:
             continue
         if sid in plan.bad:
-            key = (cols["partition"][i], sid)
-            o = cols["offset"][i]
-            b = bad.setdefault(key, [o, o, 0, cols["segment"][i], cols["segment_base_offset"][i],
-                                     cols["batch_position"][i]])
-            b[0], b[1], b[2] = min(b[0], o), max(b[1], o), b[2] + 1
+            refuse(i, sid, plan.bad[sid])
             continue
         if sid not in plan.ok:
             continue
-        row = convert(json.loads(cols["value_json"][i]))
+        try:
+            row = convert(json.loads(cols["value_json"][i]))
+        except (ValueError, TypeError, AttributeError) as err:
+            refuse(i, sid, f"the value does not convert: {type(err).__name__}: {err}")
+            continue
         row.update(kafka_topic=cols["topic"][i], kafka_partition=cols["partition"][i],
                    kafka_offset=cols["offset"][i], kafka_timestamp=cols["timestamp"][i],
                    kafka_schema_id=sid, run_id=cols["run_id"][i])
-        rows.append(row)
-    return (pa.Table.from_pylist(rows, schema=plan.schema) if rows else None), bad
+        rows.append((i, row))
+    if not rows:
+        return None, bad
+    try:
+        return pa.Table.from_pylist([r for _, r in rows], schema=plan.schema), bad
+    except (pa.ArrowException, TypeError, ValueError):
+        pass
+    kept = []
+    for i, row in rows:  # one by one, to name the rows that do not fit
+        try:
+            pa.Table.from_pylist([row], schema=plan.schema)
+            kept.append(row)
+        except (pa.ArrowException, TypeError, ValueError) as err:
+            refuse(i, row["kafka_schema_id"],
+                   f"the value does not fit the columns: {type(err).__name__}: {err}")
+    return (pa.Table.from_pylist(kept, schema=plan.schema) if kept else None), bad
 
 
 def _findings(topic: str, plan: TopicPlan, bad: dict, run_id: str) -> list[dict]:
     out = []
-    for (partition, sid), (first, last, n, segment, base, position) in sorted(bad.items()):
+    for (partition, sid), (first, last, n, segment, base, position, why) in sorted(bad.items()):
         out.append(dict(
             topic=topic, partition=partition, kind=INCOMPATIBLE, position=position,
             end=position, base_offset=first, last_offset=last, bytes=None, raw=None,
             message=f"{n} value(s) at offsets {first}..{last} carry schema id {sid}, a version "
-                    f"of {subject(topic)} that does not fit {plan.table}: {plan.bad[sid]}; "
+                    f"of {subject(topic)} that does not fit {plan.table}: {why}; "
                     "they are not in the typed table (records.value_json holds them)",
             segment=segment, segment_base_offset=base, run_id=run_id))
     return out

@@ -406,3 +406,27 @@ def test_a_typed_table_evolves_by_name_and_old_rows_read_null(data, tmp_path):
     assert again.metadata.last_updated_ms == evolved.metadata.last_updated_ms
     with pytest.raises(KeyError):
         wh.table(layout.typed_table_name("nothing.here"))
+
+
+def test_rows_that_do_not_fit_are_counted_never_raised(data):
+    """rows_of: an incompatible version's values and a value_json that does not fit the
+    columns (not expected from the decoder, but never a crash) are counted per partition
+    and schema id; the rest are typed."""
+    import pyarrow as pa
+
+    registry = Registry.from_schemas_records(items(data)[0])
+    cols, ok, bad = typed_tables.plan_schemas(registry, "shop.items", None)
+    plan = typed_tables.TopicPlan("values__shop_dot_items", "", pa.schema(
+        list(typed_tables.LINEAGE) + list(cols)), ok, bad)
+    good, wrong = (json.dumps(items_json(d)) for d in items(data)[2][:2])
+    wrong = wrong.replace('"n": -1', '"n": "minus one"')
+    records = pa.Table.from_pylist([
+        dict(topic="shop.items", partition=0, offset=o, timestamp=None, value_schema_id=sid,
+             value_format="AVRO", value_error=None, value_json=j, segment="s",
+             segment_base_offset=0, batch_position=0, run_id="r")
+        for o, sid, j in ((0, 101, good), (1, 102, wrong), (2, 103, "{}"), (3, 102, "[1]"))])
+    typed, refused = typed_tables.rows_of(records, plan)
+    assert typed.column("kafka_offset").to_pylist() == [0]
+    assert sorted((k, v[:3]) for k, v in refused.items()) == [
+        ((0, 102), [1, 3, 2]), ((0, 103), [2, 2, 1])]
+    assert "does not convert" in refused[(0, 102)][6] or "does not fit" in refused[(0, 102)][6]
