@@ -372,7 +372,8 @@ class Warehouse:
                     # files are written without field ids: columns are found by name
                     tx.set_properties(**{NAME_MAPPING:
                                          table.schema().name_mapping.model_dump_json()})
-                    tx.append(table.schema().as_arrow().empty_table(),
+                    tx.append((schemas.TABLES[name] if name in schemas.TABLES
+                               else table.schema().as_arrow()).empty_table(),
                               snapshot_properties={STAGE: "created"})
             except CommitFailedException:
                 pass  # another process made it
@@ -392,7 +393,11 @@ class Warehouse:
         self.identifier(name)
         table = self.load(name)
         if table is None:
-            self.catalog.create_namespace_if_not_exists(self.namespace)
+            try:
+                self.catalog.create_namespace_if_not_exists(self.namespace)
+            except Exception:  # made between the check and the insert (as in table())
+                if not self.catalog.namespace_exists(self.namespace):
+                    raise
             ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
             try:
                 self.catalog.create_table(self.identifier(name), schema=ice,
