@@ -658,7 +658,7 @@ def report(out: Path, results: list[dict]) -> int:
         print(f"  {wh.namespace}.{name:<16} {counts[name]:>6} rows")
     for name in sorted(n for n in counts if typed_topic(n) is not None):
         print(f"  {wh.namespace}.{name:<16} {counts[name]:>6} rows  "
-              f"(typed: {typed_topic(name)}'s Avro values)")
+              f"(typed: {typed_topic(name)}'s values)")
     print("  records by topic: " + ", ".join(f"{t}={n}" for t, n in counts["records_by_topic"].items()))
     from kafkalog_pipeline.demo_schemas import value_lines
 

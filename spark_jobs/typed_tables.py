@@ -1,7 +1,7 @@
 """Typed per-topic tables (issue 20, part 5; docs/tables.md "Typed tables", docs/schemas.md).
 
-A topic whose values carry an **Avro** schema of its subject ``<topic>-value``
-(TopicNameStrategy) gets a table :func:`layout.typed_table_name` whose columns are the
+A topic whose values carry an **Avro** or **JSON Schema** schema of its subject
+``<topic>-value`` (TopicNameStrategy) gets a table :func:`layout.typed_table_name` whose columns are the
 record's fields, with the lineage columns :data:`LINEAGE` first. The driver plans each
 topic from the registry (:func:`plan_topics`): the subject's versions in order, each
 turned into Arrow types (:func:`arrow_type`) and merged into the table's columns
@@ -10,7 +10,8 @@ turned into Arrow types (:func:`arrow_type`) and merged into the table's columns
 a field's type (or cannot be typed: a union of two non-null types, a recursive record) is
 *incompatible*: its rows are not written to the typed table (they stay in
 ``records.value_json``) and each run records one ``schema_incompatible`` finding per
-partition and schema id. JSON Schema and Protobuf values get no typed table (yet).
+partition and schema id, as is a value that does not convert to the columns (a JSON
+document may break its schema). Protobuf values get no typed table (yet).
 
 Rows come from the run's *deduplicated* ``records`` files (what the run commits: reruns and
 overlapping snapshots never give a row twice), read on the executors, from ``value_json``:
@@ -18,7 +19,7 @@ the decoder already ran once per value and its output is what tests pin against 
 serializers' input; the conversion back is type-directed and exact (bytes and fixed are
 base64, timestamps and dates ISO 8601, an enum its symbol, a union its branch's value), and
 needs no schema compilation on the executors. A record whose value did not decode
-(``value_error``), is not Avro or carries a schema id that is not a version of the topic's
+(``value_error``), is neither Avro nor JSON Schema or carries a schema id that is not a version of the topic's
 value subject is not typed.
 """
 
@@ -33,7 +34,7 @@ import tempfile
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kafkalog.schemas.registry import AVRO
+from kafkalog.schemas.registry import AVRO, JSON
 from spark_jobs import layout, schemas, storage
 
 #: the lineage columns each typed row starts with (prefixed: a value field may be ``offset``)
@@ -41,6 +42,8 @@ LINEAGE = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32(
                      ("kafka_offset", pa.int64()),
                      ("kafka_timestamp", schemas.RECORDS.field("timestamp").type),
                      ("kafka_schema_id", pa.int32()), ("run_id", pa.string())])
+#: the value formats that get typed tables (Protobuf: not yet)
+TYPED_FORMATS = (AVRO, JSON)
 #: the finding kind of rows whose schema version cannot join the topic's typed table
 INCOMPATIBLE = "schema_incompatible"
 #: the records columns a task reads
@@ -109,10 +112,55 @@ def arrow_type(s, named: dict, namespace: str | None = None, building=frozenset(
     return arrow_type(t, named, namespace, building)
 
 
+_JSON_PRIMITIVES = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
+_JSON_FORMATS = {"date-time": pa.timestamp("us", tz="UTC"), "date": pa.date32()}
+
+
+def json_schema_type(s, where: str = "value") -> pa.DataType:
+    """The Arrow type of JSON Schema ``s``: ``object`` with ``properties`` -> struct (other
+    properties are not typed), ``array`` with one ``items`` schema -> list, ``string``
+    (``format`` ``date-time`` / ``date`` -> timestamp / date), ``integer`` -> int64,
+    ``number`` -> float64, ``boolean``; ``["T", "null"]`` -> T. ``$ref``, the combinators
+    (``oneOf`` ...) and a schema without a type have no column form (:class:`Untyped`)."""
+    if not isinstance(s, dict):
+        raise Untyped(f"{where}: schema {s!r} has no column form")
+    for k in ("$ref", "oneOf", "anyOf", "allOf", "not", "if", "enum", "const"):
+        if k in s and not (k in ("enum", "const") and "type" in s):
+            raise Untyped(f"{where}: {k} has no column form")
+    t = s.get("type")
+    if isinstance(t, list):
+        rest = [x for x in t if x != "null"]
+        if len(rest) != 1:
+            raise Untyped(f"{where}: a union of {len(rest)} non-null types")
+        t = rest[0]
+    if t == "object":
+        props = s.get("properties") or {}
+        if not isinstance(props, dict):
+            raise Untyped(f"{where}: properties is not an object")
+        return pa.struct([pa.field(n, json_schema_type(p, f"{where}.{n}"))
+                          for n, p in props.items()])
+    if t == "array":
+        return pa.list_(json_schema_type(s.get("items"), f"{where}[]"))
+    if t == "string":
+        return _JSON_FORMATS.get(s.get("format"), pa.string())
+    if t in _JSON_PRIMITIVES:
+        return _JSON_PRIMITIVES[t]
+    raise Untyped(f"{where}: type {t!r} has no column form")
+
+
 def value_schema(registry, schema_id: int) -> pa.Schema:
-    """The columns of an Avro value schema (a record), referenced schemas resolved."""
+    """The columns of an Avro value schema (a record), referenced schemas resolved, or
+    of a JSON Schema (an object; references have no column form yet)."""
     named: dict = {}
     seen: set[int] = set()
+    if registry.by_id(schema_id).schema_type == JSON:
+        schema = registry.by_id(schema_id)
+        if schema.references:
+            raise Untyped("a JSON Schema with references")
+        top = json_schema_type(json.loads(schema.text))
+        if not pa.types.is_struct(top):
+            raise Untyped(f"the value schema is {top}, not an object")
+        return _columns(top)
 
     def parse(s, depth=0):
         if depth > 32:
@@ -127,6 +175,10 @@ def value_schema(registry, schema_id: int) -> pa.Schema:
     top = parse(registry.by_id(schema_id))
     if not pa.types.is_struct(top):
         raise Untyped(f"the value schema is {top}, not a record")
+    return _columns(top)
+
+
+def _columns(top: pa.StructType) -> pa.Schema:
     fields = [top.field(i) for i in range(top.num_fields)]
     clash = sorted({f.name for f in fields} & set(LINEAGE.names))
     if clash:
@@ -191,7 +243,7 @@ def plan_schemas(registry, topic: str, existing: pa.Schema | None) -> tuple[pa.S
     ok, bad = set(), {}
     for (subj, _version), sv in sorted(registry.versions.items()):
         schema = registry.by_id(sv.schema_id) if subj == subject(topic) else None
-        if schema is None or schema.schema_type != AVRO or sv.schema_id in ok:
+        if schema is None or schema.schema_type not in TYPED_FORMATS or sv.schema_id in ok:
             continue
         try:
             fields = pa.struct(list(value_schema(registry, sv.schema_id)))
@@ -275,7 +327,8 @@ def rows_of(records: pa.Table, plan: TopicPlan) -> tuple[pa.Table | None, dict]:
 
     for i in range(records.num_rows):
         sid = cols["value_schema_id"][i]
-        if cols["value_format"][i] != AVRO or cols["value_error"][i] is not None or sid is None:
+        if cols["value_format"][i] not in TYPED_FORMATS or cols["value_error"][i] is not None \
+                or sid is None:
             continue
         if sid in plan.bad:
             refuse(i, sid, plan.bad[sid])
@@ -414,5 +467,5 @@ def derive(spark, ctx, wh, record_files: list[str], registry) -> tuple[dict, dic
     return files, counts
 
 
-__all__ = ["INCOMPATIBLE", "LINEAGE", "TopicPlan", "Untyped", "arrow_type", "converter",
-           "derive", "merge", "plan_schemas", "plan_topics", "rows_of", "value_schema"]
+__all__ = ["INCOMPATIBLE", "LINEAGE", "TYPED_FORMATS", "TopicPlan", "Untyped", "arrow_type", "converter",
+           "derive", "json_schema_type", "merge", "plan_schemas", "plan_topics", "rows_of", "value_schema"]

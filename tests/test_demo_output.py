@@ -143,7 +143,7 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
         "  warn offset_gaps: payments-1 (missing_segment 1)"]
     queries = [ln.strip() for ln in text.splitlines() if "PYICEBERG_HOME=" in ln]
     assert len(queries) == 1 and "{'" not in text  # one query; no Python dict of counts
-    assert "  kafka.values__shop_dot_orders      1 rows  (typed: shop.orders's Avro values)" \
+    assert "  kafka.values__shop_dot_orders      1 rows  (typed: shop.orders's values)" \
         in text.splitlines()
 
     # the query, pasted into a shell from another directory, lists the problems of both runs

@@ -430,3 +430,51 @@ def test_rows_that_do_not_fit_are_counted_never_raised(data):
     assert sorted((k, v[:3]) for k, v in refused.items()) == [
         ((0, 102), [1, 3, 2]), ((0, 103), [2, 2, 1])]
     assert "does not convert" in refused[(0, 102)][6] or "does not fit" in refused[(0, 102)][6]
+
+
+def test_json_schema_values_get_columns_too():
+    """JSON Schema: object -> struct, array -> list, formats -> timestamp/date, a nullable
+    type -> its type; a combinator or a $ref is Untyped; a version that changes a type is
+    refused; the documents convert as they are."""
+    import pyarrow as pa
+
+    v1 = {"type": "object", "properties": {
+        "page": {"type": "string"}, "ms": {"type": "integer"},
+        "at": {"type": "string", "format": "date-time"}, "day": {"type": ["string", "null"],
+                                                                  "format": "date"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+        "geo": {"type": "object", "properties": {"lat": {"type": "number"}}},
+        "ok": {"type": "boolean"}}}
+    v2 = {**v1, "properties": {**v1["properties"], "ref": {"type": "string"}}}
+    v3 = {**v1, "properties": {**v1["properties"], "ms": {"type": "number"}}}
+
+    def record(version, sid, schema):
+        return (json.dumps({"keytype": "SCHEMA", "subject": "clicks-value", "version": version,
+                            "magic": 1}).encode(),
+                json.dumps({"subject": "clicks-value", "version": version, "id": sid,
+                            "schemaType": "JSON", "schema": json.dumps(schema),
+                            "deleted": False}).encode())
+
+    registry = Registry.from_schemas_records([record(1, 11, v1), record(2, 12, v2),
+                                              record(3, 13, v3)])
+    cols, ok, bad = typed_tables.plan_schemas(registry, "clicks", None)
+    assert ok == {11, 12} and "value.ms changes type from int64 to double" in bad[13]
+    assert cols == pa.schema([
+        ("page", pa.string()), ("ms", pa.int64()), ("at", pa.timestamp("us", tz="UTC")),
+        ("day", pa.date32()), ("tags", pa.list_(pa.string())),
+        ("geo", pa.struct([("lat", pa.float64())])), ("ok", pa.bool_()), ("ref", pa.string())])
+    for untyped in ({"oneOf": [{"type": "string"}]}, {"$ref": "#/x"}, {"type": ["string", "integer"]},
+                    {}):
+        with pytest.raises(typed_tables.Untyped):
+            typed_tables.json_schema_type(untyped)
+    plan = typed_tables.TopicPlan("values__clicks", "", pa.schema(
+        list(typed_tables.LINEAGE) + list(cols)), ok, bad)
+    doc = {"page": "/", "ms": 3, "at": "2026-11-25T22:00:01.250Z", "day": None,
+           "tags": ["a"], "geo": {"lat": 1.5}, "ok": True}
+    records = pa.Table.from_pylist([
+        dict(topic="clicks", partition=0, offset=0, timestamp=None, value_schema_id=11,
+             value_format="JSON", value_error=None, value_json=json.dumps(doc), segment="s",
+             segment_base_offset=0, batch_position=0, run_id="r")])
+    typed, refused = typed_tables.rows_of(records, plan)
+    row = typed.to_pylist()[0]
+    assert refused == {} and row["at"] == AT and row["geo"] == {"lat": 1.5} and row["ref"] is None
