@@ -40,6 +40,7 @@ import sys
 import time
 from pathlib import Path
 
+from spark_jobs.layout import typed_topic
 from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES
 
 from . import demo_data, settings
@@ -266,6 +267,9 @@ def table_counts(out: Path) -> dict:
     # the six tables, and those of Kafka's internal topics and state files the runs made
     for name in (n for n in ALL_NAMES if n in TABLES or wh.load(n) is not None):
         counts[name] = read_arrow(wh, name, columns=("run_id",)).num_rows
+    # the typed per-topic tables (docs/tables.md): their columns are the topics' own
+    for name in (n for n in wh.run_tables() if typed_topic(n) is not None):
+        counts[name] = len(wh.table(name).scan(selected_fields=("run_id",)).to_arrow())
     topics = read_arrow(wh, "records", columns=("topic",)).column("topic")
     counts["records_by_topic"] = {r["values"]: r["counts"]
                                   for r in pc.value_counts(topics).to_pylist()} if len(topics) else {}
@@ -652,6 +656,9 @@ def report(out: Path, results: list[dict]) -> int:
           f"configuration {out / '.pyiceberg.yaml'}):")
     for name in (n for n in ALL_NAMES if n in counts):
         print(f"  {wh.namespace}.{name:<16} {counts[name]:>6} rows")
+    for name in sorted(n for n in counts if typed_topic(n) is not None):
+        print(f"  {wh.namespace}.{name:<16} {counts[name]:>6} rows  "
+              f"(typed: {typed_topic(name)}'s values)")
     print("  records by topic: " + ", ".join(f"{t}={n}" for t, n in counts["records_by_topic"].items()))
     from kafkalog_pipeline.demo_schemas import value_lines
 

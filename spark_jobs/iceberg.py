@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from spark_jobs import schemas, storage
+from spark_jobs import layout, schemas, storage
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +296,21 @@ def evolve(table, name: str, attempts: int = COMMIT_ATTEMPTS):
     raise CatalogError(f"{name}: could not evolve the table after {attempts} tries")
 
 
+def _covers(have, want) -> bool:
+    """Whether Arrow type ``have`` (a table's) holds every struct field of ``want``."""
+    if pa.types.is_struct(want):
+        if not pa.types.is_struct(have):
+            return False
+        names = {have.field(i).name: have.field(i).type for i in range(have.num_fields)}
+        return all(want.field(i).name in names and _covers(names[want.field(i).name], want.field(i).type)
+                   for i in range(want.num_fields))
+    if pa.types.is_list(want) or pa.types.is_large_list(want):
+        return hasattr(have, "value_type") and _covers(have.value_type, want.value_type)
+    if pa.types.is_map(want):
+        return pa.types.is_map(have) and _covers(have.item_type, want.item_type)
+    return True
+
+
 @dataclass(frozen=True)
 class Warehouse:
     """The tables of one warehouse: root ``W`` (data, scratch), catalog and namespace."""
@@ -310,7 +325,7 @@ class Warehouse:
         return load_catalog(self.root, self.catalog_name, self.s3)
 
     def identifier(self, name: str) -> tuple[str, str]:
-        if name not in schemas.TABLES:
+        if name not in schemas.TABLES and layout.typed_topic(name) is None:
             raise KeyError(f"no warehouse table named {name!r}")
         return (self.namespace, name)
 
@@ -332,7 +347,9 @@ class Warehouse:
         from pyiceberg.schema import assign_fresh_schema_ids
 
         table = self.load(name)
-        if table is not None:
+        if table is None and name not in schemas.TABLES:
+            raise KeyError(f"typed table {name!r} does not exist yet (Warehouse.typed_table)")
+        if table is not None and name in schemas.TABLES:
             table = evolve(table, name)
         if table is None:
             try:
@@ -355,12 +372,55 @@ class Warehouse:
                     # files are written without field ids: columns are found by name
                     tx.set_properties(**{NAME_MAPPING:
                                          table.schema().name_mapping.model_dump_json()})
-                    tx.append(schemas.TABLES[name].empty_table(),
+                    tx.append((schemas.TABLES[name] if name in schemas.TABLES
+                               else table.schema().as_arrow()).empty_table(),
                               snapshot_properties={STAGE: "created"})
             except CommitFailedException:
                 pass  # another process made it
             table = self.catalog.load_table(self.identifier(name))
         return table
+
+    def typed_table(self, name: str, schema: pa.Schema):
+        """Typed table ``name`` (:func:`layout.typed_table_name`) with at least the columns of
+        ``schema``: made where missing (unpartitioned, with its empty first snapshot), else
+        evolved by Iceberg's ``union_by_name`` (new columns optional, old rows read null).
+        The caller has checked that ``schema`` only adds to the table's columns
+        (:mod:`spark_jobs.typed_tables`)."""
+        from pyiceberg.catalog import Catalog
+        from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
+        from pyiceberg.schema import assign_fresh_schema_ids
+
+        self.identifier(name)
+        table = self.load(name)
+        if table is None:
+            try:
+                self.catalog.create_namespace_if_not_exists(self.namespace)
+            except Exception:  # made between the check and the insert (as in table())
+                if not self.catalog.namespace_exists(self.namespace):
+                    raise
+            ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
+            try:
+                self.catalog.create_table(self.identifier(name), schema=ice,
+                                          properties=TABLE_PROPERTIES)
+            except TableAlreadyExistsError:
+                pass
+            return self.table(name)
+        for attempt in range(COMMIT_ATTEMPTS):
+            have = {f.name for f in table.schema().as_arrow()}
+            nested = table.schema().as_arrow()
+            if all(f.name in have for f in schema) and \
+                    all(_covers(nested.field(f.name).type, f.type) for f in schema):
+                return table
+            try:
+                with table.transaction() as tx:
+                    with tx.update_schema() as update:
+                        update.union_by_name(schema)
+                    tx.set_properties(**{NAME_MAPPING: tx.table_metadata.schema()
+                                         .name_mapping.model_dump_json()})
+            except CommitFailedException:
+                _backoff(attempt)
+            table = table.refresh()
+        raise CatalogError(f"{name}: could not evolve the table after {COMMIT_ATTEMPTS} tries")
 
     def data_root(self, name: str) -> str:
         """Where the executors write table ``name``'s data files (a storage root)."""
@@ -384,7 +444,8 @@ class Warehouse:
         except NoSuchNamespaceError:
             existing = set()
         derived = tuple(n for n in schemas.DERIVED_TABLES if n in existing)
-        return DECODE_TABLES[:-1] + derived + DECODE_TABLES[-1:]
+        typed = tuple(sorted(n for n in existing if layout.typed_topic(n) is not None))
+        return DECODE_TABLES[:-1] + derived + typed + DECODE_TABLES[-1:]
 
     def begin_table(self, name: str, run_id: str) -> int:
         """Join (or make) run ``run_id``'s branch on table ``name``, which the run writes

@@ -126,3 +126,39 @@ def read_manifest(data: bytes, where: str) -> list[dict]:
         raise ManifestError(f"{where} is not a segment manifest "
                             f'({{"segments": [...]}}): {err}') from err
     return out
+
+
+#: typed per-topic tables (issue 20, docs/tables.md "Typed tables"): one table per topic whose
+#: values carry an Avro or JSON Schema schema, named ``values__<escaped topic>`` in the namespace.
+#: A topic may hold ``.`` (Iceberg's namespace separator) and ``_``; the escaping is a
+#: prefix-free code, so it is reversible and two topics never share a table (Kafka's own
+#: ``a.b`` / ``a_b`` metric clash does not happen here): ``_`` -> ``__``, ``.`` -> ``_dot_``;
+#: ``-`` and alphanumerics stay. ``shop.orders`` -> ``values__shop_dot_orders``,
+#: ``my_topic`` -> ``values__my__topic``.
+TYPED_PREFIX = "values__"
+
+
+def typed_table_name(topic: str) -> str:
+    """The typed table of ``topic``."""
+    return TYPED_PREFIX + topic.replace("_", "__").replace(".", "_dot_")
+
+
+def typed_topic(name: str) -> str | None:
+    """The topic whose typed table is ``name``, else None (not a typed table's name)."""
+    if not name.startswith(TYPED_PREFIX):
+        return None
+    rest, out, i = name[len(TYPED_PREFIX):], [], 0
+    while i < len(rest):
+        if rest[i] != "_":
+            out.append(rest[i])
+            i += 1
+        elif rest.startswith("__", i):
+            out.append("_")
+            i += 2
+        elif rest.startswith("_dot_", i):
+            out.append(".")
+            i += 5
+        else:
+            return None
+    topic = "".join(out)
+    return topic if re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic) else None

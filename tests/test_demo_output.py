@@ -2,7 +2,8 @@
 from the metadata DB; the summary's checks that warned or failed; its one query, run as printed.
 
 No Airflow and no Spark: a SQLite file with the columns of Airflow's ``task_instance`` that
-the progress reads, and a dq_results table written through pyiceberg in a temporary warehouse.
+the progress reads, and a dq_results table (and a typed table) written through pyiceberg in a
+temporary warehouse.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from kafkalog_pipeline import demo
-from spark_jobs import iceberg, schemas
+from spark_jobs import iceberg, layout, schemas
 
 NIGHT_1 = "manual__2026-11-20T03:00:00+00:00"
 NIGHT_2 = "manual__2026-11-21T03:00:00+00:00"
@@ -119,6 +120,10 @@ def demo_out(tmp_path_factory):
     for run_id in (NIGHT_1, NIGHT_2):
         rows = [r for r in RESULTS if r["run_id"] == run_id]
         wh.replace_run_rows("dq_results", run_id, pa.Table.from_pylist(rows, schemas.DQ_RESULTS))
+    # a typed table (shop.orders' Avro values) with one row
+    typed = pa.schema([("run_id", pa.string()), ("id", pa.int64())])
+    wh.typed_table(layout.typed_table_name("shop.orders"), typed).append(
+        pa.Table.from_pylist([{"run_id": NIGHT_1, "id": 1}], typed))
     return out
 
 
@@ -138,6 +143,8 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
         "  warn offset_gaps: payments-1 (missing_segment 1)"]
     queries = [ln.strip() for ln in text.splitlines() if "PYICEBERG_HOME=" in ln]
     assert len(queries) == 1 and "{'" not in text  # one query; no Python dict of counts
+    assert "  kafka.values__shop_dot_orders      1 rows  (typed: shop.orders's values)" \
+        in text.splitlines()
 
     # the query, pasted into a shell from another directory, lists the problems of both runs
     proc = subprocess.run(["bash", "-c", queries[0]], capture_output=True, text=True, cwd="/",

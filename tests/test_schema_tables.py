@@ -8,6 +8,8 @@ registry); the expected ``value_json`` is computed from what the serializers wer
 
 from __future__ import annotations
 
+import datetime
+import io
 import json
 import pickle
 import struct
@@ -17,7 +19,7 @@ import pytest
 
 import kafkalog
 from kafkalog.schemas import Registry
-from spark_jobs import iceberg, schemas, tables
+from spark_jobs import iceberg, layout, schemas, tables, typed_tables
 from spark_jobs.decode import values
 from spark_jobs.decode.planning import discover
 
@@ -25,6 +27,61 @@ from test_schemas import Data, avro_json, pb, write_segment
 
 #: a value whose schema id nobody registered, and an Avro value cut short
 UNKNOWN = b"\x00" + struct.pack(">I", 999) + b"\x02"
+
+#: topic shop.items (a '.' in its name) and its value subject's three versions: v2 adds a
+#: top-level and a nested field with defaults, v3 changes ``n`` from int to string
+ITEM_V1 = {"type": "record", "name": "Item", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
+    {"name": "price", "type": "float"}, {"name": "ok", "type": "boolean"},
+    {"name": "n", "type": "int"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "dims", "type": {"type": "record", "name": "Dims",
+                              "fields": [{"name": "w", "type": "double"}]}},
+    {"name": "labels", "type": {"type": "array", "items": "string"}}]}
+ITEM_V2 = {**ITEM_V1, "fields": [
+    *[f for f in ITEM_V1["fields"] if f["name"] != "dims"],
+    {"name": "dims", "type": {"type": "record", "name": "Dims", "fields": [
+        {"name": "w", "type": "double"}, {"name": "h", "type": ["null", "double"],
+                                          "default": None}]}},
+    {"name": "color", "type": ["null", "string"], "default": None}]}
+ITEM_V3 = {**ITEM_V2, "fields": [{**f, "type": "string"} if f["name"] == "n" else f
+                                 for f in ITEM_V2["fields"]]}
+ITEM_IDS = (101, 102, 103)
+AT = datetime.datetime(2026, 11, 25, 22, 0, 1, 250000, tzinfo=datetime.timezone.utc)
+
+
+def items(data):
+    """``(_schemas records, shop.items records, the data each was given)``: fastavro as the
+    serializer, the wire prefix by hand (ids far from the mock registry's)."""
+    from fastavro import parse_schema, schemaless_writer
+
+    given = [
+        {"id": 1, "name": "a", "price": 1.5, "ok": True, "n": 3, "at": AT,
+         "day": datetime.date(2026, 11, 25), "dims": {"w": 2.0}, "labels": ["x", "y"]},
+        {"id": 2, "name": "b", "price": 0.25, "ok": False, "n": -1, "at": AT,
+         "day": datetime.date(1970, 1, 1), "dims": {"w": 1.0, "h": 4.0}, "labels": [],
+         "color": "red"},
+        {"id": 3, "name": "c", "price": 2.0, "ok": True, "n": "three", "at": AT,
+         "day": datetime.date(2000, 2, 29), "dims": {"w": 0.0, "h": None}, "labels": ["z"],
+         "color": None}]
+    records, schemas_out = [], []
+    for version, (sid, schema, datum) in enumerate(zip(ITEM_IDS, (ITEM_V1, ITEM_V2, ITEM_V3),
+                                                       given), 1):
+        key = {"keytype": "SCHEMA", "subject": "shop.items-value", "version": version,
+               "magic": 1}
+        value = {"subject": "shop.items-value", "version": version, "id": sid,
+                 "schema": json.dumps(schema), "deleted": False}
+        schemas_out.append((json.dumps(key).encode(), json.dumps(value).encode()))
+        buf = io.BytesIO()
+        schemaless_writer(buf, parse_schema(schema), datum)
+        records.append((None, b"\x00" + struct.pack(">I", sid) + buf.getvalue(), ()))
+    return schemas_out, records, given
+
+
+def items_json(datum: dict) -> dict:
+    return {k: v.isoformat() if isinstance(v, (datetime.date, datetime.datetime)) else v
+            for k, v in datum.items()}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +100,8 @@ def plain_records(data):
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory, data):
     root = tmp_path_factory.mktemp("snap")
-    write_segment(root / "_schemas-0", data.schemas)
+    write_segment(root / "_schemas-0", data.schemas + items(data)[0])
+    write_segment(root / "shop.items-0", items(data)[1])
     write_segment(root / "orders-0", data.orders)
     write_segment(root / "events.v1-0", data.events)
     write_segment(root / "payments-0", data.payments)
@@ -59,6 +117,7 @@ def expected_json(data) -> dict[tuple[str, int], object]:
     out.update({("payments", i): pb(m) for i, m in
                 enumerate([data.payment, data.refund, data.line, data.refund])})
     out.update({("plain", i): None for i in range(6)})
+    out.update({("shop.items", i): items_json(d) for i, d in enumerate(items(data)[2])})
     return out
 
 
@@ -199,7 +258,8 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, sn
     wh = tmp_path / "wh"
     summary = job.main(["--input", str(snapshot), "--output", str(wh), "--run-id", "n1"],
                        spark=spark)
-    ids = {json.loads(v)["id"] for k, v in data.schemas if v and b'"SCHEMA"' in k}
+    ids = {json.loads(v)["id"] for k, v in data.schemas + items(data)[0]
+           if v and b'"SCHEMA"' in k}
     assert summary["schemas"] == f"{len(ids)} schemas, 0 records skipped"
     rows = tables.read_arrow(str(wh), "records").to_pylist()
     got = {(r["topic"], r["offset"]): None if r["value_json"] is None else json.loads(r["value_json"])
@@ -210,6 +270,85 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, sn
              if f["kind"] == values.FINDING_KIND]
     assert sorted((f["topic"], f["base_offset"], f["raw"]) for f in found) == [
         ("plain", 4, UNKNOWN), ("plain", 5, data.orders[0][1][:-3])]
+
+    # typed tables (the same run): one per topic with an Avro value subject, rows as the
+    # serializer was given them, versions merged; v3 of shop.items is a finding, not rows
+    w = iceberg.Warehouse(str(wh))
+    assert summary["typed"] == {"values__orders": 3, "values__shop_dot_items": 2}
+    assert [n for n in w.run_tables() if layout.typed_topic(n)] == \
+        ["values__orders", "values__shop_dot_items"]
+
+    def typed(topic):
+        rows = w.table(layout.typed_table_name(topic)).scan().to_arrow().to_pylist()
+        for r in rows:
+            assert (r.pop("kafka_topic"), r.pop("kafka_partition"), r.pop("run_id")) == \
+                (topic, 0, "n1") and r.pop("kafka_timestamp") is not None
+        return sorted(rows, key=lambda r: r["kafka_offset"])
+
+    v1, v2, v3 = items(data)[2]
+    assert typed("shop.items") == [
+        {**v1, "dims": {"w": 2.0, "h": None}, "color": None, "kafka_offset": 0,
+         "kafka_schema_id": 101},
+        {**v2, "kafka_offset": 1, "kafka_schema_id": 102}]
+    order_id = {r["offset"]: r["value_schema_id"] for r in rows if r["topic"] == "orders"}
+    assert typed("orders") == [
+        {**o, "tags": list(o["tags"].items()), "customer": o.get("customer"),
+         "kafka_offset": i, "kafka_schema_id": order_id[i]}
+        for i, o in enumerate([data.order_v1, data.order_v2, data.order_v2])]
+    incompatible = [f for f in tables.read_arrow(str(wh), "findings").to_pylist()
+                    if f["kind"] == typed_tables.INCOMPATIBLE]
+    assert [(f["topic"], f["base_offset"], f["last_offset"]) for f in incompatible] == \
+        [("shop.items", 2, 2)]
+    assert "schema id 103" in incompatible[0]["message"] and \
+        "value.n changes type from int32 to string" in incompatible[0]["message"]
+
+
+def test_typed_table_names_round_trip_and_never_collide():
+    topics = ["shop.orders", "shop_orders", "a_.b", "a__dot__b", "_.", "x-y", "a"]
+    names = [layout.typed_table_name(t) for t in topics]
+    assert names[:2] == ["values__shop_dot_orders", "values__shop__orders"]
+    assert len(set(names)) == len(topics) and all("." not in n for n in names)
+    assert [layout.typed_topic(n) for n in names] == topics
+    assert [layout.typed_topic(n) for n in ("records", "values__a_b", "values__")] == [None] * 3
+
+
+def test_avro_types_become_arrow_columns_and_versions_merge(data):
+    """Each Avro type's column type; v2 widens (top-level and nested), v3's type change
+    and an untypeable union are Untyped (the job's schema_incompatible findings)."""
+    import pyarrow as pa
+
+    registry = Registry.from_schemas_records(items(data)[0])
+    v1 = typed_tables.value_schema(registry, 101)
+    assert v1 == pa.schema([
+        ("id", pa.int64()), ("name", pa.string()), ("price", pa.float32()),
+        ("ok", pa.bool_()), ("n", pa.int32()), ("at", pa.timestamp("us", tz="UTC")),
+        ("day", pa.date32()), ("dims", pa.struct([("w", pa.float64())])),
+        ("labels", pa.list_(pa.string()))])
+    cols, ok, bad = typed_tables.plan_schemas(registry, "shop.items", None)
+    assert ok == {101, 102} and list(bad) == [103]
+    assert "value.n changes type from int32 to string" in bad[103]
+    assert cols.field("dims").type == pa.struct([("w", pa.float64()), ("h", pa.float64())])
+    assert cols.names[-1] == "color"
+    named: dict = {}
+    assert typed_tables.arrow_type(
+        {"type": "record", "name": "R", "fields": [
+            {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A"]}},
+            {"name": "m", "type": {"type": "map", "values": ["null", "E"]}},
+            {"name": "f", "type": {"type": "fixed", "name": "F", "size": 2}}]}, named) == \
+        pa.struct([("e", pa.string()), ("m", pa.map_(pa.string(), pa.string())),
+                   ("f", pa.binary())])
+    for untyped in (["null", "int", "string"],
+                    {"type": "record", "name": "L", "fields": [{"name": "next", "type": "L"}]}):
+        with pytest.raises(typed_tables.Untyped):
+            typed_tables.arrow_type(untyped, {})
+    # a field named like a lineage column cannot be typed
+    clash = Registry.from_schemas_records([(b'{"keytype":"SCHEMA","subject":"t-value",'
+                                            b'"version":1,"magic":1}', json.dumps(
+        {"subject": "t-value", "version": 1, "id": 7, "deleted": False, "schema": json.dumps(
+            {"type": "record", "name": "T", "fields": [{"name": "run_id", "type": "string"}]})
+         }).encode())])
+    assert typed_tables.plan_schemas(clash, "t", None)[1:] == (set(), {7: (
+        "field(s) ['run_id'] clash with the lineage columns")})
 
 
 @pytest.mark.pipeline
@@ -237,3 +376,105 @@ def test_schema_decode_check_grades_the_share_per_partition(spark):
     assert "1 of 200 values in the wire format of this partition did not decode (0.5%, " \
         "max_share 1.0%)" in messages["a"]
     assert "1 of 2 values" in messages["b"] and "50.0%" in messages["b"]
+
+
+def test_a_typed_table_evolves_by_name_and_old_rows_read_null(data, tmp_path):
+    """Night 1 knew v1, night 2 brings v2: the table a night-1 run made gains v2's top-level
+    and nested columns (optional); its rows read null there; the same columns again change
+    nothing."""
+    import pyarrow as pa
+
+    registry = Registry.from_schemas_records(items(data)[0])
+    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    name = layout.typed_table_name("shop.items")
+    v1 = pa.schema(list(typed_tables.LINEAGE) + list(typed_tables.value_schema(registry, 101)))
+    table = wh.typed_table(name, v1)
+    assert name in wh.run_tables() and wh.run_tables()[-1] == "ledger"
+    row = {**items(data)[2][0], "kafka_offset": 0, "run_id": "n1"}
+    table.append(pa.Table.from_pylist([row], schema=v1))
+    old = typed_tables.value_schema(registry, 101)
+    cols, ok, bad = typed_tables.plan_schemas(
+        registry, "shop.items", pa.schema([f for f in table.schema().as_arrow()
+                                           if f.name not in typed_tables.LINEAGE.names]))
+    assert ok == {101, 102} and list(bad) == [103] and cols.names[:len(old)] == old.names
+    evolved = wh.typed_table(name, pa.schema(list(typed_tables.LINEAGE) + list(cols)))
+    assert not evolved.schema().find_field("color").required
+    assert not evolved.schema().find_field("dims.h").required
+    got = evolved.scan().to_arrow().to_pylist()
+    assert [(r["id"], r["color"], r["dims"]) for r in got] == [(1, None, {"w": 2.0, "h": None})]
+    again = wh.typed_table(name, pa.schema(list(typed_tables.LINEAGE) + list(cols)))
+    assert again.metadata.last_updated_ms == evolved.metadata.last_updated_ms
+    with pytest.raises(KeyError):
+        wh.table(layout.typed_table_name("nothing.here"))
+
+
+def test_rows_that_do_not_fit_are_counted_never_raised(data):
+    """rows_of: an incompatible version's values and a value_json that does not fit the
+    columns (not expected from the decoder, but never a crash) are counted per partition
+    and schema id; the rest are typed."""
+    import pyarrow as pa
+
+    registry = Registry.from_schemas_records(items(data)[0])
+    cols, ok, bad = typed_tables.plan_schemas(registry, "shop.items", None)
+    plan = typed_tables.TopicPlan("values__shop_dot_items", "", pa.schema(
+        list(typed_tables.LINEAGE) + list(cols)), ok, bad)
+    good, wrong = (json.dumps(items_json(d)) for d in items(data)[2][:2])
+    wrong = wrong.replace('"n": -1', '"n": "minus one"')
+    records = pa.Table.from_pylist([
+        dict(topic="shop.items", partition=0, offset=o, timestamp=None, value_schema_id=sid,
+             value_format="AVRO", value_error=None, value_json=j, segment="s",
+             segment_base_offset=0, batch_position=0, run_id="r")
+        for o, sid, j in ((0, 101, good), (1, 102, wrong), (2, 103, "{}"), (3, 102, "[1]"))])
+    typed, refused = typed_tables.rows_of(records, plan)
+    assert typed.column("kafka_offset").to_pylist() == [0]
+    assert sorted((k, v[:3]) for k, v in refused.items()) == [
+        ((0, 102), [1, 3, 2]), ((0, 103), [2, 2, 1])]
+    assert "does not convert" in refused[(0, 102)][6] or "does not fit" in refused[(0, 102)][6]
+
+
+def test_json_schema_values_get_columns_too():
+    """JSON Schema: object -> struct, array -> list, formats -> timestamp/date, a nullable
+    type -> its type; a combinator or a $ref is Untyped; a version that changes a type is
+    refused; the documents convert as they are."""
+    import pyarrow as pa
+
+    v1 = {"type": "object", "properties": {
+        "page": {"type": "string"}, "ms": {"type": "integer"},
+        "at": {"type": "string", "format": "date-time"}, "day": {"type": ["string", "null"],
+                                                                  "format": "date"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+        "geo": {"type": "object", "properties": {"lat": {"type": "number"}}},
+        "ok": {"type": "boolean"}}}
+    v2 = {**v1, "properties": {**v1["properties"], "ref": {"type": "string"}}}
+    v3 = {**v1, "properties": {**v1["properties"], "ms": {"type": "number"}}}
+
+    def record(version, sid, schema):
+        return (json.dumps({"keytype": "SCHEMA", "subject": "clicks-value", "version": version,
+                            "magic": 1}).encode(),
+                json.dumps({"subject": "clicks-value", "version": version, "id": sid,
+                            "schemaType": "JSON", "schema": json.dumps(schema),
+                            "deleted": False}).encode())
+
+    registry = Registry.from_schemas_records([record(1, 11, v1), record(2, 12, v2),
+                                              record(3, 13, v3)])
+    cols, ok, bad = typed_tables.plan_schemas(registry, "clicks", None)
+    assert ok == {11, 12} and "value.ms changes type from int64 to double" in bad[13]
+    assert cols == pa.schema([
+        ("page", pa.string()), ("ms", pa.int64()), ("at", pa.timestamp("us", tz="UTC")),
+        ("day", pa.date32()), ("tags", pa.list_(pa.string())),
+        ("geo", pa.struct([("lat", pa.float64())])), ("ok", pa.bool_()), ("ref", pa.string())])
+    for untyped in ({"oneOf": [{"type": "string"}]}, {"$ref": "#/x"}, {"type": ["string", "integer"]},
+                    {}):
+        with pytest.raises(typed_tables.Untyped):
+            typed_tables.json_schema_type(untyped)
+    plan = typed_tables.TopicPlan("values__clicks", "", pa.schema(
+        list(typed_tables.LINEAGE) + list(cols)), ok, bad)
+    doc = {"page": "/", "ms": 3, "at": "2026-11-25T22:00:01.250Z", "day": None,
+           "tags": ["a"], "geo": {"lat": 1.5}, "ok": True}
+    records = pa.Table.from_pylist([
+        dict(topic="clicks", partition=0, offset=0, timestamp=None, value_schema_id=11,
+             value_format="JSON", value_error=None, value_json=json.dumps(doc), segment="s",
+             segment_base_offset=0, batch_position=0, run_id="r")])
+    typed, refused = typed_tables.rows_of(records, plan)
+    row = typed.to_pylist()[0]
+    assert refused == {} and row["at"] == AT and row["geo"] == {"lat": 1.5} and row["ref"] is None

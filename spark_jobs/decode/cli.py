@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from kafkalog.schemas import RegistryError
 from spark_jobs import iceberg, layout, schemas, storage, tables
-from spark_jobs import internal_tables
+from spark_jobs import internal_tables, typed_tables
 from spark_jobs import publish as publishing
 from spark_jobs.decode import replicas, values
 from spark_jobs.decode.deduplication import resolve_pending
@@ -146,6 +146,11 @@ def main(argv=None, spark=None) -> dict:
                                                        state_uris, args.run_id)
         if derived_rows:
             timings["internal"] = time.time() - t1
+        # values with an Avro schema -> a typed table per topic (nothing where none has one)
+        t1 = time.time()
+        typed, typed_rows = typed_tables.derive(spark, ctx, wh, files["records"], registry)
+        if typed_rows or typed:
+            timings["typed"] = time.time() - t1
     finally:
         if own_session and args.master is not None:
             spark.stop()
@@ -162,13 +167,19 @@ def main(argv=None, spark=None) -> dict:
     t1 = time.time()
     counts = {"records": sum(r["records"] for r in rows), "batches": sum(r["batches"] for r in rows),
               "findings": sum(r["findings"] for r in rows) + divergences + len(unparsable)
-              + derived_rows.pop("findings", 0)}
+              + derived_rows.pop("findings", 0) + typed_rows.pop("findings", 0)}
     files["findings"].extend(derived.pop("findings", []))
+    files["findings"].extend(typed.pop("findings", []))
     for name in schemas.DERIVED_TABLES:
         if name in derived and name not in bases:  # the table's first rows: made just now
             bases[name] = wh.begin_table(name, args.run_id)
         if name in bases:
             wh.commit_files(name, args.run_id, derived.get(name, []), chunk_id=args.chunk_id)
+    made = wh.run_tables() if registry is not None else ()  # with typed tables made just now
+    for name in sorted({n for n in (*typed, *bases, *made) if layout.typed_topic(n) is not None}):
+        if name not in bases:  # made (or first written) by this run
+            bases[name] = wh.begin_table(name, args.run_id)
+        wh.commit_files(name, args.run_id, typed.get(name, []), chunk_id=args.chunk_id)
     for name in schemas.DECODE_TABLES:
         wh.commit_files(name, args.run_id, files[name], chunk_id=args.chunk_id,
                         summary={"kafkalog.segments": len(segments), "kafkalog.tasks": len(tasks)})
@@ -186,6 +197,8 @@ def main(argv=None, spark=None) -> dict:
     }
     if derived_rows:
         summary["internal"] = dict(sorted(derived_rows.items()))
+    if typed_rows:
+        summary["typed"] = dict(sorted(typed_rows.items()))
     if not args.no_publish:
         t1 = time.time()
         publishing.publish_run(wh, args.run_id)
