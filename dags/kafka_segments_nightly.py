@@ -35,7 +35,7 @@ import datetime as dt
 from airflow.sdk import Param, chain, dag, task
 
 from kafkalog_pipeline import schema_registry, settings, tasks
-from kafkalog_pipeline.assets import DERIVED_ALIAS, DERIVED_ASSETS, TABLE_ASSETS
+from kafkalog_pipeline.assets import DERIVED_ALIAS, TABLE_ASSETS, derived_asset
 from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator
 
 RETRY_DELAY = dt.timedelta(seconds=int(settings.parse_time_setting("retry_delay_seconds")))
@@ -122,7 +122,7 @@ def kafka_segments_nightly():
     @task(outlets=[*TABLE_ASSETS.values(), DERIVED_ALIAS], retries=3)
     def publish(**context) -> dict:
         return tasks.publish_from_context(context, TABLE_ASSETS.values(),
-                                          (DERIVED_ALIAS, DERIVED_ASSETS))
+                                          (DERIVED_ALIAS, derived_asset))
 
     chain(decode, check_quality, publish())
 

@@ -305,8 +305,9 @@ def plan_task(context) -> list[list[str]]:
 
 def publish_from_context(context, assets, derived=None) -> dict:
     """The ``publish`` task: publish the audited run, annotate the table assets' events;
-    ``derived`` (``(alias, {table: asset})``): an event through the alias for each derived
-    table the publish moved (kafkalog_pipeline.assets)."""
+    ``derived`` (``(alias, asset_of)``): an event through the alias for each table the
+    publish moved that ``asset_of(table)`` gives an asset for (derived and typed tables,
+    kafkalog_pipeline.assets.derived_asset)."""
     ti = context["ti"]
     warehouse = ti.xcom_pull(task_ids="plan", key="warehouse")
     plan = ti.xcom_pull(task_ids="plan", key="plan") or {}
@@ -328,9 +329,10 @@ def publish_from_context(context, assets, derived=None) -> dict:
         for asset in assets:
             outlet_events[asset].extra = dict(extra)
         if derived is not None:
-            alias, derived_assets = derived
+            alias, asset_of = derived
             moved = (result.get("tables") or {}) if isinstance(result, dict) else {}
             for name, action in sorted(moved.items()):
-                if name in derived_assets and action != "nothing":
-                    outlet_events[alias].add(derived_assets[name], extra=dict(extra))
+                asset = asset_of(name)
+                if asset is not None and action != "nothing":
+                    outlet_events[alias].add(asset, extra=dict(extra))
     return {**extra, "published": result if isinstance(result, (dict, list, str, int)) else None}

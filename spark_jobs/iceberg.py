@@ -437,15 +437,24 @@ class Warehouse:
         tables, with the derived tables (:data:`schemas.DERIVED_TABLES`) that exist
         already before the ledger (a warehouse that never saw an internal topic or a
         state file has none, and pays nothing for them)."""
+        existing = self.table_names()  # one listing, not a lookup per table: every run asks
+        derived = tuple(n for n in schemas.DERIVED_TABLES if n in existing)
+        return DECODE_TABLES[:-1] + derived + self.typed_tables(existing) + DECODE_TABLES[-1:]
+
+    def table_names(self) -> set[str]:
+        """The names of the namespace's tables (one catalog listing; none: empty)."""
         from pyiceberg.exceptions import NoSuchNamespaceError
 
-        try:  # one listing, not a lookup per table: every run and audit asks
-            existing = {ident[-1] for ident in self.catalog.list_tables(self.namespace)}
+        try:
+            return {ident[-1] for ident in self.catalog.list_tables(self.namespace)}
         except NoSuchNamespaceError:
-            existing = set()
-        derived = tuple(n for n in schemas.DERIVED_TABLES if n in existing)
-        typed = tuple(sorted(n for n in existing if layout.typed_topic(n) is not None))
-        return DECODE_TABLES[:-1] + derived + typed + DECODE_TABLES[-1:]
+            return set()
+
+    def typed_tables(self, existing: set[str] | None = None) -> tuple[str, ...]:
+        """The typed per-topic tables that exist (:func:`layout.typed_table_name`), sorted;
+        ``existing``: a listing already made (:meth:`table_names`)."""
+        names = self.table_names() if existing is None else existing
+        return tuple(sorted(n for n in names if layout.typed_topic(n) is not None))
 
     def begin_table(self, name: str, run_id: str) -> int:
         """Join (or make) run ``run_id``'s branch on table ``name``, which the run writes

@@ -79,7 +79,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from spark_jobs import iceberg, schemas, storage
+from spark_jobs import iceberg, layout, schemas, storage
 
 log = logging.getLogger(__name__)
 
@@ -803,9 +803,12 @@ TOTALS = ("expired_snapshots", "orphans_deleted", "orphan_bytes", "groups_compac
 
 
 def existing_tables(wh: iceberg.Warehouse, names=None) -> list[str]:
-    """The warehouse's tables among ``names`` (default: all, the internal topics' included)
-    that exist (none is created)."""
-    return [n for n in (names or schemas.ALL_NAMES) if wh.load(n) is not None]
+    """The warehouse's tables among ``names`` (default: all, the internal topics' and the
+    typed per-topic tables included) that exist (none is created)."""
+    if names:
+        return [n for n in names if wh.load(n) is not None]
+    existing = wh.table_names()
+    return [n for n in schemas.ALL_NAMES if n in existing] + list(wh.typed_tables(existing))
 
 
 def maintain(wh: iceberg.Warehouse, *, names=None,
@@ -843,13 +846,22 @@ def maintain(wh: iceberg.Warehouse, *, names=None,
     return out
 
 
+def table_name(name: str) -> str:
+    """``--table``'s type: a fixed table's name or a typed table's (layout.typed_table_name)."""
+    if name in schemas.ALL_NAMES or layout.typed_topic(name) is not None:
+        return name
+    raise argparse.ArgumentTypeError(f"no table {name!r}: one of {', '.join(schemas.ALL_NAMES)} "
+                                     "or values__<topic>")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m spark_jobs.maintenance",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--warehouse", required=True, help="the warehouse root W (local path or s3://)")
     iceberg.add_catalog_args(p)
-    p.add_argument("--table", action="append", choices=schemas.ALL_NAMES,
-                   help="only this table (repeatable; default: every table)")
+    p.add_argument("--table", action="append", type=table_name, metavar="TABLE",
+                   help="only this table: one of %s or a typed table values__<topic> "
+                        "(repeatable; default: every table)" % ", ".join(schemas.ALL_NAMES))
     p.add_argument("--older-than-days", type=float, default=DEFAULT_OLDER_THAN_DAYS,
                    help="expire snapshots older than this (default %(default)s)")
     p.add_argument("--retain-last", type=int, default=DEFAULT_RETAIN_LAST,

@@ -206,9 +206,13 @@ def test_two_nights_and_manual_reprocess(dag, pipeline):
     assert iceberg.published_snapshot(published, run_id) is not None
     assert iceberg.branch_name(run_id) not in published.refs()  # publish dropped the branch
     assert (wh / "data_docs" / token1 / "index.html").exists()
-    # every table's asset has the run's event; the internal topics' tables through the alias,
-    # each one the publish moved (night 1 brings rows for all of them)
-    assert asset_names(run_id) == {f"kafkalog.{n}" for n in TABLE_NAMES + DERIVED_TABLES}
+    # every table's asset has the run's event; the internal topics' and the typed tables
+    # through the alias, each one the publish moved (night 1 brings rows for all of them;
+    # shipments' Protobuf values get no typed table)
+    typed = {"values__clicks", "values__shop_dot_orders"}
+    assert set(iceberg.Warehouse(str(wh)).typed_tables()) == typed
+    assert asset_names(run_id) == {f"kafkalog.{n}" for n in
+                                   {*TABLE_NAMES, *DERIVED_TABLES, *typed}}
 
     # night 2: rolled segments seen on night 1 are not decoded again, new bytes are
     run_id2, state, tasks = run(dag, NIGHTS[1])
@@ -236,7 +240,8 @@ def test_two_nights_and_manual_reprocess(dag, pipeline):
     assert asset_extra(run_id2)["verdict"] == verdict
     # night 2 brings new offset commits and state files, but no group, transaction or
     # cluster metadata records: no event for those three tables
-    assert asset_names(run_id2) == {f"kafkalog.{n}" for n in TABLE_NAMES + DERIVED_TABLES} - {
+    assert asset_names(run_id2) == {f"kafkalog.{n}" for n in
+                                    {*TABLE_NAMES, *DERIVED_TABLES, *typed}} - {
         "kafkalog.group_metadata", "kafkalog.transactions", "kafkalog.cluster_metadata"}
     counts = {name: len(warehouse_rows(wh, name)) for name in ("records", "batches", "markers")}
 

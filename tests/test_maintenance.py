@@ -609,6 +609,20 @@ def test_cli_prints_a_json_summary(wh, capsys):
         maintenance.main(["--warehouse", wh.root, "--retain-last", "0"])
 
 
+def test_typed_tables_are_maintained_and_named_by_table(wh, capsys):
+    # a typed per-topic table (issue 20) is one of "every table", and --table takes its name
+    name = "values__shop_dot_orders"
+    cols = pa.schema([("kafka_offset", pa.int64()), ("id", pa.string())])
+    wh.typed_table(name, cols).append(pa.table({"kafka_offset": [1, 2], "id": ["a", "b"]},
+                                               schema=cols))
+    assert maintenance.existing_tables(wh) == [name]  # the fixed tables were never made
+    out = maintenance.main(["--warehouse", wh.root, "--table", name, "--dry-run"])
+    assert set(out["tables"]) == {name}
+    with pytest.raises(SystemExit):
+        maintenance.main(["--warehouse", wh.root, "--table", "values_nope"])
+    assert "no table 'values_nope'" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ the weekly DAG
 def test_dag_file_imports_without_errors_quickly_and_lightly():
     result = parse_dags(DAGS / "kafka_warehouse_maintenance.py")
