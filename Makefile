@@ -40,9 +40,14 @@ ui: venv
 # The suite runs twice: on the compiled fast path (which the install must have
 # built) and on the pure-Python reference (KAFKALOG_PURE_PYTHON=1); the pipeline
 # tests (Spark, S3, Airflow, browser) do not depend on the decoder path and run once.
+# Two pytest-xdist workers, a test module each at a time (--dist loadfile keeps a module's
+# fixtures, such as one job run read by many tests, in one process): the Airflow and Spark
+# tests spend much of their time waiting on subprocesses. `make test TEST_WORKERS=` runs
+# in one process.
+TEST_WORKERS ?= -n 2 --dist loadfile
 test: venv browser
-	KAFKALOG_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
-	KAFKALOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m "not pipeline"
+	KAFKALOG_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(TEST_WORKERS) --durations=25
+	KAFKALOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(TEST_WORKERS) -m "not pipeline"
 
 # Debian's chromium for the browser tests (tests/test_plugin_ui.py); apt-get needs root.
 .PHONY: browser
