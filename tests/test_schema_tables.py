@@ -638,7 +638,7 @@ def kinds_registry(kinds, *extra) -> Registry:
     return Registry.from_schemas_records(kinds.schemas + list(extra))
 
 
-def test_protobuf_descriptors_become_arrow_columns_and_versions_merge(kinds):
+def test_protobuf_descriptors_become_arrow_columns_and_versions_merge(kinds, tmp_path):
     """Protobuf: the table's message is the file's first top-level message (All); each
     field kind's column; v2 widens (top-level and nested); a version registered as .proto
     text (as Java clients do) that changes a type is refused; a recursive message and a
@@ -661,6 +661,12 @@ def test_protobuf_descriptors_become_arrow_columns_and_versions_merge(kinds):
     assert names[typed_tables.TABLE_MESSAGE] == "kinds.v1.All" and names[(1,)] == "kinds.v1.Node"
     assert names[(0, 0)] == "kinds.v1.All.Inner"
     assert {n: d for n, _, d in spec} == KINDS_DEFAULTS
+    # the next run plans against the table as Iceberg gives it back (decimal, int map keys)
+    table = iceberg.Warehouse(str(tmp_path / "wh")).typed_table(
+        "values__kinds", pa.schema(list(typed_tables.LINEAGE) + list(cols)))
+    existing = pa.schema([f for f in table.schema().as_arrow()
+                          if f.name not in typed_tables.LINEAGE.names])
+    assert typed_tables.plan_schemas(registry, "kinds", existing) == (cols, ok, bad)
     with pytest.raises(typed_tables.Untyped, match="recursive message kinds.v1.Node"):
         typed_tables.protobuf_type(kinds.messages[3].DESCRIPTOR)
     with pytest.raises(typed_tables.Untyped, match="map keys"):
