@@ -303,16 +303,12 @@ def protobuf_plan(registry, schema_id: int) -> tuple[pa.StructType, tuple, dict]
     return t, spec, _message_names(fdp)
 
 
-def _b64(v):
-    return base64.b64decode(v)
-
-
 _PB_CONVERT = {
     "int": int, "dec": lambda v: decimal.Decimal(int(v)), "float": float,
     "str": lambda v: v if isinstance(v, str) else _not(v, "a string"),
     "bool": lambda v: v if isinstance(v, bool) else _not(v, "a boolean"),
     "enum": lambda v: v if isinstance(v, str) else str(int(v)),  # an unknown number: its str
-    "bytes": _b64, "ts": datetime.datetime.fromisoformat,
+    "bytes": base64.b64decode, "ts": datetime.datetime.fromisoformat,
     "json": lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":"))}
 #: map keys: MessageToDict writes them as strings
 _PB_KEYS = {"int": int, "dec": lambda k: decimal.Decimal(int(k)), "str": str,
