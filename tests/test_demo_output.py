@@ -2,8 +2,9 @@
 from the metadata DB; the summary's checks that warned or failed; its one query, run as printed.
 
 No Airflow and no Spark: a SQLite file with the columns of Airflow's ``task_instance`` that
-the progress reads, and a dq_results table (and a typed table) written through pyiceberg in a
-temporary warehouse.
+the progress reads, and a dq_results table (and two typed tables: one written by hand, the
+Protobuf ``shipments`` one as the decode job makes it, without Spark) written through pyiceberg
+in a temporary warehouse.
 """
 
 from __future__ import annotations
@@ -124,7 +125,36 @@ def demo_out(tmp_path_factory):
     typed = pa.schema([("run_id", pa.string()), ("id", pa.int64())])
     wh.typed_table(layout.typed_table_name("shop.orders"), typed).append(
         pa.Table.from_pylist([{"run_id": NIGHT_1, "id": 1}], typed))
+    shipments_table(out / "snapshot", wh)
     return out
+
+
+def shipments_table(snapshot: Path, wh):
+    """values__shipments from the demo's own shipments partition (night 1): its values
+    decoded as a decode task does, the table planned and the rows converted by typed_tables;
+    the rows are the demo's shipments, ``weight_g`` 0 (absent from value_json) included."""
+    import kafkalog
+    from kafkalog_pipeline import demo_schemas
+    from spark_jobs import typed_tables
+    from spark_jobs.decode import values
+    from spark_jobs.decode.planning import discover
+
+    demo_schemas.write(snapshot, 0, 1_763_600_000_000, 3_600_000)
+    registry = values.registry_for_run(None, discover(str(snapshot))[0])
+    plan = typed_tables.plan_topics(wh, registry, ["shipments"])["shipments"]
+    dec = values.ValueDecoder(registry, 1 << 20, "shipments")
+    rows = []
+    for name, batch in kafkalog.stream(str(snapshot / "shipments-0" / "00000000000000000000.log")):
+        if name == "records":
+            rows += pa.Table.from_batches([values.with_columns(batch, dec.columns(batch))]).to_pylist()
+    records = pa.Table.from_pylist([{**r, "topic": "shipments", "partition": 0, "segment": "s",
+                                     "segment_base_offset": 0, "run_id": NIGHT_1} for r in rows])
+    typed, refused = typed_tables.rows_of(records, plan)
+    assert refused == {} and dec.take_findings() == []
+    assert typed.select(["id", "carrier", "weight_g"]).to_pylist() == \
+        [demo_schemas.shipment(i) for i in range(4)]
+    assert demo_schemas.shipment(0)["weight_g"] == 0 and '"weight_g"' not in rows[0]["value_json"]
+    wh.table(plan.table).append(typed)
 
 
 def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
@@ -145,6 +175,7 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
     assert len(queries) == 1 and "{'" not in text  # one query; no Python dict of counts
     assert "  kafka.values__shop_dot_orders      1 rows  (typed: shop.orders's values)" \
         in text.splitlines()
+    assert "  kafka.values__shipments      4 rows  (typed: shipments's values)" in text.splitlines()
 
     # the query, pasted into a shell from another directory, lists the problems of both runs
     proc = subprocess.run(["bash", "-c", queries[0]], capture_output=True, text=True, cwd="/",

@@ -9,8 +9,10 @@ registry); the expected ``value_json`` is computed from what the serializers wer
 from __future__ import annotations
 
 import datetime
+import decimal
 import io
 import json
+import math
 import pickle
 import struct
 
@@ -23,7 +25,7 @@ from spark_jobs import iceberg, layout, schemas, tables, typed_tables
 from spark_jobs.decode import values
 from spark_jobs.decode.planning import discover
 
-from test_schemas import Data, avro_json, pb, write_segment
+from test_schemas import Data, avro_json, pb, proto_classes, schemas_records, write_segment
 
 #: a value whose schema id nobody registered, and an Avro value cut short
 UNKNOWN = b"\x00" + struct.pack(">I", 999) + b"\x02"
@@ -89,6 +91,143 @@ def data():
     return Data()
 
 
+#: topic kinds: every Protobuf field kind in the table's message All (index [0]); a second
+#: top-level message Node (index [1], recursive); v2 adds a top-level and a nested field
+KINDS_PROTO = """syntax = "proto3";
+package kinds.v1;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+import "google/protobuf/struct.proto";
+message All {
+  double d = 1; float f = 2; int32 i32 = 3; int64 i64 = 4; uint32 u32 = 5; uint64 u64 = 6;
+  sint32 s32 = 7; sint64 s64 = 8; fixed32 fx32 = 9; fixed64 fx64 = 10; sfixed32 sf32 = 11;
+  sfixed64 sf64 = 12; bool b = 13; string s = 14; bytes raw = 15;
+  enum Color { RED = 0; GREEN = 1; }
+  Color color = 16;
+  message Inner { string name = 1; int64 n = 2; }
+  Inner inner = 17;
+  repeated int32 nums = 18;
+  repeated Inner inners = 19;
+  map<string, int64> counts = 20;
+  map<int32, Inner> by_id = 21;
+  oneof choice { string text = 22; int32 number = 23; }
+  optional int32 maybe = 24;
+  google.protobuf.Timestamp at = 25;
+  google.protobuf.Int64Value big = 26;
+  google.protobuf.Struct attrs = 27;
+}
+message Node { string label = 1; Node next = 2; }
+"""
+KINDS_V2 = KINDS_PROTO.replace("int64 n = 2; }", "int64 n = 2; bool flag = 3; }").replace(
+    "attrs = 27;\n", "attrs = 27;\n  string added = 28;\n")
+#: the columns of All (v1)
+INNER = pa.struct([("name", pa.string()), ("n", pa.int64())])
+KINDS_COLUMNS = pa.struct([
+    ("d", pa.float64()), ("f", pa.float32()), ("i32", pa.int32()), ("i64", pa.int64()),
+    ("u32", pa.int64()), ("u64", pa.decimal128(20, 0)), ("s32", pa.int32()), ("s64", pa.int64()),
+    ("fx32", pa.int64()), ("fx64", pa.decimal128(20, 0)), ("sf32", pa.int32()),
+    ("sf64", pa.int64()), ("b", pa.bool_()), ("s", pa.string()), ("raw", pa.binary()),
+    ("color", pa.string()), ("inner", INNER), ("nums", pa.list_(pa.int32())),
+    ("inners", pa.list_(INNER)), ("counts", pa.map_(pa.string(), pa.int64())),
+    ("by_id", pa.map_(pa.int32(), INNER)), ("text", pa.string()), ("number", pa.int32()),
+    ("maybe", pa.int32()), ("at", pa.timestamp("us", tz="UTC")), ("big", pa.int64()),
+    ("attrs", pa.string())])
+#: an All row with nothing set: proto3 defaults where a field has no presence, else null
+KINDS_DEFAULTS = {
+    "d": 0.0, "f": 0.0, "i32": 0, "i64": 0, "u32": 0, "u64": decimal.Decimal(0), "s32": 0,
+    "s64": 0, "fx32": 0, "fx64": decimal.Decimal(0), "sf32": 0, "sf64": 0, "b": False, "s": "",
+    "raw": b"", "color": "RED", "inner": None, "nums": [], "inners": [], "counts": [],
+    "by_id": [], "text": None, "number": None, "maybe": None, "at": None, "big": None,
+    "attrs": None}
+
+
+class Kinds:
+    """The kinds topic's values, serialized by confluent-kafka's ProtobufSerializer against
+    ``data``'s mock registry (ids after Data's), the messages given, and the typed rows they
+    must give (literals; v2's columns null in v1's rows)."""
+
+    def __init__(self, data):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from confluent_kafka.schema_registry import header_schema_id_serializer
+            from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+            from confluent_kafka.serialization import MessageField, SerializationContext
+
+        m = proto_classes(KINDS_PROTO, "kinds.v1", ("All", "All.Inner", "Node"), "kinds.proto")
+        m2 = proto_classes(KINDS_V2, "kinds.v1", ("All", "All.Inner"), "kinds.proto")
+        conf = {"auto.register.schemas": True, "use.deprecated.format": False}
+        All, Inner = m["All"], m["All.Inner"]
+        full = All(d=float("nan"), f=1.5, i32=-5, i64=-2**63, u32=2**32 - 1, u64=2**64 - 1,
+                   s32=-7, s64=-2**40, fx32=7, fx64=2**63, sf32=-8, sf64=-9, b=True, s="é",
+                   raw=b"\x00\xff", color=1, inner=Inner(name="x"), nums=[1, 2],
+                   inners=[Inner(name="a"), Inner()], counts={"a": 1, "b": -2**63},
+                   by_id={1: Inner(name="one", n=2), -3: Inner()}, text="t", maybe=0)
+        full.at.FromNanoseconds(1_700_000_000_123_456_789)
+        full.big.value = 2**62
+        full.attrs.update({"k": [1, "x", None], "z": {"q": True}})
+        edge = All(d=float("inf"), f=float("-inf"), number=0, color=7, inner=Inner())
+        edge.big.value = 0  # a wrapper set to its zero value is there, not null
+        node = m["Node"](label="n", next=m["Node"](label="m"))
+        self.messages = [full, All(), edge, node, All(i32=4),
+                         m2["All"](i32=5, added="new", inner=m2["All.Inner"](flag=True))]
+
+        def ctx(headers=None):
+            return SerializationContext("kinds", MessageField.VALUE, headers)
+
+        ser = {n: ProtobufSerializer(c, data.client, conf=conf) for n, c in m.items()}
+        self.records = [(None, ser["All"](x, ctx()), ()) for x in self.messages[:3]]
+        self.records.append((None, ser["Node"](node, ctx()), ()))
+        headers = []  # All named by a header: its indexes [0] are in the header
+        by_header = ProtobufSerializer(All, data.client, conf={
+            **conf, "schema.id.serializer": header_schema_id_serializer})
+        self.records.append((None, by_header(self.messages[4], ctx(headers)), tuple(headers)))
+        self.records.append((None, ProtobufSerializer(m2["All"], data.client, conf=conf)(
+            self.messages[5], ctx()), ()))
+        self.schemas = schemas_records(data.client, ["kinds-value"])[3:]
+        self.ids = [v["id"] for v in sorted((json.loads(v) for _, v in self.schemas),
+                                            key=lambda v: v["version"])]  # v1, v2 (any order)
+        v2 = {"added": None}
+        self.rows = {  # offset -> (schema id, typed row)
+            0: (self.ids[0], {
+                **KINDS_DEFAULTS, **v2, "d": math.nan, "f": 1.5, "i32": -5, "i64": -2**63,
+                "u32": 2**32 - 1, "u64": decimal.Decimal(2**64 - 1), "s32": -7, "s64": -2**40,
+                "fx32": 7, "fx64": decimal.Decimal(2**63), "sf32": -8, "sf64": -9, "b": True,
+                "s": "é", "raw": b"\x00\xff", "color": "GREEN",
+                "inner": {"name": "x", "n": 0, "flag": None}, "nums": [1, 2],
+                "inners": [{"name": "a", "n": 0, "flag": None}, {"name": "", "n": 0, "flag": None}],
+                "counts": [("a", 1), ("b", -2**63)],
+                "by_id": [(-3, {"name": "", "n": 0, "flag": None}),
+                          (1, {"name": "one", "n": 2, "flag": None})],
+                "text": "t", "maybe": 0,
+                "at": datetime.datetime(2023, 11, 14, 22, 13, 20, 123456, datetime.timezone.utc),
+                "big": 2**62, "attrs": {"k": [1, "x", None], "z": {"q": True}}}),
+            1: (self.ids[0], {**KINDS_DEFAULTS, **v2}),
+            2: (self.ids[0], {**KINDS_DEFAULTS, **v2, "d": math.inf, "f": -math.inf,
+                              "number": 0, "color": "7", "big": 0,
+                              "inner": {"name": "", "n": 0, "flag": None}}),
+            4: (self.ids[0], {**KINDS_DEFAULTS, **v2, "i32": 4}),
+            5: (self.ids[1], {**KINDS_DEFAULTS, "i32": 5, "added": "new",
+                              "inner": {"name": "", "n": 0, "flag": True}})}
+
+
+@pytest.fixture(scope="module")
+def kinds(data):
+    return Kinds(data)
+
+
+def comparable(row: dict) -> dict:
+    """A typed kinds row as the expectations hold it: maps in key order, ``attrs`` parsed,
+    NaN as a string (NaN != NaN)."""
+    row = dict(row)
+    for k in ("counts", "by_id"):
+        row[k] = sorted(row[k]) if row[k] is not None else None
+    if row["attrs"] is not None and isinstance(row["attrs"], str):
+        row["attrs"] = json.loads(row["attrs"])
+    return {k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+
+
 def plain_records(data):
     """Values not in the wire format (JSON text, a string, empty, null) and two that are
     but do not decode (an unknown id; an Avro payload cut short)."""
@@ -98,9 +237,10 @@ def plain_records(data):
 
 
 @pytest.fixture(scope="module")
-def snapshot(tmp_path_factory, data):
+def snapshot(tmp_path_factory, data, kinds):
     root = tmp_path_factory.mktemp("snap")
-    write_segment(root / "_schemas-0", data.schemas + items(data)[0])
+    write_segment(root / "_schemas-0", data.schemas + items(data)[0] + kinds.schemas)
+    write_segment(root / "kinds-0", kinds.records)
     write_segment(root / "shop.items-0", items(data)[1])
     write_segment(root / "orders-0", data.orders)
     write_segment(root / "events.v1-0", data.events)
@@ -109,7 +249,7 @@ def snapshot(tmp_path_factory, data):
     return root
 
 
-def expected_json(data) -> dict[tuple[str, int], object]:
+def expected_json(data, kinds) -> dict[tuple[str, int], object]:
     """``(topic, offset) -> value`` as the serializers were given it (None: no value_json)."""
     out = {("orders", i): avro_json(v) for i, v in
            enumerate([data.order_v1, data.order_v2, data.order_v2])}
@@ -118,6 +258,7 @@ def expected_json(data) -> dict[tuple[str, int], object]:
                 enumerate([data.payment, data.refund, data.line, data.refund])})
     out.update({("plain", i): None for i in range(6)})
     out.update({("shop.items", i): items_json(d) for i, d in enumerate(items(data)[2])})
+    out.update({("kinds", i): pb(m) for i, m in enumerate(kinds.messages)})
     return out
 
 
@@ -132,14 +273,14 @@ def decoded_columns(registry, log) -> list[dict]:
     return out, dec.take_findings()
 
 
-def test_value_columns_and_findings_without_spark(data, snapshot):
+def test_value_columns_and_findings_without_spark(data, kinds, snapshot):
     """The task's side: the registry from the listing's ``_schemas`` segments, pickled as
     the task context ships it; every value decodes to what the serializer was given; the
     non-wire values cost nothing and stay null; the two broken ones are findings."""
     segments, _ = discover(str(snapshot))
     registry = pickle.loads(pickle.dumps(values.registry_for_run(None, segments)))
     assert registry.problems == [] and len(registry.schemas) >= 7
-    want = expected_json(data)
+    want = expected_json(data, kinds)
     for topic in ("orders", "events.v1", "payments"):
         cols, found = decoded_columns(registry, next((snapshot / f"{topic}-0").glob("*.log")))
         assert found == []
@@ -249,7 +390,8 @@ def test_an_old_records_table_gains_the_columns_and_old_rows_read_null(tmp_path)
 
 
 @pytest.mark.pipeline
-def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, snapshot, tmp_path):
+def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, kinds, snapshot,
+                                                                 tmp_path):
     """One Spark run over the snapshot (about 10 s): the registry from its own ``_schemas``
     segments travels to the executors; records hold every value as the serializer was given
     it, findings the two broken values with their bytes."""
@@ -258,25 +400,27 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, sn
     wh = tmp_path / "wh"
     summary = job.main(["--input", str(snapshot), "--output", str(wh), "--run-id", "n1"],
                        spark=spark)
-    ids = {json.loads(v)["id"] for k, v in data.schemas + items(data)[0]
+    ids = {json.loads(v)["id"] for k, v in data.schemas + items(data)[0] + kinds.schemas
            if v and b'"SCHEMA"' in k}
     assert summary["schemas"] == f"{len(ids)} schemas, 0 records skipped"
     rows = tables.read_arrow(str(wh), "records").to_pylist()
     got = {(r["topic"], r["offset"]): None if r["value_json"] is None else json.loads(r["value_json"])
            for r in rows if r["topic"] != "_schemas"}
-    assert got == expected_json(data)
+    assert got == expected_json(data, kinds)
     assert {r["value_format"] for r in rows if r["topic"] == "_schemas"} == {None}
     found = [f for f in tables.read_arrow(str(wh), "findings").to_pylist()
              if f["kind"] == values.FINDING_KIND]
     assert sorted((f["topic"], f["base_offset"], f["raw"]) for f in found) == [
         ("plain", 4, UNKNOWN), ("plain", 5, data.orders[0][1][:-3])]
 
-    # typed tables (the same run): one per topic with an Avro value subject, rows as the
-    # serializer was given them, versions merged; v3 of shop.items is a finding, not rows
+    # typed tables (the same run): one per topic with a value subject, rows as the
+    # serializer was given them, versions merged; v3 of shop.items is a finding, not rows, as
+    # is kinds' Node (not the table's message); payments: only its payments-value version
     w = iceberg.Warehouse(str(wh))
-    assert summary["typed"] == {"values__orders": 3, "values__shop_dot_items": 2}
+    assert summary["typed"] == {"values__kinds": 5, "values__orders": 3, "values__payments": 1,
+                                "values__shop_dot_items": 2}
     assert [n for n in w.run_tables() if layout.typed_topic(n)] == \
-        ["values__orders", "values__shop_dot_items"]
+        ["values__kinds", "values__orders", "values__payments", "values__shop_dot_items"]
 
     def typed(topic):
         rows = w.table(layout.typed_table_name(topic)).scan().to_arrow().to_pylist()
@@ -290,17 +434,27 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, sn
         {**v1, "dims": {"w": 2.0, "h": None}, "color": None, "kafka_offset": 0,
          "kafka_schema_id": 101},
         {**v2, "kafka_offset": 1, "kafka_schema_id": 102}]
-    order_id = {r["offset"]: r["value_schema_id"] for r in rows if r["topic"] == "orders"}
+    got_ids = {(r["topic"], r["offset"]): r["value_schema_id"] for r in rows}
+    order_id = {o: sid for (t, o), sid in got_ids.items() if t == "orders"}
     assert typed("orders") == [
         {**o, "tags": list(o["tags"].items()), "customer": o.get("customer"),
          "kafka_offset": i, "kafka_schema_id": order_id[i]}
         for i, o in enumerate([data.order_v1, data.order_v2, data.order_v2])]
-    incompatible = [f for f in tables.read_arrow(str(wh), "findings").to_pylist()
-                    if f["kind"] == typed_tables.INCOMPATIBLE]
+    assert {r.pop("kafka_offset"): (r.pop("kafka_schema_id"), comparable(r))
+            for r in typed("kinds")} == \
+        {o: (sid, comparable(row)) for o, (sid, row) in kinds.rows.items()}
+    assert typed("payments") == [{
+        "id": 2**40, "currency": "EUR", "token": b"\x01\x02", "state": "SETTLED",
+        "at": data.payment.at.ToDatetime(datetime.timezone.utc),
+        "lines": [{"sku": "x", "qty": 2}], "kafka_offset": 0,
+        "kafka_schema_id": got_ids[("payments", 0)]}]
+    incompatible = sorted((f for f in tables.read_arrow(str(wh), "findings").to_pylist()
+                           if f["kind"] == typed_tables.INCOMPATIBLE), key=lambda f: f["topic"])
     assert [(f["topic"], f["base_offset"], f["last_offset"]) for f in incompatible] == \
-        [("shop.items", 2, 2)]
-    assert "schema id 103" in incompatible[0]["message"] and \
-        "value.n changes type from int32 to string" in incompatible[0]["message"]
+        [("kinds", 3, 3), ("shop.items", 2, 2)]
+    assert "kinds.v1.Node, not kinds.v1.All" in incompatible[0]["message"]
+    assert "schema id 103" in incompatible[1]["message"] and \
+        "value.n changes type from int32 to string" in incompatible[1]["message"]
 
 
 def test_typed_table_names_round_trip_and_never_collide():
@@ -478,3 +632,81 @@ def test_json_schema_values_get_columns_too():
     typed, refused = typed_tables.rows_of(records, plan)
     row = typed.to_pylist()[0]
     assert refused == {} and row["at"] == AT and row["geo"] == {"lat": 1.5} and row["ref"] is None
+
+
+def kinds_registry(kinds, *extra) -> Registry:
+    return Registry.from_schemas_records(kinds.schemas + list(extra))
+
+
+def test_protobuf_descriptors_become_arrow_columns_and_versions_merge(kinds, tmp_path):
+    """Protobuf: the table's message is the file's first top-level message (All); each
+    field kind's column; v2 widens (top-level and nested); a version registered as .proto
+    text (as Java clients do) that changes a type is refused; a recursive message and a
+    change of map keys have no column form."""
+    v3 = KINDS_PROTO.replace("int32 i32 = 3;", "string i32 = 3;")
+    text = (json.dumps({"keytype": "SCHEMA", "subject": "kinds-value", "version": 3,
+                        "magic": 1}).encode(),
+            json.dumps({"subject": "kinds-value", "version": 3, "id": 150,
+                        "schemaType": "PROTOBUF", "schema": v3, "deleted": False}).encode())
+    registry = kinds_registry(kinds, text)
+    v1, v2 = kinds.ids
+    assert typed_tables.value_schema(registry, v1) == pa.schema(list(KINDS_COLUMNS))
+    cols, ok, bad = typed_tables.plan_schemas(registry, "kinds", None)
+    assert ok == {v1, v2} and list(bad) == [150]
+    assert "value.i32 changes type from int32 to string" in bad[150]
+    assert cols.names == KINDS_COLUMNS.names + ["added"]
+    assert cols.field("inner").type == pa.struct(list(INNER) + [("flag", pa.bool_())])
+    assert cols.field("by_id").type.item_type == cols.field("inner").type
+    _, spec, names = typed_tables.protobuf_plan(registry, v1)
+    assert names[typed_tables.TABLE_MESSAGE] == "kinds.v1.All" and names[(1,)] == "kinds.v1.Node"
+    assert names[(0, 0)] == "kinds.v1.All.Inner"
+    assert {n: d for n, _, d in spec} == KINDS_DEFAULTS
+    # the next run plans against the table as Iceberg gives it back (decimal, int map keys)
+    table = iceberg.Warehouse(str(tmp_path / "wh")).typed_table(
+        "values__kinds", pa.schema(list(typed_tables.LINEAGE) + list(cols)))
+    existing = pa.schema([f for f in table.schema().as_arrow()
+                          if f.name not in typed_tables.LINEAGE.names])
+    assert typed_tables.plan_schemas(registry, "kinds", existing) == (cols, ok, bad)
+    with pytest.raises(typed_tables.Untyped, match="recursive message kinds.v1.Node"):
+        typed_tables.protobuf_type(kinds.messages[3].DESCRIPTOR)
+    with pytest.raises(typed_tables.Untyped, match="map keys"):
+        typed_tables.merge(pa.map_(pa.int32(), pa.string()), pa.map_(pa.string(), pa.string()))
+
+
+def kinds_records(registry, log) -> pa.Table:
+    """The kinds segment as records rows (the columns the typed tables read), value columns
+    decoded as a task decodes them."""
+    cols, found = decoded_columns(registry, log)
+    assert found == []
+    raw = []
+    for name, batch in kafkalog.stream(str(log)):
+        if name == "records":
+            raw += batch.select(["offset", "timestamp", "value", "headers",
+                                 "batch_position"]).to_pylist()
+    return pa.Table.from_pylist([
+        {**r, **c, "topic": "kinds", "partition": 0, "segment": str(log),
+         "segment_base_offset": 0, "run_id": "r"} for r, c in zip(raw, cols)])
+
+
+def test_protobuf_rows_are_the_messages_serialized(kinds, snapshot):
+    """rows_of over what confluent-kafka's ProtobufSerializer wrote: each row equals the
+    message it was given, field by field (proto3 defaults filled where a field has no
+    presence, null where it has; uint64 max, int64 min, NaN and infinities, bytes, an
+    unknown enum number, a wrapper set to 0); a value named by a header is typed; the
+    second top-level message (indexes [1]) is refused with both messages named."""
+    registry = values.registry_for_run(None, discover(str(snapshot))[0])
+    cols, ok, bad = typed_tables.plan_schemas(registry, "kinds", None)
+    plan = typed_tables.TopicPlan("values__kinds", "", pa.schema(
+        list(typed_tables.LINEAGE) + list(cols)), ok, bad,
+        typed_tables.protobuf_specs(registry, ok))
+    assert plan.columns()[-2:] == ("value", "headers")
+    records = kinds_records(registry, snapshot / "kinds-0" / "00000000000000000000.log")
+    typed, refused = typed_tables.rows_of(records, plan)
+    got = {}
+    for r in typed.to_pylist():
+        lineage = {n: r.pop(n) for n in typed_tables.LINEAGE.names}
+        got[lineage["kafka_offset"]] = (lineage["kafka_schema_id"], comparable(r))
+    assert got == {o: (sid, comparable(row)) for o, (sid, row) in kinds.rows.items()}
+    node = refused[(0, kinds.ids[0])]
+    assert list(refused) == [(0, kinds.ids[0])] and node[:3] == [3, 3, 1]
+    assert "message indexes [1] name kinds.v1.Node, not kinds.v1.All" in node[6]

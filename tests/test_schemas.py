@@ -76,22 +76,28 @@ message Refund {
 """
 
 
-def proto_module():
-    """The messages of SHOP_PROTO, compiled by protoc (grpcio-tools) into a fresh pool."""
+def proto_classes(text: str, package: str, names, file: str = "shop.proto") -> dict:
+    """The messages ``names`` of .proto ``text``, compiled by protoc (grpcio-tools) into a
+    fresh pool."""
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
-        with open(os.path.join(tmp, "shop.proto"), "w") as f:
-            f.write(SHOP_PROTO)
+        with open(os.path.join(tmp, file), "w") as f:
+            f.write(text)
         include = str(importlib.resources.files("grpc_tools") / "_proto")
         assert protoc.main(["protoc", f"-I{tmp}", f"-I{include}", "--include_imports",
-                            f"--descriptor_set_out={tmp}/d.pb", "shop.proto"]) == 0
+                            f"--descriptor_set_out={tmp}/d.pb", file]) == 0
         with open(f"{tmp}/d.pb", "rb") as f:
             fds = descriptor_pb2.FileDescriptorSet.FromString(f.read())
     pool = descriptor_pool.DescriptorPool()
     for fdp in fds.file:
         pool.Add(fdp)
-    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"shop.v1.{n}"))
-            for n in ("Payment", "Refund", "Payment.Line")}
+    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{n}"))
+            for n in names}
+
+
+def proto_module():
+    """The messages of SHOP_PROTO."""
+    return proto_classes(SHOP_PROTO, "shop.v1", ("Payment", "Refund", "Payment.Line"))
 
 
 def schemas_records(client, subjects, deleted=(), hard_deleted=(), extra=()):

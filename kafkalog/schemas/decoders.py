@@ -358,6 +358,7 @@ def _protobuf(registry: Registry, schema: Schema) -> Decoder:
                                f"{err}") from err
         return MessageToDict(msg, preserving_proto_field_name=True)
 
+    decode.message_class = message_class  # the typed tables read the descriptors through it
     return decode
 
 
