@@ -207,9 +207,9 @@ def test_two_nights_and_manual_reprocess(dag, pipeline):
     assert iceberg.branch_name(run_id) not in published.refs()  # publish dropped the branch
     assert (wh / "data_docs" / token1 / "index.html").exists()
     # every table's asset has the run's event; the internal topics' and the typed tables
-    # through the alias, each one the publish moved (night 1 brings rows for all of them;
-    # shipments' Protobuf values get no typed table)
-    typed = {"values__clicks", "values__shop_dot_orders"}
+    # through the alias, each one the publish moved (night 1 brings rows for all of them:
+    # Avro, JSON Schema and Protobuf values)
+    typed = {"values__clicks", "values__shipments", "values__shop_dot_orders"}
     assert set(iceberg.Warehouse(str(wh)).typed_tables()) == typed
     assert asset_names(run_id) == {f"kafkalog.{n}" for n in
                                    {*TABLE_NAMES, *DERIVED_TABLES, *typed}}
@@ -238,11 +238,12 @@ def test_two_nights_and_manual_reprocess(dag, pipeline):
     assert verdict["fail"] == 0 and verdict["warn"] > 0 and verdict["pass"] > 0, verdict
     assert verdict["warned"]["offset_gaps"] == ["payments-1"], verdict
     assert asset_extra(run_id2)["verdict"] == verdict
-    # night 2 brings new offset commits and state files, but no group, transaction or
-    # cluster metadata records: no event for those three tables
+    # night 2 brings new offset commits, state files, orders and clicks, but no group,
+    # transaction or cluster metadata records and no new shipments: no event for those
     assert asset_names(run_id2) == {f"kafkalog.{n}" for n in
                                     {*TABLE_NAMES, *DERIVED_TABLES, *typed}} - {
-        "kafkalog.group_metadata", "kafkalog.transactions", "kafkalog.cluster_metadata"}
+        "kafkalog.group_metadata", "kafkalog.transactions", "kafkalog.cluster_metadata",
+        "kafkalog.values__shipments"}
     counts = {name: len(warehouse_rows(wh, name)) for name in ("records", "batches", "markers")}
 
     # (the same night again, same run id, is test_backfill's step 3: Airflow clears and
