@@ -203,9 +203,33 @@ def test_framing_stops_where_entries_stop_and_says_whether_more_follow():
     hole = batch("t-0", 0) + b"\x01" * 30 + batch("t-0", 1)
     f = replicas.frame(hole)
     assert (len(f.entries), f.end, f.rest) == (1, len(batch("t-0", 0)), True)
-    assert replicas.Framed.from_json(f.to_json()) == f
+    assert replicas.Framed.from_bytes(f.to_bytes()) == f  # how executors send it
+    assert replicas.Framed.from_bytes(replicas.frame(b"").to_bytes()).entries == ()
     # a kept range is cut at entry positions about split_bytes apart
     whole = replicas.frame(data)
     cuts = [e.position for e in whole.entries] + [len(data)]
     assert replicas.split_range(whole, 0, len(data), 1) == list(zip(cuts, cuts[1:]))
     assert replicas.split_range(whole, cuts[1], len(data), 10**6) == [(cuts[1], len(data))]
+
+
+def test_copies_that_agree_are_decided_on_arrays_as_batch_by_batch():
+    # three copies: split differently, one behind; the array path and the batch-by-batch
+    # path choose the same bytes; a diverged copy (or a damaged primary) leaves it to the
+    # batch-by-batch path
+    whole = [batch("t-0", i) for i in range(5)]
+    a = b"".join(whole)
+    cut = sum(map(len, whole[:2]))
+    datas = {seg("b1", 0, a): a, seg("b2", 0, a[:cut]): a[:cut],
+             seg("b2", 6, a[cut:]): a[cut:], seg("b3", 0, a[:cut]): a[:cut]}
+    segs = list(datas)
+    framed = {s.uri: replicas.frame(d) for s, d in datas.items()}
+    ranges, primary = replicas._copies_agree(segs, framed)
+    general = replicas._reconcile_entries(segs, framed)
+    assert (ranges, primary) == (general[0], general[3]) == ({segs[0].uri: [[0, len(a)]]}, "/s/b1")
+    assert general[1:3] == ([], False)
+    other = b"".join(whole[:3]) + batch("t-0", 3, tag="x") + whole[4]
+    framed[segs[0].uri] = replicas.frame(other)
+    assert replicas._copies_agree(segs, framed) is None
+    assert len(replicas.reconcile(segs, framed).divergences) == 1
+    framed[segs[0].uri] = replicas.frame(flip(a, 70))
+    assert replicas._copies_agree(segs, framed) is None

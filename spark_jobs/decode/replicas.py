@@ -32,12 +32,14 @@ not decoded, and has no ledger row.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import struct
 import zlib
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
 from crc32c import crc32c
 
@@ -74,23 +76,52 @@ class Entry(NamedTuple):
         return (self.first_offset, self.last_offset, self.crc, self.size)
 
 
-@dataclass(frozen=True)
-class Framed:
-    """A segment as :func:`frame` read it: its entries, where framing stopped (``end``:
-    the segment's size, or the start of bytes it could not frame) and whether an entry
-    that verifies lies past that point (``rest``)."""
+#: a framed entry's columns (:attr:`Framed.cols`; ``has_first`` 0: a legacy wrapper)
+COLUMNS = ("position", "size", "first_offset", "last_offset", "crc", "valid", "has_first")
+_FRAMED_HEAD = struct.Struct("<qqB")  # end, entries, rest (Framed.to_bytes)
 
-    entries: tuple
+
+@dataclass(frozen=True, eq=False)
+class Framed:
+    """A segment as :func:`frame` read it: its entries as an int64 array of
+    :data:`COLUMNS` (a row per entry: a snapshot's copies hold millions of batches, which
+    the driver compares as arrays), where framing stopped (``end``: the segment's size, or
+    the start of bytes it could not frame) and whether an entry that verifies lies past
+    that point (``rest``)."""
+
+    cols: np.ndarray
     end: int
     rest: bool
 
-    def to_json(self) -> str:
-        return json.dumps([list(map(list, self.entries)), self.end, self.rest])
+    @classmethod
+    def of(cls, entries, end: int, rest: bool) -> "Framed":
+        rows = [(e.position, e.size, 0 if e.first_offset is None else e.first_offset,
+                 e.last_offset, e.crc, e.valid, e.first_offset is not None) for e in entries]
+        return cls(np.array(rows, dtype=np.int64).reshape(-1, len(COLUMNS)), end, rest)
+
+    def col(self, name: str) -> np.ndarray:
+        return self.cols[:, COLUMNS.index(name)]
+
+    @functools.cached_property
+    def entries(self) -> tuple:
+        """The entries as :class:`Entry` tuples (the general reconciliation path)."""
+        return tuple(Entry(p, n, f if h else None, last, crc, bool(v))
+                     for p, n, f, last, crc, v, h in self.cols.tolist())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Framed) and (self.end, self.rest) == (other.end, other.rest) \
+            and np.array_equal(self.cols, other.cols)
+
+    def to_bytes(self) -> bytes:
+        return _FRAMED_HEAD.pack(self.end, len(self.cols), self.rest) + \
+            np.ascontiguousarray(self.cols, dtype="<i8").tobytes()
 
     @classmethod
-    def from_json(cls, text: str) -> "Framed":
-        entries, end, rest = json.loads(text)
-        return cls(tuple(Entry(*(e[:5]), bool(e[5])) for e in entries), end, rest)
+    def from_bytes(cls, data: bytes) -> "Framed":
+        end, n, rest = _FRAMED_HEAD.unpack_from(data)
+        cols = np.frombuffer(data, dtype="<i8", offset=_FRAMED_HEAD.size,
+                             count=n * len(COLUMNS)).astype(np.int64).reshape(n, len(COLUMNS))
+        return cls(cols, end, bool(rest))
 
 
 def frame(source, byte_range=None) -> Framed:
@@ -114,16 +145,16 @@ def frame(source, byte_range=None) -> Framed:
                 (crc,) = _U32.unpack_from(buf, pos + v2.CRC_OFFSET)
                 valid = crc32c(buf[pos + v2.ATTRIBUTES_OFFSET:end]) == crc
                 (delta,) = _I32.unpack_from(buf, pos + v2.LAST_OFFSET_DELTA_OFFSET)
-                first, last = offset, offset + delta
+                out.append((base + pos, end - pos, offset, offset + delta, crc, valid, True))
             else:
                 (crc,) = _U32.unpack_from(buf, pos + legacy.CRC_OFFSET)
                 valid = zlib.crc32(buf[pos + legacy.MAGIC_OFFSET:end]) == crc
                 compressed = buf[pos + legacy.ATTRIBUTES_OFFSET] & legacy.CODEC_MASK
-                first, last = (None if compressed else offset), offset
-            out.append(Entry(base + pos, end - pos, first, last, crc, valid))
+                out.append((base + pos, end - pos, offset, offset, crc, valid, not compressed))
             pos = end
         rest = pos < n and kafkalog.first_entry(buf[pos:]) is not None
-        return Framed(tuple(out), base + pos, rest)
+        cols = np.array(out, dtype=np.int64).reshape(-1, len(COLUMNS))
+        return Framed(cols, base + pos, rest)
 
 
 def frame_segment(seg: Segment, s3) -> Framed:
@@ -165,18 +196,18 @@ def frame_all(spark, segments: list[Segment], s3) -> dict[str, Framed | None]:
                 seg = Segment(**{k: tuple(tuple(p) for p in v) if k == "index_pins" else v
                                  for k, v in json.loads(specs[i]).items()})
                 try:
-                    out.append(frame_segment(seg, s3).to_json())
+                    out.append(frame_segment(seg, s3).to_bytes())
                 except (storage.StorageError, OSError, kafkalog.KafkaLogError):
-                    out.append("null")
-            yield pa.RecordBatch.from_arrays([pa.array(out, pa.string())], names=["framed"])
+                    out.append(None)
+            yield pa.RecordBatch.from_arrays([pa.array(out, pa.binary())], names=["framed"])
 
     # framing reads at GB/s: one Spark task per core (each costs more than framing a
     # segment), not one per segment
     parts = min(len(specs), spark.sparkContext.defaultParallelism)
     rows = spark.range(0, len(specs), 1, numPartitions=parts) \
-        .mapInArrow(run, "framed string").collect()
+        .mapInArrow(run, "framed binary").collect()
     # mapInArrow keeps the range's order within and across partitions
-    return {s.uri: (None if r.framed == "null" else Framed.from_json(r.framed))
+    return {s.uri: (None if r.framed is None else Framed.from_bytes(bytes(r.framed)))
             for s, r in zip(segments, rows)}
 
 
@@ -193,6 +224,75 @@ class Choice:
 def reconcile(segs: list[Segment], framed: dict[str, Framed]) -> Choice:
     """The byte ranges of one topic-partition's copies to decode: each batch once
     (module docstring), with the divergences between copies."""
+    found = _copies_agree(segs, framed)
+    if found is not None:  # the common case, decided on arrays
+        ranges, primary = found
+        divergences, pending = [], False
+    else:
+        ranges, divergences, pending, primary = _reconcile_entries(segs, framed)
+    for s in segs:
+        f = framed[s.uri]
+        if f.end < s.size and (f.rest or copy_of(s.uri) == primary):
+            # bytes framing could not read: the primary's are decoded for their findings
+            # (a torn tail); another copy's only where entries follow them (then they
+            # may repeat chosen offsets: deduplicate)
+            pending = pending or f.rest
+            spans = ranges.setdefault(s.uri, [])
+            if spans and spans[-1][1] == f.end:
+                spans[-1][1] = s.size
+            else:
+                spans.append([f.end, s.size])
+    return Choice({u: [tuple(r) for r in rs] for u, rs in ranges.items()}, divergences,
+                  pending, primary)
+
+
+def _rank(copy: str, count: int, last: int) -> tuple:
+    """The primary copy sorts first: the one reaching the highest offset, then the one
+    with most batches."""
+    return (-last, -count, copy)
+
+
+def _copies_agree(segs: list[Segment], framed: dict[str, Framed]):
+    """``(ranges, primary)`` when every batch of every other copy is one of the primary
+    copy's (same offsets, CRC and size), the primary's batches all verify and follow one
+    another without overlap (no legacy wrapper): then the primary is decoded whole and the
+    others are framed only, as :func:`_reconcile_entries` would decide one batch at a
+    time; None otherwise (that general path decides)."""
+    by_copy: dict[str, list[Segment]] = {}
+    for s in sorted(segs, key=lambda s: (s.base_offset, s.uri)):
+        by_copy.setdefault(copy_of(s.uri), []).append(s)
+    arrays = {c: np.concatenate([framed[s.uri].cols for s in ss]) for c, ss in by_copy.items()}
+    first, last, size, crc, valid, has_first = (COLUMNS.index(n) for n in (
+        "first_offset", "last_offset", "size", "crc", "valid", "has_first"))
+    if any(len(a) == 0 or not a[:, has_first].all() for a in arrays.values()):
+        return None
+    primary = min(arrays, key=lambda c: _rank(c, len(arrays[c]), int(arrays[c][:, last].max())))
+    p = arrays[primary]
+    if not p[:, valid].all() or (len(p) > 1 and not (p[1:, first] > p[:-1, last]).all()):
+        return None
+    for c, o in arrays.items():
+        if c == primary:
+            continue
+        i = np.minimum(np.searchsorted(p[:, first], o[:, first]), len(p) - 1)
+        q = p[i]
+        if not ((q[:, first] == o[:, first]) & (q[:, last] == o[:, last])
+                & (q[:, crc] == o[:, crc]) & (q[:, size] == o[:, size])).all():
+            return None
+    ranges = {}
+    pos, n = COLUMNS.index("position"), COLUMNS.index("size")
+    for s in by_copy[primary]:
+        cols = framed[s.uri].cols
+        if not len(cols):
+            continue
+        starts, ends = cols[:, pos], cols[:, pos] + cols[:, n]
+        breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+        ranges[s.uri] = [[int(a), int(b)] for a, b in zip(starts[np.r_[0, breaks]],
+                                                          ends[np.r_[breaks - 1, len(cols) - 1]])]
+    return ranges, primary
+
+
+def _reconcile_entries(segs: list[Segment], framed: dict[str, Framed]):
+    """``(ranges, divergences, pending, primary)`` decided batch by batch."""
     copies: dict[str, list[tuple[Segment, Entry]]] = {}
     for s in sorted(segs, key=lambda s: (s.base_offset, s.uri)):
         prev_last = None
@@ -206,10 +306,8 @@ def reconcile(segs: list[Segment], framed: dict[str, Framed]) -> Choice:
             entries.append((s, e))
             prev_last = e.last_offset
 
-    def rank(copy):
-        es = copies[copy]
-        return (-max((e.last_offset for _, e in es), default=-1), -len(es), copy)
-    order = sorted(copies, key=rank)
+    order = sorted(copies, key=lambda c: _rank(c, len(copies[c]), max(
+        (e.last_offset for _, e in copies[c]), default=-1)))
     chosen = _Kept()
     divergences, reported, pending = [], set(), False
     for sound in (True, False):  # a copy whose CRC verifies before one that does not
@@ -239,21 +337,7 @@ def reconcile(segs: list[Segment], framed: dict[str, Framed]) -> Choice:
             spans[-1][1] = e.position + e.size
         else:
             spans.append([e.position, e.position + e.size])
-    primary = order[0] if order else ""
-    for s in segs:
-        f = framed[s.uri]
-        if f.end < s.size and (f.rest or copy_of(s.uri) == primary):
-            # bytes framing could not read: the primary's are decoded for their findings
-            # (a torn tail); another copy's only where entries follow them (then they
-            # may repeat chosen offsets: deduplicate)
-            pending = pending or f.rest
-            spans = ranges.setdefault(s.uri, [])
-            if spans and spans[-1][1] == f.end:
-                spans[-1][1] = s.size
-            else:
-                spans.append([f.end, s.size])
-    return Choice({u: [tuple(r) for r in rs] for u, rs in ranges.items()}, divergences,
-                  pending, primary)
+    return ranges, divergences, pending, (order[0] if order else "")
 
 
 class _Kept:
@@ -303,10 +387,14 @@ def _divergence(seg: Segment, e: Entry, kept_seg: Segment, kept: Entry) -> dict:
 def split_range(framed: Framed, start: int, end: int, split_bytes: int) -> list[tuple[int, int]]:
     """``[start, end)`` cut at entry positions about ``split_bytes`` apart (the framing
     knows every entry, so no ``.index`` is needed)."""
+    positions = framed.col("position")
+    inside = positions[(positions > start) & (positions < end)]
     points = [start]
-    for e in framed.entries:
-        if start < e.position < end and e.position - points[-1] >= split_bytes:
-            points.append(e.position)
+    while True:  # the first entry at least split_bytes past the last cut, cut after cut
+        i = np.searchsorted(inside, points[-1] + split_bytes)
+        if i >= len(inside):
+            break
+        points.append(int(inside[i]))
     return list(zip(points, points[1:] + [end]))
 
 
@@ -329,13 +417,14 @@ def replan(tasks: list[Task], groups: dict[tuple, list[Segment]],
         if any(framed.get(s.uri) is None for s in segs) or any(t.mode != "decode" for t in mine):
             continue
         choice = reconcile(segs, framed)
-        first = min((e.first_offset for f in (framed[s.uri] for s in segs)
-                     for e in f.entries if e.first_offset is not None), default=None)
+        firsts = [f.col("first_offset")[f.col("has_first") == 1]
+                  for f in (framed[s.uri] for s in segs)]
+        first = min((int(a.min()) for a in firsts if len(a)), default=None)
         # bytes framing could not read that are decoded may hold any offset above
+        lasts = [framed[s.uri].col("last_offset") for s in segs]
         last = None if any(framed[s.uri].end < s.size and s.uri in choice.ranges
                            for s in segs) else \
-            max((e.last_offset for f in (framed[s.uri] for s in segs) for e in f.entries),
-                default=None)
+            max((int(a.max()) for a in lasts if len(a)), default=None)
         pending = choice.pending or (first is not None and any(
             meets((first, last), r) for r in published.get(tp, ()))) or (
             first is None and bool(published.get(tp)))
