@@ -369,6 +369,42 @@ cdef enum:
     CONTROL_FLAG_MASK = 0x20
     DELETE_HORIZON_FLAG_MASK = 0x40
 
+def frame_v2(const uint8_t[::1] buf, Py_ssize_t pos, int64_t base, int64_t max_size,
+             int64_t[:, ::1] out):
+    """Frame consecutive v2 batches of ``buf`` from ``pos`` (spark_jobs/decode/replicas.py's
+    ``frame``, its pure-Python twin, decides everything else): per batch, a row of ``out``
+    (position + ``base``, size, first offset, last offset, stored CRC, CRC verifies, 1).
+    Stops at the first entry that is not a plausible, complete v2 batch, or when ``out``
+    is full; returns ``(rows written, position reached)``."""
+    cdef Py_ssize_t n = buf.shape[0], rows = 0, cap = out.shape[0]
+    cdef const uint8_t* d = &buf[0] if n else NULL
+    cdef int64_t size, end, first, delta
+    cdef int64_t top = 0x7FFFFFFFFFFFFFFF
+    cdef uint32_t crc
+    with nogil:
+        while rows < cap and n - pos > MAGIC_OFFSET and d[pos + MAGIC_OFFSET] == 2:
+            size = kl_be32(d + pos + LENGTH_OFFSET)
+            end = pos + LOG_OVERHEAD + size
+            if size < MIN_LENGTH or size > max_size or end > n:
+                break
+            first = kl_be64(d + pos + BASE_OFFSET_OFFSET)
+            delta = kl_be32(d + pos + LAST_OFFSET_DELTA_OFFSET)
+            if (delta > 0 and first > top - delta) or (delta < 0 and first < -top - 1 - delta):
+                break  # the last offset leaves int64: Python's twin decides
+            crc = <uint32_t>kl_be32(d + pos + CRC_OFFSET)
+            out[rows, 0] = base + pos
+            out[rows, 1] = end - pos
+            out[rows, 2] = first
+            out[rows, 3] = first + delta
+            out[rows, 4] = crc
+            out[rows, 5] = kl_crc32c(d + pos + ATTRIBUTES_OFFSET,
+                                     <size_t>(end - pos - ATTRIBUTES_OFFSET), 0) == crc
+            out[rows, 6] = 1
+            rows += 1
+            pos = end
+    return rows, pos
+
+
 V2_LAYOUT = {
     "BASE_OFFSET_OFFSET": BASE_OFFSET_OFFSET, "LENGTH_OFFSET": LENGTH_OFFSET,
     "PARTITION_LEADER_EPOCH_OFFSET": PARTITION_LEADER_EPOCH_OFFSET, "MAGIC_OFFSET": MAGIC_OFFSET,

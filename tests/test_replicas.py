@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from segments import kp_v2
+import kafkalog
+
+from paths import pure_python
+from segments import kp_legacy, kp_v2
 from spark_jobs import decode as job
 from spark_jobs import tables
 from spark_jobs.decode import replicas
@@ -233,3 +236,32 @@ def test_copies_that_agree_are_decided_on_arrays_as_batch_by_batch():
     assert len(replicas.reconcile(segs, framed).divergences) == 1
     framed[segs[0].uri] = replicas.frame(flip(a, 70))
     assert replicas._copies_agree(segs, framed) is None
+
+
+@pytest.mark.skipif(not kafkalog._accel.ACCELERATED, reason="the compiled path is not built")
+def test_compiled_framing_is_the_pure_framing():
+    # runs of v2 batches are framed in C (kafkalog._speedups.frame_v2), the rest in Python:
+    # the same entries, end and rest on v2 runs around legacy entries, a damaged batch, a
+    # batch whose last offset would leave int64 (its base offset is outside the CRC), a
+    # torn tail and garbage
+    v2s = [batch("t-0", i) for i in range(4)]
+    near_top = bytearray(batch("t-0", 0))
+    struct.pack_into(">q", near_top, 0, (1 << 63) - 1)
+    inputs = [
+        b"".join(v2s),
+        kp_legacy(1, 0, [b"a", b"b"], offset=0) + b"".join(v2s[1:]) + kp_legacy(1, 1, [b"c" * 50] * 3, offset=12),
+        flip(b"".join(v2s), 80),
+        b"".join(v2s[:2]) + bytes(near_top) + v2s[3],
+        b"".join(v2s)[:-7],
+        v2s[0] + b"\x01" * 40 + v2s[1],
+        b"",
+    ]
+    for data in inputs:
+        with pure_python(True):
+            pure = replicas.frame(data)
+        with pure_python(False):
+            fast = replicas.frame(data)
+        assert fast == pure and fast.entries == pure.entries, data[:20]
+    assert len(replicas.frame(inputs[1]).entries) == 2 + 3 + 1
+    assert [e.valid for e in replicas.frame(inputs[2]).entries] == [False, True, True, True]
+    assert len(replicas.frame(inputs[3]).entries) == 2  # framing stops at the impossible batch
