@@ -654,10 +654,13 @@ def report(out: Path, results: list[dict]) -> int:
     wh = warehouse(out)
     print(f"\nIceberg tables (catalog {wh.catalog_name!r}, namespace {wh.namespace!r}; "
           f"configuration {out / '.pyiceberg.yaml'}):")
-    for name in (n for n in ALL_NAMES if n in counts):
-        print(f"  {wh.namespace}.{name:<16} {counts[name]:>6} rows")
-    for name in sorted(n for n in counts if typed_topic(n) is not None):
-        print(f"  {wh.namespace}.{name:<16} {counts[name]:>6} rows  "
+    fixed = [n for n in ALL_NAMES if n in counts]
+    typed = sorted(n for n in counts if typed_topic(n) is not None)
+    width = max(map(len, fixed + typed))
+    for name in fixed:
+        print(f"  {wh.namespace}.{name:<{width}} {counts[name]:>6} rows")
+    for name in typed:
+        print(f"  {wh.namespace}.{name:<{width}} {counts[name]:>6} rows  "
               f"(typed: {typed_topic(name)}'s values)")
     print("  records by topic: " + ", ".join(f"{t}={n}" for t, n in counts["records_by_topic"].items()))
     from kafkalog_pipeline.demo_schemas import value_lines

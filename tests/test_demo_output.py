@@ -175,7 +175,8 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
     assert len(queries) == 1 and "{'" not in text  # one query; no Python dict of counts
     assert "  kafka.values__shop_dot_orders      1 rows  (typed: shop.orders's values)" \
         in text.splitlines()
-    assert "  kafka.values__shipments      4 rows  (typed: shipments's values)" in text.splitlines()
+    assert "  kafka.values__shipments            4 rows  (typed: shipments's values)" \
+        in text.splitlines()  # the names in one column
 
     # the query, pasted into a shell from another directory, lists the problems of both runs
     proc = subprocess.run(["bash", "-c", queries[0]], capture_output=True, text=True, cwd="/",
