@@ -173,7 +173,6 @@ def _write_rows(writer, rows: dict[str, list[dict]], findings: list[dict], count
         counts["findings"] = counts.get("findings", 0) + len(fs)
 
 
-_OUT = "table string, file string, rows bigint"
 
 
 def derive_records(spark, ctx, roots: dict, paths: list[str]) -> tuple[dict, dict]:
@@ -201,13 +200,26 @@ def derive_records(spark, ctx, roots: dict, paths: list[str]) -> tuple[dict, dic
         files = writer.commit()
         out = [(t, f, None) for t, fs in files.items() for f in fs]
         out += [(t, None, n) for t, n in counts.items()]
-        yield pa.RecordBatch.from_pylist(
-            [{"table": t, "file": f, "rows": n} for t, f, n in out],
-            schema=pa.schema([("table", pa.string()), ("file", pa.string()), ("rows", pa.int64())]))
+        yield pa.RecordBatch.from_pylist([{"table": t, "file": f, "rows": n} for t, f, n in out],
+                                         schema=FILE_ROWS)
+
+    return map_files(spark, paths, task)
+
+
+#: what a task of :func:`map_files` yields: a data file it wrote (``rows`` null) or a
+#: table's row count (``file`` null)
+FILE_ROWS = pa.schema([("table", pa.string()), ("file", pa.string()), ("rows", pa.int64())])
+
+
+def map_files(spark, paths: list[str], task) -> tuple[dict, dict]:
+    """Run ``task`` (a mapInArrow function over batches of a ``path`` column, yielding
+    :data:`FILE_ROWS`) over ``paths`` on the executors, a few paths a task; ``({table:
+    [data files]}, {table: rows})``. The derived and the typed tables are written so."""
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     df = spark.createDataFrame([(p,) for p in paths], "path string")
     out = df.repartition(min(len(paths), spark.sparkContext.defaultParallelism * 2)) \
-        .mapInArrow(task, _OUT).collect()
+        .mapInArrow(task, from_arrow_schema(FILE_ROWS)).collect()
     files: dict[str, list[str]] = {}
     counts: dict[str, int] = {}
     for r in out:

@@ -44,6 +44,7 @@ from kafkalog.schemas import VALUE_SCHEMA_HEADER, wire_header
 from kafkalog.schemas.registry import AVRO, JSON, PROTOBUF
 from kafkalog.schemas.wire import WireFormatError, read_message_indexes, schema_ref
 from spark_jobs import layout, schemas, storage
+from spark_jobs.internal_tables import FILE_ROWS, map_files
 
 #: the lineage columns each typed row starts with (prefixed: a value field may be ``offset``)
 LINEAGE = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32()),
@@ -594,7 +595,6 @@ def topic_of(path: str) -> str | None:
     return None
 
 
-_OUT = "table string, file string, rows bigint"
 
 
 def derive(spark, ctx, wh, record_files: list[str], registry) -> tuple[dict, dict]:
@@ -662,21 +662,9 @@ def derive(spark, ctx, wh, record_files: list[str], registry) -> tuple[dict, dic
         rows = [{"table": t, "file": f, "rows": n} for t, f, n in out]
         rows += [{"table": "findings", "file": f, "rows": None} for f in files.get("findings", [])]
         rows += [{"table": "findings", "file": None, "rows": len(findings)}] if findings else []
-        yield pa.RecordBatch.from_pylist(
-            rows, schema=pa.schema([("table", pa.string()), ("file", pa.string()),
-                                    ("rows", pa.int64())]))
+        yield pa.RecordBatch.from_pylist(rows, schema=FILE_ROWS)
 
-    df = spark.createDataFrame([(p,) for p in paths], "path string")
-    got = df.repartition(min(len(paths), spark.sparkContext.defaultParallelism * 2)) \
-        .mapInArrow(task, _OUT).collect()
-    files: dict[str, list[str]] = {}
-    counts: dict[str, int] = {}
-    for r in got:
-        if r.file is not None:
-            files.setdefault(r.table, []).append(r.file)
-        if r.rows is not None:
-            counts[r.table] = counts.get(r.table, 0) + r.rows
-    return files, counts
+    return map_files(spark, paths, task)
 
 
 __all__ = ["INCOMPATIBLE", "LINEAGE", "TABLE_MESSAGE", "TYPED_FORMATS", "TopicPlan", "Untyped",
