@@ -146,16 +146,20 @@ def _decode_and_write_piece(spec: tuple[str, str]) -> int:
     PartWriter (its encoding thread) into local data folders. No index checks, no
     ledger row, no Spark: the floor of what a task must do."""
     import kafkalog
-    from spark_jobs.decode import writing
+    from spark_jobs.decode import values, writing
     from spark_jobs.decode.planning import Task
 
     task_json, out = spec
     task, ctx = Task.from_json(task_json), _peer_context(out)
     writer = writing.PartWriter(ctx, f"p{task.task:05d}", ctx.roots)
+    # the records table's value columns (issue 20): the job adds them to every batch; the
+    # bench snapshot has no _schemas, so they are the byte test and null columns
+    value_decoder = values.ValueDecoder(ctx.registry, ctx.max_raw, task.topic)
     rows = 0
     for name, batch in kafkalog.stream(task.uri, byte_range=(task.start, task.end),
                                        dictionary=True):
         if name == "records":
+            batch = values.with_columns(batch, value_decoder.columns(batch))
             out_rows = writing.lineage(batch, "records", task, ctx)
             writing.records_out(writer, out_rows, task.topic)
             rows += out_rows.num_rows
