@@ -268,7 +268,7 @@ def table_counts(out: Path) -> dict:
     for name in (n for n in ALL_NAMES if n in TABLES or wh.load(n) is not None):
         counts[name] = read_arrow(wh, name, columns=("run_id",)).num_rows
     # the typed per-topic tables (docs/tables.md): their columns are the topics' own
-    for name in (n for n in wh.run_tables() if typed_topic(n) is not None):
+    for name in wh.typed_tables():
         counts[name] = len(wh.table(name).scan(selected_fields=("run_id",)).to_arrow())
     topics = read_arrow(wh, "records", columns=("topic",)).column("topic")
     counts["records_by_topic"] = {r["values"]: r["counts"]

@@ -406,10 +406,9 @@ class Warehouse:
                 pass
             return self.table(name)
         for attempt in range(COMMIT_ATTEMPTS):
-            have = {f.name for f in table.schema().as_arrow()}
-            nested = table.schema().as_arrow()
-            if all(f.name in have for f in schema) and \
-                    all(_covers(nested.field(f.name).type, f.type) for f in schema):
+            have = table.schema().as_arrow()
+            if all(f.name in have.names and _covers(have.field(f.name).type, f.type)
+                   for f in schema):
                 return table
             try:
                 with table.transaction() as tx:

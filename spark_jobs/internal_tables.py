@@ -173,8 +173,6 @@ def _write_rows(writer, rows: dict[str, list[dict]], findings: list[dict], count
         counts["findings"] = counts.get("findings", 0) + len(fs)
 
 
-
-
 def derive_records(spark, ctx, roots: dict, paths: list[str]) -> tuple[dict, dict]:
     """Decode the internal-topic records files ``paths`` on the executors into the
     derived tables' data files (``roots``: table -> data folder, findings included).

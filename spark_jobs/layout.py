@@ -129,7 +129,7 @@ def read_manifest(data: bytes, where: str) -> list[dict]:
 
 
 #: typed per-topic tables (issue 20, docs/tables.md "Typed tables"): one table per topic whose
-#: values carry an Avro or JSON Schema schema, named ``values__<escaped topic>`` in the namespace.
+#: values carry an Avro, JSON Schema or Protobuf schema, named ``values__<escaped topic>`` in the namespace.
 #: A topic may hold ``.`` (Iceberg's namespace separator) and ``_``; the escaping is a
 #: prefix-free code, so it is reversible and two topics never share a table (Kafka's own
 #: ``a.b`` / ``a_b`` metric clash does not happen here): ``_`` -> ``__``, ``.`` -> ``_dot_``;

@@ -175,7 +175,7 @@ def main(argv=None, spark=None) -> dict:
             bases[name] = wh.begin_table(name, args.run_id)
         if name in bases:
             wh.commit_files(name, args.run_id, derived.get(name, []), chunk_id=args.chunk_id)
-    made = wh.run_tables() if registry is not None else ()  # with typed tables made just now
+    made = wh.typed_tables() if registry is not None else ()  # with those made just now
     for name in sorted({n for n in (*typed, *bases, *made) if layout.typed_topic(n) is not None}):
         if name not in bases:  # made (or first written) by this run
             bases[name] = wh.begin_table(name, args.run_id)
