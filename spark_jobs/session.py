@@ -13,6 +13,11 @@ DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.adaptive.enabled": "true",
+    # one pool of Python workers for RDD tasks (the decode job's) and SQL's Arrow UDFs:
+    # with simplified tracebacks SQL's workers get an environment of their own, hence
+    # workers of their own, which import everything again (a UDF's error shows its
+    # whole traceback instead)
+    "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
 }
 
 
