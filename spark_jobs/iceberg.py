@@ -209,11 +209,25 @@ _PASSWORD = re.compile(r"(://[^/:@\s]*:)[^@/\s]+@")
 
 
 def _read_config(path: str) -> dict:
+    """The catalogs a ``.pyiceberg.yaml`` defines, parsed once per version of the file
+    (a job asks for its catalog dozens of times, and strictyaml takes ~4 ms a parse)."""
     import strictyaml
 
-    with open(path) as f:
-        doc = strictyaml.load(f.read()).data
-    return {k.lower(): v for k, v in (doc.get("catalog") or {}).items()}
+    st = os.stat(path)
+    version = (st.st_ino, st.st_mtime_ns, st.st_size)  # write_config renames: a new inode
+    with _CONFIGS_LOCK:
+        seen, found = _CONFIGS.get(path, (None, None))
+    if seen != version:
+        with open(path) as f:
+            doc = strictyaml.load(f.read()).data
+        found = {k.lower(): v for k, v in (doc.get("catalog") or {}).items()}
+        with _CONFIGS_LOCK:
+            _CONFIGS[path] = (version, found)
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in found.items()}
+
+
+_CONFIGS: dict = {}  # path -> ((inode, mtime_ns, size), catalogs)
+_CONFIGS_LOCK = threading.Lock()
 
 
 _CATALOGS: dict = {}
@@ -507,7 +521,8 @@ class Warehouse:
                 _backoff(attempt)
                 continue
             reset = False
-            inherited = [f for f in live_files(table.refresh(), main_id) if is_run_file(f.file_path, run_id)]
+            # the commit updated ``table`` in place (pyiceberg's Table._do_commit)
+            inherited = [f for f in live_files(table, main_id) if is_run_file(f.file_path, run_id)]
             if inherited:
                 self._commit(name, branch, remove=lambda p: is_run_file(p, run_id), add=[],
                              summary={RUN_ID: run_id, STAGE: "staged", "kafkalog.step": "begin"})
@@ -546,7 +561,8 @@ class Warehouse:
         summary = {k: str(v) for k, v in summary.items()}
         summary.setdefault(ROWS, str(sum(f.record_count for f in added)))
         for attempt in range(COMMIT_ATTEMPTS):
-            table = self.table(name)
+            if attempt:  # the first try uses the table just loaded, later ones load it again
+                table = self.table(name)
             head = table.refs()[ref].snapshot_id if ref in table.refs() else None
             if parent is not None and head != parent:
                 raise CommitFailedException(f"{ref} moved from {parent} to {head}")
@@ -565,7 +581,7 @@ class Warehouse:
                     raise
                 _backoff(attempt)
                 continue
-            return self.table(name).refs()[ref].snapshot_id
+            return table.refs()[ref].snapshot_id  # the commit updated ``table`` in place
         raise CatalogError(f"{name}: could not commit to {ref} after {COMMIT_ATTEMPTS} tries")
 
     def staged_snapshot(self, name: str, run_id: str) -> int | None:
@@ -626,47 +642,50 @@ class Warehouse:
                 return {name: "published" for name in names}
             raise NothingStaged(f"run {run_id!r} has no branch {branch} and nothing published "
                                 f"in catalog {self.catalog_name!r}: nothing to publish")
+        # each step's first try uses the table as loaded above (or as its last commit left
+        # it: pyiceberg updates the Table in place); a lost compare-and-swap loads it again
         if not marked:  # from here on, the publish is completed by whoever comes next
-            self._mark(names[0], run_id, True)
+            tables[names[0]] = self._mark(names[0], run_id, True, tables[names[0]])
         out = {}
         for name in names:
             try:
-                out[name] = self._publish_table(name, run_id)
+                out[name] = self._publish_table(name, run_id, tables[name])
             except ConflictError:
                 if all(action == "nothing" for action in out.values()):
                     self._mark(names[0], run_id, False)  # nothing of it reached main
                 raise
         for name in names:  # only once every table is on main: a crash before leaves them
-            self._drop_branch(name, branch)
-        self._mark(names[0], run_id, False)
+            tables[name] = self._drop_branch(name, branch, tables[name])
+        self._mark(names[0], run_id, False, tables[names[0]])
         return out
 
-    def _mark(self, name: str, run_id: str, on: bool) -> None:
-        """Set (``on``) or remove run ``run_id``'s publish marker on table ``name``."""
+    def _mark(self, name: str, run_id: str, on: bool, table=None):
+        """Set (``on``) or remove run ``run_id``'s publish marker on table ``name``
+        (``table``: as just loaded, for the first try); returns the table as it left it."""
         from pyiceberg.exceptions import CommitFailedException
 
         key = publishing_key(run_id)
         for attempt in range(COMMIT_ATTEMPTS):
-            table = self.table(name)
+            table = self.table(name) if table is None or attempt else table
             if (key in table.properties) == on:
-                return
+                return table
             try:
                 with table.transaction() as tx:
                     if on:
                         tx.set_properties(**{key: run_id})
                     else:
                         tx.remove_properties(key)
-                return
+                return table
             except CommitFailedException:
                 _backoff(attempt)
         raise CatalogError(f"{name}: could not {'set' if on else 'remove'} {key}")
 
-    def _publish_table(self, name: str, run_id: str) -> str:
+    def _publish_table(self, name: str, run_id: str, table=None) -> str:
         from pyiceberg.exceptions import CommitFailedException
 
         branch = branch_name(run_id)
         for attempt in range(COMMIT_ATTEMPTS):
-            table = self.table(name)
+            table = self.table(name) if table is None or attempt else table
             ref = table.refs().get(branch)
             if ref is None:
                 return "published" if published_snapshot(table, run_id) is not None else "nothing"
@@ -695,16 +714,18 @@ class Warehouse:
                 _backoff(attempt)
         raise CatalogError(f"{name}: could not publish run {run_id!r} after {COMMIT_ATTEMPTS} tries")
 
-    def _drop_branch(self, name: str, branch: str) -> None:
+    def _drop_branch(self, name: str, branch: str, table=None):
+        """Drop ``branch`` of table ``name`` (``table``: as just loaded, for the first
+        try); returns the table as it left it (None: it could not)."""
         from pyiceberg.exceptions import CommitFailedException
 
         for attempt in range(COMMIT_ATTEMPTS):
-            table = self.table(name)
+            table = self.table(name) if table is None or attempt else table
             if branch not in table.refs():
-                return
+                return table
             try:
                 table.manage_snapshots().remove_branch(branch).commit()
-                return
+                return table
             except CommitFailedException:
                 _backoff(attempt)
 

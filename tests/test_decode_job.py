@@ -796,3 +796,18 @@ def test_contract_command_from_a_bare_shell(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1])["records"] == 15
     assert len(got_records(tmp_path / "wh")) == 15
+
+
+def test_a_changed_catalog_file_is_read_again(tmp_path):
+    """The warehouse's ``.pyiceberg.yaml`` is parsed once per version of the file (a job
+    asks for its catalog dozens of times): a file changed since is read again."""
+    root = str(tmp_path / "wh")
+    props = iceberg.catalog_properties(root)  # writes the embedded default down
+    conf = tmp_path / "wh" / iceberg.CONFIG_FILE
+    assert iceberg.catalog_properties(root) == props
+    props["uri"] = "changed"  # a caller's copy: the next caller gets the file's values
+    assert iceberg.catalog_properties(root)["uri"] != "changed"
+    conf.write_text(conf.read_text().replace(f"  {iceberg.DEFAULT_CATALOG}:", "  other:"))
+    with pytest.raises(iceberg.CatalogError, match="defines no catalog named"):
+        iceberg.catalog_properties(root)
+    assert iceberg.catalog_properties(root, "other")["type"] == "sql"
