@@ -208,6 +208,16 @@ def test_reruns_and_overlapping_snapshots_add_no_duplicates(spark, tmp_path):
     assert s3r["actions"] == {"decoded": 2} and s3r["pending_partitions"] == 1
     assert s3r["divergences"] == 0
     assert sorted(got_records(wh)) == sorted(want)
+    # a backfill of a snapshot whose segment is published as it is (the first segment
+    # alone, as nights 2 and 3 saw it): its open tail meets night 2's later offsets, so the
+    # partition may overlap, but nothing is decoded, so nothing goes through the dedupe
+    first = tmp_path / "first" / "orders-0"
+    first.mkdir(parents=True)
+    shutil.copy2(seg, first / seg.name)
+    s5 = run(spark, tmp_path / "first", wh, "backfill-first-segment")
+    assert s5["actions"] == {"unchanged": 1} and s5["records"] == 0
+    assert s5["pending_partitions"] == 0 and s5["timings"]["deduplicate"] == 0.0
+    assert sorted(got_records(wh)) == sorted(want)
     # a backfill of an old snapshot under a new run id: every offset is already there
     s4 = run(spark, tmp_path / "n1", wh, "backfill-night-1")
     assert s4["pending_partitions"] == 1 and s4["divergences"] == 0

@@ -131,7 +131,12 @@ def main(argv=None, spark=None) -> dict:
         timings["task_max"] = max((r.get("task_seconds", 0.0) for r in rows), default=0.0)
         timings["tasks_cpu_sum"] = sum(r.get("task_cpu_seconds", 0.0) for r in rows)
         files = task_files(rows)
-        pending = {(r["topic"], r["partition"]) for r in rows if r["pending"]}
+        # the partitions whose output went to the scratch. A pending partition whose tasks
+        # wrote nothing (its segments all unchanged: a backfill of what is published) has
+        # nothing to deduplicate, and a Spark dedupe of nothing costs seconds
+        pending = {(r["topic"], r["partition"]) for r in rows
+                   if r["pending"] and r["action"] != "failed"
+                   and any((r.get("files") or {}).values())}
         t1 = time.time()
         divergences = 0
         if pending:
