@@ -1,6 +1,7 @@
 """The decode job's cost against the length of the warehouse's history (issue 18 part 4).
 
-``--nights`` nights (default 300) of ``--partitions`` partitions (default 4) of topic
+``--nights`` nights (default 100; issue 18 asks about 300, ``--nights 300 --probe 10 100
+300``, which takes over an hour here while nothing maintains the tables) of ``--partitions`` partitions (default 4) of topic
 ``events``. Each night every partition gets one new segment of ``--records`` records
 (default 2,000, small JSON values in batches of 100, every second one lz4), its
 timestamps on that night's day. A night's snapshot is a broker's log directory with
@@ -10,7 +11,7 @@ into one warehouse (its embedded SQLite catalog), in one SparkSession
 (``local[CORES]``), with no maintenance in between: each night decodes its new
 segments, skips the week's older ones by the ledger, and publishes.
 
-At each ``--probe`` night (default 10, 100, 300) two **backfills** run after the
+At each ``--probe`` night (default 10, 50, 100) two **backfills** run after the
 night, each of the snapshot of three nights before, under a new run id. (Before the first, night 4 is
 backfilled once, unreported: the session's first Spark dedupe compiles its plans.) The plain
 one finds every segment in the ledger as it is and decodes nothing. The other
@@ -21,7 +22,7 @@ the figure to hold flat while history grows;
 the nights' ``plan``, ``commit`` and ``publish`` show what the catalog and the
 ledger cost as they grow (reported at each probe: the mean of the five nights before it).
 
-    .venv/bin/python bench/bench_history.py [--nights 300] [--probe 10 100 300] [--partitions 4] [--json FILE]
+    .venv/bin/python bench/bench_history.py [--nights 100] [--probe 10 50 100] [--partitions 4] [--json FILE]
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def snapshot(pool: Path, out: Path, night: int, partitions: int, records: int,
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nights", type=int, default=300)
-    p.add_argument("--probe", type=int, nargs="+", default=[10, 100, 300])
+    p.add_argument("--nights", type=int, default=100)
+    p.add_argument("--probe", type=int, nargs="+", default=[10, 50, 100])
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--records", type=int, default=2000)
     p.add_argument("--retention", type=int, default=7)
