@@ -26,8 +26,8 @@ from spark_jobs.decode.deduplication import resolve_pending
 from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, discover, first_ingested, ingested,
                                     ledger_ranges, plan, read_index_positions)
 from spark_jobs.decode.executor import run_tasks
-from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, ledger_table, make_context, task_files,
-                                     write_driver_table)
+from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, is_pending, ledger_table, make_context,
+                                     task_files, write_driver_table)
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
@@ -135,8 +135,7 @@ def main(argv=None, spark=None) -> dict:
         # wrote nothing (its segments all unchanged: a backfill of what is published) has
         # nothing to deduplicate, and a Spark dedupe of nothing costs seconds
         pending = {(r["topic"], r["partition"]) for r in rows
-                   if r["pending"] and r["action"] != "failed"
-                   and any((r.get("files") or {}).values())}
+                   if is_pending(r) and any((r.get("files") or {}).values())}
         t1 = time.time()
         divergences = 0
         if pending:

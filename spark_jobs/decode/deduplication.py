@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from spark_jobs import iceberg, schemas, storage, tables
 from spark_jobs.decode.planning import overlap_days
-from spark_jobs.decode.writing import Context, task_files, write_frame
+from spark_jobs.decode.writing import Context, is_pending, task_files, write_frame
 
 def dedupe(existing, staged, pending, keys: list[str], order: list[str], content: list[str] | None):
     """Rows of ``pending`` to keep, and (if ``content``) its copies that differ from the kept one.
@@ -100,7 +100,7 @@ def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[d
     Returns ``(divergences, {table: files})``."""
     from pyspark.sql import functions as F
 
-    pend = [r for r in rows if r["pending"] and r["action"] != "failed"]
+    pend = [r for r in rows if is_pending(r)]
     ranges: dict[tuple, tuple[int, int]] = {}
     for r in pend:
         if r["first_offset"] is None:

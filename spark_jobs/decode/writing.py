@@ -112,12 +112,18 @@ def make_context(wh, run_id: str, attempt: str, *, chunk_id: str | None = None,
                    s3=wh.s3, **kwargs)
 
 
+def is_pending(row: dict) -> bool:
+    """Whether a task's ledger ``row`` wrote its output to the scratch, to be deduplicated
+    (a failed task's finding is never pending)."""
+    return bool(row["pending"]) and row["action"] != "failed"
+
+
 def task_files(rows: list[dict], *, pending: bool = False) -> dict[str, list[str]]:
     """The data files of the tasks' ``rows``: those in the scratch, to be deduplicated
-    (``pending``), or the others (a failed task's finding is never pending)."""
+    (``pending``, :func:`is_pending`), or the others."""
     files: dict[str, list[str]] = {n: [] for n in schemas.DECODE_TABLES}
     for r in rows:
-        if (bool(r["pending"]) and r["action"] != "failed") == pending:
+        if is_pending(r) == pending:
             for name, fs in (r.get("files") or {}).items():
                 files[name].extend(fs)
     return files
