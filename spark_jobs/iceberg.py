@@ -31,6 +31,7 @@ pyiceberg's own commit retries are off on these tables (``commit.retry.num-retri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -478,13 +479,32 @@ class Warehouse:
         """Make (``reset``: make again) run ``run_id``'s branch on each table (default
         :meth:`run_tables`); its first commit drops the run's files inherited from ``main``.
         Returns each table's fork point: the ``main`` snapshot the run reads as what is
-        already published."""
+        already published. :meth:`fork_points` then :meth:`make_branches`."""
+        bases = self.fork_points(run_id, reset=reset, names=names)
+        self.make_branches(run_id, bases, reset=reset)
+        return bases
+
+    def fork_points(self, run_id: str, *, reset: bool, names=None) -> dict[str, int]:
+        """Where run ``run_id``'s branches fork from ``main``, table by table (default
+        :meth:`run_tables`), without making them: an existing branch's fork point (unless
+        ``reset``), else ``main``'s head. Interrupted publishes are completed first, so
+        that no fork point holds half a run. The job plans on these while
+        :meth:`make_branches` runs beside its decode."""
         names = names or self.run_tables()
         self.complete_interrupted(names)
+        branch = branch_name(run_id)
         bases = {}
         for name in names:
-            bases[name] = self._begin(name, run_id, reset)
+            table = self.table(name)
+            bases[name] = fork_point(table, branch) if branch in table.refs() and not reset \
+                else table.current_snapshot().snapshot_id
         return bases
+
+    def make_branches(self, run_id: str, bases: dict[str, int], *, reset: bool) -> None:
+        """Make run ``run_id``'s branch of each table in ``bases`` at its fork point there
+        (:meth:`fork_points`; ``reset``: make it again where it exists)."""
+        for name, base in bases.items():
+            self._begin(name, run_id, reset, at=base)
 
     def complete_interrupted(self, names=None) -> list[str]:
         """Finish the publish of every run that stopped part-way (its publish marker is
@@ -502,7 +522,9 @@ class Warehouse:
             self.publish(run, names)
         return runs
 
-    def _begin(self, name: str, run_id: str, reset: bool) -> int:
+    def _begin(self, name: str, run_id: str, reset: bool, at: int | None = None) -> int:
+        """Make run ``run_id``'s branch of table ``name`` at ``main``'s snapshot ``at``
+        (None: its head); returns the fork point."""
         from pyiceberg.exceptions import CommitFailedException
 
         branch = branch_name(run_id)
@@ -511,17 +533,15 @@ class Warehouse:
             refs = table.refs()
             if branch in refs and not reset:
                 return fork_point(table, branch)
-            main_id = table.current_snapshot().snapshot_id
-            try:
-                ms = table.manage_snapshots()
-                if branch in refs:
-                    ms = ms.remove_branch(branch)
-                ms.create_branch(main_id, branch).commit()
+            main_id = table.current_snapshot().snapshot_id if at is None else at
+            try:  # made, or (reset) moved back to the fork point
+                commit_refs(table, {branch: (refs[branch].snapshot_id if branch in refs
+                                             else None, main_id)})
             except CommitFailedException:
                 _backoff(attempt)
                 continue
             reset = False
-            # the commit updated ``table`` in place (pyiceberg's Table._do_commit)
+            # the commit updated ``table`` in place
             inherited = [f for f in live_files(table, main_id) if is_run_file(f.file_path, run_id)]
             if inherited:
                 self._commit(name, branch, remove=lambda p: is_run_file(p, run_id), add=[],
@@ -570,7 +590,7 @@ class Warehouse:
             if not gone and not added:
                 return head
             try:
-                with table.transaction() as tx:
+                with adding_snapshot(), table.transaction() as tx:
                     with tx.update_snapshot(snapshot_properties=summary, branch=ref).overwrite() as ow:
                         for f in gone:
                             ow.delete_data_file(f)
@@ -624,11 +644,11 @@ class Warehouse:
 
     def publish(self, run_id: str, names=None, *, audited: bool = False) -> dict:
         """Make run ``run_id``'s audited branch the current state of ``main``, table by
-        table in ``names`` order (ledger last), then drop the branches. Idempotent: a
-        table already published is left as it is, so publishing again after a crash at
-        any point completes the run. ``audited``: refuse (:class:`NotAudited`) unless
-        the branches are what the run's newest audit read. Returns ``{table: action}``.
-        ``names`` default: :meth:`run_tables`."""
+        table in ``names`` order (ledger last), each table's branch dropped in the same
+        commit. Idempotent: a table already published is left as it is, so publishing
+        again after a crash at any point completes the run. ``audited``: refuse
+        (:class:`NotAudited`) unless the branches are what the run's newest audit read.
+        Returns ``{table: action}``. ``names`` default: :meth:`run_tables`."""
         names = names or self.run_tables()
         if audited:
             self.check_audited(run_id, names)
@@ -643,19 +663,18 @@ class Warehouse:
             raise NothingStaged(f"run {run_id!r} has no branch {branch} and nothing published "
                                 f"in catalog {self.catalog_name!r}: nothing to publish")
         # each step's first try uses the table as loaded above (or as its last commit left
-        # it: pyiceberg updates the Table in place); a lost compare-and-swap loads it again
-        if not marked:  # from here on, the publish is completed by whoever comes next
-            tables[names[0]] = self._mark(names[0], run_id, True, tables[names[0]])
+        # it: pyiceberg updates the Table in place); a lost compare-and-swap loads it again.
+        # The marker goes on with the first table's own step: from then on, the publish
+        # is completed by whoever comes next (complete_interrupted)
         out = {}
-        for name in names:
+        for i, name in enumerate(names):
             try:
-                out[name] = self._publish_table(name, run_id, tables[name])
+                out[name], tables[name] = self._publish_table(name, run_id, tables[name],
+                                                              mark=i == 0 and not marked)
             except ConflictError:
                 if all(action == "nothing" for action in out.values()):
                     self._mark(names[0], run_id, False)  # nothing of it reached main
                 raise
-        for name in names:  # only once every table is on main: a crash before leaves them
-            tables[name] = self._drop_branch(name, branch, tables[name])
         self._mark(names[0], run_id, False, tables[names[0]])
         return out
 
@@ -670,45 +689,56 @@ class Warehouse:
             if (key in table.properties) == on:
                 return table
             try:
-                with table.transaction() as tx:
-                    if on:
-                        tx.set_properties(**{key: run_id})
-                    else:
-                        tx.remove_properties(key)
+                commit_refs(table, {}, properties={key: run_id} if on else None,
+                            removed=() if on else (key,))
                 return table
             except CommitFailedException:
                 _backoff(attempt)
         raise CatalogError(f"{name}: could not {'set' if on else 'remove'} {key}")
 
-    def _publish_table(self, name: str, run_id: str, table=None) -> str:
+    def _publish_table(self, name: str, run_id: str, table=None, *, mark: bool = False):
+        """Put run ``run_id``'s branch of table ``name`` on ``main`` and drop the branch;
+        ``mark``: set the run's publish marker no later than ``main`` changes (in the same
+        commit where it can). Returns the action and the table as it left it."""
         from pyiceberg.exceptions import CommitFailedException
 
         branch = branch_name(run_id)
+        marker = {publishing_key(run_id): run_id} if mark else None
         for attempt in range(COMMIT_ATTEMPTS):
             table = self.table(name) if table is None or attempt else table
+            if marker and publishing_key(run_id) in table.properties:
+                marker = None  # set by an earlier try
             ref = table.refs().get(branch)
             if ref is None:
-                return "published" if published_snapshot(table, run_id) is not None else "nothing"
+                action = "published" if published_snapshot(table, run_id) is not None else "nothing"
+                return action, self._mark(name, run_id, True, table) if marker else table
             head = ref.snapshot_id
-            if snapshot_summary(table, head).get(RUN_ID) != run_id:
-                return "nothing"  # the run committed nothing here (a derived table it had no rows for)
             main = table.current_snapshot().snapshot_id
-            if is_published(table, head):
-                return "published"
-            fork = fork_point(table, branch)
             try:
+                if snapshot_summary(table, head).get(RUN_ID) != run_id:
+                    # the run committed nothing here (a derived table it had no rows for)
+                    commit_refs(table, {branch: (head, None)}, properties=marker)
+                    return "nothing", table
+                if is_published(table, head):  # by an earlier try that stopped before the drop
+                    commit_refs(table, {branch: (head, None)}, properties=marker)
+                    return "published", table
+                fork = fork_point(table, branch)
                 if main == fork:
-                    if head == fork:
-                        return "nothing"
-                    table.manage_snapshots().set_current_snapshot(head).commit()
-                    return "fast-forward"
+                    action = "nothing" if head == fork else "fast-forward"
+                    moves = {branch: (head, None)} if head == fork else \
+                        {MAIN: (main, head), branch: (head, None)}
+                    commit_refs(table, moves, properties=marker)
+                    return action, table
                 check_overlap(table, name, run_id, fork, main, head)
+                if marker:  # the re-applied snapshot is a commit of its own: mark before it
+                    table = self._mark(name, run_id, True, table)
+                    marker = None
                 mine = [f for f in live_files(table, head) if is_run_file(f.file_path, run_id)]
                 summary = {**snapshot_summary(table, head), STAGE: "published",
                            PUBLISHED_FROM: str(head)}
                 self._commit(name, MAIN, add=mine, remove=lambda p: is_run_file(p, run_id),
                              summary=summary, parent=main)
-                return "re-applied"
+                return "re-applied", self._drop_branch(name, branch)
             except CommitFailedException:
                 log.info("%s: main moved while publishing run %s; checking again", name, run_id)
                 _backoff(attempt)
@@ -721,10 +751,11 @@ class Warehouse:
 
         for attempt in range(COMMIT_ATTEMPTS):
             table = self.table(name) if table is None or attempt else table
-            if branch not in table.refs():
+            ref = table.refs().get(branch)
+            if ref is None:
                 return table
             try:
-                table.manage_snapshots().remove_branch(branch).commit()
+                commit_refs(table, {branch: (ref.snapshot_id, None)})
                 return table
             except CommitFailedException:
                 _backoff(attempt)
@@ -749,7 +780,8 @@ class Warehouse:
         for attempt in range(COMMIT_ATTEMPTS):
             table = self.table(name)
             try:
-                with warnings.catch_warnings():  # a run's first write deletes nothing: fine
+                with warnings.catch_warnings(), adding_snapshot():
+                    # a run's first write deletes nothing: fine
                     warnings.filterwarnings("ignore", "Delete operation did not match any records")
                     table.overwrite(rows, overwrite_filter=EqualTo("run_id", run_id),
                                     snapshot_properties=props)
@@ -760,6 +792,60 @@ class Warehouse:
 
 
 # ------------------------------------------------------------------ snapshots and files
+
+
+#: pyiceberg 0.12 sends a new snapshot without a check of the table's last sequence number:
+#: where another branch's snapshot took the next number in between, the catalog refuses it
+#: with this ValueError before writing anything. A lost race, as a failed compare-and-swap is
+STALE_SEQUENCE = re.compile(r"Cannot add snapshot with sequence number \d+ older than last "
+                            r"sequence number")
+
+
+@contextlib.contextmanager
+def adding_snapshot():
+    """Around a commit that adds a snapshot: a race lost to another writer of the table
+    comes out as the ``CommitFailedException`` that callers retry, whichever way the
+    catalog said it (:data:`STALE_SEQUENCE`)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    try:
+        yield
+    except ValueError as err:
+        if STALE_SEQUENCE.search(str(err)):
+            raise CommitFailedException(f"another snapshot came first: {err}") from err
+        raise
+
+
+def commit_refs(table, moves: dict[str, tuple[int | None, int | None]], *,
+                properties: dict | None = None, removed: tuple[str, ...] = ()) -> None:
+    """One compare-and-swap commit of ``table``'s branches and properties: each
+    ``branch: (now, then)`` in ``moves`` must point at snapshot ``now`` (None: not exist)
+    and then points at ``then`` (None: dropped); ``properties`` are set and ``removed``
+    taken away in the same commit. Raises ``CommitFailedException`` where a branch is not
+    where the caller saw it; updates ``table`` in place.
+
+    The updates and requirements go to the catalog as they are (what a REST catalog's
+    commit request carries). pyiceberg's ``ManageSnapshots`` keeps only one requirement of
+    a kind per commit, so it cannot check two branches at once, and copies the whole
+    metadata at every step: most of a commit's time here (docs/bench_job.md)."""
+    from pyiceberg.table.refs import SnapshotRefType
+    from pyiceberg.table.update import (AssertRefSnapshotId, AssertTableUUID,
+                                        RemovePropertiesUpdate, RemoveSnapshotRefUpdate,
+                                        SetPropertiesUpdate, SetSnapshotRefUpdate)
+
+    requirements = [AssertTableUUID(uuid=table.metadata.table_uuid)]
+    updates = []
+    for ref, (now, then) in moves.items():
+        requirements.append(AssertRefSnapshotId(ref=ref, snapshot_id=now))
+        updates.append(RemoveSnapshotRefUpdate(ref_name=ref) if then is None else
+                       SetSnapshotRefUpdate(ref_name=ref, type=SnapshotRefType.BRANCH,
+                                            snapshot_id=then))
+    if properties:
+        updates.append(SetPropertiesUpdate(updates=properties))
+    if removed:
+        updates.append(RemovePropertiesUpdate(removals=list(removed)))
+    # the one per-table commit call pyiceberg's own transactions make (tests count it)
+    table._do_commit(tuple(updates), tuple(requirements))
 
 
 def live_files(table, snapshot_id: int | None) -> list:

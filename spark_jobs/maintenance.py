@@ -275,7 +275,7 @@ def _commit_replacement(table, old, new, summary: dict) -> None:
     """One overwrite snapshot on ``main``: DataFiles ``old`` out, ``new`` in. A
     compare-and-swap on ``main``'s head as ``table`` has it (CommitFailedException);
     ValidationException where one of ``old`` is not live there."""
-    with table.transaction() as tx:
+    with iceberg.adding_snapshot(), table.transaction() as tx:
         with tx.update_snapshot(snapshot_properties=summary, branch=iceberg.MAIN).overwrite() as ow:
             for f in old:
                 ow.delete_data_file(f)
@@ -584,7 +584,7 @@ def merge_manifests(wh: iceberg.Warehouse, name: str, *, min_manifests: int = DE
         summary = {iceberg.STAGE: "maintenance", MAINTENANCE: "manifests",
                    iceberg.ROWS: "0", **iceberg.airflow_summary()}
         try:
-            with table.transaction() as tx:
+            with iceberg.adding_snapshot(), table.transaction() as tx:
                 producer = _cluster_producer()(
                     operation=Operation.APPEND, transaction=tx, io=table.io,
                     snapshot_properties=summary, branch=iceberg.MAIN,
