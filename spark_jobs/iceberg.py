@@ -479,32 +479,13 @@ class Warehouse:
         """Make (``reset``: make again) run ``run_id``'s branch on each table (default
         :meth:`run_tables`); its first commit drops the run's files inherited from ``main``.
         Returns each table's fork point: the ``main`` snapshot the run reads as what is
-        already published. :meth:`fork_points` then :meth:`make_branches`."""
-        bases = self.fork_points(run_id, reset=reset, names=names)
-        self.make_branches(run_id, bases, reset=reset)
-        return bases
-
-    def fork_points(self, run_id: str, *, reset: bool, names=None) -> dict[str, int]:
-        """Where run ``run_id``'s branches fork from ``main``, table by table (default
-        :meth:`run_tables`), without making them: an existing branch's fork point (unless
-        ``reset``), else ``main``'s head. Interrupted publishes are completed first, so
-        that no fork point holds half a run. The job plans on these while
-        :meth:`make_branches` runs beside its decode."""
+        already published."""
         names = names or self.run_tables()
         self.complete_interrupted(names)
-        branch = branch_name(run_id)
         bases = {}
         for name in names:
-            table = self.table(name)
-            bases[name] = fork_point(table, branch) if branch in table.refs() and not reset \
-                else table.current_snapshot().snapshot_id
+            bases[name] = self._begin(name, run_id, reset)
         return bases
-
-    def make_branches(self, run_id: str, bases: dict[str, int], *, reset: bool) -> None:
-        """Make run ``run_id``'s branch of each table in ``bases`` at its fork point there
-        (:meth:`fork_points`; ``reset``: make it again where it exists)."""
-        for name, base in bases.items():
-            self._begin(name, run_id, reset, at=base)
 
     def complete_interrupted(self, names=None) -> list[str]:
         """Finish the publish of every run that stopped part-way (its publish marker is
@@ -522,9 +503,7 @@ class Warehouse:
             self.publish(run, names)
         return runs
 
-    def _begin(self, name: str, run_id: str, reset: bool, at: int | None = None) -> int:
-        """Make run ``run_id``'s branch of table ``name`` at ``main``'s snapshot ``at``
-        (None: its head); returns the fork point."""
+    def _begin(self, name: str, run_id: str, reset: bool) -> int:
         from pyiceberg.exceptions import CommitFailedException
 
         branch = branch_name(run_id)
@@ -533,8 +512,8 @@ class Warehouse:
             refs = table.refs()
             if branch in refs and not reset:
                 return fork_point(table, branch)
-            main_id = table.current_snapshot().snapshot_id if at is None else at
-            try:  # made, or (reset) moved back to the fork point
+            main_id = table.current_snapshot().snapshot_id
+            try:  # made, or (reset) moved back to main's head
                 commit_refs(table, {branch: (refs[branch].snapshot_id if branch in refs
                                              else None, main_id)})
             except CommitFailedException:

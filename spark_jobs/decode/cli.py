@@ -9,7 +9,6 @@ turns an error into an exit status.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
 import sys
 import time
@@ -76,10 +75,8 @@ def main(argv=None, spark=None) -> dict:
     s3 = storage.S3Config.from_env(args.s3_endpoint) if needs_s3 else None
     wh = iceberg.Warehouse(args.output, args.catalog, args.namespace, s3)
     # what main held when the run began is what it deduplicates against (a whole run
-    # starts its branch again; a chunk joins the branch its run's plan made). The
-    # branches are made while the tasks decode, below: nothing needs them before
-    reset = args.chunk_id is None
-    bases = wh.fork_points(args.run_id, reset=reset)
+    # starts its branch again; a chunk joins the branch its run's plan made)
+    bases = wh.begin_run(args.run_id, reset=args.chunk_id is None)
     ledger = tables.read_arrow(wh, "ledger", snapshot=bases["ledger"])
     ctx = make_context(wh, args.run_id, uuid.uuid4().hex[:8], chunk_id=args.chunk_id,
                        max_raw=args.max_raw_bytes,
@@ -118,21 +115,16 @@ def main(argv=None, spark=None) -> dict:
         # copies of one partition under several brokers' folders: framed, each batch
         # decoded once (replicas.py)
         t1 = time.time()
-        # the driver waits on Spark here: its catalog commits making the run's branches
-        # (one per table, ~0.1 s in all) go beside the executors' work
-        with concurrent.futures.ThreadPoolExecutor(1) as branching:
-            made = branching.submit(wh.make_branches, args.run_id, dict(bases), reset=reset)
-            groups = replicas.replicated(segments)
-            reconciled, replica_findings = set(), None
-            if groups:
-                framed = replicas.frame_all(spark, [s for g in groups.values() for s in g], s3)
-                tasks, replica_findings, reconciled = replicas.replan(tasks, groups, framed,
-                                                                      published, args.run_id,
-                                                                      args.split_bytes)
-            timings["frame"] = time.time() - t1
-            t1 = time.time()
-            rows = run_tasks(spark, tasks, ctx, args.split_bytes)
-            made.result()
+        groups = replicas.replicated(segments)
+        reconciled, replica_findings = set(), None
+        if groups:
+            framed = replicas.frame_all(spark, [s for g in groups.values() for s in g], s3)
+            tasks, replica_findings, reconciled = replicas.replan(tasks, groups, framed,
+                                                                  published, args.run_id,
+                                                                  args.split_bytes)
+        timings["frame"] = time.time() - t1
+        t1 = time.time()
+        rows = run_tasks(spark, tasks, ctx, args.split_bytes)
         timings["decode"] = time.time() - t1
         # the tasks' own wall time (the rest of "decode" is Spark's: scheduling, workers)
         timings["tasks_sum"] = sum(r.get("task_seconds", 0.0) for r in rows)
