@@ -22,8 +22,9 @@ Then, in one run:
 * the job: ``spark_jobs.decode.main`` on ``local[CORES]`` into a fresh
   warehouse (list, plan, decode, Parquet, commit, publish), with ``--split-bytes``
   of ``--split-mib``, twice (each into a warehouse of its own; the mean is used, as
-  the peers' two runs are, and ``runs_s`` gives both). Before the clock: the session is started, one Python job run
-  (its workers import what the job's tasks import), the job run once into another
+  the peers' two runs are, and ``runs_s`` gives both). Before the clock: the session
+  is started, one Python job run (its workers import what the job's tasks import),
+  the job run once into another
   warehouse (its workers then have decoded and written before, as each peer process
   has decoded and written one piece before its clock), and the warehouse's tables
   made: fixed costs of a session or of a warehouse (reported as ``not_counted``,
