@@ -693,31 +693,29 @@ class Warehouse:
                 return action, self._mark(name, run_id, True, table) if marker else table
             head = ref.snapshot_id
             main = table.current_snapshot().snapshot_id
+            moves = {branch: (head, None)}  # the branch goes in the table's one commit
             try:
                 if snapshot_summary(table, head).get(RUN_ID) != run_id:
-                    # the run committed nothing here (a derived table it had no rows for)
-                    commit_refs(table, {branch: (head, None)}, properties=marker)
-                    return "nothing", table
-                if is_published(table, head):  # by an earlier try that stopped before the drop
-                    commit_refs(table, {branch: (head, None)}, properties=marker)
-                    return "published", table
-                fork = fork_point(table, branch)
-                if main == fork:
+                    action = "nothing"  # the run committed nothing here (a derived table)
+                elif is_published(table, head):
+                    action = "published"  # by an earlier try that stopped before the drop
+                elif main == (fork := fork_point(table, branch)):
                     action = "nothing" if head == fork else "fast-forward"
-                    moves = {branch: (head, None)} if head == fork else \
-                        {MAIN: (main, head), branch: (head, None)}
-                    commit_refs(table, moves, properties=marker)
-                    return action, table
-                check_overlap(table, name, run_id, fork, main, head)
-                if marker:  # the re-applied snapshot is a commit of its own: mark before it
-                    table = self._mark(name, run_id, True, table)
-                    marker = None
-                mine = [f for f in live_files(table, head) if is_run_file(f.file_path, run_id)]
-                summary = {**snapshot_summary(table, head), STAGE: "published",
-                           PUBLISHED_FROM: str(head)}
-                self._commit(name, MAIN, add=mine, remove=lambda p: is_run_file(p, run_id),
-                             summary=summary, parent=main)
-                return "re-applied", self._drop_branch(name, branch)
+                    if head != fork:
+                        moves[MAIN] = (main, head)
+                else:
+                    check_overlap(table, name, run_id, fork, main, head)
+                    if marker:  # the re-applied snapshot is a commit of its own: mark first
+                        table = self._mark(name, run_id, True, table)
+                        marker = None
+                    mine = [f for f in live_files(table, head) if is_run_file(f.file_path, run_id)]
+                    summary = {**snapshot_summary(table, head), STAGE: "published",
+                               PUBLISHED_FROM: str(head)}
+                    self._commit(name, MAIN, add=mine, remove=lambda p: is_run_file(p, run_id),
+                                 summary=summary, parent=main)
+                    return "re-applied", self._drop_branch(name, branch)
+                commit_refs(table, moves, properties=marker)
+                return action, table
             except CommitFailedException:
                 log.info("%s: main moved while publishing run %s; checking again", name, run_id)
                 _backoff(attempt)

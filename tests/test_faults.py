@@ -203,7 +203,8 @@ def test_publish_with_the_audit_required_takes_only_what_the_audit_read(tmp_path
         publish.main(["--warehouse", str(wh.root), "--run-id", "r", "--require-audit"])
     assert published(wh.root) == Counter()
     audit(wh, "r")
-    with pytest.raises(Crash), crash_at_commit(2):  # records reach main, the ledger not (4)
+    # commit 0 puts records on main, commit 4 the ledger: a crash at 2 leaves it behind
+    with pytest.raises(Crash), crash_at_commit(2):
         wh.publish("r", audited=True)
     wh.publish("r", audited=True)  # the retry: the ledger's branch is still the audited one
     assert set(published(wh.root)) == {("orders", 0, o) for o in range(12)}
