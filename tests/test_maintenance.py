@@ -475,6 +475,92 @@ def test_manifests_are_merged_without_changing_a_row_or_what_reruns_replace(wh):
     assert rows_of(wh) == expected(runs[0], (r2, l2b), runs[2], runs[3])
 
 
+def pyiceberg_overwrite(table, ref, *, add, remove, summary):
+    """What :func:`iceberg.commit_snapshot` does, through pyiceberg's own ``Transaction``
+    (the job's path until 2026-11): the reference its snapshots are held to."""
+    head = table.refs()[ref].snapshot_id if ref in table.refs() else None
+    gone = [f for f in iceberg.live_files(table, head) if remove(f.file_path)]
+    if not gone and not add:
+        return head
+    with table.transaction() as tx:
+        with tx.update_snapshot(snapshot_properties=summary, branch=ref).overwrite() as ow:
+            for f in gone:
+                ow.delete_data_file(f)
+            for f in add:
+                ow.append_data_file(f)
+    return table.refs()[ref].snapshot_id
+
+
+def test_commits_make_the_snapshots_pyiceberg_would(tmp_path, monkeypatch):
+    """The job's commits write their manifests themselves (iceberg.commit_snapshot). The
+    same nights, a rerun (which drops the run's files, then adds its new ones) and a
+    chunk replaced, done once so and once through pyiceberg's own overwrite, give the
+    same rows, the same files with the same entries (status and sequence numbers), and
+    the same summary totals at every snapshot of main; appends are ``append``, commits
+    that drop files ``overwrite``. A commit the catalog refuses leaves no file."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    def build(wh):
+        (r1, l1), (r2, l2) = nights(2)
+        publish_run(wh, r1, l1, split=2)
+        publish_run(wh, r2, l2, chunk_id="0")
+        wh.begin_run(r1, reset=True)  # a rerun of night 1: drops its files, adds new ones
+        stage(wh, r1, {("pay", 0): l1[("pay", 0)]}, attempt="b1")
+        stage(wh, r1, {("pay", 1): l1[("pay", 1)]}, attempt="c1")  # replaces b1's
+        wh.publish(r1)
+        return wh
+
+    ours = build(iceberg.Warehouse(str(tmp_path / "ours")))
+    with monkeypatch.context() as m:
+        m.setattr(iceberg, "commit_snapshot", pyiceberg_overwrite)
+        theirs = build(iceberg.Warehouse(str(tmp_path / "theirs")))
+    assert rows_of(ours) == rows_of(theirs)
+
+    def relative(wh, path):
+        return path[len(wh.data_root("records")):]
+
+    def described(wh):
+        t = wh.table("records")
+        history = []
+        for sid in reversed(iceberg.ancestry(t, t.current_snapshot().snapshot_id)):
+            snap = t.metadata.snapshot_by_id(sid)
+            totals = {k: v for k, v in snap.summary.additional_properties.items()
+                      if not k.startswith(("kafkalog.", "airflow."))}
+            entries = sorted((relative(wh, e.data_file.file_path), e.status.name,
+                              e.sequence_number, e.file_sequence_number)
+                             for m in snap.manifests(t.io)
+                             for e in m.fetch_manifest_entry(t.io, discard_deleted=False)
+                             if e.snapshot_id == sid or e.status != ManifestEntryStatus.DELETED)
+            history.append((snap.sequence_number, totals, entries, snap.summary.operation.value))
+        return history
+
+    mine, reference = described(ours), described(theirs)
+    assert [h[:3] for h in mine] == [h[:3] for h in reference]
+    assert len(mine) >= 6
+    for (_, totals, _, operation), (_, _, _, theirs_op) in zip(mine, reference):
+        dropped = int(totals.get("deleted-data-files", 0))
+        assert operation == ("overwrite" if dropped else "append"), (totals, theirs_op)
+    assert {h[3] for h in mine} == {"append", "overwrite"}
+
+    # refused: the branch moved since the table was loaded. Nothing new is left behind
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    run = "scheduled__2026-11-22T03:00:00+00:00"
+    ours.begin_run(run, reset=True)
+    stale = ours.table("records")
+    stage(ours, run, {("pay", 0): range(500, 510)})  # moves the branch
+    uri = write_file(ours, record_rows(run, "pay", 1, range(500, 510)),
+                     f"{iceberg.run_files_prefix(run)}b1~pay-1-0.parquet")
+    added = [parquet_file_to_data_file(stale.io, stale.metadata, uri)]
+    metadata = Path(stale.location()[len("file://"):]) / "metadata"
+    before = sorted(metadata.iterdir())
+    with pytest.raises(CommitFailedException):
+        iceberg.commit_snapshot(stale, iceberg.branch_name(run), add=added,
+                                remove=lambda p: False, summary={})
+    assert sorted(metadata.iterdir()) == before
+
+
 # ------------------------------------------------------------------ orphan files
 def _age(path: Path, hours: float) -> None:
     when = time.time() - hours * 3600
