@@ -26,6 +26,19 @@ S3_ENV = {
 }
 
 
+#: the modules whose Airflow DAG runs take longest (15-20 min each on a busy 2-core machine),
+#: collected first: with ``--dist loadfile --no-loadscope-reorder`` (the Makefile) each of
+#: the two workers starts on one, and the short modules fill in around them. xdist's own
+#: order (most tests first) left them to the end: the suite then ended with one of them
+#: running alone for ~20 minutes.
+LONGEST_FIRST = ("test_dags_e2e.py", "test_backfill.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: rest as collected
+
+
 @pytest.fixture(scope="session")
 def spark():
     from spark_jobs.session import build_session
