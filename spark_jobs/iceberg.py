@@ -864,12 +864,13 @@ def commit_snapshot(table, ref: str, *, add: list, remove, summary: dict) -> int
     try:
         for manifest in data_manifests(table, head):
             entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-            if not any(remove(e.data_file.file_path) for e in entries):
+            drop = [remove(e.data_file.file_path) for e in entries]
+            if not any(drop):
                 manifests.append(manifest)  # kept as it is
                 continue
             with manifest_writer(manifest.partition_spec_id) as writer:
-                for entry in entries:
-                    if remove(entry.data_file.file_path):
+                for entry, dropping in zip(entries, drop):
+                    if dropping:
                         writer.delete(entry)
                         collector.remove_file(entry.data_file, schema,
                                               specs[entry.data_file.spec_id])

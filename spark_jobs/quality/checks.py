@@ -24,6 +24,8 @@ OBSERVATION_COLUMNS = (
     "last_offset bigint, offsets bigint, value bigint, segment string, position bigint, "
     "message string"
 )
+#: their names, in that order
+OBSERVATION_NAMES = tuple(c.split(" ")[0] for c in OBSERVATION_COLUMNS.split(", "))
 
 #: check name -> the unit its ``observed`` count is made of (see results.py)
 CHECKS = {
@@ -68,14 +70,14 @@ def _sql(spark, query: str, **frames):
 
 
 def _select(df):
-    return df.selectExpr(*[c.split(" ")[0] for c in OBSERVATION_COLUMNS.split(", ")])
+    return df.selectExpr(*OBSERVATION_NAMES)
 
 
 def union_all(spark, frames):
     """The observations of every frame (each with :data:`OBSERVATION_COLUMNS`, by name) as
     one frame: one n-ary ``UNION ALL``. Pairwise ``unionByName`` analyses the growing
     union again at every step: ~8 s of the audit's driver time for 14 checks."""
-    names = ", ".join(f"`{c.split(' ')[0]}`" for c in OBSERVATION_COLUMNS.split(", "))
+    names = ", ".join(f"`{c}`" for c in OBSERVATION_NAMES)
     query = " UNION ALL ".join(f"SELECT {names} FROM {{p{i}}}" for i in range(len(frames)))
     return _sql(spark, query, **{f"p{i}": f for i, f in enumerate(frames)})
 
