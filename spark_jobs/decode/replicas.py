@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import json
 import struct
 import zlib
 from dataclasses import dataclass, replace
@@ -205,31 +204,28 @@ def replicated(segments: list[Segment]) -> dict[tuple, list[Segment]]:
 
 def frame_all(spark, segments: list[Segment], s3) -> dict[str, Framed | None]:
     """:func:`frame_segment` of each segment on the executors (a Spark task per core);
-    None for a segment that could not be read."""
+    None for a segment that could not be read. An RDD's partitions, as the decode
+    tasks (:func:`~spark_jobs.decode.executor.run_tasks`): the framings come back
+    pickled. Through a DataFrame's ``mapInArrow`` the frame phase took 0.39-0.58 s
+    on bench_replicas' copies, and 0.21-0.46 s so (docs/replicas.md)."""
     if not segments:
         return {}
-    specs = [json.dumps(s.__dict__) for s in segments]
+    segs = list(segments)
 
-    def run(batches):
-        for b in batches:
-            out = []
-            for i in b.column(0).to_pylist():
-                seg = Segment(**{k: tuple(tuple(p) for p in v) if k == "index_pins" else v
-                                 for k, v in json.loads(specs[i]).items()})
-                try:
-                    out.append(frame_segment(seg, s3).to_bytes())
-                except (storage.StorageError, OSError, kafkalog.KafkaLogError):
-                    out.append(None)
-            yield pa.RecordBatch.from_arrays([pa.array(out, pa.binary())], names=["framed"])
+    def run(numbers):
+        for i in numbers:
+            try:
+                yield i, frame_segment(segs[i], s3).to_bytes()
+            except (storage.StorageError, OSError, kafkalog.KafkaLogError):
+                yield i, None
 
     # framing reads at GB/s: one Spark task per core (each costs more than framing a
     # segment), not one per segment
-    parts = min(len(specs), spark.sparkContext.defaultParallelism)
-    rows = spark.range(0, len(specs), 1, numPartitions=parts) \
-        .mapInArrow(run, "framed binary").collect()
-    # mapInArrow keeps the range's order within and across partitions
-    return {s.uri: (None if r.framed is None else Framed.from_bytes(bytes(r.framed)))
-            for s, r in zip(segments, rows)}
+    parts = min(len(segs), spark.sparkContext.defaultParallelism)
+    framed = dict(spark.sparkContext.parallelize(range(len(segs)), parts)
+                  .mapPartitions(run).collect())
+    return {s.uri: (None if framed[i] is None else Framed.from_bytes(framed[i]))
+            for i, s in enumerate(segs)}
 
 
 @dataclass(frozen=True)
