@@ -205,3 +205,42 @@ def test_internal_tables_lag_and_checks(spark, tmp_path, capsys):
     assert set(done["tables"]) == set(layout.INTERNAL_TABLES) - {"cluster_metadata"}  # none here
     assert done["orphans_deleted"] > 0
     check_tables(None)
+
+
+def test_state_files_that_cannot_be_read_are_findings_and_the_others_are_kept(tmp_path):
+    """state_tables on the driver: a state file listed and then gone, and one that is not
+    what its name says, are each a ``state_file_corrupt`` finding naming the file; every
+    other file's rows are kept, in the damaged file's own folder too."""
+    from spark_jobs import internal_tables
+
+    state = write_snapshot(tmp_path)
+    d0, d1 = tmp_path / "orders-0", tmp_path / "orders-1"
+    gone = d1 / "00000000000000000014.snapshot"
+    gone.unlink()  # listed, then removed before it was read
+    later = d1 / "00000000000000000016.snapshot"  # read after it, in the same folder
+    later.write_bytes(encode_producer_snapshot([{
+        "producer_id": 88, "producer_epoch": 0, "last_sequence": 3, "last_offset": 13,
+        "offset_delta": 3, "timestamp": T0, "coordinator_epoch": -1,
+        "current_txn_first_offset": -1}]))
+    state = [*state, later]
+    (d0 / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n")  # declares 2 entries, holds 1
+    whole = internal_tables.state_tables([str(p) for p in state], None, "r1")
+
+    findings = {(f["partition"], f["segment"], f["kind"]): f["message"]
+                for f in whole["findings"].to_pylist()}
+    assert set(findings) == {(1, str(gone), "state_file_corrupt"),
+                             (0, str(d0 / "leader-epoch-checkpoint"), "state_file_corrupt")}
+    assert findings[(1, str(gone), "state_file_corrupt")].startswith(f"{gone}: cannot be read:")
+    assert "declares 2 entries, holds 1" in \
+        findings[(0, str(d0 / "leader-epoch-checkpoint"), "state_file_corrupt")]
+    assert {f["run_id"] for f in whole["findings"].to_pylist()} == {"r1"}
+    # what could be read is all there: the producer snapshots of orders-0 (with the topic
+    # id of its partition.metadata) and orders-1's later one, orders-1's checkpoint, and of
+    # the damaged checkpoint the entry it holds
+    assert sorted((r["partition"], r["producer_id"], r["snapshot_offset"], r["topic_id"])
+                  for r in whole["producer_state"].to_pylist()) == [(0, 77, 5, TOPIC_ID),
+                                                                    (1, 88, 16, None)]
+    epochs = sorted((r["partition"], r["epoch"], r["start_offset"], r["file"])
+                    for r in whole["leader_epochs"].to_pylist())
+    assert (1, 3, 10, str(d1 / "leader-epoch-checkpoint")) in epochs
+    assert [e for e in epochs if e[0] == 0] == [(0, 0, 0, str(d0 / "leader-epoch-checkpoint"))]
