@@ -244,3 +244,43 @@ def test_state_files_that_cannot_be_read_are_findings_and_the_others_are_kept(tm
                     for r in whole["leader_epochs"].to_pylist())
     assert (1, 3, 10, str(d1 / "leader-epoch-checkpoint")) in epochs
     assert [e for e in epochs if e[0] == 0] == [(0, 0, 0, str(d0 / "leader-epoch-checkpoint"))]
+
+
+def test_state_files_under_an_s3_prefix(tmp_path, s3_endpoint, s3_bucket):
+    """The same state files on the local S3 server: listed beside the segments under the
+    prefix, read over S3 into the rows a local folder gives; one removed after the listing
+    is a finding naming its s3:// URI."""
+    import boto3
+
+    from spark_jobs import internal_tables, storage
+    from spark_jobs.decode import discover
+
+    local = write_snapshot(tmp_path)
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    for p in tmp_path.rglob("*"):
+        if p.is_file():
+            client.put_object(Bucket=s3_bucket, Key=f"snap/b1/{p.relative_to(tmp_path)}",
+                              Body=p.read_bytes())
+    config = storage.S3Config.from_env(s3_endpoint)
+    listed: list[str] = []
+    segments, _ = discover(f"s3://{s3_bucket}/snap", config, state_files=listed)
+    uri = {str(p): f"s3://{s3_bucket}/snap/b1/{p.relative_to(tmp_path)}" for p in local}
+    assert sorted(listed) == sorted(uri.values())
+    assert {s.topic for s in segments} == {"orders", "__consumer_offsets", "__transaction_state"}
+
+    def rows(found, rename=lambda f: f):
+        return {n: sorted((json.dumps({**r, "file": rename(r.get("file"))}, default=str)
+                           for r in t.to_pylist()), key=str)
+                for n, t in found.items() if n != "findings"}
+
+    assert rows(internal_tables.state_tables(listed, config, "r1")) == \
+        rows(internal_tables.state_tables([str(p) for p in local], None, "r1"),
+             rename=lambda f: uri.get(f, f))
+
+    gone = uri[str(tmp_path / "orders-1" / "leader-epoch-checkpoint")]
+    client.delete_object(Bucket=s3_bucket, Key=gone.split("/", 3)[3])
+    after = internal_tables.state_tables(listed, config, "r1")
+    assert [(f["segment"], f["kind"]) for f in after["findings"].to_pylist()] == \
+        [(gone, "state_file_corrupt")]
+    assert gone not in {r["file"] for r in after["leader_epochs"].to_pylist()}
+    assert len(after["leader_epochs"]) == 2  # orders-0's two entries stay
