@@ -17,8 +17,11 @@ one SparkSession (``local[CORES]``, started and warmed up before the clocks):
 
 Per-partition cost is reported for each size, and how it grows from the first
 size to the last (1.0: linear). Issue 18's target: plan under 60 s at 2,000.
+``--read-ahead 0 4`` runs the job once per value of its ``--read-ahead`` at each size
+(``jobs``), in that order; the first is the one reported as ``job``.
 
     .venv/bin/python bench/bench_scale.py [--partitions 200 2000] [--segment-kib 64] [--cores 2]
+        [--read-ahead N ...]
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 import bench_job  # noqa: E402
 import bench_memory  # noqa: E402
 from bench_plan import _start_moto  # noqa: E402
+from spark_jobs.decode.writing import DEFAULT_READ_AHEAD  # noqa: E402
 
 TOPIC = "events"
 
@@ -90,14 +94,16 @@ def list_and_plan(uri: str, s3) -> dict:
             "segments": len(segments), "tasks": len(tasks), "unparsable": len(unparsable)}
 
 
-def run_job(spark, uri: str, endpoint: str, wh: Path) -> dict:
+def run_job(spark, uri: str, endpoint: str, wh: Path, read_ahead: int) -> dict:
     from spark_jobs import decode
 
     shutil.rmtree(wh, ignore_errors=True)
     t0 = time.perf_counter()
     summary = decode.main(["--input", uri, "--output", str(wh), "--run-id", "bench-scale",
-                           "--s3-endpoint", endpoint], spark=spark)
-    return {"seconds": round(time.perf_counter() - t0, 2), "records": summary["records"],
+                           "--s3-endpoint", endpoint, "--read-ahead", str(read_ahead)],
+                          spark=spark)
+    return {"read_ahead": read_ahead, "seconds": round(time.perf_counter() - t0, 2),
+            "records": summary["records"],
             "tasks": summary["tasks"], "findings": summary["findings"],
             "phases": summary["timings"]}
 
@@ -109,6 +115,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--endpoint", help="an S3 endpoint to use instead of a local moto_server")
     ap.add_argument("--out", type=Path, default=HERE / "out")
+    ap.add_argument("--read-ahead", type=int, nargs="+", default=[DEFAULT_READ_AHEAD],
+                    help="run the job once per value of its --read-ahead, in this order, "
+                         "at each size; the first is the one reported as the job "
+                         "(default %(default)s)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
@@ -138,16 +148,21 @@ def main(argv=None) -> int:
             uploaded = time.perf_counter() - t0
             uri = f"s3://{bucket}/{prefix}"
             planned = list_and_plan(uri, s3)
-            wh = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-", dir=args.out))
-            try:
-                job = run_job(spark, uri, endpoint, wh)
-            finally:
-                shutil.rmtree(wh, ignore_errors=True)
-            if job["records"] != made["records"] or job["findings"]:
-                raise SystemExit(f"{n} partitions: {made['records']} records written, job: {job}")
+            jobs = []
+            for read_ahead in args.read_ahead:
+                wh = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-", dir=args.out))
+                try:
+                    job = run_job(spark, uri, endpoint, wh, read_ahead)
+                finally:
+                    shutil.rmtree(wh, ignore_errors=True)
+                if job["records"] != made["records"] or job["findings"]:
+                    raise SystemExit(f"{n} partitions: {made['records']} records written, "
+                                     f"job: {job}")
+                jobs.append(job)
+            job = jobs[0]
             size = {"partitions": n, "mb": round(made["bytes"] / 1e6, 1),
                     "records": made["records"], "upload_s": round(uploaded, 1),
-                    **planned, "job": job,
+                    **planned, "job": job, "jobs": jobs,
                     "per_partition_ms": {"list_plan": round(1e3 * planned["list_plan_s"] / n, 2),
                                          "job": round(1e3 * job["seconds"] / n, 2),
                                          **{k: round(1e3 * v / n, 2)

@@ -171,3 +171,79 @@ def test_the_planner_reads_an_index_against_its_listing(tmp_path):
     assert planning.read_index_positions([str(index)], None, pins={str(index): pin}) == {
         str(index): []}
     assert planning.read_index_positions([str(index)], None)[str(index)]  # unpinned: read
+
+
+def test_a_packed_spark_task_reads_its_next_tasks_ahead_once_each(
+        tmp_path, s3_bucket, s3_endpoint, monkeypatch):
+    """executor.run_group (one Spark task's group of small tasks): the next tasks'
+    segments and index files are read on threads while a task decodes, each object
+    once, with the pin checks of a read in the task itself. The rows and files are
+    those of the tasks run one by one, and an object replaced after the listing still
+    fails its own task only."""
+    import threading
+    from dataclasses import replace
+
+    import pyarrow.parquet as pq
+
+    from spark_jobs.decode import discover, executor, plan, writing
+
+    src = write_snapshot(tmp_path / "snap", partitions=range(8), batches=4)
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    objects = _upload(s3, s3_bucket, src, "n1")
+    cfg = storage.S3Config.from_env(s3_endpoint)
+    segments, _ = discover(f"s3://{s3_bucket}/n1", cfg)
+    tasks = plan(segments, {}, {}, {}, 1 << 20)
+    assert len(tasks) == 8 and all(executor._ReadAhead.eligible(t) for t in tasks)
+    assert all(t.index_uri and t.timeindex_uri for t in tasks)
+
+    reads, real = [], storage.S3Store.read_pinned
+
+    def read_pinned(self, key, pin, start=0, end=None):
+        reads.append((key, start, end, threading.current_thread() is threading.main_thread()))
+        return real(self, key, pin, start, end)
+    monkeypatch.setattr(storage.S3Store, "read_pinned", read_pinned)
+
+    def context(name):
+        out = tmp_path / name
+        return writing.Context(run_id="r1", prefix="r1~x", s3=cfg,
+                               roots={n: str(out / n) for n in writing.schemas.DECODE_TABLES},
+                               scratch={n: str(out / "scratch" / n)
+                                        for n in writing.schemas.DECODE_TABLES},
+                               ingested_at="2026-11-26T00:00:00+00:00")
+
+    def records(name):
+        return sorted(tuple(r[c] for c in ("partition", "offset", "value"))
+                      for f in (tmp_path / name / "records").rglob("*.parquet")
+                      for r in pq.read_table(f).to_pylist())
+
+    def summary(rows):
+        keep = ("segment", "action", "records", "batches", "findings", "first_offset",
+                "last_offset", "end_position")
+        return sorted(tuple(r[k] for k in keep) for r in rows)
+
+    one_by_one = [executor.run_task(t, context("alone")) for t in tasks]
+    alone_reads, reads[:] = list(reads), []
+    grouped = list(executor.run_group(tasks, context("group")))
+    assert summary(grouped) == summary(one_by_one)
+    assert {r["action"] for r in grouped} == {"decoded"}
+    assert records("group") == records("alone") and len(records("group")) == 8 * 20
+    # each object (segment, .index, .timeindex) read once, the reads the tasks make alone,
+    # and every one on the read-ahead's threads
+    assert sorted(k[:3] for k in reads) == sorted(k[:3] for k in alone_reads)
+    assert len(set(k[:3] for k in reads)) == len(reads) == 8 * 3
+    assert all(on_main for *_, on_main in alone_reads)
+    assert not any(on_main for *_, on_main in reads)
+    reads[:] = []  # --read-ahead 0: each task reads its own objects when it runs
+    off = list(executor.run_group(tasks, replace(context("off"), read_ahead=0)))
+    assert summary(off) == summary(one_by_one) and records("off") == records("alone")
+    assert reads == alone_reads
+
+    # the last task's segment cut short after the listing: that task fails, the others not
+    victim = tasks[-1].uri.split("/", 3)[3]
+    s3.put_object(Bucket=s3_bucket, Key=victim, Body=objects[victim][:len(objects[victim]) // 3])
+    rows = {r["segment"]: r for r in executor.run_group(tasks, context("changed"))}
+    assert (rows[tasks[-1].uri]["action"], rows[tasks[-1].uri]["findings"]) == ("failed", 1)
+    assert {rows[t.uri]["action"] for t in tasks[:-1]} == {"decoded"}
+    [finding] = [r for f in (tmp_path / "changed" / "findings").rglob("*.parquet")
+                 for r in pq.read_table(f).to_pylist()]
+    assert finding["kind"] == "fetch_error" and "no longer the listed object" in finding["message"]

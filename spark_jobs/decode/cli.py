@@ -26,8 +26,9 @@ from spark_jobs.decode.deduplication import resolve_pending
 from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, discover, first_ingested, ingested,
                                     ledger_ranges, plan, read_index_positions)
 from spark_jobs.decode.executor import run_tasks
-from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, is_pending, ledger_table, make_context,
-                                     task_files, write_driver_table)
+from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_READ_AHEAD, is_pending,
+                                     ledger_table, make_context, task_files,
+                                     write_driver_table)
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
@@ -57,6 +58,9 @@ def parse_args(argv):
                         "(default %(default)s)")
     p.add_argument("--max-raw-bytes", type=int, default=DEFAULT_MAX_RAW,
                    help="keep at most this many raw bytes per finding (default %(default)s)")
+    p.add_argument("--read-ahead", type=int, default=DEFAULT_READ_AHEAD, metavar="N",
+                   help="where small segments on S3 share a Spark task, start reading the "
+                        "next N tasks' objects while one decodes (default %(default)s; 0: off)")
     p.add_argument("--schema-registry", metavar="URL|DIR",
                    help="decode keys and values in Schema Registry's wire format with this "
                         "registry: a URL (basic auth from the environment, "
@@ -79,7 +83,7 @@ def main(argv=None, spark=None) -> dict:
     bases = wh.begin_run(args.run_id, reset=args.chunk_id is None)
     ledger = tables.read_arrow(wh, "ledger", snapshot=bases["ledger"])
     ctx = make_context(wh, args.run_id, uuid.uuid4().hex[:8], chunk_id=args.chunk_id,
-                       max_raw=args.max_raw_bytes,
+                       max_raw=args.max_raw_bytes, read_ahead=max(0, args.read_ahead),
                        ingested_at=first_ingested(ledger, args.run_id))
 
     state_uris: list[str] = []  # the partitions' state files (spark_jobs.internal_tables)

@@ -10,6 +10,8 @@ ledger row, never ``decoded``.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import datetime as dt
 import heapq
 import struct
@@ -37,6 +39,80 @@ _VALUE_FINDINGS = pa.schema([f for f in schemas.FINDINGS if f.name in (
 _OFFSET_SIZE_MAGIC = struct.Struct(">qiiB")  # offset, size, (leader epoch | crc), magic
 
 
+#: a packed Spark task (:func:`pack`) reads its next tasks' objects ahead (``ctx.read_ahead``
+#: tasks ahead, on as many threads) where a task reads a whole segment of at most this
+#: size from S3; a bigger one is read when its task runs, so the read-ahead holds at most
+#: ``ctx.read_ahead`` of these
+READ_AHEAD_MAX_BYTES = 8 << 20
+
+
+class _ReadAhead:
+    """The reads of the next tasks of one Spark task, started on threads: a task's
+    whole segment and its index files, each as :meth:`storage.S3Store.read_pinned`
+    reads it when the task runs (same ranges, same pin checks, same errors, raised
+    when the task takes the result). Reads nobody takes are cancelled or dropped."""
+
+    def __init__(self, ctx: Context, tasks: list[Task]):
+        self.ctx, self.tasks, self.started = ctx, tasks, 0
+        self.reads: dict[tuple, tuple] = {}  # (uri, start, end) -> (pin, future)
+        self.pool = concurrent.futures.ThreadPoolExecutor(max(1, ctx.read_ahead)) \
+            if ctx.read_ahead > 0 else None
+
+    @staticmethod
+    def eligible(task: Task) -> bool:
+        return (storage.is_s3(task.uri) and task.mode == "decode" and task.start == 0
+                and task.end == task.size and not task.split and task.index_entries is None
+                and task.size <= READ_AHEAD_MAX_BYTES)
+
+    def upto(self, i: int) -> None:
+        """Reads of tasks ``[.., i + ctx.read_ahead]`` started."""
+        if self.pool is None:
+            return
+        while self.started < min(len(self.tasks), i + 1 + self.ctx.read_ahead):
+            task = self.tasks[self.started]
+            self.started += 1
+            if not self.eligible(task):
+                continue
+            wanted = [(task.uri, task.pin, task.size)] + [
+                (u, task.index_pin(u), None)
+                for u in (task.index_uri, task.timeindex_uri, task.txnindex_uri)
+                if u is not None and task.index_pin(u) is not None]
+            for uri, pin, end in wanted:
+                store, key = storage.open_object(uri, self.ctx.s3)
+                self.reads[(uri, 0, end)] = (pin, self.pool.submit(
+                    store.read_pinned, key, pin, 0, end))
+
+    def take(self, uri: str, pin, start: int, end: int | None):
+        """The future of that read, where it was started with the same pin; else None."""
+        got = self.reads.pop((uri, start, end), None)
+        return got[1] if got is not None and got[0] == pin else None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        self.reads.clear()
+
+
+_AHEAD: _ReadAhead | None = None  # the running Spark task's (a Python worker runs one at a time)
+
+
+@contextlib.contextmanager
+def _reading_ahead(ctx: Context, tasks: list[Task]):
+    global _AHEAD
+    _AHEAD = ahead = _ReadAhead(ctx, tasks)
+    try:
+        yield ahead
+    finally:
+        _AHEAD = None
+        ahead.close()
+
+
+def _read_pinned(store, key: str, pin, start: int = 0, end: int | None = None) -> bytes:
+    """``store.read_pinned``, or the read the running Spark task started ahead of it."""
+    future = _AHEAD.take(store.uri(key), pin, start, end) if _AHEAD is not None else None
+    return store.read_pinned(key, pin, start, end) if future is None else future.result()
+
+
 def _object_source(task: Task, ctx: Context):
     """``fetch(lo, hi)`` -> (source, byte range) of the listed object only, and
     ``check()``, which raises :class:`storage.ChangedObject` where it changed since
@@ -50,7 +126,7 @@ def _object_source(task: Task, ctx: Context):
             store.verify(key, pin)
             return path, (lo, hi)
         return fetch, lambda: store.verify(key, pin)
-    return lambda lo, hi: (kafkalog.Slice(store.read_pinned(key, pin, lo, hi), lo), None), \
+    return lambda lo, hi: (kafkalog.Slice(_read_pinned(store, key, pin, lo, hi), lo), None), \
         lambda: None
 
 
@@ -344,7 +420,7 @@ def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[dict
     def fetch(start=0, end=None):
         if pin is None:  # not listed (a manifest naming a file that was missing then)
             return store.read(key, start, end)
-        return store.read_pinned(key, pin, start, end)
+        return _read_pinned(store, key, pin, start, end)
     try:
         index = read(fetch)
     except storage.ChangedObject:
@@ -433,17 +509,26 @@ def run_tasks(spark, tasks: list[Task], ctx: Context,
 
     def decode(numbers):
         for g in numbers:
-            for i in groups[g]:
-                yield _timed_task(Task.from_json(specs[i]), ctx)
+            yield from run_group([Task.from_json(specs[i]) for i in groups[g]], ctx)
 
     return spark.sparkContext.parallelize(range(len(groups)), len(groups)) \
         .mapPartitions(decode).collect()
 
 
+def run_group(tasks: list[Task], ctx: Context):
+    """The ledger rows of ``tasks`` (one Spark task's group), run one after another,
+    each next task's small S3 objects read ahead while the one before decodes
+    (:class:`_ReadAhead`)."""
+    with _reading_ahead(ctx, tasks) as ahead:
+        for i, task in enumerate(tasks):
+            ahead.upto(i)
+            yield _timed_task(task, ctx)
+
+
 def _timed_task(task: Task, ctx: Context) -> dict:
     """:func:`run_task`, its row with the task's wall and CPU time (``task_seconds``,
-    ``task_cpu_seconds``: the worker's, its writer thread included), for the job's
-    timings; not ledger columns."""
+    ``task_cpu_seconds``: the worker's, its writer thread and the reads ahead of the
+    next tasks included), for the job's timings; not ledger columns."""
     t0, c0 = time.perf_counter(), time.process_time()
     row = run_task(task, ctx)
     row.update(task_seconds=time.perf_counter() - t0, task_cpu_seconds=time.process_time() - c0)

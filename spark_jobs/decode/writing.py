@@ -31,6 +31,10 @@ DEFAULT_SLACK = 1024 * 1024
 
 DEFAULT_MAX_RAW = 64 * 1024 * 1024
 
+#: how many tasks ahead a Spark task of several small tasks starts reading their S3
+#: objects (spark_jobs.decode.executor's read-ahead; 0: none)
+DEFAULT_READ_AHEAD = 4
+
 
 #: ascending per partition: delta-encoded (a few bits a row, and no dictionary to build)
 DELTA_COLUMNS = ("offset", "timestamp")
@@ -91,6 +95,7 @@ class Context:
     max_raw: int = DEFAULT_MAX_RAW
     slack: int = DEFAULT_SLACK
     ingested_at: str = ""
+    read_ahead: int = DEFAULT_READ_AHEAD
     #: the run's Schema Registry (kafkalog.schemas; schemas as text, pickled with the
     #: context), or None: the records' value columns stay null (spark_jobs/decode/values.py)
     registry: object = None
