@@ -362,8 +362,6 @@ def compact_table(wh: iceberg.Warehouse, name: str, *, min_files: int = DEFAULT_
                   attempts: int = iceberg.COMMIT_ATTEMPTS) -> dict:
     """Compact table ``name``'s small files on ``main`` (module docstring, step 1):
     ``groups_per_commit`` rewritten groups per snapshot."""
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
     out = {"files_before": 0, "files_after": 0, "groups_compacted": 0, "files_compacted": 0,
            "files_written": 0, "rows_compacted": 0, "groups_skipped": 0, "skipped": []}
     table = wh.load(name)
@@ -393,7 +391,7 @@ def compact_table(wh: iceberg.Warehouse, name: str, *, min_files: int = DEFAULT_
                 continue
             uri = rewrite(group, data_root, wh.s3)
             batch.append(_Rewritten(group, uri, None))
-            new = parquet_file_to_data_file(table.io, table.metadata, uri)
+            [new] = iceberg.data_files(table, [uri])
             if new.record_count != group.rows or _partition_values(new) != group.partition[1]:
                 raise MaintenanceError(
                     f"{name}: rewriting {len(group.files)} files of {group.prefix}* gave "

@@ -817,3 +817,38 @@ def test_dag_test_runs_maintenance_end_to_end(dag, airflow_db, tmp_path, monkeyp
     listed = {maintenance.normalize(str(p)) for p in Path(t.location()[len("file://"):], "metadata")
               .iterdir()}
     assert listed == meta
+
+
+def test_data_files_are_pyiceberg_s_and_every_schema_is_checked(tmp_path):
+    """iceberg.data_files (the commits' DataFiles, the schema check made once per distinct
+    file schema) gives each file exactly what pyiceberg's parquet_file_to_data_file
+    gives; a file whose schema the table cannot take is refused as pyiceberg refuses
+    it, wherever it comes in the list."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    wh = iceberg.Warehouse(str(tmp_path / "w"))
+    for run_id, layout in nights(2):
+        publish_run(wh, run_id, layout, split=2)
+
+    def described(f):
+        return (f.file_path, f.file_size_in_bytes, f.record_count, tuple(f.partition),
+                f.column_sizes, f.value_counts, f.null_value_counts, f.nan_value_counts,
+                f.lower_bounds, f.upper_bounds, f.split_offsets, f.content,
+                f.file_format, f.sort_order_id)
+
+    table = wh.table("records")  # the table publish_run writes
+    good = sorted(f.file_path for f in iceberg.live_files(table, table.current_snapshot().snapshot_id))
+    assert len(good) >= 4 and len({tuple(f.partition) for f in iceberg.data_files(table, good)}) >= 2
+    assert [described(f) for f in iceberg.data_files(table, good)] == \
+        [described(parquet_file_to_data_file(table.io, table.metadata, p)) for p in good]
+
+    bad = str(tmp_path / "bad.parquet")
+    pq.write_table(pq.read_table(good[0]).set_column(
+        pq.read_schema(good[0]).get_field_index("offset"), "offset",
+        pa.array(["x"] * pq.read_metadata(good[0]).num_rows)), bad)
+    with pytest.raises(ValueError) as theirs:
+        parquet_file_to_data_file(table.io, table.metadata, bad)
+    for order in ([bad, *good], [*good, bad]):
+        with pytest.raises(ValueError) as ours:
+            iceberg.data_files(table, order)
+        assert str(ours.value) == str(theirs.value)
