@@ -154,11 +154,27 @@ def test_replicas_are_decoded_once_and_match_the_expected_tables(spark, tmp_path
             assert f["message"].startswith(replicas.DIVERGENCE_PREFIX)
             assert "/b2/" in f["segment"] and "/b1/" + f["topic"] in f["message"]
     assert s["divergences"] == 2
-    # the primary copy's torn tail is reported (its bytes are decoded); the damage of
-    # copies that were only framed is not: b2's CRC failure and b3's torn tail in three-0
+    # the primary copy's torn tail is reported (its bytes are decoded); a framed copy's
+    # torn tail is not (b3's in three-0: a follower copied mid-write)
     damage = sorted((f["topic"], f["kind"], f["segment"].split("/snap/")[1]) for f in findings
                     if f["kind"] in ("crc_mismatch", "truncated_tail"))
     assert damage == [("torn", "truncated_tail", "b1/torn-0/00000000000000000000.log")]
+    # a copy's batch whose CRC fails, not decoded because another copy's was, is a
+    # replica_crc_mismatch finding naming that copy, at its bytes: b1's batch 4 in
+    # diverged-1, b2's batch 2 in three-0
+    ones = [batch("diverged-1", i) for i in range(5)]
+    three = [batch("three-0", i) for i in range(3)]
+    seg0 = "00000000000000000000.log"
+    damaged = sorted((f["topic"], f["partition"], f["segment"].split("/snap/")[1], f["position"],
+                      f["end"], f["base_offset"], f["last_offset"]) for f in findings
+                     if f["kind"] == replicas.DAMAGED_COPY)
+    at = lambda bs: sum(len(b) for b in bs)
+    assert damaged == [
+        ("diverged", 1, f"b1/diverged-1/{seg0}", at(ones[:4]), at(ones), 12, 14),
+        ("three", 0, f"b2/three-0/{seg0}", at(three[:2]), at(three), 6, 8)]
+    assert all("fails its CRC: this copy is damaged" in f["message"] for f in findings
+               if f["kind"] == replicas.DAMAGED_COPY)
+    assert s["findings"] == len(findings)
 
     # the audit reports them as replica_divergence (and not again as divergence)
     assert check_quality.main(["--warehouse", str(wh), "--run-id", "r1", "--no-docs"],
@@ -168,9 +184,13 @@ def test_replicas_are_decoded_once_and_match_the_expected_tables(spark, tmp_path
                  if r["status"] != "pass")
     # (diverged-1: b2's batch 12..15 lost offset 15 to b1's batch 15..17, so the batch
     # checks see a batch without all its records: the divergence's own evidence)
-    assert bad == [("max_timestamp", "diverged", 1, 1), ("record_count", "diverged", 1, 1),
+    # (decoder_findings: the damaged copies above, a warning each)
+    assert bad == [("decoder_findings", "diverged", 1, 1), ("decoder_findings", "three", 0, 1),
+                   ("max_timestamp", "diverged", 1, 1), ("record_count", "diverged", 1, 1),
                    ("replica_divergence", "diverged", 0, 1), ("replica_divergence", "diverged", 1, 1),
                    ("truncated_tail", "torn", 0, 1)]
+    assert {r["status"] for r in dq if r["check"] == "decoder_findings"
+            and r["status"] != "pass"} == {"warn"}
     item = json.loads(next(r["details"] for r in dq if r["check"] == "replica_divergence"
                            and r["status"] == "fail"))["items"][0]
     assert "/b1/" in item["message"] and "/b2/" in item["message"]
@@ -195,6 +215,15 @@ def test_reconcile_takes_each_batch_once_from_a_copy_that_verifies():
     assert choice.ranges == {segs[0].uri: [(0, b0), (b0 + len(whole[1]), len(a))],
                              segs[1].uri: [(b0, b0 + len(whole[1]))]}
     assert (choice.divergences, choice.pending, choice.primary) == ([], False, "/s/b1")
+    # b1's damaged copy of batch 1 is not decoded: a finding of its own, at its bytes
+    [d] = choice.damaged
+    assert (d["kind"], d["segment"], d["position"], d["end"], d["base_offset"],
+            d["last_offset"]) == (replicas.DAMAGED_COPY, segs[0].uri, b0, b0 + len(whole[1]),
+                                  PER, 2 * PER - 1)
+    # where no copy of a batch verifies, the damaged one is decoded (the decoder reports
+    # its crc_mismatch) and is not a damaged copy
+    alone = replicas.reconcile(segs[:1], {segs[0].uri: framed[segs[0].uri]})
+    assert alone.ranges == {segs[0].uri: [(0, len(a))]} and alone.damaged == []
 
 
 def test_framing_stops_where_entries_stop_and_says_whether_more_follow():

@@ -162,8 +162,11 @@ def main(argv=None, spark=None) -> dict:
     finally:
         if own_session and args.master is not None:
             spark.stop()
+    damaged_copies = 0  # the replicas' findings: divergences, and damaged copies not decoded
     if replica_findings is not None and replica_findings.num_rows:
-        divergences += replica_findings.num_rows
+        kinds = replica_findings.column("kind").to_pylist()
+        divergences += kinds.count("divergence")
+        damaged_copies = len(kinds) - kinds.count("divergence")
         files["findings"].extend(write_driver_table(ctx, "findings", replica_findings,
                                                     "replicas"))
     if unparsable:
@@ -174,7 +177,8 @@ def main(argv=None, spark=None) -> dict:
         files["ledger"].extend(write_driver_table(ctx, "ledger", ledger_out, "ledger"))
     t1 = time.time()
     counts = {"records": sum(r["records"] for r in rows), "batches": sum(r["batches"] for r in rows),
-              "findings": sum(r["findings"] for r in rows) + divergences + len(unparsable)
+              "findings": sum(r["findings"] for r in rows) + divergences + damaged_copies
+              + len(unparsable)
               + derived_rows.pop("findings", 0) + typed_rows.pop("findings", 0)}
     files["findings"].extend(derived.pop("findings", []))
     files["findings"].extend(typed.pop("findings", []))

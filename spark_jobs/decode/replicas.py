@@ -26,7 +26,9 @@ agree batch by batch: same base offset, last offset, stored CRC and size.
 
 Only the chosen bytes are decoded, so findings (CRC, index checks, a torn tail) are
 those of the chosen copy's bytes; a copy that only repeats chosen batches is framed,
-not decoded, and has no ledger row.
+not decoded, and has no ledger row. A batch of a copy whose CRC fails and that was not
+decoded (another copy's was) is a :data:`DAMAGED_COPY` finding naming that copy: a
+broker's damaged disk is reported even where the data came through whole.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ from spark_jobs.decode.planning import Segment, Task, meets
 #: how the message of a replica's ``divergence`` finding starts (the audit's
 #: ``replica_divergence`` check tells these from record-level divergences by it)
 DIVERGENCE_PREFIX = "replica divergence:"
+#: the finding kind of a copy's batch whose CRC fails where another copy's was decoded
+#: (the decoder never reads it; the audit's ``decoder_findings``, policy: warn)
+DAMAGED_COPY = "replica_crc_mismatch"
 
 _U32 = struct.Struct(">I")
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -236,6 +241,7 @@ class Choice:
     divergences: list  # finding rows (findings table columns but run_id)
     pending: bool  # a diverged batch adds offsets: the partition needs the Spark dedupe
     primary: str  # the primary copy
+    damaged: list = ()  # DAMAGED_COPY finding rows: damaged batches of copies not decoded
 
 
 def reconcile(segs: list[Segment], framed: dict[str, Framed]) -> Choice:
@@ -259,8 +265,37 @@ def reconcile(segs: list[Segment], framed: dict[str, Framed]) -> Choice:
                 spans[-1][1] = s.size
             else:
                 spans.append([f.end, s.size])
-    return Choice({u: [tuple(r) for r in rs] for u, rs in ranges.items()}, divergences,
-                  pending, primary)
+    ranges = {u: [tuple(r) for r in rs] for u, rs in ranges.items()}
+    return Choice(ranges, divergences, pending, primary, _damaged_copies(segs, framed, ranges))
+
+
+def _damaged_copies(segs: list[Segment], framed: dict[str, Framed], ranges: dict) -> list[dict]:
+    """A :data:`DAMAGED_COPY` finding for each batch whose CRC fails and that is not in
+    the byte ranges chosen for decoding: a sound copy of it was decoded instead, or its
+    offsets came from another copy. The decoder never reads it, so without this a broker's
+    damaged copy would go unreported."""
+    out = []
+    for s in segs:
+        f = framed[s.uri]
+        bad = np.flatnonzero(f.col("valid") == 0)
+        if not len(bad):
+            continue
+        spans = sorted(ranges.get(s.uri, ()))
+        starts = [a for a, _ in spans]
+        for i in bad.tolist():
+            pos, size, last = (int(f.col(c)[i]) for c in ("position", "size", "last_offset"))
+            k = bisect.bisect_right(starts, pos) - 1
+            if k >= 0 and pos + size <= spans[k][1]:
+                continue  # decoded: the decoder reports it (crc_mismatch)
+            first = int(f.col("first_offset")[i]) if f.col("has_first")[i] else None
+            out.append(dict(
+                topic=s.topic, partition=s.partition, kind=DAMAGED_COPY, position=pos,
+                end=pos + size, base_offset=first, last_offset=last, bytes=size, raw=None,
+                segment=s.uri, segment_base_offset=s.base_offset,
+                message=(f"the batch at {pos} of {s.uri} (offsets {first}..{last}, "
+                         f"{size} bytes) fails its CRC: this copy is damaged; it was not "
+                         f"decoded, those offsets were taken from another copy")))
+    return out
 
 
 def _rank(copy: str, count: int, last: int) -> tuple:
@@ -454,7 +489,7 @@ def replan(tasks: list[Task], groups: dict[tuple, list[Segment]],
                 new.append(replace(t, start=a, end=b, split=a > 0, framed=True, pending=pending,
                                    index_entries=None))
         drafts[tp] = new
-        findings.extend(dict(f, run_id=run_id) for f in choice.divergences)
+        findings.extend(dict(f, run_id=run_id) for f in [*choice.divergences, *choice.damaged])
         done.add(tp)
     for t in tasks:
         if (t.topic, t.partition) not in done:
