@@ -1047,7 +1047,9 @@ def data_files(table, paths: list[str]) -> list:
 
     with concurrent.futures.ThreadPoolExecutor(max(1, min(FOOTER_READERS, len(paths)))) as pool:
         footers = list(pool.map(footer, paths))
-    checked: list = []  # the file schemas found compatible (pyarrow schemas are not hashable)
+    # the file schemas found compatible: a list, since a pyarrow schema's hash and == leave
+    # out the fields' metadata, where Parquet keeps the field ids
+    checked: list = []
     out = []
     for path, (footer_metadata, size) in zip(paths, footers):
         arrow_schema = footer_metadata.schema.to_arrow_schema()

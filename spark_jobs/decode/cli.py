@@ -166,7 +166,7 @@ def main(argv=None, spark=None) -> dict:
     if replica_findings is not None and replica_findings.num_rows:
         kinds = replica_findings.column("kind").to_pylist()
         divergences += kinds.count("divergence")
-        damaged_copies = len(kinds) - kinds.count("divergence")
+        damaged_copies = kinds.count(replicas.DAMAGED_COPY)
         files["findings"].extend(write_driver_table(ctx, "findings", replica_findings,
                                                     "replicas"))
     if unparsable:

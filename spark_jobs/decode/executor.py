@@ -55,7 +55,7 @@ class _ReadAhead:
     def __init__(self, ctx: Context, tasks: list[Task]):
         self.ctx, self.tasks, self.started = ctx, tasks, 0
         self.reads: dict[tuple, tuple] = {}  # (uri, start, end) -> (pin, future)
-        self.pool = concurrent.futures.ThreadPoolExecutor(max(1, ctx.read_ahead)) \
+        self.pool = concurrent.futures.ThreadPoolExecutor(ctx.read_ahead) \
             if ctx.read_ahead > 0 else None
 
     @staticmethod
