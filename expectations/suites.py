@@ -46,6 +46,10 @@ DESCRIPTIONS = {
                          "last batch in the log.",
     "leader_epoch_checkpoint": "Each batch's partition leader epoch is the leader-epoch-checkpoint's epoch "
                                "for its offset.",
+    "missing_partition": "Every topic-partition the previous snapshot nights held is in this snapshot "
+                         "(a topic whose partitions are all gone counts once, as deleted).",
+    "snapshot_missing": "Every night the run was to read has a snapshot (at least one segment under "
+                        "its prefix).",
 }
 
 COLUMNS = "topic, partition, class, items, offsets, max_value, example"

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 from spark_jobs.layout import typed_topic
+from spark_jobs.quality.results import place
 from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES
 
 from . import demo_data, settings
@@ -306,9 +307,9 @@ def problem_lines(rows: list[dict]) -> list[str]:
     lines = []
     for status, check in sorted(problems, key=lambda k: (_rank(k[0]), k)):
         parts = []
-        for row in sorted(problems[status, check], key=lambda r: (r["topic"], r["partition"])):
+        for row in sorted(problems[status, check], key=place):
             causes = _causes(row.get("details"))
-            parts.append(f"{row['topic']}-{row['partition']}" + (f" ({causes})" if causes else ""))
+            parts.append(place(row) + (f" ({causes})" if causes else ""))
         lines.append(f"{status} {check}: {', '.join(parts)}")
     return lines
 
@@ -323,7 +324,8 @@ def dq_summary(out: Path, run_id: str) -> dict:
 
     html = out / "warehouse" / "data_docs" / run_token(run_id) / "index.html"
     rows = read_arrow(warehouse(out), "dq_results", row_filter=EqualTo("run_id", run_id),
-                      columns=("check", "topic", "partition", "status", "details")).to_pylist()
+                      columns=("check", "topic", "partition", "status", "details",
+                               "night")).to_pylist()
     statuses: dict[str, int] = {}
     for row in sorted(rows, key=lambda r: _rank(r["status"])):
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1

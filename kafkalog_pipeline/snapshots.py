@@ -16,7 +16,6 @@ S3 through a boto3 paginator and turns the errors that retrying cannot fix
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
 import heapq
 import math
 import re
@@ -24,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 from spark_jobs import layout
+from spark_jobs.layout import topic_matcher  # noqa: F401 (the listing's topic filter)
 
 
 #: S3 error codes no retry can fix
@@ -55,7 +55,8 @@ class Segment:
     etag: str | None = None
 
     def manifest_entry(self) -> dict:
-        return {"uri": self.uri, "size": self.size, "etag": self.etag}
+        return {"uri": self.uri, "size": self.size, "etag": self.etag,
+                "night": self.snapshot_date}
 
 
 @dataclass
@@ -66,16 +67,19 @@ class Chunk:
     segments: list[Segment] = field(default_factory=list)
     #: URIs of the chunk's partitions' state files (layout.STATE_FILE_KEY)
     state_files: list[str] = field(default_factory=list)
+    #: ``.log`` objects whose names place them in no partition: the job records an
+    #: ``unparsable_name`` finding of each (the audit grades it)
+    unplaced: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
         return {"chunk_id": self.chunk_id, "bytes": self.bytes,
-                "segments": len(self.segments),
+                "segments": len(self.segments), "unplaced": len(self.unplaced),
                 "partitions": [f"{t}-{p}" for t, p in self.partitions]}
 
     def manifest(self) -> bytes:
         """The chunk's segment manifest (:func:`spark_jobs.layout.manifest`)."""
-        return layout.manifest([s.manifest_entry() for s in self.segments], self.chunk_id,
-                               self.state_files)
+        return layout.manifest([s.manifest_entry() for s in self.segments] + self.unplaced,
+                               self.chunk_id, self.state_files)
 
 
 # ------------------------------------------------------------------ dates
@@ -134,20 +138,6 @@ def snapshot_prefix(template: str, prefix: str, snapshot_date: str) -> str:
     return filled if filled.endswith("/") else filled + "/"
 
 
-def topic_matcher(patterns: str | Iterable[str] | None):
-    """A predicate over topic names from comma-separated fnmatch patterns ('' or '*' = all)."""
-    if patterns is None:
-        items = []
-    elif isinstance(patterns, str):
-        items = [p.strip() for p in patterns.split(",")]
-    else:
-        items = [str(p).strip() for p in patterns]
-    items = [p for p in items if p]
-    if not items or "*" in items:
-        return lambda topic: True
-    return lambda topic: any(fnmatch.fnmatchcase(topic, p) for p in items)
-
-
 # ------------------------------------------------------------------ listing
 def parse_segment_key(key: str, prefix: str) -> tuple[str, int, int] | None:
     """(topic, partition, base offset) of a ``.log`` key under ``prefix``, else None
@@ -181,7 +171,8 @@ def classify(err: Exception, where: str) -> Exception:
 
 def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
                   client=None, unparsable: list | None = None,
-                  state_files: list | None = None) -> tuple[list[Segment], int]:
+                  state_files: list | None = None,
+                  logs: dict | None = None) -> tuple[list[Segment], int]:
     """Every ``.log`` segment under each snapshot date's prefix.
 
     ``prefixes`` maps snapshot date -> key prefix. Returns the segments (sorted
@@ -190,6 +181,8 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
     whose names do not parse are appended to ``unparsable``; the partitions' state files
     (``.snapshot``, ``leader-epoch-checkpoint``, ``partition.metadata``) to ``state_files``,
     as ``(topic, partition, uri)`` (they count as ignored: they are not segments).
+    ``logs`` (snapshot date -> n) counts each date's ``.log`` objects, whatever their names
+    and topics: a date with none has no snapshot.
     """
     client = client or access.storage_config().client()  # the job's client: one retry policy
     keep = topic_matcher(topics)
@@ -201,6 +194,8 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
         try:
             for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
                 for obj in page.get("Contents", ()):
+                    if logs is not None and layout.is_log(obj["Key"]):
+                        logs[date] = logs.get(date, 0) + 1
                     parsed = parse_segment_key(obj["Key"], prefix)
                     if parsed is None and unparsable is not None and layout.is_log(obj["Key"]):
                         unparsable.append(f"s3://{bucket}/{obj['Key']}")

@@ -24,6 +24,7 @@ the warehouse, i.e. has planned and not yet finished publishing
 
 from __future__ import annotations
 
+import json
 import logging
 
 from spark_jobs import layout
@@ -118,20 +119,28 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
              run_id, dates, bucket, access, topics, reprocess)
     unparsable: list[str] = []
     state_files: list[tuple[str, int, str]] = []  # read by the chunk of their partition
+    logs: dict[str, int] = {}  # .log objects per night: a night with none has no snapshot
     segments, ignored = snapshots.list_segments(bucket, prefixes, access, topics=topics,
-                                                unparsable=unparsable, state_files=state_files)
+                                                unparsable=unparsable, state_files=state_files,
+                                                logs=logs)
     for uri in unparsable:
-        log.warning("%s is not %s: not decoded", uri, layout.GRAMMAR)
+        log.warning("%s is not %s: an unparsable_name finding", uri, layout.GRAMMAR)
 
     token = storage.run_token(run_id)
     store = storage.open_store(warehouse, access.storage_config()
                                if storage.is_s3(warehouse) else None)
     wh = open_warehouse(warehouse, access)
+    missing = record_missing_nights(wh, run_id, {d: f"s3://{bucket}/{p}" for d, p in prefixes.items()},
+                                    logs)
     work = to_decode(wh, run_id, segments, reprocess=reprocess)
     unchanged = sum(1 for _, same in work.values() if same)
     chunks = [] if unchanged == len(segments) else snapshots.plan_chunks(
         segments, target_bytes=target, max_chunks=max_chunks, to_decode=lambda s: work[s][0],
         state_files=state_files)
+    if unparsable:  # the job records each as a finding, which the audit grades
+        if not chunks:
+            chunks = [snapshots.Chunk(chunk_id=0)]
+        chunks[0].unplaced.extend(unparsable)
     # a rerun of the whole run starts clean: its branches are made again from main
     # (without the run's published rows), and no manifest of an earlier attempt survives
     wh.begin_run(run_id, reset=True)
@@ -165,9 +174,42 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
         "bytes": sum(c.bytes for c in chunks),
         "ignored": ignored,
         "unparsable": unparsable,
+        # nights without a snapshot and their verdict (the snapshot_missing results)
+        "missing_nights": [r["night"] for r in missing],
+        "verdict": missing_verdict(missing),
         "schemas": registry_source,
         "decode_args": decode_args,
     }
+
+
+def missing_verdict(rows: list[dict]) -> dict | None:
+    """The verdict (:func:`spark_jobs.quality.results.verdict`) of ``snapshot_missing`` rows,
+    None where there are none."""
+    from spark_jobs.quality import results
+
+    return results.verdict(rows) if rows else None
+
+
+def record_missing_nights(wh, run_id: str, where: dict[str, str], logs: dict[str, int]
+                          ) -> list[dict]:
+    """The ``snapshot_missing`` results of run ``run_id``: one per night of ``where`` (night
+    -> the prefix listed) whose listing held no ``.log`` object (``logs``: night -> n),
+    written to ``dq_results`` at once (the run may decode nothing), replacing the run's
+    earlier ones; a night that has a snapshot now drops every run's ``snapshot_missing``
+    result of it (a late snapshot replaces the result). Returns the rows (none: nothing is
+    written where nothing is missing and nothing replaced)."""
+    from spark_jobs.quality import results
+    from spark_jobs.quality.policy import Policy
+
+    missing = {night: uri for night, uri in where.items() if not logs.get(night)}
+    found = sorted(night for night in where if logs.get(night))
+    if not missing and not results.missing_nights_to_replace(wh, run_id, found):
+        return []
+    rows = results.write_missing_nights(wh, run_id, missing, found, Policy.load())
+    for row in rows:
+        log.warning("run %s: %s (snapshot_missing: %s)", run_id,
+                    json.loads(row["details"])["items"][0]["message"], row["status"])
+    return rows
 
 
 def publish_run(*, warehouse: str, run_id: str, access: settings.S3Access | None = None,
@@ -274,6 +316,16 @@ def plan_from_context(context) -> list[list[str]]:
     ti.xcom_push(key="namespace", value=summary["namespace"])
     ti.xcom_push(key="plan", value={k: v for k, v in summary.items() if k != "decode_args"})
     if not summary["decode_args"]:
+        verdict = summary["verdict"]
+        if verdict is not None and len(summary["missing_nights"]) == len(dates):
+            # no snapshot at all: the snapshot_missing results are the run's verdict
+            ti.xcom_push(key=VERDICT_KEY, value=verdict)
+            why = (f"no snapshot for {', '.join(summary['missing_nights'])}: no segment under "
+                   f"{', '.join(summary['prefixes'])}")
+            if verdict["fail"]:
+                raise fail(f"{why} (snapshot_missing: fail, expectations/policy.yaml)")
+            raise skip(f"{why}; snapshot_missing recorded as "
+                       f"{'a warning' if verdict['warn'] else 'passed'} in dq_results")
         raise skip(f"nothing to decode for {', '.join(dates)}: {summary['segments']} "
                    f"segments under {', '.join(summary['prefixes'])}, "
                    f"{summary['already_ingested']} of them already ingested unchanged "
@@ -286,6 +338,9 @@ def plan_from_context(context) -> list[list[str]]:
 
 #: XCom key of a skipped plan's reason (the UI plugin says it where a report would be)
 SKIP_REASON_KEY = "skip_reason"
+#: XCom key of the plan's verdict for a run whose nights all had no snapshot (the same shape
+#: as check_quality's return value, which is the verdict of every other run)
+VERDICT_KEY = "verdict"
 
 
 def plan_task(context) -> list[list[str]]:

@@ -16,7 +16,7 @@ Exit status: 0 when no check failed (warnings allowed); ``EXIT_CHECKS_FAILED``
 list them; publish must not run, and running the audit again gives the same
 verdict); 2 on usage or I/O errors. Anything else (1 for an exception, the
 JVM's own codes) is a crash, which a retry may fix. The last line printed is
-the verdict, ``VERDICT_PREFIX`` + JSON (:func:`verdict`), which the Airflow
+the verdict, ``VERDICT_PREFIX`` + JSON (:func:`results.verdict`), which the Airflow
 operator reads as the task's summary.
 """
 
@@ -27,7 +27,8 @@ import json
 import os
 import sys
 
-from spark_jobs import iceberg, storage
+from spark_jobs import iceberg, layout, storage
+from spark_jobs.quality import as_of
 from spark_jobs.quality import checks as qc
 from spark_jobs.quality import internal_checks
 from spark_jobs.quality import results
@@ -49,6 +50,10 @@ def parse_args(argv):
     p.add_argument("--policy", help="severity policy YAML (default: expectations/policy.yaml)")
     p.add_argument("--s3-endpoint", help="S3 endpoint URL (default: AWS_ENDPOINT_URL)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    p.add_argument("--topics", default="*",
+                   help="the topics the run was asked to read, as comma-separated fnmatch "
+                        "patterns (the DAG's `topics`; default all): a partition of another "
+                        "topic is not missing")
     p.add_argument("--no-docs", action="store_true", help="skip great-expectations and Data Docs")
     return p.parse_args(argv)
 
@@ -73,8 +78,10 @@ def load_tables(spark, wh: iceberg.Warehouse, run_id: str, snapshots: dict[str, 
 
 
 def audit(spark, wh: iceberg.Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
-          out=None):
-    """Run the audit; return the dq_results rows (also committed to ``dq_results``)."""
+          out=None, topics: str | None = None):
+    """Run the audit; return the dq_results rows (also committed to ``dq_results``), with the
+    run's ``snapshot_missing`` rows (its plan's: kept as they are, counted in the verdict).
+    ``topics``: the run's topic filter (layout.topic_matcher; None: all)."""
     out = out or sys.stdout
     from spark_jobs.tables import read_table
 
@@ -82,23 +89,48 @@ def audit(spark, wh: iceberg.Warehouse, run_id: str, *, policy: Policy, docs: bo
     snapshots = audited_snapshots(wh, run_id)
     tables = load_tables(spark, wh, run_id, snapshots)
     published_ledger = read_table(spark, wh, "ledger")
+    # the night the run is audited as of: its last (None where its input named no night)
+    night = tables["ledger"].agg({"night": "max"}).first()[0]
     prior = qc.prior_ends(published_ledger, tables["ledger"], run_id)
     listed = qc.listed_segments(tables["ledger"], published_ledger, run_id)
+    borrowed = as_of.borrowed_ranges(as_of.new_ranges(tables["ledger"], listed, prior),
+                                     published_ledger, run_id)
+    if borrowed:  # a night audited after later nights published some of its new offsets
+        only = as_of.row_filter(borrowed)
+        for name in as_of.OFFSET_COLUMN:
+            head = read_table(spark, wh, name, snapshot=snapshots[name][1], row_filter=only)
+            tables[name] = as_of.above(name, tables[name], borrowed).unionByName(
+                as_of.borrow(name, head, tables[name], borrowed, tables["ledger"], run_id))
+        listed = listed.unionByName(as_of.context(tables["ledger"], borrowed))
+        print(f"check_quality: {len(borrowed)} partitions' new offsets of run {run_id} "
+              "were published by later runs first: their rows are audited as this night's",
+              file=out)
     units = results.partition_units(tables)
-    internal = internal_checks.load(spark, wh, run_id, snapshots, tables["ledger"], listed)
+    internal = internal_checks.load(spark, wh, run_id, snapshots, tables["ledger"], listed,
+                                    published_ledger)
     for tp, counts in internal_checks.units(internal, qc.dedup_batches(tables["batches"])).items():
         if tp in units:
             units[tp].update(counts)
+    absent = None
+    if night is not None:  # what earlier nights held and this one lacks
+        absent = qc.missing_partitions(tables["ledger"], published_ledger, run_id,
+                                       policy.lookback_nights(), layout.topic_matcher(topics))
+        for tp in units:
+            if tp[0] is not None:
+                units[tp]["partitions"] = 1
+        for r in absent.select("topic", "partition").collect():
+            units[(r.topic, r.partition)] = {"partitions": 1, results.ONLY: {"missing_partition"}}
     where = ", ".join(sorted({w for w, _ in snapshots.values()}))
     if not units:
         raise LookupError(f"run {run_id!r} has no rows in catalog {wh.catalog_name!r} ({where})")
     observations, _ = qc.run_checks(tables, policy, run_id, prior=prior, listed=listed,
-                                    internal=internal)
+                                    internal=internal, absent=absent)
     # computed once: everything below reads the materialized rows
     observations = observations.localCheckpoint()
     classes, items = results.summarize(observations)
-    rows = results.build_rows(run_id, units, classes, items, policy)
+    rows = results.build_rows(run_id, units, classes, items, policy, night=night)
     results.write(wh, run_id, rows, audited={n: s for n, (_, s) in snapshots.items()})
+    missing_nights = results.run_missing_nights(wh, run_id)
     lag = internal_checks.write_lag(wh, run_id, internal)
     if lag is not None:
         print(f"check_quality: {lag} consumer_lag rows of run {run_id} -> "
@@ -116,7 +148,7 @@ def audit(spark, wh: iceberg.Warehouse, run_id: str, *, policy: Policy, docs: bo
         gx_failed = {c for c, n in summary.items() if n.get("fail")}
         if gx_failed != {r["check"] for r in rows if r["status"] == "fail"}:
             raise RuntimeError(f"great-expectations disagrees with dq_results: {sorted(gx_failed)}")
-    return rows
+    return rows + missing_nights
 
 
 def publish_docs(store, verdicts, run_id: str, checks, out=None) -> str:
@@ -147,21 +179,6 @@ def publish_docs(store, verdicts, run_id: str, checks, out=None) -> str:
     return summary
 
 
-def verdict(rows) -> dict:
-    """The run's verdict, small enough for XCom and an asset event's ``extra``: results
-    (check x topic-partition) per outcome, and per check that failed or warned its
-    topic-partitions: ``{"fail": 1, "warn": 3, "pass": 40, "failed": {"crc": ["orders-0"]},
-    "warned": {...}}``."""
-    out: dict = {"fail": 0, "warn": 0, "pass": 0, "failed": {}, "warned": {}}
-    for r in sorted(rows, key=lambda r: (r["check"], r["topic"], r["partition"])):
-        status = r["status"] if r["status"] in ("fail", "warn") else "pass"
-        out[status] += 1
-        if status != "pass":
-            out["failed" if status == "fail" else "warned"].setdefault(r["check"], []).append(
-                f"{r['topic']}-{r['partition']}")
-    return out
-
-
 def report(rows, out=None) -> int:
     """Print failing and warning results, then the verdict line (:data:`VERDICT_PREFIX`);
     :data:`EXIT_CHECKS_FAILED` if any failed, else 0."""
@@ -172,7 +189,7 @@ def report(rows, out=None) -> int:
         for r in group:
             details = json.loads(r["details"])
             first = (details.get("items") or [{}])[0].get("message", "")
-            print(f"{label} {r['check']} {r['topic']}-{r['partition']}: "
+            print(f"{label} {r['check']} {results.place(r)}: "
                   f"{results.plural(r['failed'], 'item')}, "
                   f"{results.checked(r['observed'], details.get('unit') or qc.CHECKS.get(r['check']))}; "
                   f"first: {first}", file=out)
@@ -180,7 +197,7 @@ def report(rows, out=None) -> int:
         print(f"check_quality: {len(failed)} check(s) failed; the run must not be published", file=out)
     else:
         print(f"check_quality: passed ({len(warned)} warning(s))", file=out)
-    print(VERDICT_PREFIX + json.dumps(verdict(rows), sort_keys=True), file=out, flush=True)
+    print(VERDICT_PREFIX + json.dumps(results.verdict(rows), sort_keys=True), file=out, flush=True)
     return EXIT_CHECKS_FAILED if failed else 0
 
 
@@ -200,7 +217,8 @@ def main(argv=None, spark=None) -> int:
 
         spark = build_session("check_quality", master=args.master)
     try:
-        rows = audit(spark, wh, args.run_id, policy=policy, docs=not args.no_docs)
+        rows = audit(spark, wh, args.run_id, policy=policy, docs=not args.no_docs,
+                     topics=args.topics)
     except (LookupError, storage.StorageError, iceberg.CatalogError) as err:
         print(f"check_quality: {err}", file=sys.stderr)
         return 2

@@ -730,9 +730,11 @@ class Warehouse:
 
     # ---------------------------------------------------------- direct writes
 
-    def replace_run_rows(self, name: str, run_id: str, rows: pa.Table, summary: dict | None = None):
+    def replace_run_rows(self, name: str, run_id: str, rows: pa.Table, summary: dict | None = None,
+                         where=None):
         """Replace run ``run_id``'s rows of table ``name`` on ``main`` with ``rows`` in one
-        snapshot (the audit's own table, dq_results, is written so)."""
+        snapshot (the audit's own table, dq_results, is written so); ``where`` (a pyiceberg
+        expression): the rows replaced instead of all of the run's."""
         from pyiceberg.expressions import EqualTo
         from pyiceberg.exceptions import CommitFailedException
 
@@ -745,8 +747,8 @@ class Warehouse:
                 with warnings.catch_warnings(), adding_snapshot():
                     # a run's first write deletes nothing: fine
                     warnings.filterwarnings("ignore", "Delete operation did not match any records")
-                    table.overwrite(rows, overwrite_filter=EqualTo("run_id", run_id),
-                                    snapshot_properties=props)
+                    table.overwrite(rows, overwrite_filter=EqualTo("run_id", run_id)
+                                    if where is None else where, snapshot_properties=props)
                 return
             except CommitFailedException:
                 _backoff(attempt)

@@ -9,10 +9,11 @@ files beside them (:data:`INDEX_SUFFIXES`). Snapshots may nest log directories a
 any depth (``<night>/<broker>/<topic>-<partition>/...``).
 
 A segment manifest (the planner's chunks, the job's ``--input``) is JSON:
-``{"segments": [{"uri": ..., "size": ..., "etag": ..., "mtime": ...,
+``{"segments": [{"uri": ..., "size": ..., "etag": ..., "mtime": ..., "night": ...,
 "index": ..., "timeindex": ..., "txnindex": ...} or "a URI", ...], "chunk_id": K,
 "state_files": ["a URI", ...]}``; all but ``uri`` are optional (the job looks up what is
-missing). ``state_files`` lists partition state files (:data:`STATE_FILE_KEY`) for the job
+missing; ``night``, the snapshot night whose listing held the segment (:func:`night`), is
+recorded in the ledger). ``state_files`` lists partition state files (:data:`STATE_FILE_KEY`) for the job
 to read; a directory or prefix input has them found beside the segments instead.
 
 A partition folder's state files (``kafkalog.state_files`` reads them): producer-state
@@ -22,8 +23,10 @@ snapshots ``<20-digit offset>.snapshot``, ``leader-epoch-checkpoint`` and
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
+from collections.abc import Iterable
 
 _TOPIC = r"(?P<topic>[A-Za-z0-9._-]{1,249})-(?P<partition>\d+)"
 #: a partition folder's name
@@ -54,6 +57,40 @@ INTERNAL_TABLES = ("consumer_offsets", "group_metadata", "transactions", "cluste
                    "producer_state", "leader_epochs", "consumer_lag")
 #: of them, those a decode run writes
 DERIVED_TABLES = INTERNAL_TABLES[:6]
+
+
+def night(value) -> str:
+    """A snapshot night as the warehouse writes it (the ledger's and dq_results' ``night``):
+    ``YYYY-MM-DD``, from such a text, a date or a datetime (its date); ValueError otherwise."""
+    import datetime as dt
+
+    if isinstance(value, dt.datetime):
+        value = value.date()
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    text = str(value).strip()
+    try:
+        return dt.date.fromisoformat(text).isoformat() if len(text) == 10 else _bad_night(text)
+    except ValueError:
+        return _bad_night(text)
+
+
+def _bad_night(text: str):
+    raise ValueError(f"{text!r} is not a night (YYYY-MM-DD)")
+
+
+def topic_matcher(patterns: str | Iterable[str] | None):
+    """A predicate over topic names from comma-separated fnmatch patterns ('' or '*' = all)."""
+    if patterns is None:
+        items = []
+    elif isinstance(patterns, str):
+        items = [p.strip() for p in patterns.split(",")]
+    else:
+        items = [str(p).strip() for p in patterns]
+    items = [p for p in items if p]
+    if not items or "*" in items:
+        return lambda topic: True
+    return lambda topic: any(fnmatch.fnmatchcase(topic, p) for p in items)
 
 
 class ManifestError(ValueError):

@@ -22,6 +22,8 @@ _TOPIC = [("topic", pa.string())]
 #: (:func:`ingest_day`, docs/tables.md)
 INGEST_DT = "ingest_dt"
 _INGESTED = _TOPIC + [(INGEST_DT, pa.string())]
+#: the snapshot night a ledger row's segment was listed in, and the night a dq_results row is about
+NIGHT = "night"
 
 
 def _with(schema: pa.Schema, drop=(), retype=None, extra=(), partitions=_TOPIC) -> pa.Schema:
@@ -64,6 +66,9 @@ LEDGER = pa.schema([
     ("findings", pa.int64()),
     ("action", pa.string()),
     ("ingested_at", TS),
+    #: the snapshot night (``YYYY-MM-DD``) whose listing held the segment: what the audit
+    #: of a night reads "as of" (null where the run's input named no night)
+    (NIGHT, pa.string()),
 ])
 DQ_RESULTS = pa.schema([
     ("run_id", pa.string()),
@@ -76,6 +81,9 @@ DQ_RESULTS = pa.schema([
     ("failed", pa.int64()),
     ("details", pa.string()),
     ("checked_at", TS),
+    #: the night the row is about: the latest night the run read (its "as of" night), or the
+    #: night a ``snapshot_missing`` row says had no snapshot; null where no night was named
+    (NIGHT, pa.string()),
 ])
 
 #: file schema of each table

@@ -114,12 +114,19 @@ def read_arrow(warehouse, name: str, *, snapshot: int | None = None, ref: str | 
         if found is None:
             raise LookupError(f"table {name} has no branch or tag {ref!r}")
         snapshot = found.snapshot_id
-    kwargs = {"selected_fields": tuple(schema.names)}
+    # a table an earlier version made may lack a column this version adds (until a writer
+    # evolves it): that column reads as null, as Iceberg reads it in older files
+    have = {f.name for f in table.schema().fields}
+    kwargs = {"selected_fields": tuple(n for n in schema.names if n in have)}
     if row_filter is not None:
         kwargs["row_filter"] = row_filter
     if snapshot is not None:
         kwargs["snapshot_id"] = snapshot
-    return table.scan(**kwargs).to_arrow().select(schema.names).cast(schema)
+    out = table.scan(**kwargs).to_arrow()
+    for f in schema:
+        if f.name not in out.column_names:
+            out = out.append_column(f.name, pa.nulls(out.num_rows, f.type))
+    return out.select(schema.names).cast(schema)
 
 
 def transaction_status(records, markers):

@@ -82,7 +82,8 @@ def test_wiring_write_audit_publish(dag):
         "--warehouse", "{{ ti.xcom_pull(task_ids='plan', key='warehouse') }}",
         "--run-id", "{{ run_id }}",
         "--catalog", "{{ ti.xcom_pull(task_ids='plan', key='catalog') }}",
-        "--namespace", "{{ ti.xcom_pull(task_ids='plan', key='namespace') }}"]
+        "--namespace", "{{ ti.xcom_pull(task_ids='plan', key='namespace') }}",
+        "--topics", "{{ params.topics }}"]  # a partition the run left out is not missing
     assert {a.name for a in publish.outlets} == {a.name for a in TABLE_ASSETS.values()} | {
         DERIVED_ALIAS.name}
     assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess",
@@ -437,6 +438,61 @@ def test_plan_run_lists_every_segment_and_weighs_only_bytes_to_decode(
     again = plan("night-1-again", night1)
     assert (again["decode_args"], again["chunks"], again["bytes"]) == ([], [], 0)
     assert again["segments"] == again["already_ingested"] == len(old)
+
+
+def test_a_night_without_a_snapshot_is_a_result_and_a_stray_log_is_decoded(
+        s3_endpoint, s3_bucket, tmp_path, monkeypatch):
+    """A scheduled night whose prefix holds no .log: the plan writes a snapshot_missing row
+    (warn by the policy), pushes it as the run's verdict and skips the rest, saying why. A
+    night holding only a .log outside any partition folder is not missing: the plan gives
+    it to the decode job (which records an unparsable_name finding the audit grades)."""
+    from airflow.sdk.exceptions import AirflowSkipException
+    from pyiceberg.expressions import EqualTo
+
+    from kafkalog_pipeline import tasks
+    from spark_jobs import layout, storage, tables
+
+    client = _client(s3_endpoint)
+    client.put_object(Bucket=s3_bucket, Key="snaps/2026-11-22/README.txt", Body=b"not a segment")
+    stray = f"snaps/2026-11-23/misc/{0:020d}.log"
+    client.put_object(Bucket=s3_bucket, Key=stray, Body=b"\0" * 61)
+    W = tmp_path / "w"
+    for name, value in {"KAFKALOG_WAREHOUSE": str(W), "KAFKALOG_SNAPSHOT_BUCKET": s3_bucket,
+                        "KAFKALOG_SNAPSHOT_PREFIX": "snaps"}.items():
+        monkeypatch.setenv(name, value)
+    pushed = {}
+
+    class TaskInstance:  # what plan's code asks of its ti (no other run holds the warehouse)
+        dag_id = DAG_ID
+
+        def xcom_push(self, key, value):
+            pushed[key] = value
+
+        def get_task_states(self, **kw):
+            return {}
+
+    night = dt.datetime(2026, 11, 22, 3, tzinfo=dt.timezone.utc)
+    run_id = "scheduled__2026-11-22T03:00:00+00:00"
+    context = {"ti": TaskInstance(), "run_id": run_id, "params": {}, "logical_date": night,
+               "data_interval_start": night}
+    with pytest.raises(AirflowSkipException, match="no snapshot for 2026-11-22"):
+        tasks.plan_task(context)
+    assert pushed[tasks.VERDICT_KEY] == {"fail": 0, "warn": 1, "pass": 0, "failed": {},
+                                         "warned": {"snapshot_missing": ["2026-11-22"]}}
+    assert "snapshot_missing" in pushed[tasks.SKIP_REASON_KEY]
+    [row] = tables.read_arrow(str(W), "dq_results", row_filter=EqualTo("run_id", run_id)).to_pylist()
+    assert (row["check"], row["topic"], row["partition"], row["night"], row["status"]) == (
+        "snapshot_missing", None, None, "2026-11-22", "warn")
+
+    summary = tasks.plan_run(run_id="n23", dates=["2026-11-23"], warehouse=str(W),
+                             bucket=s3_bucket, prefix="snaps")
+    assert summary["missing_nights"] == [] and summary["verdict"] is None
+    [args] = summary["decode_args"]
+    uri = args[args.index("--input") + 1]
+    store, key = storage.open_object(uri, None if not storage.is_s3(uri) else
+                                     tasks.settings.s3_access().storage_config())
+    assert [e["uri"] for e in layout.read_manifest(store.read(key), uri)] == [
+        f"s3://{s3_bucket}/{stray}"]
 
 
 # ------------------------------------------------------------------ make demo / make ui

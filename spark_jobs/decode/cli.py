@@ -44,6 +44,10 @@ def parse_args(argv):
     p.add_argument("--run-id", required=True,
                    help="this run's id; rerunning an id replaces exactly that run's output")
     p.add_argument("--chunk-id", help="this submission is one chunk of the run (see docs/tables.md)")
+    p.add_argument("--night", type=layout.night, metavar="YYYY-MM-DD",
+                   help="the snapshot night the input holds, recorded in the ledger (a "
+                        "manifest entry's own \"night\" wins); the audit reads a run as of "
+                        "its night (default: none)")
     p.add_argument("--no-publish", action="store_true",
                    help="stop after committing to the run's branch (the DAG audits, then runs "
                         "spark_jobs.publish)")
@@ -88,7 +92,7 @@ def main(argv=None, spark=None) -> dict:
 
     state_uris: list[str] = []  # the partitions' state files (spark_jobs.internal_tables)
     try:
-        segments, unparsable = discover(args.input, s3, state_files=state_uris)
+        segments, unparsable = discover(args.input, s3, state_files=state_uris, night=args.night)
     except layout.ManifestError as err:
         raise SystemExit(f"decode_segments: {err}") from err
     try:

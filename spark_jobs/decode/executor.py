@@ -155,7 +155,8 @@ def run_task(task: Task, ctx: Context) -> dict:
                byte_start=task.start, byte_end=task.end, end_position=task.start,
                first_offset=None, last_offset=None, last_batch_position=None,
                last_batch_crc=None, records=0, batches=0, findings=0, action="decoded",
-               ingested_at=dt.datetime.fromisoformat(ctx.ingested_at), pending=task.pending)
+               ingested_at=dt.datetime.fromisoformat(ctx.ingested_at), night=task.night,
+               pending=task.pending)
     extra_findings = []
     start = task.start
     if task.mode == "resume":

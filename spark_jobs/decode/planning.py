@@ -40,6 +40,9 @@ class Segment:
     txnindex_uri: str | None = None
     #: what the listing saw of the index files: ``(uri, size, etag, mtime)`` each
     index_pins: tuple = ()
+    #: the snapshot night (``YYYY-MM-DD``) whose listing held it (the manifest's, or the job's
+    #: ``--night``); None where the input named none
+    night: str | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -84,6 +87,7 @@ class Task:
     timeindex_uri: str | None = None  # the segment's .timeindex: entries naming its offsets checked
     txnindex_uri: str | None = None  # the segment's .txnindex: entries ending at its offsets checked
     index_pins: tuple = ()  # (uri, size, etag, mtime) of the index files, as listed
+    night: str | None = None  # the snapshot night whose listing held the segment (Segment.night)
 
     pin = Segment.pin
     index_pin = Segment.index_pin
@@ -110,13 +114,15 @@ class Coverage:
 
 
 def discover(input_uri: str, config: storage.S3Config | None = None, *,
-             state_files: list | None = None) -> tuple[list[Segment], list[str]]:
+             state_files: list | None = None, night: str | None = None
+             ) -> tuple[list[Segment], list[str]]:
     """Every segment under a directory/prefix, or listed by a JSON manifest; and the
     URIs of the ``.log`` objects whose names do not say where they belong. The
     partitions' state files (layout.STATE_FILE_KEY: beside the segments, or the
-    manifest's ``state_files``) are appended to ``state_files`` where one is given."""
+    manifest's ``state_files``) are appended to ``state_files`` where one is given.
+    ``night``: the snapshot night of the segments whose manifest entry names none."""
     if input_uri.endswith(".json"):
-        return _from_manifest(input_uri, config, state_files)
+        return _from_manifest(input_uri, config, state_files, night)
     store = storage.open_store(input_uri, config)
     objects = {o.key: o for o in store.list("")}
     segments, unparsable = [], []
@@ -138,11 +144,11 @@ def discover(input_uri: str, config: storage.S3Config | None = None, *,
             index_uri=beside[".index"], timeindex_uri=beside[".timeindex"],
             txnindex_uri=beside[".txnindex"],
             index_pins=tuple((store.uri(info.key), *storage.Pin.of(info))
-                             for info in found.values())))
+                             for info in found.values()), night=night))
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri)), unparsable
 
 
-def _from_manifest(uri: str, config, state_files: list | None = None
+def _from_manifest(uri: str, config, state_files: list | None = None, night: str | None = None
                    ) -> tuple[list[Segment], list[str]]:
     store, key = storage.open_object(uri, config)
     segments, unparsable = [], []
@@ -168,7 +174,8 @@ def _from_manifest(uri: str, config, state_files: list | None = None
                     pins.append((beside[suffix], *pin))
         segments.append(Segment(seg_uri, parsed[0], parsed[1], parsed[2], int(entry["size"]),
                                 entry.get("etag"), _iso(entry.get("mtime")), beside[".index"],
-                                beside[".timeindex"], beside[".txnindex"], tuple(pins)))
+                                beside[".timeindex"], beside[".txnindex"], tuple(pins),
+                                entry.get("night") or night))
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri)), unparsable
 
 
@@ -322,7 +329,7 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
             common = dict(uri=s.uri, topic=s.topic, partition=s.partition,
                           base_offset=s.base_offset, size=s.size, etag=s.etag, mtime=s.mtime,
                           index_uri=s.index_uri, timeindex_uri=s.timeindex_uri,
-                          txnindex_uri=s.txnindex_uri, index_pins=s.index_pins)
+                          txnindex_uri=s.txnindex_uri, index_pins=s.index_pins, night=s.night)
             resume = resume_from(cov, s.size, s.etag)
             if resume is not None:
                 lo = s.base_offset if cov.last_offset is None else cov.last_offset + 1

@@ -42,7 +42,14 @@ CHECKS = {
     "truncated_tail": "segments",
     "decoder_findings": "segments",
     "schema_decode": "records",  # spark_jobs/quality/schema_decode.py
+    "missing_partition": "partitions",  # what earlier nights held and this snapshot lacks
 }
+#: a night the run was to read whose snapshot prefix holds no segment: the DAG's plan writes
+#: this result (one row per such night, topic and partition null) and decodes nothing
+SNAPSHOT_MISSING = "snapshot_missing"
+SNAPSHOT_MISSING_CLASS = "no_snapshot"
+#: the missing_partition check's classes (:func:`missing_partitions`)
+MISSING, TOPIC_DELETED = "missing", "topic_deleted"
 #: the checks of Kafka's internal topics and state files (internal_checks.py): a partition
 #: gets a result only where they apply (a committed offset, a .snapshot, a checkpoint)
 INTERNAL_CHECKS = {
@@ -52,7 +59,11 @@ INTERNAL_CHECKS = {
     "leader_epoch_checkpoint": "checkpointed batches",
 }
 CHECKS.update(INTERNAL_CHECKS)
-OPTIONAL_CHECKS = frozenset(INTERNAL_CHECKS)
+CHECKS[SNAPSHOT_MISSING] = "nights"
+#: checks a partition gets a result of only where they apply: the internal topics' and state
+#: files', ``missing_partition`` where the run read a named night (the job's ``--night``, the
+#: DAG's manifests), ``snapshot_missing`` (the plan's, never a partition's)
+OPTIONAL_CHECKS = frozenset(INTERNAL_CHECKS) | {"missing_partition", SNAPSHOT_MISSING}
 #: their observations' classes (apply_policy)
 INTERNAL_CLASSES = {
     "committed_offset_beyond_log_end": ["beyond_log_end"],
@@ -116,15 +127,33 @@ def crc_failures(batches, findings):
 
 
 # ---------------------------------------------------------------- offsets
+def _known(night_rule: str) -> str:
+    return f"""CASE WHEN mine.first_night IS NOT NULL AND l.night IS NOT NULL THEN {night_rule}
+                    ELSE mine.started IS NULL OR l.ingested_at < mine.started END"""
+
+
+#: SQL: ledger row ``l`` is of a snapshot night before the audited run's nights (``mine``,
+#: :data:`RUN_TIMES`), or, where either names no night, was ingested before the run first
+#: did (a rerun keeps its first ingestion time)
+BEFORE_THE_RUN = _known("l.night < mine.first_night")
+#: SQL: ledger row ``l`` was known as of the audited run's last night: of that night or one
+#: before (else, as above, ingested before the run first did)
+AS_OF_THE_RUN = _known("l.night <= mine.last_night")
+#: SQL: the audited run's ``mine`` row over its ledger ``{r}``
+RUN_TIMES = """SELECT MIN(ingested_at) AS started, MIN(night) AS first_night,
+                      MAX(night) AS last_night FROM {r}"""
+
+
 def prior_ends(published_ledger, run_ledger, run_id: str):
-    """Last offset of each partition in *other* runs' published ledger rows
-    ingested before this run started: the context of this run's first batch."""
+    """Last offset of each partition in *other* runs' published ledger rows of the snapshot
+    nights before this run's (:data:`BEFORE_THE_RUN`): the context of this run's first batch.
+    By night, not by when the runs ran: a night audited again, or backfilled after later
+    nights, sees what it saw in order."""
     return _sql(published_ledger.sparkSession, """
-        WITH mine AS (SELECT MIN(ingested_at) AS started FROM {r}),
+        WITH mine AS (""" + RUN_TIMES + """),
         other AS (
           SELECT l.* FROM {l} l CROSS JOIN mine
-          WHERE l.run_id <> :run AND l.last_offset IS NOT NULL
-            AND (mine.started IS NULL OR l.ingested_at < mine.started)),
+          WHERE l.run_id <> :run AND l.last_offset IS NOT NULL AND """ + BEFORE_THE_RUN + """),
         ranked AS (
           SELECT *, ROW_NUMBER() OVER (PARTITION BY topic, partition
                                        ORDER BY last_offset DESC, ingested_at DESC) AS _n
@@ -612,6 +641,72 @@ def replica_divergences(findings):
         FROM {f} f WHERE """ + _REPLICA, f=findings))
 
 
+# ----------------------------------------------------------------- absence
+def missing_partitions(run_ledger, published_ledger, run_id: str, lookback: int = 1,
+                       keep=None):
+    """``missing_partition`` observations: the topic-partitions that the published ledger
+    shows in the last ``lookback`` snapshot nights before this run's (other runs' rows) and
+    that this run's ledger lacks (not listed at all: a listed segment, even one skipped as
+    unchanged, is a present partition). ``keep``: a predicate over topics (the run's topic
+    filter; default all). A partition of a topic that is still here is ``missing``; a topic
+    none of whose partitions is here is one ``topic_deleted`` observation (partition null).
+    Each names where and when the partition was last seen and the last offset ingested.
+    Nothing where the run names no night (its nights are what "before" means)."""
+    spark = run_ledger.sparkSession
+    before = _sql(spark, """
+        WITH mine AS (""" + RUN_TIMES + """)
+        SELECT l.* FROM {l} l CROSS JOIN mine
+        WHERE l.run_id <> :run AND l.topic IS NOT NULL AND l.partition IS NOT NULL
+          AND l.night IS NOT NULL AND l.night < mine.first_night""",
+                  r=run_ledger, l=published_ledger, args={"run": run_id})
+    nights = sorted((r.night for r in before.select("night").distinct().collect()), reverse=True)
+    if not nights:
+        return spark.createDataFrame([], OBSERVATION_COLUMNS)
+    rows = _sql(spark, """
+        WITH here AS (SELECT DISTINCT topic, partition FROM {r} WHERE topic IS NOT NULL),
+        expected AS (SELECT DISTINCT topic, partition FROM {before} WHERE night >= :since),
+        seen AS (
+          SELECT topic, partition, MAX(night) AS last_night, MAX(last_offset) AS last_offset,
+                 MAX_BY(segment, struct(night, segment_base_offset)) AS last_segment
+          FROM {before} GROUP BY topic, partition)
+        SELECT e.topic, e.partition, s.last_night, s.last_offset, s.last_segment,
+               t.topic IS NOT NULL AS topic_here
+        FROM expected e JOIN seen s ON s.topic = e.topic AND s.partition = e.partition
+        LEFT JOIN (SELECT DISTINCT topic FROM here) t ON t.topic = e.topic
+        LEFT ANTI JOIN here h ON h.topic = e.topic AND h.partition = e.partition
+        ORDER BY e.topic, e.partition""", r=run_ledger, before=before,
+                args={"since": nights[:lookback][-1]}).collect()
+    rows = [r for r in rows if keep is None or keep(r.topic)]
+    out, deleted = [], {}
+    for r in rows:
+        if r.topic_here:
+            out.append(("missing_partition", r.topic, r.partition, MISSING, r.last_offset,
+                        r.last_offset, None, None, r.last_segment, None,
+                        f"{r.topic}-{r.partition} is not in this snapshot: last seen on "
+                        f"{r.last_night} ({_where(r.last_segment)}), ingested up to offset "
+                        f"{_offset(r.last_offset)}"))
+        else:
+            deleted.setdefault(r.topic, []).append(r)
+    for topic, parts in sorted(deleted.items()):
+        last = max(parts, key=lambda r: (r.last_night, r.partition))
+        out.append(("missing_partition", topic, None, TOPIC_DELETED, None, None, None,
+                    len(parts), last.last_segment, None,
+                    f"topic {topic}: none of its partitions "
+                    f"({', '.join(str(r.partition) for r in parts)}) is in this snapshot, last "
+                    f"seen on {last.last_night}: the topic was deleted, or every copy of it "
+                    "is gone"))
+    return spark.createDataFrame(out, OBSERVATION_COLUMNS)
+
+
+def _where(uri: str | None) -> str:
+    """The folder a partition was seen in: its segment's URI without the file name."""
+    return uri.rsplit("/", 1)[0] + "/" if uri and "/" in uri else (uri or "?")
+
+
+def _offset(value) -> str:
+    return "?" if value is None else str(value)
+
+
 def newest_segments(batches, ledger):
     return _sql(batches.sparkSession, """
         WITH s AS (SELECT topic, partition, segment, segment_base_offset FROM {b}
@@ -642,22 +737,23 @@ def apply_policy(observations, policy: Policy, topics, finding_kinds=()):
         "replica_divergence": ["divergence"],
         "truncated_tail": ["truncated_tail", "active_segment"],
         schema_decode.CHECK: schema_decode.CLASSES,
+        "missing_partition": [MISSING, TOPIC_DELETED],
+        SNAPSHOT_MISSING: [SNAPSHOT_MISSING_CLASS],
         **INTERNAL_CLASSES,
     }
     kinds = set()
-    for t in topics:
+    for t in [*topics, None]:
         kinds |= set((policy.check(t, "decoder_findings").get("kinds") or {}))
     kinds |= set(finding_kinds)
     classes["decoder_findings"] = sorted(kinds - {"other"})
-    for t in topics:
+    for t in [*topics, None]:  # None: results about no topic (an object outside any partition)
         for check, names in classes.items():
             for name in names:
                 rows.append((t, check, name, policy.severity(t, check, name)))
-    table = spark.createDataFrame(rows or [("\u0000", "", "", "fail")],
-                                  "topic string, check string, class string, severity string")
+    table = spark.createDataFrame(rows, "topic string, check string, class string, severity string")
     return _sql(spark, """
         SELECT o.*, COALESCE(p.severity, 'fail') AS severity, COALESCE(p.severity, 'fail') AS status
-        FROM {o} o LEFT JOIN {p} p ON p.topic = o.topic AND p.check = o.check AND p.class = o.class
+        FROM {o} o LEFT JOIN {p} p ON p.topic <=> o.topic AND p.check = o.check AND p.class = o.class
         """, o=observations, p=table)
 
 
@@ -666,18 +762,20 @@ def tolerances(policy: Policy, topics):
 
 
 def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=None,
-               internal=None):
+               internal=None, absent=None):
     """All checks over one run's tables (``records``, ``batches``, ``markers``,
     ``findings``, ``ledger``): observations with severity and status. ``prior``:
     :func:`prior_ends`; ``listed``: :func:`listed_segments` (by default from the
     run's ledger alone: what skipped segments hold is then not known); ``internal``:
     the frames of :mod:`.internal_checks` (``consumer_lag``, ``producer_state``,
-    ``leader_epochs``) where the run has them."""
+    ``leader_epochs``) where the run has them; ``absent``: :func:`missing_partitions`."""
     b, r, m, f, l = (tables[n] for n in ("batches", "records", "markers", "findings", "ledger"))
     spark = b.sparkSession
     topics = sorted(row[0] for row in b.select("topic").union(r.select("topic"))
                     .union(f.select("topic")).union(l.select("topic")).distinct().collect()
                     if row[0] is not None)
+    if absent is not None:  # partitions this run lacks: their topics may have nothing else
+        topics = sorted(set(topics) | {row[0] for row in absent.select("topic").distinct().collect()})
     compacted = [t for t in topics if policy.compacted(t)]
     tol = spark.createDataFrame(tolerances(policy, topics) or [("\u0000", 0)],
                                 "topic string, tolerance_ms bigint")
@@ -704,6 +802,8 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=Non
             .union(f.select("topic", "partition")).distinct()
         parts += [o.join(mine, ["topic", "partition"], "left_semi")
                   for o in observations(internal, dedup_batches(b))]
+    if absent is not None:
+        parts.append(absent)
     out = union_all(spark, parts)
     finding_kinds = [row[0] for row in f.select("kind").distinct().collect()]
     return apply_policy(out, policy, topics, finding_kinds), topics

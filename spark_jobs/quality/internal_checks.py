@@ -2,9 +2,11 @@
 and the ``consumer_lag`` table they share; pure transforms like :mod:`.checks`.
 
 * ``consumer_lag`` (:func:`consumer_lag`): for each group x topic-partition, the latest
-  committed offset known up to this snapshot — ``consumer_offsets`` as the audit reads it
-  (the run's branch: what ``main`` held when the run began plus the run's own commits),
-  the newest commit by record timestamp, then source offset; a tombstone deletes it —
+  committed offset known as of this snapshot's night — of ``consumer_offsets`` as the audit
+  reads it (the run's branch: ``main``, which may hold later nights' commits, plus the run's
+  own), the commits at offsets of ``__consumer_offsets`` that the nights up to the run's knew
+  (:data:`.checks.AS_OF_THE_RUN`), the newest by record timestamp, then source offset; a
+  tombstone deletes it —
   against the partition's log start and end offsets that this snapshot's ledger shows:
   start = the base offset of its first listed segment, end = one past the last offset of
   its segments (decoded now, or carried from earlier runs for skipped ones).
@@ -24,18 +26,31 @@ for these checks (results.build_rows: :data:`.checks.OPTIONAL_CHECKS`).
 
 from __future__ import annotations
 
-from .checks import _select, _sql
+from .checks import AS_OF_THE_RUN, RUN_TIMES, _select, _sql
 
 
-def consumer_lag(offsets, run_ledger, listed, run_id: str):
+def consumer_lag(offsets, run_ledger, listed, run_id: str, published_ledger=None):
     """The ``consumer_lag`` rows of run ``run_id`` (schemas.CONSUMER_LAG, without the
     status' policy): ``offsets`` the consumer_offsets table as audited, ``run_ledger`` the
-    run's ledger rows, ``listed`` :func:`.checks.listed_segments`."""
+    run's ledger rows, ``listed`` :func:`.checks.listed_segments`, ``published_ledger``
+    the published ledger (which nights knew which offsets of ``__consumer_offsets``: a
+    commit of a later night than the run's is not known as of its night)."""
+    if published_ledger is None:
+        published_ledger = run_ledger.limit(0)
     return _sql(offsets.sparkSession, """
-        WITH ranked AS (
-          SELECT *, ROW_NUMBER() OVER (PARTITION BY `group`, topic, partition
-                                       ORDER BY timestamp DESC, source_offset DESC) AS _n
-          FROM {o}),
+        WITH mine AS (""" + RUN_TIMES + """),
+        known AS (  -- how far each partition of __consumer_offsets was known as of the night
+          SELECT topic, partition, MAX(last_offset) AS last_offset FROM (
+            SELECT topic, partition, last_offset FROM {r}
+            UNION ALL SELECT topic, partition, carried_last FROM {s}
+            UNION ALL SELECT l.topic, l.partition, l.last_offset FROM {p} l CROSS JOIN mine
+                      WHERE l.run_id <> :run AND """ + AS_OF_THE_RUN + """)
+          GROUP BY topic, partition),
+        ranked AS (
+          SELECT o.*, ROW_NUMBER() OVER (PARTITION BY o.`group`, o.topic, o.partition
+                                         ORDER BY o.timestamp DESC, o.source_offset DESC) AS _n
+          FROM {o} o JOIN known k ON k.topic = o.source_topic AND k.partition = o.source_partition
+          WHERE o.source_offset <= k.last_offset),
         latest AS (SELECT * FROM ranked WHERE _n = 1 AND NOT tombstone),
         decoded AS (SELECT topic, partition, MIN(segment_base_offset) AS log_start,
                            MAX(last_offset) AS last_offset FROM {l} GROUP BY topic, partition),
@@ -56,7 +71,8 @@ def consumer_lag(offsets, run_ledger, listed, run_id: str):
                     ELSE 'ok' END AS status,
                l.run_id AS source_run_id, l.source_offset
         FROM latest l LEFT JOIN log g ON g.topic = l.topic AND g.partition = l.partition""",
-                o=offsets, l=run_ledger, s=listed, args={"run": run_id})
+                o=offsets, l=run_ledger, r=run_ledger, s=listed, p=published_ledger,
+                args={"run": run_id})
 
 
 def committed_offset_checks(lag):
@@ -201,7 +217,8 @@ def units(internal: dict, batches) -> dict:
     return out
 
 
-def load(spark, wh, run_id: str, snapshots: dict, run_ledger, listed) -> dict:
+def load(spark, wh, run_id: str, snapshots: dict, run_ledger, listed,
+         published_ledger=None) -> dict:
     """The frames of the checks above for run ``run_id``, from the tables the warehouse has
     (``snapshots``: check_quality.audited_snapshots): ``consumer_lag`` (computed, cached),
     the run's ``producer_state`` and ``leader_epochs``. Empty where it has none of them."""
@@ -210,7 +227,8 @@ def load(spark, wh, run_id: str, snapshots: dict, run_ledger, listed) -> dict:
     out = {}
     if "consumer_offsets" in snapshots:
         offsets = read_table(spark, wh, "consumer_offsets", snapshot=snapshots["consumer_offsets"][1])
-        out["consumer_lag"] = consumer_lag(offsets, run_ledger, listed, run_id).localCheckpoint()
+        out["consumer_lag"] = consumer_lag(offsets, run_ledger, listed, run_id,
+                                           published_ledger).localCheckpoint()
     for name in ("producer_state", "leader_epochs"):
         if name in snapshots:
             out[name] = read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id)

@@ -64,6 +64,7 @@ class Policy:
             if not isinstance(over, dict):
                 raise PolicyError(f"topics.{pattern}: expected a mapping")
             _validate(over.get("checks") or {}, f"topics.{pattern}.checks")
+        self.lookback_nights()  # checked now, not when an audit first needs it
         self._cache: dict[str, dict] = {}
 
     @classmethod
@@ -84,11 +85,15 @@ class Policy:
         except yaml.YAMLError as err:
             raise PolicyError(f"{path or DEFAULT_PATH}: {err}") from err
 
-    def for_topic(self, topic: str) -> dict:
-        """``{"compacted": bool, "checks": {...}}`` in effect for ``topic``."""
+    def for_topic(self, topic: str | None) -> dict:
+        """``{"compacted": bool, "checks": {...}}`` in effect for ``topic`` (None: a result
+        about no topic, such as a night without a snapshot: the defaults)."""
         got = self._cache.get(topic)
         if got is None:
             merged = {"compacted": False, "checks": copy.deepcopy(self.checks)}
+            if topic is None:
+                got = self._cache[topic] = merged
+                return got
             globs = [p for p in self.topics if p != topic and fnmatch.fnmatchcase(topic, p)]
             exact = [topic] if topic in self.topics else []
             for pattern in globs + exact:
@@ -121,6 +126,15 @@ class Policy:
         if check == "create_time" and conf.get("tolerance_ms") is not None:
             return worst([conf.get("severity", "warn"), conf.get("beyond_tolerance", "fail")])
         return conf.get("severity", "fail")
+
+    def lookback_nights(self) -> int:
+        """How many snapshot nights before a run's ``missing_partition`` compares it with
+        (the defaults' setting: which partitions a snapshot should hold is not per topic)."""
+        value = (self.checks.get("missing_partition") or {}).get("lookback_nights", 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PolicyError(f"checks.missing_partition.lookback_nights: {value!r} is not a "
+                              "positive whole number")
+        return value
 
     def compacted(self, topic: str) -> bool:
         return bool(self.for_topic(topic).get("compacted"))
