@@ -5,16 +5,19 @@ golden bytes (independent of the spec-driven writer), and every fault as an erro
 from __future__ import annotations
 
 import base64
+import json
 import random
 import struct
 from collections import Counter
+from importlib import resources
+from pathlib import Path
 
 import pytest
 
 import kafkalog
 from kafkalog.model import STATE_FINDING_KINDS
 from kafkalog.internal import MessageError, decode, decoder_for_path, spec, spec_names
-from kafkalog.internal.schema import parse_spec
+from kafkalog.internal.schema import _strip_comments, json_name, parse_spec
 from kafkalog.internal.topics import key_types
 from kafkalog.state_files import (
     read_leader_epoch_checkpoint,
@@ -150,6 +153,69 @@ def test_kafka_4_metadata_records():
                                  "data": {"topicName": "pay"}}
     assert decode("cluster-metadata", None, _uv(1) + _uv(29) + _uv(0) + struct.pack(">i", 3)
                   + b"\x00")["data"] == {"controllerId": 3}
+
+
+def _raw_tags(fields: list, struct_name: str, out: set) -> None:
+    """(struct, tag as written, field) of every tagged field in a spec's raw JSON."""
+    for f in fields:
+        if "tag" in f:
+            out.add((struct_name, f["tag"], json_name(f["name"])))
+        if "fields" in f:
+            _raw_tags(f["fields"], f["type"].removeprefix("[]"), out)
+
+
+def _parsed_tags(s, out: set, seen: set) -> None:
+    if s.name in seen:
+        return
+    seen.add(s.name)
+    for tag, f in s.tags.items():
+        out.add((s.name, tag, f.name))
+    for f in s.fields:
+        if f.struct is not None:
+            _parsed_tags(f.struct, out, seen)
+
+
+def test_every_shipped_specs_tagged_fields_are_known_by_number():
+    # Kafka's generator reads "tag": "0" as the number 0 (RegisterBrokerRecord's LogDirs,
+    # BrokerRegistrationChangeRecord's "2"): a tag kept as a string was never matched on
+    # the wire, and the field was skipped as an unknown tag
+    folder = resources.files("kafkalog.internal").joinpath("specs")
+    written = 0
+    for name in spec_names():
+        doc = json.loads(_strip_comments(folder.joinpath(f"{name}.json").read_text()))
+        raw: set = set()
+        _raw_tags(doc["fields"], doc["name"], raw)
+        for common in doc.get("commonStructs", ()):
+            _raw_tags(common["fields"], common["name"], raw)
+        parsed: set = set()
+        _parsed_tags(spec(name).struct, parsed, set())
+        assert {(s, int(t), f) for s, t, f in raw} == parsed, name
+        written += sum(isinstance(t, str) for _, t, _ in raw)
+    assert written == 2  # the two specs that write their tag as a string
+
+
+def test_register_broker_record_v3_keeps_its_log_dirs():
+    # tests/data/broker-dirs' copy of the Niloufar1171 metadata log: REGISTER_BROKER_RECORD v3
+    # at offsets 6 and 8 (batch positions 384 and 626). Its last 20 bytes:
+    #   01                                tagged fields: 1
+    #   00 11                             tag 0 (LogDirs), 17 bytes
+    #   02                                compact array of 1 uuid
+    #   5c 78 64 af 8b 64 4a c0 fd d3 4a 4e 43 ca 4f 7e
+    # = "XHhkr4tkSsD900pOQ8pPfg" in Kafka's base64, the directory.id of that broker's
+    # meta.properties (and the PARTITION_RECORDs' directories)
+    path = (Path(__file__).parent / "data" / "broker-dirs" / "Niloufar1171+LDI-POC"
+            / "__cluster_metadata-0" / "00000000000000000000.log")
+    found = {r.offset: r.value for r in _data_records(path) if r.value[:3] == b"\x01\x00\x03"}
+    assert sorted(found) == [6, 8]
+    for offset, value in found.items():
+        assert value[-20:].hex() == "01001102" "5c7864af8b644ac0fdd34a4e43ca4f7e"
+        out = decode("cluster-metadata", None, value)
+        assert (out["type"], out["version"]) == ("REGISTER_BROKER_RECORD", 3)
+        assert out["data"]["logDirs"] == ["XHhkr4tkSsD900pOQ8pPfg"]
+        assert out["data"]["brokerEpoch"] == {6: 6, 8: 8}[offset]
+        assert list(out["data"]) == [  # spec order, the tagged field after inControlledShutdown
+            "brokerId", "isMigratingZkBroker", "incarnationId", "brokerEpoch", "endPoints",
+            "features", "rack", "fenced", "inControlledShutdown", "logDirs"]
 
 
 # -- writer-made records for what the corpus lacks ------------------------------------------

@@ -9,7 +9,9 @@ unchanged from apache/kafka; see ``specs/NOTICE``). A spec is a struct of fields
   ``commonStructs``);
 - ``versions`` (``"0+"``, ``"1-3"``, ``"3"``, ``"none"``): the versions the field exists in;
 - ``nullableVersions``: where it may be null; ``taggedVersions`` + ``tag``: where it is an
-  optional tagged field instead of a positional one (``versions`` defaults to them);
+  optional tagged field instead of a positional one (``versions`` defaults to them). A tag is
+  a JSON number or a string holding one (``"tag": "0"`` in RegisterBrokerRecord): Kafka's
+  generator reads it as an Integer either way;
 - ``flexibleVersions`` (per spec, and per string/bytes field as an override).
 
 Wire grammar, big-endian (Kafka's ``Readable``/``MessageUtil``):
@@ -247,6 +249,17 @@ def _default(type_: str, is_array: bool, raw) -> Any:
     return _STRUCT_DEFAULT
 
 
+def _tag(spec: dict) -> int | None:
+    """A field's tag as a number (the specs write both ``"tag": 0`` and ``"tag": "0"``)."""
+    raw = spec.get("tag")
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    if isinstance(raw, bool) or not text.isdigit():
+        raise SpecError(f"{spec.get('name')}: tag {raw!r} is not a non-negative number")
+    return int(text)
+
+
 def _field(spec: dict, structs: dict, pending: list) -> Field:
     tagged = Versions.parse(spec.get("taggedVersions"), NONE)
     versions = Versions.parse(spec.get("versions"), None if tagged.empty else tagged)
@@ -268,7 +281,7 @@ def _field(spec: dict, structs: dict, pending: list) -> Field:
         versions=versions,
         nullable=Versions.parse(spec.get("nullableVersions"), NONE),
         tagged=tagged,
-        tag=spec.get("tag"),
+        tag=_tag(spec),
         flexible=None if flexible in (None, "") else Versions.parse(flexible),
         default=_default(elem, is_array, spec.get("default", _ABSENT)),
         struct=sub,
