@@ -470,15 +470,31 @@ def test_leader_epoch_checkpoint(tmp_path):
     assert s.findings == () and s.header == {"version": 0, "entry_count": 3}
     assert s.rows == ({"epoch": 0, "start_offset": 0}, {"epoch": 2, "start_offset": 57},
                       {"epoch": 5, "start_offset": 57})
+    # Kafka creates the file empty, and its reader takes a file that ends before the
+    # entry count as no entries: not corrupt (KAIPASUBHASH's 49 empty ones are real)
+    for data, header in [(b"", {"version": None, "entry_count": None}),
+                         (b"0\n", {"version": 0, "entry_count": None}),
+                         (b"0\r\n0\r\n", {"version": 0, "entry_count": 0})]:
+        s = read_leader_epoch_checkpoint(data)
+        assert (s.header, s.rows, s.findings) == (header, (), ()), data
     for text, words in [("0\n3\n0 0\n1 5\n", "declares 3 entries, holds 2"),
-                        ("0\n1\n0 x\n", "is not 'epoch startOffset'"),
-                        ("1\n0\n", "version 1"),
-                        ("0\n", "no entry count line"),
-                        ("0\n2\n3 10\n2 20\n", "epochs must increase"),
-                        ("", "no version line")]:
+                        ("0\n1\n0 x\n", "line 3: '0 x' is not 'epoch start_offset'"),
+                        ("0\n1\n0 0 0\n", "is not 'epoch start_offset'"),
+                        ("0\n1\n 0 0\n", "line 3: ' 0 0' is not"),  # Java's split: "", "0", "0"
+                        ("0\n1\n0 0\n\n", "line 4: '' is not"),  # a blank line is no entry
+                        ("0\n1\n2147483648 0\n", "is not 'epoch"),  # an int32 epoch
+                        ("1\n0\n", "version 1; Kafka reads only version 0"),
+                        ("0 \n0\n", "line 1: version '0 ' is not a number"),
+                        ("0\nx\n", "line 2: entry count 'x' is not a number"),
+                        ("0\n-1\n", "entry count -1 is negative"),
+                        ("0\n2\n3 10\n2 20\n", "line 4: epoch 2 from offset 20 after epoch 3"),
+                        ("0\n2\n3 10\n4 9\n", "start offsets must not decrease")]:
         s = read_leader_epoch_checkpoint(text.encode())
         assert any(f.kind == "state_file_corrupt" and words in f.message for f in s.findings), \
             (text, s.findings)
+    s = read_leader_epoch_checkpoint(b"0\n1\n0 \xff\n")
+    assert [(f.position, f.end) for f in s.findings] == [(4, 8)]
+    assert "line 3: not UTF-8 (invalid start byte at byte 6)" in s.findings[0].message
 
 
 def test_partition_metadata(tmp_path):
