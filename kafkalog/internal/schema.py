@@ -112,11 +112,15 @@ def uuid_text(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
+_UUID_TEXT = re.compile(r"[A-Za-z0-9_-]{22}(==)?")
+
+
 def uuid_bytes(text: str) -> bytes:
-    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    if len(raw) != _UUID_SIZE:
-        raise ValueError(f"not a Kafka UUID: {text!r} ({len(raw)} bytes)")
-    return raw
+    """The 16 bytes of a UUID as Kafka's ``Uuid.fromString`` reads it (URL-safe base64,
+    22 characters, padding optional); ValueError for anything else."""
+    if not isinstance(text, str) or not _UUID_TEXT.fullmatch(text):
+        raise ValueError(f"not a Kafka UUID: {text!r} (22 characters of URL-safe base64)")
+    return base64.urlsafe_b64decode(text[:22] + "==")
 
 
 @dataclass(frozen=True, slots=True)
