@@ -43,7 +43,7 @@ from .internal.schema import MessageError, snake_name, spec
 from .internal.topics import KRAFT_CONTROL_SPECS, decode_cluster_metadata, decode_kraft_control
 from .log_reader import scan
 from .model import CONTROL_TYPES, Batch, Finding
-from .state_files import StateFile, _read
+from .state_files import StateFile, corrupt_finding as _corrupt, read_source
 
 QUORUM_STATE = "quorum_state"
 METADATA_SNAPSHOT = "metadata_snapshot"
@@ -56,9 +56,6 @@ SNAPSHOT_NAME = re.compile(r"(?P<offset>[0-9]{20})-(?P<epoch>[0-9]{10})\.checkpo
 DATA_VERSION = "data_version"
 SNAPSHOT_HEADER, SNAPSHOT_FOOTER = 3, 4
 
-
-def _corrupt(position: int, end: int, message: str) -> Finding:
-    return Finding("state_file_corrupt", position, end, message)
 
 
 def kraft_file_kind(name: str) -> str | None:
@@ -77,7 +74,7 @@ def read_quorum_state(source) -> StateFile:
     """``quorum-state``: header ``{data_version, cluster_id, leader_id, leader_epoch,
     voted_id, voted_directory_id, applied_offset}`` (null where the version has no such
     field), one row ``{voter_id}`` per voter of ``currentVoters`` (version 0)."""
-    data = _read(source)
+    data = read_source(source)
     qs = spec("QuorumStateData")
     header: dict = {DATA_VERSION: None,
                     **{snake_name(f.name): None for f in qs.struct.fields
@@ -130,7 +127,7 @@ def read_metadata_snapshot(source) -> StateFile:
     record in file order ``{offset, batch_position, control, record_type, version, data}``
     (``record_type`` as Kafka names it: ``SNAPSHOT_HEADER``, ``FEATURE_LEVEL_RECORD``…;
     ``data`` the decoded fields, null when the record does not decode)."""
-    data = _read(source)
+    data = read_source(source)
     end_offset, epoch, deleted = snapshot_id(source)
     header = {"end_offset": end_offset, "epoch": epoch, "deleted": deleted,
               "last_contained_log_timestamp": None, "batch_count": 0, "record_count": 0,

@@ -14,7 +14,7 @@ Files at the top of a log directory (Kafka's ``LogManager``, ``MetaProperties``,
     Written at a clean shutdown, deleted at startup: its presence is what says the
     shutdown was clean. Empty up to Kafka 3.6, then JSON ``{"version":0,"brokerEpoch":N}``
     (KIP-966); Kafka ignores unknown fields and reads the epoch as a long.
-``recovery-point-offset-checkpoint``, ``replication-offset-checkpoint``, ``log-start-offset-checkpoint``, ``cleaner-offset-checkpoint``
+``{recovery-point,replication,log-start,cleaner}-offset-checkpoint``
     Kafka's checkpoint text (:func:`kafkalog.state_files.read_checkpoint`), version 0, one
     ``topic partition offset`` line per partition: the offset below which each partition
     was flushed, its high watermark, its log start offset (only where above the first
@@ -41,8 +41,9 @@ import re
 from . import kraft
 from .internal.schema import uuid_bytes
 from .model import Finding
-from .state_files import (INT64, READERS as PARTITION_READERS, EntryFormat, StateFile, _read,
-                          java_int, read_checkpoint, state_file_kind)
+from .state_files import INT64, READERS as PARTITION_READERS, EntryFormat, StateFile
+from .state_files import corrupt_finding as _corrupt
+from .state_files import java_int, read_checkpoint, read_source, state_file_kind
 
 META_PROPERTIES = "meta_properties"
 CLEAN_SHUTDOWN = "clean_shutdown"
@@ -57,10 +58,6 @@ OFFSET_CHECKPOINT_VERSION = 0
 #: Kafka's suffix for a file renamed for asynchronous deletion (LogFileUtils,
 #: Snapshots.DELETE_SUFFIX): the file still holds what its name before it says
 DELETED_SUFFIX = ".deleted"
-
-
-def _corrupt(position: int, end: int, message: str) -> Finding:
-    return Finding("state_file_corrupt", position, end, message)
 
 
 # ------------------------------------------------------------------ Java properties
@@ -149,7 +146,7 @@ def read_meta_properties(source) -> StateFile:
     """``meta.properties``: header ``{version, cluster_id, node_id, directory_id}`` as
     Kafka's MetaProperties reads them (``node_id`` from ``node.id``, or ``broker.id`` in
     version 0; null where absent), one row ``{key, value}`` per property in file order."""
-    data = _read(source)
+    data = read_source(source)
     entries, findings = parse_properties(data)
     props = {k: (v, start, end) for k, v, start, end in entries}
     header: dict = {"version": None, "cluster_id": None, "node_id": None, "directory_id": None}
@@ -181,7 +178,8 @@ def read_meta_properties(source) -> StateFile:
             uuid_bytes(props["directory.id"][0])
             header["directory_id"] = props["directory.id"][0]
         except ValueError as err:
-            findings.append(_corrupt(*where("directory.id"), f"meta.properties directory.id: {err}"))
+            findings.append(_corrupt(*where("directory.id"),
+                                     f"meta.properties directory.id: {err}"))
     rows = tuple({"key": k, "value": v} for k, v, _, _ in entries)
     return StateFile(META_PROPERTIES, header, rows, tuple(findings), len(data))
 
@@ -192,7 +190,7 @@ def read_clean_shutdown(source) -> StateFile:
     """``.kafka_cleanshutdown``: header ``{version, broker_epoch}``, both null for the empty
     file of Kafka before 3.7; content that is not Kafka's JSON is a finding (Kafka then
     knows no broker epoch, and the file still says the shutdown was clean)."""
-    data = _read(source)
+    data = read_source(source)
     header: dict = {"version": None, "broker_epoch": None}
     findings: list[Finding] = []
     if data:
@@ -227,7 +225,7 @@ OFFSET_ENTRY = EntryFormat("offset checkpoint", (
 def read_offset_checkpoint(source) -> StateFile:
     """One of the four offset checkpoints: header ``{checkpoint (the file's name, null for
     bytes), version, entry_count}``, one row ``{topic, partition, offset}`` per line."""
-    data = _read(source)
+    data = read_source(source)
     name = None if isinstance(source, (bytes, bytearray, memoryview)) else _base_name(source)
     fmt = EntryFormat(name or OFFSET_ENTRY.name, OFFSET_ENTRY.fields)
     header, rows, _, findings = read_checkpoint(data, fmt, OFFSET_CHECKPOINT_VERSION)

@@ -75,7 +75,9 @@ class StateFile:
     size: int
 
 
-def _read(source) -> bytes:
+def read_source(source) -> bytes:
+    """A state file's bytes: ``source`` is a path or the bytes; SourceError when the file
+    cannot be opened (the only fault a reader raises)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         return bytes(source)
     try:
@@ -83,6 +85,11 @@ def _read(source) -> bytes:
             return f.read()
     except OSError as err:
         raise SourceError(f"cannot open {source}: {err.strerror or err}") from err
+
+
+def corrupt_finding(position: int, end: int, message: str) -> Finding:
+    """A ``state_file_corrupt`` finding at bytes ``position..end``."""
+    return Finding("state_file_corrupt", position, end, message)
 
 
 def _snapshot_offset(source) -> int | None:
@@ -96,7 +103,7 @@ def _snapshot_offset(source) -> int | None:
 def read_producer_snapshot(source) -> StateFile:
     """A producer-state ``.snapshot``: header ``{version, crc, computed_crc, crc_valid,
     snapshot_offset, entry_count}`` and one row per producer."""
-    data = _read(source)
+    data = read_source(source)
     header = {"version": None, "crc": None, "computed_crc": None, "crc_valid": None,
               "snapshot_offset": _snapshot_offset(source), "entry_count": None}
     findings: list[Finding] = []
@@ -267,7 +274,7 @@ def read_leader_epoch_checkpoint(source) -> StateFile:
     start_offset}`` per entry line. Beyond what Kafka's reader refuses, epochs that do not
     increase or start offsets that decrease are findings (Kafka's LeaderEpochFileCache
     drops such entries when it loads them)."""
-    data = _read(source)
+    data = read_source(source)
     header, rows, lines, findings = read_checkpoint(data, LEADER_EPOCH_ENTRY,
                                                     LEADER_EPOCH_CHECKPOINT_VERSION)
     for previous, row, (line, start, end) in zip(rows, rows[1:], lines[1:]):
@@ -283,7 +290,7 @@ def read_leader_epoch_checkpoint(source) -> StateFile:
 
 def read_partition_metadata(source) -> StateFile:
     """A ``partition.metadata``: header ``{version, topic_id}``, no rows."""
-    data = _read(source)
+    data = read_source(source)
     lines = _lines(data)
     findings: list[Finding] = []
     header: dict = {"version": None, "topic_id": None}

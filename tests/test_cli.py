@@ -553,10 +553,11 @@ QKRCKSTJQ = BROKER_DIRS / "qkrckstjq+spring-kafka"
 
 
 def test_dump_reads_a_log_directorys_files_as_json(capsys):
+    deleted = "00000000000000007207-0000000001.checkpoint.deleted"
     files = [RONEM / "meta.properties", RONEM / ".kafka_cleanshutdown",
              RONEM / "cleaner-offset-checkpoint", RONEM / "__cluster_metadata-0" / "quorum-state",
              QKRCKSTJQ / "__cluster_metadata-0" / "quorum-state",
-             QKRCKSTJQ / "__cluster_metadata-0" / "00000000000000007207-0000000001.checkpoint.deleted",
+             QKRCKSTJQ / "__cluster_metadata-0" / deleted,
              RONEM / "bootstrap.checkpoint", BROKER_DIRS / "KAIPASUBHASH+kafka-logs"
              / "cleaner-offset-checkpoint"]
     assert main(["dump", "--json", *map(str, files)]) == 0

@@ -23,6 +23,9 @@ from kafkalog.internal.share_group_state import read_share_group_state
 from kafkalog.model import Finding
 from kafkalog.writer import SegmentWriter, WriteRecord
 
+from test_internal_topics import SHARE_RECORDS, _uv
+from test_log_dir_files import _checkpoint_as_kafka_writes, _properties_as_kafka_writes
+
 BROKER_DIRS = Path(__file__).parent / "data" / "broker-dirs"
 #: the seven directories (a literal list: missing data fails the tests, never skips them)
 DIRS = (
@@ -477,14 +480,6 @@ UNIQUE = "0c4f9a3e5b7d41e2a8c6f0b1d2e3f405"  # a UUID as LocalLog writes it: 32 
 ABORTED_TXN = struct.Struct(">hqqqq")
 
 
-def _uv(n: int) -> bytes:  # an unsigned varint (ByteUtils.writeUnsignedVarint)
-    out = b""
-    while n >= 0x80:
-        out += bytes([(n & 0x7F) | 0x80])
-        n >>= 7
-    return out + bytes([n])
-
-
 def _remote_log_segment_metadata() -> bytes:
     """A __remote_log_metadata value (RemoteLogMetadataSerde over AbstractApiMessageSerde:
     unsigned varints frame version 1, api key 0 = RemoteLogSegmentMetadataRecord, version
@@ -508,9 +503,6 @@ def _segment(folder: Path, records: list[tuple[bytes | None, bytes | None]], **o
 
 
 def test_a_directory_of_what_the_seven_lack_reads_whole(tmp_path):
-    from test_internal_topics import SHARE_RECORDS
-    from test_log_dir_files import _checkpoint_as_kafka_writes, _properties_as_kafka_writes
-
     root = tmp_path / "kafka-logs"
     root.mkdir()
     (root / "meta.properties").write_bytes(_properties_as_kafka_writes(

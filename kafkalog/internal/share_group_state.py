@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ..log_reader import scan
 from ..model import Finding
-from ..state_files import StateFile, _read
+from ..state_files import StateFile, read_source
 from .schema import MessageError
 from .topics import SHARE_GROUP_STATE, decode
 
@@ -84,7 +84,7 @@ def read_share_group_state(source) -> StateFile:
     first; header ``{batch_count, record_count}``. The batch decoder's findings are kept;
     a record that does not decode is an ``internal_record_error`` finding (and no row).
     Only a file that cannot be opened raises."""
-    data = _read(source)
+    data = read_source(source)
     header = {"batch_count": 0, "record_count": 0}
     rows: list[dict] = []
     findings: list[Finding] = []
