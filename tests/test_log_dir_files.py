@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kafkalog.folders import DELETE, FUTURE, LIVE, STRAY, parse_partition_folder
+from kafkalog.internal.share_group_state import read_share_group_state
 from kafkalog.kraft import (METADATA_SNAPSHOT, QUORUM_STATE, read_metadata_snapshot,
                             read_quorum_state, snapshot_id)
 from kafkalog.log_dir import (CLEAN_SHUTDOWN, META_PROPERTIES, OFFSET_CHECKPOINT, READERS,
@@ -20,7 +21,7 @@ from kafkalog.model import FINDING_KINDS, STATE_FINDING_KINDS
 from kafkalog.state_files import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, PRODUCER_SNAPSHOT
 from kafkalog.writer import WriteRecord, encode_v2_batch
 
-from test_internal_topics import _flip
+from test_internal_topics import SHARE_RECORDS, _flip, _share_segment
 
 
 # -- partition folder names, made as Kafka's LocalLog makes them ------------------------------
@@ -321,9 +322,11 @@ def test_file_kinds(name, kind):
         assert set(READERS) >= {kind}
 
 
-def test_damaged_log_dir_files_are_findings_never_exceptions():
+def test_damaged_log_dir_files_are_findings_never_exceptions(tmp_path):
     rng = random.Random(36)
+    share = _share_segment(tmp_path, SHARE_RECORDS).read_bytes()
     samples = [
+        (read_share_group_state, share),
         (read_meta_properties, _properties_as_kafka_writes(
             {"node.id": "1", "version": "1", "cluster.id": "c"}, "today")),
         (read_clean_shutdown, b'{"version":0,"brokerEpoch":11}'),
