@@ -4,15 +4,18 @@
 does: ``.log`` is a segment, ``.index``/``.timeindex``/``.txnindex`` an index
 (printed as ``index`` prints it). Kafka renames a segment's files by appending
 ``.deleted``, ``.cleaned`` or ``.swap``; the suffix before that still decides
-(``…0.log.deleted`` is a log). The state files of a partition directory are read
-too: a producer-state ``.snapshot``, ``leader-epoch-checkpoint`` and
-``partition.metadata`` (:mod:`kafkalog.state_files`). Anything else (a file without
-a suffix, say) is refused, unless ``--force-log`` decodes it as a log.
+(``…0.log.deleted`` is a log). Every state file a broker writes in a log directory
+is read too (:mod:`kafkalog.log_dir` says which is which): a partition folder's
+producer-state ``.snapshot``, ``leader-epoch-checkpoint`` and ``partition.metadata``;
+the directory's ``meta.properties``, ``.kafka_cleanshutdown`` and four offset
+checkpoints; KRaft's ``quorum-state``, snapshots (``<offset>-<epoch>.checkpoint``, also
+renamed ``.deleted``) and ``bootstrap.checkpoint``. Anything else (a file without a
+suffix, say) is refused, unless ``--force-log`` decodes it as a log.
 
 The records of Kafka's internal topics are decoded (``--records``: a ``decoded``
 object in JSON, ``key: … payload: …`` in text) when the partition folder names the
-topic (``__consumer_offsets-N``, ``__transaction_state-N``, ``__cluster_metadata-0``)
-or ``--decoder`` says which (:mod:`kafkalog.internal`).
+topic (``__consumer_offsets-N``, ``__transaction_state-N``, ``__cluster_metadata-0``,
+``__share_group_state-N``) or ``--decoder`` says which (:mod:`kafkalog.internal`).
 
 ``--schemas SOURCE`` decodes keys and values written in Schema Registry's wire format
 with a registry rebuilt from SOURCE (the snapshot's ``_schemas`` topic, a schema folder
@@ -53,8 +56,9 @@ from .indexes import (
 )
 from .log_reader import MAGIC_OFFSET, scan
 from .model import Batch, Finding, Limits, increment_sequence
-from .state_files import LEADER_EPOCH_CHECKPOINT, PRODUCER_SNAPSHOT, READERS as STATE_READERS
-from .state_files import state_file_kind
+from .kraft import METADATA_SNAPSHOT, QUORUM_STATE
+from .log_dir import META_PROPERTIES, OFFSET_CHECKPOINT, READERS as STATE_READERS, file_kind
+from .state_files import LEADER_EPOCH_CHECKPOINT, PRODUCER_SNAPSHOT
 from . import schemas as sr
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -329,14 +333,17 @@ def _dump_type(path: str, force_log: bool) -> str:
     if ext == LOG_SUFFIX or ext in _READERS:
         return ext
     stem, ext, _ = _split_name(os.path.basename(path))
-    state = state_file_kind(stem + ext)
+    state = file_kind(stem + ext)
     if state is not None:
         return state
     what = f"unknown file type {ext!r}" if ext else "no file type suffix"
     raise _Refused(
         f"{path}: {what}: dump reads .log, .index, .timeindex, .txnindex and .snapshot "
-        f"files (also renamed .deleted, .cleaned or .swap), leader-epoch-checkpoint and "
-        f"partition.metadata; --force-log decodes any file as a log"
+        f"files (also renamed .deleted, .cleaned or .swap), the state files of a log "
+        f"directory (leader-epoch-checkpoint, partition.metadata, meta.properties, "
+        f".kafka_cleanshutdown, the offset checkpoints, quorum-state, KRaft snapshots "
+        f"<offset>-<epoch>.checkpoint, bootstrap.checkpoint); --force-log decodes any file "
+        f"as a log"
     )
 
 
@@ -518,13 +525,25 @@ def _dump_index(args, path: str, ext: str, log: str | None, out: TextIO) -> int:
     return EXIT_FINDINGS if found else EXIT_OK
 
 
-#: The JSON "type" of a state file's rows.
-_STATE_ROW_TYPES = {PRODUCER_SNAPSHOT: "producer_entry", LEADER_EPOCH_CHECKPOINT: "epoch_entry"}
+#: The JSON "type" of a state file's rows, and how the summary counts them.
+_STATE_ROW_TYPES = {
+    PRODUCER_SNAPSHOT: ("producer_entry", "entry", "entries"),
+    LEADER_EPOCH_CHECKPOINT: ("epoch_entry", "entry", "entries"),
+    OFFSET_CHECKPOINT: ("offset_entry", "entry", "entries"),
+    META_PROPERTIES: ("property", "property", "properties"),
+    QUORUM_STATE: ("voter", "voter", "voters"),
+    METADATA_SNAPSHOT: ("snapshot_record", "record", "records"),
+}
+
+
+def _field_text(v) -> str:
+    if isinstance(v, bool):
+        return _bool(v)
+    return _compact(v) if isinstance(v, (dict, list)) else _num(v)
 
 
 def _fields_text(obj: dict) -> str:
-    return " ".join(f"{k}: {_num(v) if not isinstance(v, bool) else _bool(v)}"
-                    for k, v in obj.items())
+    return " ".join(f"{k}: {_field_text(v)}" for k, v in obj.items())
 
 
 def _dump_state(args, path: str, kind: str, out: TextIO) -> int:
@@ -535,11 +554,12 @@ def _dump_state(args, path: str, kind: str, out: TextIO) -> int:
     _emit(out, args.json, {"type": kind, "file": path, **state.header},
           lambda: _fields_text(state.header))
     for row in state.rows:
-        _emit(out, args.json, {"type": _STATE_ROW_TYPES[kind], "file": path, **row},
+        _emit(out, args.json, {"type": _STATE_ROW_TYPES[kind][0], "file": path, **row},
               lambda: _fields_text(row))
     for f in state.findings:
         _emit(out, args.json, {**f.to_dict(), "file": path}, lambda: finding_text(f))
-    counts = [] if kind not in _STATE_ROW_TYPES else [_count(len(state.rows), "entry", "entries")]
+    counts = [] if kind not in _STATE_ROW_TYPES else [_count(len(state.rows),
+                                                            *_STATE_ROW_TYPES[kind][1:])]
     _summary(args, out, path, summary_text(
         counts or ["1 header"], Counter(f.kind for f in state.findings), state.size))
     return EXIT_FINDINGS if state.findings else EXIT_OK
@@ -584,18 +604,24 @@ summary line per file (batches, records, findings by kind, bytes; on stderr
 with --json, so stdout stays JSON Lines).
 
 The file name decides what a FILE is: .log a segment; .index, .timeindex and
-.txnindex an index, printed as `kafkalog index` prints it; a producer-state
-.snapshot (producers, CRC-32C checked), leader-epoch-checkpoint (epochs) and
-partition.metadata (topic id), read with their faults as findings. Kafka's
-rename suffixes are looked through: 0.log.deleted, .log.cleaned and .log.swap
-are logs, 0.index.swap an index. Anything else (a file without a suffix, say)
-is refused (exit 2) unless --force-log.
+.txnindex an index, printed as `kafkalog index` prints it; the state files a
+broker writes, read with their faults as findings: a producer-state .snapshot
+(producers, CRC-32C checked), leader-epoch-checkpoint (epochs),
+partition.metadata (topic id), meta.properties (the directory's identity),
+.kafka_cleanshutdown (broker epoch), recovery-point-, replication-,
+log-start- and cleaner-offset-checkpoint (topic partition offset), KRaft's
+quorum-state (election state, voters) and snapshots, <offset>-<epoch>.checkpoint
+and bootstrap.checkpoint (header, then every record decoded). Kafka's rename
+suffixes are looked through: 0.log.deleted, .log.cleaned and .log.swap are
+logs, 0.index.swap an index, ….checkpoint.deleted a snapshot. Anything else (a
+file without a suffix, say) is refused (exit 2) unless --force-log.
 
 Records of Kafka's internal topics are decoded with Kafka's message specs
 (--records: a "decoded" object per data record in JSON, `key: {...} payload:
 {...}` in text) when the partition folder names the topic (__consumer_offsets-N,
-__transaction_state-N, __cluster_metadata-0), or as --decoder says; a record
-that does not decode is an internal_record_error finding.
+__transaction_state-N, __cluster_metadata-0, __share_group_state-N), or as
+--decoder says; a record that does not decode is an internal_record_error
+finding.
 
 With --schemas SOURCE, keys and values in Schema Registry's wire format are
 decoded (JSON: key_schema_id, value_schema_id, key_format, value_format,
@@ -613,13 +639,16 @@ damage inside a segment is reported as findings in place.""",
     )
     dump.add_argument("files", nargs="+", metavar="FILE",
                       help="segment (.log), index (.index, .timeindex, .txnindex) or state "
-                      "(.snapshot, leader-epoch-checkpoint, partition.metadata) files")
+                      "(.snapshot, leader-epoch-checkpoint, partition.metadata, "
+                      "meta.properties, .kafka_cleanshutdown, *-offset-checkpoint, "
+                      "quorum-state, *.checkpoint) files")
     dump.add_argument("--records", action="store_true", help="also print every record")
     dump.add_argument("--json", action="store_true",
                       help="JSON Lines: batch, record and finding objects (index_entry and "
-                      "finding for index files; for a state file its header, producer_entry "
-                      "or epoch_entry objects and findings); bytes as base64; the summary "
-                      "goes to stderr")
+                      "finding for index files; for a state file its header, its rows "
+                      "(producer_entry, epoch_entry, offset_entry, property, voter, "
+                      "snapshot_record) and findings); bytes as base64; the summary goes to "
+                      "stderr")
     dump.add_argument("--print-data", action="store_true",
                       help="text mode: also print keys and values (UTF-8, escaped)")
     dump.add_argument("--force-log", action="store_true",
@@ -634,7 +663,8 @@ damage inside a segment is reported as findings in place.""",
                       help="how to decode the records' keys and values (with --records): "
                       "auto (default) by the partition folder's topic (__consumer_offsets: "
                       "offsets, __transaction_state: transaction-log, __cluster_metadata: "
-                      "cluster-metadata; other topics: none), or as named")
+                      "cluster-metadata, __share_group_state: share-group-state; other "
+                      "topics: none), or as named")
     dump.add_argument("--schemas", metavar="SOURCE",
                       help="with --records, decode keys and values in Schema Registry's wire "
                       "format (Avro, JSON Schema, Protobuf) with the schemas of SOURCE: a "

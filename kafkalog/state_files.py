@@ -13,12 +13,17 @@ version or CRC field is only caught by their values. The file name is the offset
 snapshot was taken at (the log end offset then). Kafka refuses a snapshot whose CRC fails;
 here the entries are still read, and the mismatch is a finding.
 
-``leader-epoch-checkpoint`` (``LeaderEpochCheckpointFile``), text::
+``leader-epoch-checkpoint`` (``LeaderEpochCheckpointFile``), text in the layout of Kafka's
+``CheckpointFile``, which the log directory's offset checkpoints share
+(:func:`read_checkpoint`; :mod:`kafkalog.log_dir`)::
 
     0                  <- version
     2                  <- number of entries
     0 0                <- "epoch startOffset", one line per entry
     1 120
+
+Kafka creates a checkpoint file empty before it first writes it, and replaces it whole
+(through a temporary file) after: an empty file holds no entries and is not corrupt.
 
 ``partition.metadata`` (``PartitionMetadataFile``), text: ``version: 0`` and
 ``topic_id: <the topic's UUID, 22-character URL-safe base64>``.
@@ -34,6 +39,7 @@ import os
 import re
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -69,7 +75,9 @@ class StateFile:
     size: int
 
 
-def _read(source) -> bytes:
+def read_source(source) -> bytes:
+    """A state file's bytes: ``source`` is a path or the bytes; SourceError when the file
+    cannot be opened (the only fault a reader raises)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         return bytes(source)
     try:
@@ -77,6 +85,11 @@ def _read(source) -> bytes:
             return f.read()
     except OSError as err:
         raise SourceError(f"cannot open {source}: {err.strerror or err}") from err
+
+
+def corrupt_finding(position: int, end: int, message: str) -> Finding:
+    """A ``state_file_corrupt`` finding at bytes ``position..end``."""
+    return Finding("state_file_corrupt", position, end, message)
 
 
 def _snapshot_offset(source) -> int | None:
@@ -90,7 +103,7 @@ def _snapshot_offset(source) -> int | None:
 def read_producer_snapshot(source) -> StateFile:
     """A producer-state ``.snapshot``: header ``{version, crc, computed_crc, crc_valid,
     snapshot_offset, entry_count}`` and one row per producer."""
-    data = _read(source)
+    data = read_source(source)
     header = {"version": None, "crc": None, "computed_crc": None, "crc_valid": None,
               "snapshot_offset": _snapshot_offset(source), "entry_count": None}
     findings: list[Finding] = []
@@ -160,68 +173,124 @@ def _lines(data: bytes) -> list[tuple[int, int, str]]:
 
 _WS = re.compile(r"\s+")
 _INT = re.compile(r"^-?\d+$")
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")  # Integer.parseInt / Long.parseLong: a sign, digits
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def java_int(text: str, bits: tuple[int, int] = INT32) -> int | None:
+    """``text`` as Java's Integer.parseInt (``bits=INT32``) or Long.parseLong (``INT64``)
+    reads it, or None where Java throws (no spaces, no other characters, in range)."""
+    if not _JAVA_INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if bits[0] <= value <= bits[1] else None
+
+
+@dataclass(frozen=True, slots=True)
+class EntryFormat:
+    """The entry lines of one kind of checkpoint file: ``fields`` are (row key, parse)
+    pairs, each parse returning None for a value Kafka's formatter would refuse."""
+    name: str  # the file, for messages
+    fields: tuple[tuple[str, object], ...]
+
+    @property
+    def grammar(self) -> str:
+        return " ".join(key for key, _ in self.fields)
+
+
+class Checkpoint(NamedTuple):
+    header: dict  # {version, entry_count}: as declared, None where the file ends before
+    rows: list[dict]
+    lines: list[tuple[int, int, int]]  # each row's line: (number from 1, start, end byte)
+    findings: list[Finding]
+
+
+def read_checkpoint(data: bytes, fmt: EntryFormat, version: int = 0) -> Checkpoint:
+    """A Kafka checkpoint file's header ``{version, entry_count}``, rows and findings, read
+    as Kafka's CheckpointFile.CheckpointReadBuffer reads it: an empty file, or one that
+    ends after its version line, holds no entries (Kafka creates the file empty and
+    replaces it whole); then ``version``, the entry count and one entry per line, fields
+    split on whitespace, each a Java number where it is one; the count must match.
+    Every line Kafka would refuse is a ``state_file_corrupt`` finding naming it."""
+    lines = data.splitlines(keepends=True)
+    out = Checkpoint({"version": None, "entry_count": None}, [], [], [])
+    header, rows, findings = out.header, out.rows, out.findings
+    pos = 0
+    texts = []
+    for i, raw in enumerate(lines):
+        try:
+            texts.append((pos, pos + len(raw), raw.decode("utf-8").rstrip("\r\n")))
+        except UnicodeDecodeError as err:
+            findings.append(Finding("state_file_corrupt", pos, pos + len(raw),
+                                    f"{fmt.name} line {i + 1}: not UTF-8 ({err.reason} at byte "
+                                    f"{pos + err.start})"))
+            return out
+        pos += len(raw)
+
+    def corrupt(i: int, message: str) -> None:
+        start, end, _ = texts[i]
+        findings.append(Finding("state_file_corrupt", start, end, f"{fmt.name} line {i + 1}: "
+                                f"{message}"))
+
+    for i, what in ((0, "version"), (1, "entry_count")):
+        if i >= len(texts):
+            return out  # Kafka reads no entries
+        value = java_int(texts[i][2])
+        if value is None:
+            corrupt(i, f"{what.replace('_', ' ')} {texts[i][2]!r} is not a number")
+            return out
+        header[what] = value
+        if what == "version" and value != version:
+            corrupt(i, f"version {value}; Kafka reads only version {version}")
+            return out
+    if header["entry_count"] < 0:
+        corrupt(1, f"entry count {header['entry_count']} is negative")
+        return out
+    for i in range(2, len(texts)):
+        parts = _WS.split(texts[i][2])
+        while parts and parts[-1] == "":  # Java's split drops trailing empty strings
+            parts.pop()
+        values = [parse(p) for (_, parse), p in zip(fmt.fields, parts)]
+        if len(parts) != len(fmt.fields) or any(v is None for v in values):
+            corrupt(i, f"{texts[i][2]!r} is not '{fmt.grammar}'")
+            continue
+        rows.append(dict(zip((key for key, _ in fmt.fields), values)))
+        out.lines.append((i + 1, *texts[i][:2]))
+    if len(rows) != header["entry_count"] and not findings:
+        findings.append(Finding("state_file_corrupt", len(data), len(data),
+                                f"{fmt.name} declares {header['entry_count']} entries, holds "
+                                f"{len(rows)}"))
+    return out
+
+
+LEADER_EPOCH_ENTRY = EntryFormat(LEADER_EPOCH_CHECKPOINT_NAME, (
+    ("epoch", java_int), ("start_offset", lambda t: java_int(t, INT64))))
 
 
 def read_leader_epoch_checkpoint(source) -> StateFile:
-    """A ``leader-epoch-checkpoint``: header ``{version, entry_count}`` (as declared) and
-    one row ``{epoch, start_offset}`` per line read."""
-    data = _read(source)
-    lines = _lines(data)
-    findings: list[Finding] = []
-    header = {"version": None, "entry_count": None}
-    rows: list[dict] = []
-
-    def corrupt(start: int, end: int, message: str) -> None:
-        findings.append(Finding("state_file_corrupt", start, end, message))
-
-    def number(i: int, what: str) -> int | None:
-        if i >= len(lines):
-            corrupt(len(data), len(data), f"leader-epoch-checkpoint: no {what} line "
-                    f"(line {i + 1}; the file has {len(lines)})")
-            return None
-        start, end, text = lines[i]
-        if not _INT.match(text.strip()):
-            corrupt(start, end, f"leader-epoch-checkpoint line {i + 1}: {what} {text!r} is "
-                    "not a number")
-            return None
-        return int(text.strip())
-
-    version = number(0, "version")
-    header["version"] = version
-    if version is not None and version != LEADER_EPOCH_CHECKPOINT_VERSION:
-        corrupt(lines[0][0], lines[0][1], f"leader-epoch-checkpoint version {version}; "
-                f"this reader knows {LEADER_EPOCH_CHECKPOINT_VERSION}")
-        version = None
-    count = number(1, "entry count") if version is not None else None
-    header["entry_count"] = count
-    if count is None:
-        return StateFile(LEADER_EPOCH_CHECKPOINT, header, (), tuple(findings), len(data))
-    previous = None
-    for i in range(2, len(lines)):
-        start, end, text = lines[i]
-        parts = _WS.split(text.strip())
-        if not text.strip():
-            continue
-        if len(parts) != 2 or not all(_INT.match(p) for p in parts):
-            corrupt(start, end, f"leader-epoch-checkpoint line {i + 1}: {text!r} is not "
-                    "'epoch startOffset'")
-            continue
-        epoch, offset = int(parts[0]), int(parts[1])
-        if previous is not None and (epoch <= previous[0] or offset < previous[1]):
-            corrupt(start, end, f"leader-epoch-checkpoint line {i + 1}: epoch {epoch} from "
-                    f"offset {offset} after epoch {previous[0]} from offset {previous[1]} "
-                    "(epochs must increase, start offsets must not decrease)")
-        previous = (epoch, offset)
-        rows.append({"epoch": epoch, "start_offset": offset})
-    if len(rows) != count:
-        corrupt(len(data), len(data), f"leader-epoch-checkpoint declares {count} entries, "
-                f"holds {len(rows)}")
+    """A ``leader-epoch-checkpoint``: header ``{version, entry_count}`` (as declared; both
+    None for an empty file, which Kafka reads as no entries) and one row ``{epoch,
+    start_offset}`` per entry line. Beyond what Kafka's reader refuses, epochs that do not
+    increase or start offsets that decrease are findings (Kafka's LeaderEpochFileCache
+    drops such entries when it loads them)."""
+    data = read_source(source)
+    header, rows, lines, findings = read_checkpoint(data, LEADER_EPOCH_ENTRY,
+                                                    LEADER_EPOCH_CHECKPOINT_VERSION)
+    for previous, row, (line, start, end) in zip(rows, rows[1:], lines[1:]):
+        if row["epoch"] <= previous["epoch"] or row["start_offset"] < previous["start_offset"]:
+            findings.append(Finding(
+                "state_file_corrupt", start, end,
+                f"leader-epoch-checkpoint line {line}: epoch {row['epoch']} from offset "
+                f"{row['start_offset']} after epoch {previous['epoch']} from offset "
+                f"{previous['start_offset']} (epochs must increase, start offsets must not "
+                "decrease)"))
     return StateFile(LEADER_EPOCH_CHECKPOINT, header, tuple(rows), tuple(findings), len(data))
 
 
 def read_partition_metadata(source) -> StateFile:
     """A ``partition.metadata``: header ``{version, topic_id}``, no rows."""
-    data = _read(source)
+    data = read_source(source)
     lines = _lines(data)
     findings: list[Finding] = []
     header: dict = {"version": None, "topic_id": None}

@@ -6,6 +6,7 @@ import json
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -198,7 +199,8 @@ def test_damage_inside_a_segment_stays_findings(tmp_path, capsys):
 @pytest.mark.parametrize("name, words", [
     ("notes.txt", ["unknown file type '.txt'", "--force-log"]),
     ("segment", ["no file type suffix", "leader-epoch-checkpoint"]),
-    ("recovery-point-offset-checkpoint", ["no file type suffix"]),  # a log dir's, not read
+    (".lock", ["no file type suffix", "meta.properties"]),  # a log dir's, but no state
+    ("quorum-state.tmp", ["unknown file type '.tmp'"]),
 ])
 def test_dump_refuses_other_file_types_exit_2(tmp_path, name, words):
     other = tmp_path / name
@@ -541,3 +543,98 @@ def test_corrupt_snapshot_is_a_finding_exit_1(tmp_path, capsys):
         assert main(["dump", *argv]) == 2
         got = capsys.readouterr()
         assert got.out == "" and len(got.err.splitlines()) == 1 and words in got.err, got
+
+
+# -- the rest of a log directory's state files (issue 36) -------------------------------------
+
+BROKER_DIRS = Path(__file__).parent / "data" / "broker-dirs"
+RONEM = BROKER_DIRS / "ronem123+rupia-transaction-service"
+QKRCKSTJQ = BROKER_DIRS / "qkrckstjq+spring-kafka"
+
+
+def test_dump_reads_a_log_directorys_files_as_json(capsys):
+    deleted = "00000000000000007207-0000000001.checkpoint.deleted"
+    files = [RONEM / "meta.properties", RONEM / ".kafka_cleanshutdown",
+             RONEM / "cleaner-offset-checkpoint", RONEM / "__cluster_metadata-0" / "quorum-state",
+             QKRCKSTJQ / "__cluster_metadata-0" / "quorum-state",
+             QKRCKSTJQ / "__cluster_metadata-0" / deleted,
+             RONEM / "bootstrap.checkpoint", BROKER_DIRS / "KAIPASUBHASH+kafka-logs"
+             / "cleaner-offset-checkpoint"]
+    assert main(["dump", "--json", *map(str, files)]) == 0
+    got = capsys.readouterr()
+    objs = [json.loads(ln) for ln in got.out.splitlines()]
+    types = [o["type"] for o in objs]
+    assert types == (["meta_properties"] + ["property"] * 4 + ["clean_shutdown"]
+                     + ["offset_checkpoint"] + ["offset_entry"] * 2
+                     + ["quorum_state", "quorum_state", "voter"]
+                     + ["metadata_snapshot"] + ["snapshot_record"] * 6
+                     + ["metadata_snapshot"] + ["snapshot_record"] * 6 + ["offset_checkpoint"])
+    assert objs[0] == {"type": "meta_properties", "file": str(files[0]), "version": 1,
+                       "cluster_id": "0wHLXdrKStejkyBzi8qBEw", "node_id": 1,
+                       "directory_id": "yYuMrFRVQVSX0VVQPcMSrA"}
+    assert objs[5]["broker_epoch"] == 11
+    assert (objs[7]["topic"], objs[7]["partition"], objs[7]["offset"]) == ("__consumer_offsets",
+                                                                           31, 3)
+    assert objs[9]["voted_directory_id"] == "AAAAAAAAAAAAAAAAAAAAAA" and objs[11]["voter_id"] == 1
+    snapshot = objs[12]
+    assert (snapshot["end_offset"], snapshot["epoch"], snapshot["deleted"]) == (7207, 1, True)
+    assert objs[15]["record_type"] == "ZK_MIGRATION_STATE_RECORD" and objs[15]["data"] == {
+        "zkMigrationState": 0}
+    assert objs[-1] == {"type": "offset_checkpoint", "file": str(files[-1]),
+                        "checkpoint": "cleaner-offset-checkpoint", "version": None,
+                        "entry_count": None}  # 0 bytes: created, never written
+    summaries = got.err.splitlines()
+    assert summaries[0] == f"kafkalog: {files[0]}: 4 properties, no findings, 122 bytes"
+    assert summaries[4] == f"kafkalog: {files[4]}: 1 voter, no findings, 126 bytes"
+    assert summaries[5] == f"kafkalog: {files[5]}: 6 records, no findings, 502 bytes"
+    assert summaries[-1] == f"kafkalog: {files[-1]}: 0 entries, no findings, 0 bytes"
+
+
+def test_dump_prints_a_snapshot_as_text(capsys):
+    path = RONEM / "bootstrap.checkpoint"
+    assert main(["dump", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == [
+        f"Dumping {path}",
+        "end_offset: null epoch: null deleted: false last_contained_log_timestamp: 0 "
+        "batch_count: 3 record_count: 4 control_count: 2",
+        "offset: 0 batch_position: 0 control: true record_type: SNAPSHOT_HEADER version: 0 "
+        'data: {"version":0,"lastContainedLogTimestamp":0}']
+    assert lines[3] == ("offset: 1 batch_position: 83 control: false record_type: "
+                        'FEATURE_LEVEL_RECORD version: 0 data: {"name":"metadata.version",'
+                        '"featureLevel":27}')
+    assert lines[-1] == "Summary: 6 records, no findings, 355 bytes"
+
+
+def test_faulty_log_directory_files_are_findings_exit_1(tmp_path, capsys):
+    metadata = tmp_path / "__cluster_metadata-0"
+    metadata.mkdir()
+    (metadata / "quorum-state").write_text('{"leaderId":1,"data_version":2}')
+    (tmp_path / "meta.properties").write_text("version=1\nnode.id=1\n")
+    snapshot = QKRCKSTJQ / "__cluster_metadata-0" / "00000000000000014406-0000000001.checkpoint"
+    cut = metadata / snapshot.name
+    cut.write_bytes(snapshot.read_bytes()[:427])  # without its footer batch
+    for path, words in [(metadata / "quorum-state", "quorum-state: data_version 2"),
+                        (tmp_path / "meta.properties", "version 1 without cluster.id"),
+                        (cut, "snapshot without its SNAPSHOT_FOOTER")]:
+        assert main(["dump", str(path)]) == 1
+        out = capsys.readouterr().out
+        assert "finding: state_file_corrupt" in out and words in out, out
+        assert out.splitlines()[-1].endswith(f"1 finding (state_file_corrupt 1), "
+                                             f"{path.stat().st_size} bytes")
+
+
+def test_dump_decodes_share_group_state_by_its_folder(tmp_path, capsys):
+    from test_internal_topics import SHARE_RECORDS, _share_segment
+
+    path = _share_segment(tmp_path, SHARE_RECORDS)
+    assert main(["dump", "--json", "--records", str(path)]) == 0
+    records = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()
+               if ln.startswith('{"type":"record"')]
+    assert [r["decoded"] for r in records] == [d for _, _, d in SHARE_RECORDS]
+    copy = tmp_path / "share.log"  # out of its folder: the decoder is named
+    copy.write_bytes(path.read_bytes())
+    assert main(["dump", "--json", "--records", "--decoder", "share-group-state", str(copy)]) == 0
+    records = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()
+               if ln.startswith('{"type":"record"')]
+    assert records[1]["decoded"]["value"]["data"]["startOffset"] == -1

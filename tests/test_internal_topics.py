@@ -5,16 +5,20 @@ golden bytes (independent of the spec-driven writer), and every fault as an erro
 from __future__ import annotations
 
 import base64
+import json
 import random
+import re
 import struct
 from collections import Counter
+from importlib import resources
+from pathlib import Path
 
 import pytest
 
 import kafkalog
 from kafkalog.model import STATE_FINDING_KINDS
 from kafkalog.internal import MessageError, decode, decoder_for_path, spec, spec_names
-from kafkalog.internal.schema import parse_spec
+from kafkalog.internal.schema import _strip_comments, json_name, parse_spec
 from kafkalog.internal.topics import key_types
 from kafkalog.state_files import (
     read_leader_epoch_checkpoint,
@@ -22,8 +26,11 @@ from kafkalog.state_files import (
     read_producer_snapshot,
     read_state_file,
 )
+from kafkalog.internal.share_group_state import read_share_group_state
+from kafkalog.internal.topics import decode_kraft_control
 from kafkalog.writer import (
     SegmentWriter,
+    WriteRecord,
     encode_producer_snapshot,
     internal_record,
     leader_epoch_checkpoint_text,
@@ -119,7 +126,9 @@ def test_consumer_offsets_of_the_corpus():
 
 def test_every_shipped_spec_parses():
     names = spec_names()
-    assert len(names) == 62  # 30 group, 2 transaction, 27 metadata, 2 consumer protocol, 1 snapshot
+    # 30 group, 2 transaction, 27 metadata, 2 consumer protocol, 1 producer snapshot, 4 share
+    # coordinator, 4 KRaft control records, 1 quorum state
+    assert len(names) == 71
     for name in names:
         s = spec(name)
         # one file is not named after its message
@@ -150,6 +159,69 @@ def test_kafka_4_metadata_records():
                                  "data": {"topicName": "pay"}}
     assert decode("cluster-metadata", None, _uv(1) + _uv(29) + _uv(0) + struct.pack(">i", 3)
                   + b"\x00")["data"] == {"controllerId": 3}
+
+
+def _raw_tags(fields: list, struct_name: str, out: set) -> None:
+    """(struct, tag as written, field) of every tagged field in a spec's raw JSON."""
+    for f in fields:
+        if "tag" in f:
+            out.add((struct_name, f["tag"], json_name(f["name"])))
+        if "fields" in f:
+            _raw_tags(f["fields"], f["type"].removeprefix("[]"), out)
+
+
+def _parsed_tags(s, out: set, seen: set) -> None:
+    if s.name in seen:
+        return
+    seen.add(s.name)
+    for tag, f in s.tags.items():
+        out.add((s.name, tag, f.name))
+    for f in s.fields:
+        if f.struct is not None:
+            _parsed_tags(f.struct, out, seen)
+
+
+def test_every_shipped_specs_tagged_fields_are_known_by_number():
+    # Kafka's generator reads "tag": "0" as the number 0 (RegisterBrokerRecord's LogDirs,
+    # BrokerRegistrationChangeRecord's "2"): a tag kept as a string was never matched on
+    # the wire, and the field was skipped as an unknown tag
+    folder = resources.files("kafkalog.internal").joinpath("specs")
+    written = 0
+    for name in spec_names():
+        doc = json.loads(_strip_comments(folder.joinpath(f"{name}.json").read_text()))
+        raw: set = set()
+        _raw_tags(doc["fields"], doc["name"], raw)
+        for common in doc.get("commonStructs", ()):
+            _raw_tags(common["fields"], common["name"], raw)
+        parsed: set = set()
+        _parsed_tags(spec(name).struct, parsed, set())
+        assert {(s, int(t), f) for s, t, f in raw} == parsed, name
+        written += sum(isinstance(t, str) for _, t, _ in raw)
+    assert written == 2  # the two specs that write their tag as a string
+
+
+def test_register_broker_record_v3_keeps_its_log_dirs():
+    # tests/data/broker-dirs' copy of the Niloufar1171 metadata log: REGISTER_BROKER_RECORD v3
+    # at offsets 6 and 8 (batch positions 384 and 626). Its last 20 bytes:
+    #   01                                tagged fields: 1
+    #   00 11                             tag 0 (LogDirs), 17 bytes
+    #   02                                compact array of 1 uuid
+    #   5c 78 64 af 8b 64 4a c0 fd d3 4a 4e 43 ca 4f 7e
+    # = "XHhkr4tkSsD900pOQ8pPfg" in Kafka's base64, the directory.id of that broker's
+    # meta.properties (and the PARTITION_RECORDs' directories)
+    path = (Path(__file__).parent / "data" / "broker-dirs" / "Niloufar1171+LDI-POC"
+            / "__cluster_metadata-0" / "00000000000000000000.log")
+    found = {r.offset: r.value for r in _data_records(path) if r.value[:3] == b"\x01\x00\x03"}
+    assert sorted(found) == [6, 8]
+    for offset, value in found.items():
+        assert value[-20:].hex() == "01001102" "5c7864af8b644ac0fdd34a4e43ca4f7e"
+        out = decode("cluster-metadata", None, value)
+        assert (out["type"], out["version"]) == ("REGISTER_BROKER_RECORD", 3)
+        assert out["data"]["logDirs"] == ["XHhkr4tkSsD900pOQ8pPfg"]
+        assert out["data"]["brokerEpoch"] == {6: 6, 8: 8}[offset]
+        assert list(out["data"]) == [  # spec order, the tagged field after inControlledShutdown
+            "brokerId", "isMigratingZkBroker", "incarnationId", "brokerEpoch", "endPoints",
+            "features", "rack", "fenced", "inControlledShutdown", "logDirs"]
 
 
 # -- writer-made records for what the corpus lacks ------------------------------------------
@@ -334,6 +406,195 @@ def _flip(value: bytes, rng: random.Random) -> bytes:
     return bytes(b)
 
 
+# -- __share_group_state (KIP-932), encoded by hand from Kafka's specs --------------------------
+# ShareCoordinatorRecordSerde / CoordinatorRecordSerde: key = int16 record type (0 snapshot,
+# 1 update) + ShareSnapshotKey/ShareUpdateKey (non-flexible: int16-length string, 16-byte
+# uuid, int32); value = int16 version 0 + the flexible value struct (compact array = uvarint
+# n + 1, every struct ending with its tagged fields).
+
+SHARE_TOPIC_ID = bytes.fromhex("0c4f9a3e5b7d41e2a8c6f0b1d2e3f405")
+SHARE_TOPIC_ID_TEXT = "DE-aPlt9QeKoxvCx0uP0BQ"  # Kafka's base64 of those 16 bytes
+
+
+def _share_key(record_type: int, group: str, partition: int) -> bytes:
+    raw = group.encode()
+    return (struct.pack(">hh", record_type, len(raw)) + raw + SHARE_TOPIC_ID
+            + struct.pack(">i", partition))
+
+
+def _state_batches(batches) -> bytes:
+    out = _uv(len(batches) + 1)
+    for first, last, state, count in batches:
+        out += struct.pack(">qqbh", first, last, state, count) + _uv(0)  # no tagged fields
+    return out
+
+
+def _share_snapshot_value(snapshot_epoch, state_epoch, leader_epoch, start, created, written,
+                          batches, delivery_complete=None) -> bytes:
+    tagged = _uv(0) if delivery_complete is None else \
+        _uv(1) + _uv(0) + _uv(4) + struct.pack(">i", delivery_complete)  # tag 0, 4 bytes
+    return (struct.pack(">hiiiqqq", 0, snapshot_epoch, state_epoch, leader_epoch, start,
+                        created, written) + _state_batches(batches) + tagged)
+
+
+def _share_update_value(snapshot_epoch, leader_epoch, start, batches) -> bytes:
+    return (struct.pack(">hiiq", 0, snapshot_epoch, leader_epoch, start)
+            + _state_batches(batches) + _uv(0))
+
+
+SHARE_RECORDS = [  # (key, value, what decode gives)
+    (_share_key(0, "sg", 3),
+     _share_snapshot_value(1, 2, 5, 100, 1700000000000, 1700000000500,
+                           [(100, 104, 2, 1), (105, 109, 0, 3)], delivery_complete=5),
+     {"key": {"type": 0, "data": {"groupId": "sg", "topicId": SHARE_TOPIC_ID_TEXT,
+                                  "partition": 3}},
+      "value": {"version": 0, "data": {
+          "snapshotEpoch": 1, "stateEpoch": 2, "leaderEpoch": 5, "startOffset": 100,
+          "deliveryCompleteCount": 5, "createTimestamp": 1700000000000,
+          "writeTimestamp": 1700000000500, "stateBatches": [
+              {"firstOffset": 100, "lastOffset": 104, "deliveryState": 2, "deliveryCount": 1},
+              {"firstOffset": 105, "lastOffset": 109, "deliveryState": 0,
+               "deliveryCount": 3}]}}}),
+    (_share_key(1, "sg", 3), _share_update_value(1, 5, -1, [(110, 110, 4, 5)]),
+     {"key": {"type": 1, "data": {"groupId": "sg", "topicId": SHARE_TOPIC_ID_TEXT,
+                                  "partition": 3}},
+      "value": {"version": 0, "data": {
+          "snapshotEpoch": 1, "leaderEpoch": 5, "startOffset": -1, "stateBatches": [
+              {"firstOffset": 110, "lastOffset": 110, "deliveryState": 4,
+               "deliveryCount": 5}]}}}),
+    (_share_key(0, "sg", 3), None,
+     {"key": {"type": 0, "data": {"groupId": "sg", "topicId": SHARE_TOPIC_ID_TEXT,
+                                  "partition": 3}}, "value": None}),
+]
+
+
+def _share_segment(tmp_path, records, folder="__share_group_state-7"):
+    d = tmp_path / folder
+    d.mkdir()
+    with SegmentWriter(d, 0) as w:
+        for key, value, _ in records:
+            w.append([WriteRecord(key, value, timestamp=1700000001000)])
+    return d / "00000000000000000000.log"
+
+
+def test_share_group_state_records_decode_by_their_folder(tmp_path):
+    assert base64.urlsafe_b64encode(SHARE_TOPIC_ID).decode().rstrip("=") == SHARE_TOPIC_ID_TEXT
+    path = _share_segment(tmp_path, SHARE_RECORDS)
+    assert decoder_for_path(str(path)) == "share-group-state"
+    assert [decode("share-group-state", r.key, r.value) for r in _data_records(path)] == [
+        d for _, _, d in SHARE_RECORDS]
+    # the spec-driven writer makes the same bytes as the hand encoder
+    assert [(w.key, w.value) for w in (internal_record("share-group-state", d)
+                                       for _, _, d in SHARE_RECORDS)] == [
+        (k, v) for k, v, _ in SHARE_RECORDS]
+
+
+def test_share_group_state_rows(tmp_path):
+    path = _share_segment(tmp_path, SHARE_RECORDS)
+    state = read_share_group_state(str(path))
+    assert state.findings == () and state.header == {"batch_count": 3, "record_count": 3}
+    key = {"group_id": "sg", "topic_id": SHARE_TOPIC_ID_TEXT, "partition": 3}
+    assert state.rows == (
+        {"offset": 0, "timestamp": 1700000001000, **key, "record": "snapshot",
+         "tombstone": False, "snapshot_epoch": 1, "state_epoch": 2, "leader_epoch": 5,
+         "start_offset": 100, "delivery_complete_count": 5, "create_timestamp": 1700000000000,
+         "write_timestamp": 1700000000500, "state_batches": [
+             {"first_offset": 100, "last_offset": 104, "delivery_state": 2,
+              "delivery_state_name": "ACKNOWLEDGED", "delivery_count": 1},
+             {"first_offset": 105, "last_offset": 109, "delivery_state": 0,
+              "delivery_state_name": "AVAILABLE", "delivery_count": 3}]},
+        {"offset": 1, "timestamp": 1700000001000, **key, "record": "update",
+         "tombstone": False, "snapshot_epoch": 1, "state_epoch": None, "leader_epoch": 5,
+         "start_offset": None, "delivery_complete_count": None, "create_timestamp": None,
+         "write_timestamp": None, "state_batches": [
+             {"first_offset": 110, "last_offset": 110, "delivery_state": 4,
+              "delivery_state_name": "ARCHIVED", "delivery_count": 5}]},
+        {"offset": 2, "timestamp": 1700000001000, **key, "record": "snapshot",
+         "tombstone": True, "snapshot_epoch": None, "state_epoch": None, "leader_epoch": None,
+         "start_offset": None, "delivery_complete_count": None, "create_timestamp": None,
+         "write_timestamp": None, "state_batches": None})
+
+
+def test_share_group_state_records_that_do_not_decode(tmp_path):
+    good_key, good_value, _ = SHARE_RECORDS[0]
+    bad = [(_share_key(2, "sg", 3), None, None),             # no record type 2
+           (good_key, good_value[:-3], None),                 # cut inside the tagged int32
+           (good_key, struct.pack(">h", 1) + good_value[2:], None)]  # value version 1
+    path = _share_segment(tmp_path, [SHARE_RECORDS[1], *bad])
+    state = read_share_group_state(str(path))
+    assert [r["offset"] for r in state.rows] == [0]
+    assert [(f.kind, f.base_offset) for f in state.findings] == [
+        ("internal_record_error", 1), ("internal_record_error", 2), ("internal_record_error", 3)]
+    messages = [f.message for f in state.findings]
+    assert "share group state key: unknown record type 2 (known: 0, 1)" in messages[0]
+    assert "read past the end" in messages[1]
+    assert "ShareSnapshotValue: unknown version 1" in messages[2]
+
+
+def test_decoders_follow_renamed_partition_folders(tmp_path):
+    unique = "0c4f9a3e5b7d41e2a8c6f0b1d2e3f405"
+    for folder, decoder in [(f"__consumer_offsets-3.{unique}-future", "offsets"),
+                            (f"__share_group_state-7.{unique}-delete", "share-group-state"),
+                            (f"__transaction_state-0.{unique}-stray", "transaction-log"),
+                            ("__consumer_offsets-3.notahexid-future", None),
+                            ("orders-0", None)]:
+        assert decoder_for_path(f"/x/{folder}/00000000000000000000.log") == decoder, folder
+
+
+def test_kraft_control_records_decode_with_their_specs():
+    # ControlRecordUtils reads each value as version 0 of its spec (flexible: tagged
+    # fields at the end of every struct)
+    header = struct.pack(">hq", 0, 1740134033990) + _uv(0)
+    assert decode_kraft_control(3, header) == {"type": "SNAPSHOT_HEADER", "version": 0, "data": {
+        "version": 0, "lastContainedLogTimestamp": 1740134033990}}
+    assert decode_kraft_control(4, struct.pack(">h", 0) + _uv(0))["data"] == {"version": 0}
+    assert decode_kraft_control(5, struct.pack(">hh", 0, 1) + _uv(0))["data"] == {
+        "version": 0, "kRaftVersion": 1}
+    voter = (struct.pack(">i", 1) + SHARE_TOPIC_ID                    # voterId, directory id
+             + _uv(2) + _uv(11) + b"CONTROLLER" + _uv(10) + b"localhost"  # one endpoint
+             + struct.pack(">H", 9093) + _uv(0)
+             + struct.pack(">hh", 0, 1) + _uv(0)                      # kraft.version 0-1
+             + _uv(0))
+    assert decode_kraft_control(6, struct.pack(">h", 0) + _uv(2) + voter + _uv(0)) == {
+        "type": "KRAFT_VOTERS", "version": 0, "data": {"version": 0, "voters": [{
+            "voterId": 1, "voterDirectoryId": SHARE_TOPIC_ID_TEXT,
+            "endpoints": [{"name": "CONTROLLER", "host": "localhost", "port": 9093}],
+            "kRaftVersionFeature": {"minSupportedVersion": 0, "maxSupportedVersion": 1}}]}}
+    with pytest.raises(MessageError, match="1 bytes left over"):
+        decode_kraft_control(3, header + b"\x00")
+    with pytest.raises(MessageError, match="null value"):
+        decode_kraft_control(4, None)
+    with pytest.raises(ValueError, match="control type 2 has no value spec"):
+        decode_kraft_control(2, b"")
+
+
+def test_messages_in_kafkas_json_form():
+    qs = spec("QuorumStateData")
+    v0 = {"clusterId": "", "leaderId": 1, "leaderEpoch": 2, "votedId": -1, "appliedOffset": 0,
+          "currentVoters": [{"voterId": 1}], "data_version": 0}
+    assert qs.read_json(v0, 0) == {"clusterId": "", "leaderId": 1, "leaderEpoch": 2,
+                                   "votedId": -1, "appliedOffset": 0,
+                                   "currentVoters": [{"voterId": 1}]}
+    v1 = {"leaderId": 1, "leaderEpoch": 1, "votedId": -1,
+          "votedDirectoryId": "AAAAAAAAAAAAAAAAAAAAAA", "data_version": 1}
+    assert qs.read_json(v1, 1) == {"leaderId": 1, "leaderEpoch": 1, "votedId": -1,
+                                   "votedDirectoryId": "AAAAAAAAAAAAAAAAAAAAAA"}
+    assert qs.read_json({**v0, "currentVoters": None}, 0)["currentVoters"] is None  # nullable
+    for doc, version, words in [
+            ({**v0, "leaderEpoch": "2"}, 0, "leaderEpoch: expected an integer, got a string"),
+            ({**v0, "leaderId": 2 ** 31}, 0, "2147483648 does not fit in int32"),
+            ({**v0, "leaderId": True}, 0, "expected an integer, got a boolean"),
+            ({k: v for k, v in v0.items() if k != "appliedOffset"}, 0,
+             "no 'appliedOffset', which is mandatory in version 0"),
+            ({**v0, "currentVoters": [{"voterId": None}]}, 0, "currentVoters[0].voterId: null"),
+            ({**v1, "votedDirectoryId": "xyz"}, 1, "votedDirectoryId: not a Kafka UUID"),
+            ({**v1, "votedId": None}, 1, "votedId: null, but the field is not nullable"),
+            ([], 0, "expected a JSON object, got an array"),
+            (v0, 2, "unknown version 2")]:
+        with pytest.raises(MessageError, match=re.escape(words)):
+            qs.read_json(doc, version)
+
+
 def test_spec_language_versions_and_comments():
     s = parse_spec("""// a comment with "quotes" and // more
     { "type": "data", "name": "X", "validVersions": "0-3", "flexibleVersions": "2+",
@@ -404,15 +665,31 @@ def test_leader_epoch_checkpoint(tmp_path):
     assert s.findings == () and s.header == {"version": 0, "entry_count": 3}
     assert s.rows == ({"epoch": 0, "start_offset": 0}, {"epoch": 2, "start_offset": 57},
                       {"epoch": 5, "start_offset": 57})
+    # Kafka creates the file empty, and its reader takes a file that ends before the
+    # entry count as no entries: not corrupt (KAIPASUBHASH's 49 empty ones are real)
+    for data, header in [(b"", {"version": None, "entry_count": None}),
+                         (b"0\n", {"version": 0, "entry_count": None}),
+                         (b"0\r\n0\r\n", {"version": 0, "entry_count": 0})]:
+        s = read_leader_epoch_checkpoint(data)
+        assert (s.header, s.rows, s.findings) == (header, (), ()), data
     for text, words in [("0\n3\n0 0\n1 5\n", "declares 3 entries, holds 2"),
-                        ("0\n1\n0 x\n", "is not 'epoch startOffset'"),
-                        ("1\n0\n", "version 1"),
-                        ("0\n", "no entry count line"),
-                        ("0\n2\n3 10\n2 20\n", "epochs must increase"),
-                        ("", "no version line")]:
+                        ("0\n1\n0 x\n", "line 3: '0 x' is not 'epoch start_offset'"),
+                        ("0\n1\n0 0 0\n", "is not 'epoch start_offset'"),
+                        ("0\n1\n 0 0\n", "line 3: ' 0 0' is not"),  # Java's split: "", "0", "0"
+                        ("0\n1\n0 0\n\n", "line 4: '' is not"),  # a blank line is no entry
+                        ("0\n1\n2147483648 0\n", "is not 'epoch"),  # an int32 epoch
+                        ("1\n0\n", "version 1; Kafka reads only version 0"),
+                        ("0 \n0\n", "line 1: version '0 ' is not a number"),
+                        ("0\nx\n", "line 2: entry count 'x' is not a number"),
+                        ("0\n-1\n", "entry count -1 is negative"),
+                        ("0\n2\n3 10\n2 20\n", "line 4: epoch 2 from offset 20 after epoch 3"),
+                        ("0\n2\n3 10\n4 9\n", "start offsets must not decrease")]:
         s = read_leader_epoch_checkpoint(text.encode())
         assert any(f.kind == "state_file_corrupt" and words in f.message for f in s.findings), \
             (text, s.findings)
+    s = read_leader_epoch_checkpoint(b"0\n1\n0 \xff\n")
+    assert [(f.position, f.end) for f in s.findings] == [(4, 8)]
+    assert "line 3: not UTF-8 (invalid start byte at byte 6)" in s.findings[0].message
 
 
 def test_partition_metadata(tmp_path):
@@ -421,6 +698,8 @@ def test_partition_metadata(tmp_path):
     s = read_partition_metadata(str(path))
     assert s.findings == () and s.header == {"version": 0, "topic_id": "gSnfpEbtQfSDpxM2lhEn9A"}
     for text, words in [("version: 0\ntopic_id: abc\n", "not a Kafka UUID"),
+                        # 26 characters, 4 of them outside base64: a lenient decoder drops them
+                        ("version: 0\ntopic_id: !!!!AAAAAAAAAAAAAAAAAAAAAA\n", "not a Kafka UUID"),
                         ("version: 1\ntopic_id: gSnfpEbtQfSDpxM2lhEn9A\n", "version '1'"),
                         ("version: 0\n", "no topic_id line"),
                         ("topic_id: x\n", "expected 'version: …'")]:

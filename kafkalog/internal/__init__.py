@@ -1,8 +1,9 @@
 """Kafka's internal topics and their records, read with Kafka's own message specs.
 
 :mod:`.schema` interprets the JSON specs shipped in ``specs/`` (Apache Kafka's, unchanged);
-:mod:`.topics` frames the records of ``__consumer_offsets``, ``__transaction_state`` and
-``__cluster_metadata`` with them. The partition directory's state files are
+:mod:`.topics` frames the records of ``__consumer_offsets``, ``__transaction_state``,
+``__cluster_metadata`` and ``__share_group_state`` with them; :mod:`.share_group_state`
+turns the last into rows. The partition directory's state files are
 :mod:`kafkalog.state_files`.
 """
 
@@ -11,6 +12,7 @@ from .topics import (
     CLUSTER_METADATA,
     DECODERS,
     OFFSETS,
+    SHARE_GROUP_STATE,
     TOPIC_DECODERS,
     TRANSACTION_LOG,
     decode,
@@ -25,6 +27,7 @@ __all__ = [
     "MessageError",
     "MessageSpec",
     "OFFSETS",
+    "SHARE_GROUP_STATE",
     "TOPIC_DECODERS",
     "TRANSACTION_LOG",
     "decode",

@@ -9,7 +9,9 @@ unchanged from apache/kafka; see ``specs/NOTICE``). A spec is a struct of fields
   ``commonStructs``);
 - ``versions`` (``"0+"``, ``"1-3"``, ``"3"``, ``"none"``): the versions the field exists in;
 - ``nullableVersions``: where it may be null; ``taggedVersions`` + ``tag``: where it is an
-  optional tagged field instead of a positional one (``versions`` defaults to them);
+  optional tagged field instead of a positional one (``versions`` defaults to them). A tag is
+  a JSON number or a string holding one (``"tag": "0"`` in RegisterBrokerRecord): Kafka's
+  generator reads it as an Integer either way;
 - ``flexibleVersions`` (per spec, and per string/bytes field as an override).
 
 Wire grammar, big-endian (Kafka's ``Readable``/``MessageUtil``):
@@ -105,16 +107,25 @@ def json_name(name: str) -> str:
     return name[:1].lower() + name[1:]
 
 
+def snake_name(name: str) -> str:
+    """``leaderEpoch`` / ``LeaderEpoch`` -> ``leader_epoch`` (row keys from spec names)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
 def uuid_text(raw: bytes) -> str:
     """A UUID as Kafka's ``Uuid.toString()`` prints it: URL-safe base64, no padding."""
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
+_UUID_TEXT = re.compile(r"[A-Za-z0-9_-]{22}(==)?")
+
+
 def uuid_bytes(text: str) -> bytes:
-    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    if len(raw) != _UUID_SIZE:
-        raise ValueError(f"not a Kafka UUID: {text!r} ({len(raw)} bytes)")
-    return raw
+    """The 16 bytes of a UUID as Kafka's ``Uuid.fromString`` reads it (URL-safe base64,
+    22 characters, padding optional); ValueError for anything else."""
+    if not isinstance(text, str) or not _UUID_TEXT.fullmatch(text):
+        raise ValueError(f"not a Kafka UUID: {text!r} (22 characters of URL-safe base64)")
+    return base64.urlsafe_b64decode(text[:22] + "==")
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +175,17 @@ class MessageSpec:
             raise MessageError(f"{self.name} v{version}: {len(buf) - pos} bytes left over after "
                                f"the message (it ends at byte {pos} of {len(buf)})", pos)
         return value
+
+    def read_json(self, doc, version: int) -> dict:
+        """A message in the JSON form of Kafka's generated ``*JsonConverter`` (the form
+        :meth:`read` returns: JSON names, UUIDs and bytes as text), checked as the converter
+        checks it: every non-tagged field of ``version`` present, each value of its type
+        and range (a JSON number for numbers, null only where nullable); fields of other
+        versions and unknown names are ignored. MessageError naming the field otherwise."""
+        if version not in self.valid:
+            raise MessageError(f"{self.name}: unknown version {version} (this reader knows "
+                               f"{_versions_text(self.valid)})", 0)
+        return _json_struct(self.struct, doc, version, self.name)
 
     def write(self, value: dict, version: int) -> bytes:
         """Encode ``value`` (JSON-shaped, as :meth:`read` returns it; missing fields take their
@@ -247,6 +269,17 @@ def _default(type_: str, is_array: bool, raw) -> Any:
     return _STRUCT_DEFAULT
 
 
+def _tag(spec: dict) -> int | None:
+    """A field's tag as a number (the specs write both ``"tag": 0`` and ``"tag": "0"``)."""
+    raw = spec.get("tag")
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    if isinstance(raw, bool) or not text.isdigit():
+        raise SpecError(f"{spec.get('name')}: tag {raw!r} is not a non-negative number")
+    return int(text)
+
+
 def _field(spec: dict, structs: dict, pending: list) -> Field:
     tagged = Versions.parse(spec.get("taggedVersions"), NONE)
     versions = Versions.parse(spec.get("versions"), None if tagged.empty else tagged)
@@ -268,7 +301,7 @@ def _field(spec: dict, structs: dict, pending: list) -> Field:
         versions=versions,
         nullable=Versions.parse(spec.get("nullableVersions"), NONE),
         tagged=tagged,
-        tag=spec.get("tag"),
+        tag=_tag(spec),
         flexible=None if flexible in (None, "") else Versions.parse(flexible),
         default=_default(elem, is_array, spec.get("default", _ABSENT)),
         struct=sub,
@@ -466,6 +499,79 @@ class _Reader:
             self._need(pos, _UUID_SIZE, path)
             return uuid_text(bytes(self.buf[pos:pos + _UUID_SIZE])), pos + _UUID_SIZE
         return self.struct(f.struct, pos, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading Kafka's JSON form (state files such as quorum-state)
+
+_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+_UNSIGNED = {"uint16": 16, "uint32": 32}
+
+
+def _json_struct(s: Struct, node, version: int, path: str) -> dict:
+    if not isinstance(node, dict):
+        raise MessageError(f"{path}: expected a JSON object, got {_json_type(node)}", 0)
+    out: dict = {}
+    for f in s.fields:
+        if version not in f.versions:
+            continue
+        if f.name not in node:
+            if f.tagged_in(version):
+                continue
+            raise MessageError(f"{path}: no {f.name!r}, which is mandatory in version "
+                               f"{version}", 0)
+        out[f.name] = _json_value(f, node[f.name], version, f"{path}.{f.name}")
+    return out
+
+
+def _json_type(node) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(node), "a number")
+
+
+def _json_value(f: Field, node, version: int, path: str):
+    if node is None:
+        if version in f.nullable:
+            return None
+        raise MessageError(f"{path}: null, but the field is not nullable in v{version}", 0)
+    if f.is_array:
+        if not isinstance(node, list):
+            raise MessageError(f"{path}: expected an array, got {_json_type(node)}", 0)
+        return [_json_element(f, x, version, f"{path}[{i}]") for i, x in enumerate(node)]
+    return _json_element(f, node, version, path)
+
+
+def _json_element(f: Field, node, version: int, path: str):
+    t = f.type
+    if t in _RANGES or t in _UNSIGNED:
+        if type(node) is not int:
+            raise MessageError(f"{path}: expected an integer, got {_json_type(node)}", 0)
+        bits = _RANGES.get(t) or _UNSIGNED[t]
+        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if t in _RANGES else \
+            (0, (1 << bits) - 1)
+        if not low <= node <= high:
+            raise MessageError(f"{path}: {node} does not fit in {t}", 0)
+        return node
+    if t == "bool":
+        if not isinstance(node, bool):
+            raise MessageError(f"{path}: expected a boolean, got {_json_type(node)}", 0)
+        return node
+    if t == "float64":
+        if isinstance(node, bool) or not isinstance(node, (int, float)):
+            raise MessageError(f"{path}: expected a number, got {_json_type(node)}", 0)
+        return float(node)
+    if t in _PRIMITIVES:  # string, bytes, records, uuid: JSON strings
+        if not isinstance(node, str):
+            raise MessageError(f"{path}: expected a string, got {_json_type(node)}", 0)
+        try:
+            if t == "uuid":
+                uuid_bytes(node)
+            elif t != "string":
+                base64.b64decode(node, validate=True)
+        except ValueError as err:
+            raise MessageError(f"{path}: {err}", 0) from err
+        return node
+    return _json_struct(f.struct, node, version, path)
 
 
 # ---------------------------------------------------------------------------------------------

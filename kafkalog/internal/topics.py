@@ -1,11 +1,12 @@
 """Records of Kafka's internal topics, decoded with the shipped message specs.
 
-``__consumer_offsets`` and ``__transaction_state`` (the group and transaction coordinators'
-logs; Kafka's ``CoordinatorRecordSerde``)::
+``__consumer_offsets``, ``__transaction_state`` and ``__share_group_state`` (the group,
+transaction and share coordinators' logs; Kafka's ``CoordinatorRecordSerde``)::
 
     key   = int16 record type, then the key struct: the key spec whose validVersions hold
             that type (0 and 1 OffsetCommitKey, 2 GroupMetadataKey, 3-8 the consumer-group
-            records of KIP-848, 9-15 share groups; 0 TransactionLogKey)
+            records of KIP-848, 9-15 share groups; 0 TransactionLogKey; 0 ShareSnapshotKey,
+            1 ShareUpdateKey), or, in Kafka 4's layout, whose apiKey is that type
     value = int16 version, then the value struct of the spec named like the key with
             "Value" for "Key"; a null value is a tombstone (the key was deleted)
 
@@ -13,6 +14,10 @@ logs; Kafka's ``CoordinatorRecordSerde``)::
 
     value = unsigned varint frame version (1), unsigned varint api key (the spec's
             "apiKey"), unsigned varint record version, then the record (flexible from v0)
+
+KRaft's control records (snapshot header and footer, kraft.version, voters) carry a
+message spec as their value, read as the version Kafka's ``ControlRecordUtils`` reads
+(0): :func:`decode_kraft_control`.
 
 Every decoder returns the JSON shape ``kafka-dump-log.sh`` prints (``{"key": {"type",
 "data"}, "value": {"version", "data"} | None}`` and ``{"type": "PARTITION_RECORD",
@@ -24,11 +29,12 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import struct
 from functools import cache
 
-from .schema import MessageError, MessageSpec, read_uvarint, spec, spec_names
+from ..folders import parse_partition_folder
+from ..model import CONTROL_TYPES
+from .schema import MessageError, MessageSpec, read_uvarint, snake_name, spec, spec_names
 
 _INT16 = struct.Struct(">h")
 
@@ -36,20 +42,26 @@ _INT16 = struct.Struct(">h")
 OFFSETS = "offsets"
 TRANSACTION_LOG = "transaction-log"
 CLUSTER_METADATA = "cluster-metadata"
-DECODERS = (OFFSETS, TRANSACTION_LOG, CLUSTER_METADATA)
+SHARE_GROUP_STATE = "share-group-state"
+DECODERS = (OFFSETS, TRANSACTION_LOG, CLUSTER_METADATA, SHARE_GROUP_STATE)
 
 #: Internal topic -> decoder, for ``auto`` (the partition folder is ``<topic>-<partition>``).
 TOPIC_DECODERS = {
     "__consumer_offsets": OFFSETS,
     "__transaction_state": TRANSACTION_LOG,
     "__cluster_metadata": CLUSTER_METADATA,
+    "__share_group_state": SHARE_GROUP_STATE,
 }
 
 #: The spec-name prefixes of each coordinator's keys and values.
 _COORDINATOR_SPECS = {
     OFFSETS: ("OffsetCommit", "GroupMetadata", "ConsumerGroup", "ShareGroup"),
     TRANSACTION_LOG: ("TransactionLog",),
+    SHARE_GROUP_STATE: ("ShareSnapshot", "ShareUpdate"),
 }
+#: how messages name each coordinator's log
+_COORDINATOR_WHAT = {OFFSETS: "offsets", TRANSACTION_LOG: "transaction log",
+                     SHARE_GROUP_STATE: "share group state"}
 
 #: KRaft's frame version (MetadataRecordSerde.DEFAULT_FRAME_VERSION).
 METADATA_FRAME_VERSION = 1
@@ -88,8 +100,9 @@ def key_types(key_specs) -> dict[int, tuple[MessageSpec, int]]:
 
 
 def decode_coordinator(decoder: str, key: bytes | None, value: bytes | None) -> dict:
-    """A ``__consumer_offsets`` (``offsets``) or ``__transaction_state`` record."""
-    what = "offsets" if decoder == OFFSETS else "transaction log"
+    """A ``__consumer_offsets`` (``offsets``), ``__transaction_state`` (``transaction-log``)
+    or ``__share_group_state`` (``share-group-state``) record."""
+    what = _COORDINATOR_WHAT[decoder]
     if key is None:
         raise MessageError(f"{what} record without a key", 0)
     record_type, pos = _int16(key, f"{what} key")
@@ -121,7 +134,7 @@ def metadata_records() -> dict[int, MessageSpec]:
 
 def record_type_name(spec_name: str) -> str:
     """``PartitionRecord`` -> ``PARTITION_RECORD`` (Kafka's MetadataRecordType names)."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", spec_name).upper()
+    return snake_name(spec_name).upper()
 
 
 def decode_cluster_metadata(key: bytes | None, value: bytes | None) -> dict:
@@ -139,6 +152,27 @@ def decode_cluster_metadata(key: bytes | None, value: bytes | None) -> dict:
         raise MessageError(f"metadata record: unknown api key {api_key}", 0)
     return {"type": record_type_name(record_spec.name), "version": version,
             "data": record_spec.read_exactly(value, version, pos)}
+
+
+#: KRaft control record type -> the spec of its value (ControlRecordUtils)
+KRAFT_CONTROL_SPECS = {3: "SnapshotHeaderRecord", 4: "SnapshotFooterRecord",
+                       5: "KRaftVersionRecord", 6: "VotersRecord"}
+#: the version Kafka reads them as (ControlRecordUtils' *_CURRENT_VERSION)
+KRAFT_CONTROL_VERSION = 0
+
+
+def decode_kraft_control(type_id: int, value: bytes | None) -> dict:
+    """The value of a KRaft control record of type ``type_id`` (3-6):
+    ``{"type": "SNAPSHOT_HEADER", "version": 0, "data": {...}}``; MessageError when it does
+    not read, ValueError for a type whose value has no spec here."""
+    name = KRAFT_CONTROL_SPECS.get(type_id)
+    if name is None:
+        raise ValueError(f"control type {type_id} has no value spec here (known: "
+                         f"{', '.join(map(str, KRAFT_CONTROL_SPECS))})")
+    if value is None:
+        raise MessageError(f"{CONTROL_TYPES[type_id]} control record with a null value", 0)
+    return {"type": CONTROL_TYPES[type_id], "version": KRAFT_CONTROL_VERSION,
+            "data": spec(name).read_exactly(value, KRAFT_CONTROL_VERSION)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,16 +233,13 @@ def decode(decoder: str, key: bytes | None, value: bytes | None, *,
     return expand_consumer_protocol(out) if expand else out
 
 
-_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
-
-
 def decoder_for_topic(topic: str) -> str | None:
     return TOPIC_DECODERS.get(topic)
 
 
 def decoder_for_path(path: str) -> str | None:
     """The decoder for a segment in a partition folder named after an internal topic
-    (``…/__consumer_offsets-12/0.log`` -> ``offsets``), else None."""
-    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    m = _PARTITION_DIR.match(folder)
-    return decoder_for_topic(m["topic"]) if m else None
+    (``…/__consumer_offsets-12/0.log`` -> ``offsets``; a ``-future``, ``-delete`` or
+    ``-stray`` folder of one too), else None."""
+    folder = parse_partition_folder(os.path.basename(os.path.dirname(os.path.abspath(path))))
+    return decoder_for_topic(folder.topic) if folder else None
