@@ -13,6 +13,7 @@ import os
 import random
 
 import pytest
+import zstandard
 
 import kafkalog
 from kafkalog.errors import (
@@ -316,6 +317,18 @@ def test_a_damaged_compressed_chunk(tmp_path):
     assert "chunk 0 of 14" in msg and "zstd" in msg
 
 
+@pytest.mark.parametrize("frame, why", [
+    (lambda p: zstandard.ZstdCompressor(write_content_size=False).compress(p),
+     "zstd frame does not declare its content size"),
+    (lambda p: enc.zstd_with_size(p) + b"\0\0", "2 bytes after the zstd frame"),
+    (lambda p: enc.zstd_with_size(p + b"!"), "zstd frame declares 1001 bytes, the chunk has 1000"),
+], ids=["no content size", "bytes after", "other size"])
+def test_zstd_frames_the_plugin_does_not_write(tmp_path, frame, why):
+    seg = _open(tmp_path, enc.upload(LOG, chunk_size=1000, compression=True, compress=frame))
+    _, msg = _error(lambda: seg.read(0, 10), ChunkError)
+    assert "chunk 0 of 14" in msg and why in msg
+
+
 def test_a_chunk_of_another_size_than_the_manifest_says(tmp_path):
     up = enc.upload(LOG, chunk_size=1000)
     doc = json.loads(up.objects[up.key("rsm-manifest")])
@@ -369,6 +382,8 @@ MALFORMED = {
     "size as text": (("chunkIndex", "originalFileSize"), "13751", "originalFileSize is '13751'"),
     "sizes not base64": (("chunkIndex", "transformedChunks"), "%%%", "is not base64"),
     "sizes not zstd": (("chunkIndex", "transformedChunks"), "AAAA", "not a zstd frame"),
+    "sizes then more": (("chunkIndex", "transformedChunks"), base64.b64encode(
+        enc.zstd_with_size(enc.encode_chunk_sizes([1] * 14)) + b"\0").decode(), "then more bytes"),
     "too few sizes": (("chunkIndex", "transformedChunks"), _SIZES_OF_TWO,
                       "lists 2 chunks; 13751 bytes in chunks of 1000 make 14"),
     "index gap": (("segmentIndexes", "timestamp", "position"), 99,
@@ -440,6 +455,21 @@ def test_oaep_decoding_agrees_with_cryptography_and_the_encoder_with_it():
         assert key.decrypt(ours, oaep) == message
     with pytest.raises(ValueError, match="OAEP decoding error"):
         oaep_decode(_rsa_raw(key, theirs), "sha3_512")  # the wrong hash never passes
+
+
+def test_oaep_decoding_checks_every_part_of_the_encoding():
+    rnd = random.Random(9)
+    k = 256
+    message = rnd.randbytes(32)
+    assert oaep_decode(enc.oaep_encode(message, k, rnd)) == message
+    bad = {"label": enc.oaep_encode(message, k, rnd, label=b"x"),
+           "first byte": b"\x01" + enc.oaep_encode(message, k, rnd)[1:],
+           "separator": enc.oaep_encode(b"\x02" + message, k, rnd, separator=b"\x00")}
+    for name, em in bad.items():
+        with pytest.raises(ValueError, match="OAEP decoding error"):
+            oaep_decode(em)
+    with pytest.raises(ValueError, match="too small for OAEP"):
+        oaep_decode(bytes(129))
 
 
 def test_key_files(tmp_path):

@@ -46,21 +46,27 @@ def _mgf(seed: bytes, n: int, hash_name: str) -> bytes:
     return b"".join(blocks)[:n]
 
 
+def oaep_encode(message: bytes, k: int, rng: random.Random, hash_name: str = "sha3_512",
+                label: bytes = b"", separator: bytes = b"\x01") -> bytes:
+    """EME-OAEP encoding (RFC 8017 7.1.1 step 2): the ``k``-byte encoded message
+    (``separator`` other than 0x01 only to test a decoder)."""
+    h_len = hashlib.new(hash_name).digest_size
+    if len(message) > k - 2 * h_len - 2:
+        raise ValueError("message too long")
+    db = (hashlib.new(hash_name, label).digest() + bytes(k - len(message) - 2 * h_len - 2)
+          + separator + message)
+    seed = bytes(rng.getrandbits(8) for _ in range(h_len))
+    masked_db = bytes(a ^ b for a, b in zip(db, _mgf(seed, k - h_len - 1, hash_name)))
+    masked_seed = bytes(a ^ b for a, b in zip(seed, _mgf(masked_db, h_len, hash_name)))
+    return b"\x00" + masked_seed + masked_db
+
+
 def rsa_oaep_encrypt(public_key, message: bytes, rng: random.Random,
                      hash_name: str = "sha3_512") -> bytes:
     """RFC 8017 7.1.1 (EME-OAEP encoding + RSAEP) with an empty label."""
     nums = public_key.public_numbers()
     k = (nums.n.bit_length() + 7) // 8
-    h = hashlib.new(hash_name)
-    h_len = h.digest_size
-    if len(message) > k - 2 * h_len - 2:
-        raise ValueError("message too long")
-    db = (hashlib.new(hash_name, b"").digest() + bytes(k - len(message) - 2 * h_len - 2)
-          + b"\x01" + message)
-    seed = bytes(rng.getrandbits(8) for _ in range(h_len))
-    masked_db = bytes(a ^ b for a, b in zip(db, _mgf(seed, k - h_len - 1, hash_name)))
-    masked_seed = bytes(a ^ b for a, b in zip(seed, _mgf(masked_db, h_len, hash_name)))
-    em = b"\x00" + masked_seed + masked_db
+    em = oaep_encode(message, k, rng, hash_name)
     c = pow(int.from_bytes(em, "big"), nums.e, nums.n)
     return c.to_bytes(k, "big")
 
@@ -144,10 +150,11 @@ def upload(log: bytes, *, chunk_size: int, compression: bool = False, key_id: st
            topic: str = "orders", topic_id: str = "lZ6vvmajTWKDBUTV6SQAtQ", partition: int = 3,
            start_offset: int = 0, end_offset: int = 12, segment_id: str = "adh9f8BMS4anaUnD8KWfWg",
            seed: int = 1, with_metadata: bool = True, hash_name: str = "sha3_512",
-           custom_fields: tuple = (0, 1, 2)) -> Upload:
+           custom_fields: tuple = (0, 1, 2), compress=zstd_with_size) -> Upload:
     """The objects for a segment ``log`` with ``indexes`` (name -> bytes, ``transaction``
     optional), as the plugin with ``chunk.size`` = ``chunk_size``, ``compression.enabled``
-    and, with ``key_id``, encryption under that key pair (the active one) would upload."""
+    and, with ``key_id``, encryption under that key pair (the active one) would upload.
+    ``compress`` replaces the plugin's zstd call (tests of frames it would not write)."""
     rng = random.Random(seed)
     encrypt = key_id is not None
     main = f"{topic}-{topic_id}/{partition}/{start_offset:020d}-{segment_id}"  # mainPath
@@ -163,7 +170,7 @@ def upload(log: bytes, *, chunk_size: int, compression: bool = False, key_id: st
     # ---- uploadSegmentLog
     pieces = [log[i:i + chunk_size] for i in range(0, len(log), chunk_size)]
     if compression:
-        pieces = [zstd_with_size(p) for p in pieces]
+        pieces = [compress(p) for p in pieces]
     if encrypt:
         pieces = [encrypt_one(p) for p in pieces]
     up.chunk_sizes = [len(p) for p in pieces]

@@ -261,8 +261,10 @@ def _unzstd(data: bytes, size: int) -> bytes:
         declared = zstandard.frame_content_size(data)
     except zstandard.ZstdError as err:
         raise ChunkError(f"not a zstd frame ({err})") from err
-    if declared != size:
-        raise ChunkError(f"zstd frame declares {declared} bytes, the chunk has {size}")
+    if declared != size:  # the plugin's frames say their size; this bounds what is inflated
+        raise ChunkError(f"zstd frame declares {declared} bytes, the chunk has {size}"
+                         if declared >= 0 else "zstd frame does not declare its content size "
+                         "(the plugin's frames do)")
     d = zstandard.ZstdDecompressor().decompressobj()
     try:
         out = d.decompress(data)
