@@ -11,8 +11,8 @@ a suffix, say) is refused, unless ``--force-log`` decodes it as a log.
 
 The records of Kafka's internal topics are decoded (``--records``: a ``decoded``
 object in JSON, ``key: … payload: …`` in text) when the partition folder names the
-topic (``__consumer_offsets-N``, ``__transaction_state-N``, ``__cluster_metadata-0``)
-or ``--decoder`` says which (:mod:`kafkalog.internal`).
+topic (``__consumer_offsets-N``, ``__transaction_state-N``, ``__cluster_metadata-0``,
+``__remote_log_metadata-N``) or ``--decoder`` says which (:mod:`kafkalog.internal`).
 
 ``--schemas SOURCE`` decodes keys and values written in Schema Registry's wire format
 with a registry rebuilt from SOURCE (the snapshot's ``_schemas`` topic, a schema folder
@@ -594,7 +594,8 @@ is refused (exit 2) unless --force-log.
 Records of Kafka's internal topics are decoded with Kafka's message specs
 (--records: a "decoded" object per data record in JSON, `key: {...} payload:
 {...}` in text) when the partition folder names the topic (__consumer_offsets-N,
-__transaction_state-N, __cluster_metadata-0), or as --decoder says; a record
+__transaction_state-N, __cluster_metadata-0, __remote_log_metadata-N), or as
+--decoder says; a record
 that does not decode is an internal_record_error finding.
 
 With --schemas SOURCE, keys and values in Schema Registry's wire format are
@@ -634,7 +635,8 @@ damage inside a segment is reported as findings in place.""",
                       help="how to decode the records' keys and values (with --records): "
                       "auto (default) by the partition folder's topic (__consumer_offsets: "
                       "offsets, __transaction_state: transaction-log, __cluster_metadata: "
-                      "cluster-metadata; other topics: none), or as named")
+                      "cluster-metadata, __remote_log_metadata: remote-log-metadata; other "
+                      "topics: none), or as named")
     dump.add_argument("--schemas", metavar="SOURCE",
                       help="with --records, decode keys and values in Schema Registry's wire "
                       "format (Avro, JSON Schema, Protobuf) with the schemas of SOURCE: a "

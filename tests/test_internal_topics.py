@@ -119,7 +119,8 @@ def test_consumer_offsets_of_the_corpus():
 
 def test_every_shipped_spec_parses():
     names = spec_names()
-    assert len(names) == 62  # 30 group, 2 transaction, 27 metadata, 2 consumer protocol, 1 snapshot
+    # 30 group, 2 transaction, 27 metadata, 2 consumer protocol, 1 snapshot, 4 remote log metadata
+    assert len(names) == 66
     for name in names:
         s = spec(name)
         # one file is not named after its message

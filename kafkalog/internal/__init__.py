@@ -2,7 +2,8 @@
 
 :mod:`.schema` interprets the JSON specs shipped in ``specs/`` (Apache Kafka's, unchanged);
 :mod:`.topics` frames the records of ``__consumer_offsets``, ``__transaction_state`` and
-``__cluster_metadata`` with them. The partition directory's state files are
+``__cluster_metadata`` with them; :mod:`.remote_log` those of ``__remote_log_metadata`` (tiered
+storage), with rows of its segments and their live set. The partition directory's state files are
 :mod:`kafkalog.state_files`.
 """
 
@@ -11,6 +12,7 @@ from .topics import (
     CLUSTER_METADATA,
     DECODERS,
     OFFSETS,
+    REMOTE_LOG_METADATA,
     TOPIC_DECODERS,
     TRANSACTION_LOG,
     decode,
@@ -25,6 +27,7 @@ __all__ = [
     "MessageError",
     "MessageSpec",
     "OFFSETS",
+    "REMOTE_LOG_METADATA",
     "TOPIC_DECODERS",
     "TRANSACTION_LOG",
     "decode",
