@@ -125,14 +125,18 @@ def test_a_byte_range_reads_only_its_chunks(tmp_path, ring_b, case):
     rnd = random.Random(7)
     ranges = [(0, 1), (999, 1001), (1000, 2000), (len(LOG) - 1, len(LOG)), (5, 5)]
     ranges += [tuple(sorted(rnd.sample(range(len(LOG) + 1), 2))) for _ in range(30)]
+    starts = [0]
+    for s in up.chunk_sizes:
+        starts.append(starts[-1] + s)
+    buffer = bytearray(b"old bytes")  # reused from range to range, as a task would
     for start, end in ranges:
         store.reads.clear()
         assert seg.read(start, end) == LOG[start:end], (start, end)
         wanted = list(range(start // cs, (end - 1) // cs + 1)) if end > start else []
         assert [c.id for c in seg.chunks(start, end)] == wanted
-        starts = [0]
-        for s in up.chunk_sizes:
-            starts.append(starts[-1] + s)
+        assert store.reads == [(up.key("log"), starts[i], starts[i + 1]) for i in wanted]
+        store.reads.clear()
+        assert seg.read_into(buffer, start, end) == LOG[start:end], (start, end)
         assert store.reads == [(up.key("log"), starts[i], starts[i + 1]) for i in wanted]
 
 
@@ -320,7 +324,7 @@ def test_a_damaged_compressed_chunk(tmp_path):
 @pytest.mark.parametrize("frame, why", [
     (lambda p: zstandard.ZstdCompressor(write_content_size=False).compress(p),
      "zstd frame does not declare its content size"),
-    (lambda p: enc.zstd_with_size(p) + b"\0\0", "2 bytes after the zstd frame"),
+    (lambda p: enc.zstd_with_size(p) + b"\0\0", "contains 2 bytes of unused data"),
     (lambda p: enc.zstd_with_size(p + b"!"), "zstd frame declares 1001 bytes, the chunk has 1000"),
 ], ids=["no content size", "bytes after", "other size"])
 def test_zstd_frames_the_plugin_does_not_write(tmp_path, frame, why):
@@ -383,7 +387,7 @@ MALFORMED = {
     "sizes not base64": (("chunkIndex", "transformedChunks"), "%%%", "is not base64"),
     "sizes not zstd": (("chunkIndex", "transformedChunks"), "AAAA", "not a zstd frame"),
     "sizes then more": (("chunkIndex", "transformedChunks"), base64.b64encode(
-        enc.zstd_with_size(enc.encode_chunk_sizes([1] * 14)) + b"\0").decode(), "then more bytes"),
+        enc.zstd_with_size(enc.encode_chunk_sizes([1] * 14)) + b"\0").decode(), "unused data"),
     "too few sizes": (("chunkIndex", "transformedChunks"), _SIZES_OF_TWO,
                       "lists 2 chunks; 13751 bytes in chunks of 1000 make 14"),
     "index gap": (("segmentIndexes", "timestamp", "position"), 99,

@@ -167,14 +167,13 @@ def decode_transformed_chunks(text, where: str) -> list[int]:
     if not 0 <= size <= MAX_ENCODED_SIZES:  # -1: the frame does not say (the plugin's does)
         raise ManifestError(f"{what}: zstd frame content size {size} (the plugin writes "
                             f"0..{MAX_ENCODED_SIZES} and says it)")
-    d = zstandard.ZstdDecompressor().decompressobj()
     try:
-        encoded = d.decompress(compressed)
+        encoded = zstandard.ZstdDecompressor().decompress(
+            compressed, max_output_size=max(size, 1), allow_extra_data=False)
     except zstandard.ZstdError as err:
         raise ManifestError(f"{what}: zstd: {err}") from err
-    if len(encoded) != size or not d.eof or d.unused_data:
-        raise ManifestError(f"{what}: the zstd frame gives {len(encoded)} of its {size} bytes"
-                            + (", then more bytes" if d.unused_data else ""))
+    if len(encoded) != size:
+        raise ManifestError(f"{what}: the zstd frame gives {len(encoded)} of its {size} bytes")
     try:
         return decode_chunk_sizes(encoded)
     except ValueError as err:

@@ -24,6 +24,8 @@ A Spark task that decodes bytes ``[start, end)`` of a remote segment::
     seg = RemoteSegment.open(manifest_uri, key_ring=ring)      # or with the job's own store
     data = seg.read(start, end)                                # only the chunks needed
     tables = kafkalog.decode(kafkalog.Slice(data, start))      # positions stay absolute
+
+(``read_into`` fills a buffer the task reuses from range to range instead.)
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import os
 import threading
 from typing import BinaryIO, Iterator
 
-from ..codecs import _require
+from ..codecs import _require, _zstd_context
 from ..errors import ChunkError, KeyRingError, ManifestError, SourceError
 from .chunks import Chunk
 from .crypto import ChunkCipher, KeyRing
@@ -179,6 +181,21 @@ class RemoteSegment:
         """The original bytes ``[start, end)`` (reads only the chunks that hold them)."""
         return b"".join(self.iter_range(start, end))
 
+    def read_into(self, buffer: bytearray, start: int = 0, end: int | None = None) -> memoryview:
+        """:meth:`read` into ``buffer`` (grown if too small), for a caller that decodes range
+        after range: filling memory already touched costs a fraction of fresh memory. The
+        view of ``buffer`` it returns is valid until ``buffer`` is filled again (kafkalog's
+        decoded values are copies: decode it, then reuse the buffer)."""
+        start, end = self._range(start, end)
+        if len(buffer) < end - start:
+            buffer.extend(bytes(end - start - len(buffer)))
+        view = memoryview(buffer)
+        pos = 0
+        for piece in self.iter_range(start, end):
+            view[pos:pos + len(piece)] = piece
+            pos += len(piece)
+        return view[:pos]
+
     def copy_to(self, out: BinaryIO, start: int = 0, end: int | None = None) -> int:
         """Write the original bytes ``[start, end)`` to ``out`` a chunk at a time; the number
         of bytes written. Copying the whole segment also checks that the ``.log`` object
@@ -265,13 +282,7 @@ def _unzstd(data: bytes, size: int) -> bytes:
         raise ChunkError(f"zstd frame declares {declared} bytes, the chunk has {size}"
                          if declared >= 0 else "zstd frame does not declare its content size "
                          "(the plugin's frames do)")
-    d = zstandard.ZstdDecompressor().decompressobj()
-    try:
-        out = d.decompress(data)
+    try:  # one shot: twice as fast as a decompressobj on 4 MiB chunks
+        return _zstd_context().decompress(data, max_output_size=size, allow_extra_data=False)
     except zstandard.ZstdError as err:
         raise ChunkError(f"zstd: {err}") from err
-    if not d.eof:
-        raise ChunkError("zstd frame cut short")
-    if d.unused_data:
-        raise ChunkError(f"{len(d.unused_data)} bytes after the zstd frame")
-    return out
