@@ -12,11 +12,13 @@ on top of ``kafkalog.decode``. Writes, into ``bench/out/`` (reused on later runs
 
 Timed, best of --repeat, interleaved, the compiled decoder (one core):
 
-    plain     kafkalog.decode(path of the .log)                   the peer
-    tiered    kafkalog.decode(RemoteSegment.read())               all chunks read, undone, checked
-    chunks    RemoteSegment.read() alone                          the library's own cost
-    ranged    ~64 MiB ranges starting at a batch, each read into one reused buffer
-              (RemoteSegment.read_into) and decoded as a Slice, as a Spark task would
+    chunks           RemoteSegment.read() alone: the library's own cost
+    whole  plain     kafkalog.decode(path of the .log)               the peer
+           tiered    kafkalog.decode(RemoteSegment.read())           every chunk read, undone, checked
+    ranges plain     kafkalog.decode(path, byte_range=r) for ~64 MiB ranges r starting at a
+                     batch (a Spark task's unit)                     the peer
+           tiered    each range read into one reused buffer (RemoteSegment.read_into) and
+                     decoded as a Slice, as a task would
 
     .venv/bin/python bench/bench_tiered.py [--size-mib 256] [--repeat 3] [--forms ...]
 """
@@ -89,7 +91,8 @@ def timed(fn) -> float:
 def task_ranges(log_path: Path, size: int) -> list[tuple[int, int]]:
     """~RANGE-byte ranges that start at a batch, as a Spark task's byte range would."""
     positions = [b.position for b in kafkalog.iter_batches(log_path)]
-    starts = [positions[bisect.bisect_left(positions, s)] for s in range(0, size, RANGE)]
+    found = (bisect.bisect_left(positions, s) for s in range(0, size, RANGE))
+    starts = sorted({positions[i] for i in found if i < len(positions)})
     return list(zip(starts, starts[1:] + [size]))
 
 
@@ -126,8 +129,9 @@ def main(argv=None) -> int:
                                           serialization.NoEncryption()))
         ring = KeyRing.from_pem_files([pem])
         ranges = task_ranges(log_path, len(log))
-        print(f"{'form':22} {'stored MB':>10} {'plain s':>8} {'tiered s':>9} {'ratio':>6} "
-              f"{'chunks s':>9} {'ranged s':>9} {'ratio':>6}")
+        print(f"{'form':22} {'stored MB':>9} {'chunks s':>8} | whole: {'plain s':>7} "
+              f"{'tiered s':>8} {'ratio':>6} | ranges: {'plain s':>7} {'tiered s':>8} "
+              f"{'ratio':>6}")
         for form in args.forms:
             opts = FORMS[form]
             up = enc.upload(log, chunk_size=CHUNK, public_key=key.public_key(),
@@ -138,23 +142,29 @@ def main(argv=None) -> int:
             del up.objects  # the encoder's copies: not part of what is measured
             seg = RemoteSegment.open(str(folder / up.key("rsm-manifest")), key_ring=ring)
             assert seg.read() == log, form
-
             buffer = bytearray()
 
-            def ranged():  # a task's loop: one buffer, refilled range after range
+            def plain_ranges():
+                for s, e in ranges:
+                    kafkalog.decode(log_path, byte_range=(s, e))
+
+            def tiered_ranges():  # a task's loop: one buffer, refilled range after range
                 for s, e in ranges:
                     kafkalog.decode(kafkalog.Slice(seg.read_into(buffer, s, e), s))
 
-            t = {"plain": [], "tiered": [], "chunks": [], "ranged": []}
+            runs = {"chunks": seg.read,
+                    "plain": lambda: kafkalog.decode(log_path),
+                    "tiered": lambda: kafkalog.decode(seg.read()),
+                    "plain_ranges": plain_ranges, "tiered_ranges": tiered_ranges}
+            t = {name: [] for name in runs}
             for _ in range(args.repeat):  # interleaved; the best of each below
-                t["plain"].append(timed(lambda: kafkalog.decode(log_path)))
-                t["tiered"].append(timed(lambda: kafkalog.decode(seg.read())))
-                t["chunks"].append(timed(seg.read))
-                t["ranged"].append(timed(ranged))
+                for name, fn in runs.items():
+                    t[name].append(timed(fn))
             b = {k: min(v) for k, v in t.items()}
-            print(f"{form:22} {stored / 1e6:10.1f} {b['plain']:8.3f} {b['tiered']:9.3f} "
-                  f"{b['tiered'] / b['plain']:5.2f}x {b['chunks']:9.3f} {b['ranged']:9.3f} "
-                  f"{b['ranged'] / b['plain']:5.2f}x")
+            print(f"{form:22} {stored / 1e6:9.1f} {b['chunks']:8.3f} |        {b['plain']:7.3f} "
+                  f"{b['tiered']:8.3f} {b['tiered'] / b['plain']:5.2f}x |         "
+                  f"{b['plain_ranges']:7.3f} {b['tiered_ranges']:8.3f} "
+                  f"{b['tiered_ranges'] / b['plain_ranges']:5.2f}x")
     return 0
 
 
