@@ -24,6 +24,7 @@ from kafkalog.internal.topics import metadata_records
 from kafkalog.writer import SegmentWriter, WriteRecord, internal_record
 
 import tiered_encoder as enc
+from tiered_encoder import uvarint as uv  # the tests' own, not kafkalog's
 
 TOPIC_ID = "lZ6vvmajTWKDBUTV6SQAtQ"  # Kafka's Uuid.toString of the 16 bytes below
 TOPIC_ID_RAW = base64.urlsafe_b64decode(TOPIC_ID + "==")
@@ -31,15 +32,6 @@ SEGMENT_ID = "adh9f8BMS4anaUnD8KWfWg"
 SEGMENT_ID_RAW = base64.urlsafe_b64decode(SEGMENT_ID + "==")
 CUSTOM = enc.custom_metadata_bytes({0: 15872, 1: "tiered/",
                                     2: f"orders-{TOPIC_ID}/3/00000000000000000000-{SEGMENT_ID}"})
-
-
-def uv(n: int) -> bytes:  # unsigned varint
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def compact_string(s: str) -> bytes:

@@ -97,17 +97,19 @@ def zstd_with_size(data: bytes) -> bytes:
     return zstandard.ZstdCompressor(write_content_size=True).compress(data)
 
 
+def uvarint(v: int) -> bytes:
+    """Kafka's ByteUtils.writeUnsignedVarint: 7 bits a byte, low first, high bit = more."""
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
 def custom_metadata_bytes(fields: dict) -> bytes:
     """SegmentCustomMetadataSerde.serialize: a struct of only tagged fields, tags sorted:
     0 remote_size VARLONG, 1 object_prefix COMPACT_STRING, 2 object_key COMPACT_STRING."""
-    def uvarint(v):
-        out = bytearray()
-        while v >= 0x80:
-            out.append(v & 0x7F | 0x80)
-            v >>= 7
-        out.append(v)
-        return bytes(out)
-
     if not fields:
         return b""
     out = bytearray(uvarint(len(fields)))
