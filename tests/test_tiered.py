@@ -297,6 +297,33 @@ def test_every_flipped_byte_is_an_error_never_other_bytes(tmp_path, ring_b):
             seg.read()
 
 
+def test_a_flipped_byte_without_encryption_is_caught_by_zstd_or_the_batch_crcs(tmp_path):
+    """No checksum covers an unencrypted chunk (docs/tiered.md): zstd catches some damage
+    (a ChunkError), the rest comes back as other bytes, which kafkalog's decoder then reports
+    (the record batches' CRC-32C). Never another exception."""
+    up = enc.upload(LOG, chunk_size=1000, compression=True)
+    manifest = _put(tmp_path, up)
+    log_path = tmp_path / up.key("log")
+    good = log_path.read_bytes()
+    rnd = random.Random(13)
+    seen = {"chunk error": 0, "batch findings": 0, "same bytes": 0}
+    for at in rnd.sample(range(len(good)), 150):
+        bad = bytearray(good)
+        bad[at] ^= 1 << rnd.randrange(8)
+        log_path.write_bytes(bytes(bad))
+        try:
+            data = RemoteSegment.open(manifest).read()
+        except ChunkError:
+            seen["chunk error"] += 1
+            continue
+        if data == LOG:
+            seen["same bytes"] += 1
+        else:
+            assert kafkalog.findings(data), at  # damage must not pass both layers
+            seen["batch findings"] += 1
+    assert seen["chunk error"] > 0 and seen["batch findings"] > 0, seen
+
+
 def test_a_flipped_byte_in_an_encrypted_index(tmp_path, ring_b):
     up, manifest = _encrypted(tmp_path)
     path = tmp_path / up.key("indexes")
@@ -418,6 +445,35 @@ def test_a_malformed_manifest(tmp_path, case):
     err, msg = _error(lambda: RemoteSegment.open(manifest), ManifestError)
     assert msg.startswith(f"{manifest}: ") and expected in msg, msg
     assert isinstance(err, KafkaLogError) and isinstance(err, ValueError)
+
+
+def test_any_damage_to_a_manifest_is_a_manifest_error_or_still_reads(tmp_path, ring_b):
+    """Truncations and bit flips of a real manifest (variable index, encrypted): each opens
+    and reads the segment back, or fails with a KafkaLogError, never another exception."""
+    up = enc.upload(LOG, chunk_size=1000, compression=True, key_id="key-b",
+                    public_key=td.private_key("key-b").public_key(), indexes=td.indexes())
+    manifest = _put(tmp_path, up)
+    good = up.objects[up.key("rsm-manifest")]
+    rnd = random.Random(11)
+    damaged = [good[:n] for n in range(0, len(good), 7)]
+    for _ in range(300):
+        bad = bytearray(good)
+        bad[rnd.randrange(len(bad))] ^= 1 << rnd.randrange(8)
+        damaged.append(bytes(bad))
+    damaged.append(b"[" * 100_000)  # deeper than json's recursion limit
+    outcomes = set()
+    for data in damaged:
+        with open(manifest, "wb") as f:
+            f.write(data)
+        try:
+            got = RemoteSegment.open(manifest, key_ring=ring_b).read()
+        except KafkaLogError as err:
+            outcomes.add(type(err).__name__)
+            assert "\n" not in str(err)
+            continue
+        assert got == LOG  # a flip JSON does not see (white space, a key's case is refused)
+        outcomes.add("read")
+    assert {"ManifestError", "KeyRingError", "ChunkError"} <= outcomes
 
 
 # ------------------------------------------------------------------ the parts, one by one

@@ -128,7 +128,7 @@ def parse_manifest(data: bytes, where: str) -> SegmentManifest:
     """The manifest ``data`` read from ``where`` (its path or URI, for messages)."""
     try:
         doc = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as err:
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
         raise ManifestError(f"{where}: not JSON: {err}") from err
     if not isinstance(doc, dict):
         raise ManifestError(f"{where}: a JSON {type(doc).__name__}, not a manifest object")
@@ -136,7 +136,7 @@ def parse_manifest(data: bytes, where: str) -> SegmentManifest:
     if unknown:
         raise ManifestError(f"{where}: unknown fields {', '.join(sorted(unknown))}")
     version = doc.get("version")
-    if str(version) not in VERSIONS or isinstance(version, bool):
+    if str(version) not in VERSIONS:
         raise ManifestError(f"{where}: manifest version {version!r} (this reader knows "
                             f"{', '.join(VERSIONS)})")
     for field in ("chunkIndex", "segmentIndexes", "compression"):
