@@ -676,7 +676,9 @@ with --json, so stdout stays JSON Lines).
 The file name decides what a FILE is: .log a segment; .index, .timeindex and
 .txnindex an index, printed as `kafkalog index` prints it; a producer-state
 .snapshot (producers, CRC-32C checked), leader-epoch-checkpoint (epochs) and
-partition.metadata (topic id), read with their faults as findings. Kafka's
+partition.metadata (topic id), read with their faults as findings; an
+.rsm-manifest (a path or s3:// URI) a tiered-storage segment, read as its .log
+(--private-key for an encrypted one; see kafkalog tiered). Kafka's
 rename suffixes are looked through: 0.log.deleted, .log.cleaned and .log.swap
 are logs, 0.index.swap an index. Anything else (a file without a suffix, say)
 is refused (exit 2) unless --force-log.
@@ -685,8 +687,8 @@ Records of Kafka's internal topics are decoded with Kafka's message specs
 (--records: a "decoded" object per data record in JSON, `key: {...} payload:
 {...}` in text) when the partition folder names the topic (__consumer_offsets-N,
 __transaction_state-N, __cluster_metadata-0, __remote_log_metadata-N), or as
---decoder says; a record
-that does not decode is an internal_record_error finding.
+--decoder says; a record that does not decode is an internal_record_error
+finding.
 
 With --schemas SOURCE, keys and values in Schema Registry's wire format are
 decoded (JSON: key_schema_id, value_schema_id, key_format, value_format,
@@ -704,7 +706,8 @@ damage inside a segment is reported as findings in place.""",
     )
     dump.add_argument("files", nargs="+", metavar="FILE",
                       help="segment (.log), index (.index, .timeindex, .txnindex) or state "
-                      "(.snapshot, leader-epoch-checkpoint, partition.metadata) files")
+                      "(.snapshot, leader-epoch-checkpoint, partition.metadata) files, or a "
+                      "tiered-storage segment's .rsm-manifest")
     dump.add_argument("--records", action="store_true", help="also print every record")
     dump.add_argument("--json", action="store_true",
                       help="JSON Lines: batch, record and finding objects (index_entry and "
@@ -751,6 +754,8 @@ damage inside a segment is reported as findings in place.""",
 Print the entries of index files, then a summary line per file (entries,
 findings, bytes; on stderr with --json). --verify checks the entries against
 the segment's .log and the summary line ends with the verdict, OK or FAILED.
+An .rsm-manifest (tiered storage) prints its segment's offset, time and
+transaction indexes (--verify: against its remote .log).
 An empty index is normal: Kafka writes the first entry after 4 KiB of a
 segment.""",
         epilog=EXIT_STATUS,
