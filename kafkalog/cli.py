@@ -15,13 +15,18 @@ suffix, say) is refused, unless ``--force-log`` decodes it as a log.
 The records of Kafka's internal topics are decoded (``--records``: a ``decoded``
 object in JSON, ``key: … payload: …`` in text) when the partition folder names the
 topic (``__consumer_offsets-N``, ``__transaction_state-N``, ``__cluster_metadata-0``,
-``__share_group_state-N``) or ``--decoder`` says which (:mod:`kafkalog.internal`).
+``__share_group_state-N``, ``__remote_log_metadata-N``) or ``--decoder`` says which
+(:mod:`kafkalog.internal`).
 
 ``--schemas SOURCE`` decodes keys and values written in Schema Registry's wire format
 with a registry rebuilt from SOURCE (the snapshot's ``_schemas`` topic, a schema folder
 or a registry URL: :mod:`kafkalog.schemas`); a key or value that does not decode is a
 ``key_decode_error``/``value_decode_error`` finding, a JSON document that breaks its
 schema a ``key_schema_violation``/``value_schema_violation``.
+
+A tiered-storage segment's ``.rsm-manifest`` (a path or ``s3://`` URI) is read as its segment
+(``dump``) or its indexes (``index``), given ``--private-key`` where it is encrypted; ``kafkalog
+tiered`` cats and lists such segments (:mod:`kafkalog.tiered.command`).
 
 Exit status, the same for both commands (with several files the highest wins):
 see :data:`EXIT_STATUS`. Errors and refusals are one line on stderr, with no
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import sys
@@ -67,10 +73,12 @@ EXIT_STATUS = """\
 Exit status (with several FILEs, the highest):
   0  read completely, nothing wrong (index --verify: every entry agrees)
   1  the input is wrong: findings were reported (the output is still complete),
-     or a .log is empty or is not a Kafka log segment (one line on stderr)
+     or a .log is empty or is not a Kafka log segment, or a remote segment's
+     manifest or chunk is wrong (one line on stderr)
   2  could not run: usage error, a file type not read (dump --force-log reads
      any file as a log), a file that cannot be opened, a byte range outside the
-     file (one line on stderr, nothing printed for that file)"""
+     file, no key or not the right key for an encrypted remote segment (one
+     line on stderr, nothing printed for that file)"""
 
 #: --decoder: "auto" goes by the partition folder's topic, "none" decodes nothing.
 DECODER_CHOICES = ("auto", "none", *DECODERS)
@@ -300,6 +308,8 @@ class _Refused(Exception):
 #: cleaned, swap); the suffix before it still says what the file holds.
 RENAME_SUFFIXES = (".deleted", ".cleaned", ".swap")
 LOG_SUFFIX = ".log"
+#: a tiered-storage segment's manifest (kafkalog.tiered)
+MANIFEST_SUFFIX = ".rsm-manifest"
 
 _READERS = {
     ".index": (read_offset_index, verify_offset_index),
@@ -330,7 +340,7 @@ def _dump_type(path: str, force_log: bool) -> str:
     if force_log:
         return LOG_SUFFIX
     ext = file_type(path)
-    if ext == LOG_SUFFIX or ext in _READERS:
+    if ext in (LOG_SUFFIX, MANIFEST_SUFFIX) or ext in _READERS:
         return ext
     stem, ext, _ = _split_name(os.path.basename(path))
     state = file_kind(stem + ext)
@@ -342,8 +352,8 @@ def _dump_type(path: str, force_log: bool) -> str:
         f"files (also renamed .deleted, .cleaned or .swap), the state files of a log "
         f"directory (leader-epoch-checkpoint, partition.metadata, meta.properties, "
         f".kafka_cleanshutdown, the offset checkpoints, quorum-state, KRaft snapshots "
-        f"<offset>-<epoch>.checkpoint, bootstrap.checkpoint); --force-log decodes any file "
-        f"as a log"
+        f"<offset>-<epoch>.checkpoint, bootstrap.checkpoint) and .rsm-manifest; --force-log "
+        f"decodes any file as a log"
     )
 
 
@@ -364,8 +374,9 @@ def cmd_dump(args, out: TextIO) -> int:
             raise _Refused("--schemas decodes records: it needs --records")
         if args.start is not None or args.end is not None:
             for path, ext in zip(args.files, types):
-                if ext != LOG_SUFFIX:
-                    raise _Refused(f"{path}: --start/--end apply to .log segments only")
+                if ext not in (LOG_SUFFIX, MANIFEST_SUFFIX):
+                    raise _Refused(f"{path}: --start/--end apply to .log segments only "
+                                   "(a .log, or an .rsm-manifest's segment)")
     except _Refused as err:
         print(f"kafkalog: {err}", file=sys.stderr)
         return EXIT_ERROR
@@ -378,11 +389,16 @@ def cmd_dump(args, out: TextIO) -> int:
             return EXIT_ERROR
         for problem in args.registry.problems:  # skipped _schemas records: said, not fatal
             print(f"kafkalog: --schemas {args.schemas}: skipped {problem}", file=sys.stderr)
+    args.ring = _key_ring(args)
+    if args.ring is False:
+        return EXIT_ERROR
     status = EXIT_OK
     for path, ext in zip(args.files, types):
         try:
             if ext == LOG_SUFFIX:
                 s = _dump_log(args, path, out)
+            elif ext == MANIFEST_SUFFIX:
+                s = _dump_remote_log(args, path, out)
             elif ext in STATE_READERS:
                 s = _dump_state(args, path, ext, out)
             else:
@@ -433,11 +449,13 @@ def not_a_segment(head: list, start: int, stop: int, size: int) -> str | None:
     return None
 
 
-def _dump_log(args, path: str, out: TextIO) -> int:
+def _dump_log(args, path: str, out: TextIO, name: str | None = None) -> int:
+    """Dump the segment at ``path``; ``name`` is what output calls it (default ``path``)."""
+    shown = name or path
     byte_range = None
     if args.start is not None or args.end is not None:
         byte_range = (args.start or 0, args.end)
-    decoder = decoder_for_path(path) if args.decoder == "auto" else (
+    decoder = decoder_for_path(shown) if args.decoder == "auto" else (
         None if args.decoder == "none" else args.decoder)
     items = scan(path, verify_crc=not args.no_verify_crc,
                  limits=Limits(max_decompressed_size=args.max_decompressed_size),
@@ -449,12 +467,12 @@ def _dump_log(args, path: str, out: TextIO) -> int:
         stop = size if args.end is None else args.end
         why = not_a_segment(head, start, stop, size)
         if why:
-            print(f"kafkalog: {path}: {why}", file=sys.stderr)
+            print(f"kafkalog: {shown}: {why}", file=sys.stderr)
             return EXIT_FINDINGS
         if not args.json:
-            out.write(f"Dumping {path}\n")
+            out.write(f"Dumping {shown}\n")
             try:
-                out.write(f"Log starting offset: {base_offset_of(path)}\n")
+                out.write(f"Log starting offset: {base_offset_of(shown)}\n")
             except KafkaLogError:
                 pass
         batches = records = 0
@@ -462,15 +480,15 @@ def _dump_log(args, path: str, out: TextIO) -> int:
         for item in chain(head, items):
             if isinstance(item, Finding):
                 kinds[item.kind] += 1
-                _emit(out, args.json, {**item.to_dict(), "file": path},
+                _emit(out, args.json, {**item.to_dict(), "file": shown},
                       lambda: finding_text(item))
                 continue
             batches += 1
             records += len(item.records)
-            _emit(out, args.json, batch_json(item, path), lambda: batch_text(item))
+            _emit(out, args.json, batch_json(item, shown), lambda: batch_text(item))
             if args.records:
                 for r in item.records:
-                    obj = record_json(item, r, path)
+                    obj = record_json(item, r, shown)
                     decoded = why = fields = None
                     found = []
                     if decoder is not None and not item.is_control:
@@ -485,13 +503,39 @@ def _dump_log(args, path: str, out: TextIO) -> int:
                         found.insert(0, internal_record_finding(item, r, why))
                     for f in found:
                         kinds[f.kind] += 1
-                        _emit(out, args.json, {**f.to_dict(), "file": path},
+                        _emit(out, args.json, {**f.to_dict(), "file": shown},
                               lambda: finding_text(f))
     finally:
         items.close()
-    _summary(args, out, path, summary_text(
+    _summary(args, out, shown, summary_text(
         [_count(batches, "batch", "batches"), _count(records, "record", "records")], kinds, stop - start))
     return EXIT_FINDINGS if kinds else EXIT_OK
+
+
+def _key_ring(args):
+    """``--private-key``'s key ring (None without keys), or False after saying why not."""
+    from .tiered.command import key_ring
+
+    try:
+        return key_ring(args.private_key)
+    except KafkaLogError as err:
+        print(f"kafkalog: {err}", file=sys.stderr)
+        return False
+
+
+def _dump_remote_log(args, path: str, out: TextIO) -> int:
+    """Dump a remote segment: its chunks (of --start/--end only) are read and checked into a
+    temporary file first, so a bad chunk is said before any output."""
+    from .tiered import RemoteSegment
+    from .tiered.command import exit_status, materialized
+
+    try:
+        seg = RemoteSegment.open(path, key_ring=args.ring)
+        with materialized(seg, args.start or 0, args.end) as log:
+            return _dump_log(args, log, out, name=path)
+    except KafkaLogError as err:
+        _error(path, err)
+        return exit_status(err)
 
 
 def _index_entry_json(kind: str, e) -> dict:
@@ -502,14 +546,19 @@ def _index_entry_text(e) -> str:
     return " ".join(f"{k}: {v}" for k, v in e._asdict().items())
 
 
-def _dump_index(args, path: str, ext: str, log: str | None, out: TextIO) -> int:
-    """Print one index file's entries (and, with ``log``, its check against that .log)."""
+def _dump_index(args, path: str, ext: str, log: str | None, out: TextIO, *,
+                data: bytes | None = None, base_offset: int | None = None,
+                log_name: str | None = None) -> int:
+    """Print one index file's entries (and, with ``log``, its check against that .log).
+    ``data``: the index's bytes, when ``path`` only names them (a remote segment's index)."""
     read, verify = _READERS[ext]
-    index = read(path)  # everything that can fail happens before any output
+    # everything that can fail happens before any output
+    index = read(path) if data is None else read(data, base_offset=base_offset)
     found = list(index.findings)
     if log is not None:
         found = verify(index, log)
-    size = os.stat(path).st_size
+        log = log_name or log
+    size = os.stat(path).st_size if data is None else len(data)
     if not args.json:
         out.write(f"Dumping {path}\n")
     for e in index.entries:
@@ -566,13 +615,20 @@ def _dump_state(args, path: str, kind: str, out: TextIO) -> int:
 
 
 def cmd_index(args, out: TextIO) -> int:
-    bad = [p for p in args.files if file_type(p) not in _READERS]
+    bad = [p for p in args.files if file_type(p) not in _READERS and
+           file_type(p) != MANIFEST_SUFFIX]
     if bad:  # before any output
         print(f"kafkalog: {bad[0]}: not an index file (.index, .timeindex or .txnindex, "
-              "also renamed .deleted, .cleaned or .swap)", file=sys.stderr)
+              "also renamed .deleted, .cleaned or .swap) or .rsm-manifest", file=sys.stderr)
+        return EXIT_ERROR
+    args.ring = _key_ring(args)
+    if args.ring is False:
         return EXIT_ERROR
     status = EXIT_OK
     for path in args.files:
+        if file_type(path) == MANIFEST_SUFFIX:
+            status = max(status, _index_remote(args, path, out))
+            continue
         log = (args.log or _log_beside(path)) if args.verify else None
         try:
             s = _dump_index(args, path, file_type(path), log, out)
@@ -583,7 +639,42 @@ def cmd_index(args, out: TextIO) -> int:
     return status
 
 
+#: A remote segment's indexes that ``index`` prints, by the manifest's names.
+_REMOTE_INDEXES = {"offset": ".index", "timestamp": ".timeindex", "transaction": ".txnindex"}
+
+
+def _index_remote(args, path: str, out: TextIO) -> int:
+    """``index`` of a remote segment: its offset, time and transaction indexes from
+    ``.indexes``, each named ``<.indexes URI>#<Kafka's file name>``; with --verify, checked
+    against its ``.log`` (read, chunk by chunk, into a temporary file) or --log."""
+    from .tiered import RemoteSegment
+    from .tiered.command import exit_status, materialized
+
+    try:
+        seg = RemoteSegment.open(path, key_ring=args.ring)
+        pieces = [(name, seg.index_bytes(name)) for name in _REMOTE_INDEXES]
+        with contextlib.ExitStack() as stack:
+            log = log_name = None
+            if args.verify:
+                log = args.log or stack.enter_context(materialized(seg))
+                log_name = args.log or seg.uri(seg.log_key)
+            status = EXIT_OK
+            for name, data in pieces:
+                if data is None:
+                    continue
+                shown = f"{seg.uri(seg.indexes_key)}#{seg.index_file_name(name)}"
+                status = max(status, _dump_index(
+                    args, shown, _REMOTE_INDEXES[name], log, out, data=data,
+                    base_offset=seg.start_offset, log_name=log_name))
+            return status
+    except KafkaLogError as err:
+        _error(path, err)
+        return exit_status(err)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .tiered.command import add_argument_private_key, add_parser as add_tiered_parser
+
     parser = _Parser(
         prog="kafkalog",
         description="Decode Kafka log segments (v0/v1/v2, every codec) and their index files.",
@@ -611,7 +702,9 @@ partition.metadata (topic id), meta.properties (the directory's identity),
 .kafka_cleanshutdown (broker epoch), recovery-point-, replication-,
 log-start- and cleaner-offset-checkpoint (topic partition offset), KRaft's
 quorum-state (election state, voters) and snapshots, <offset>-<epoch>.checkpoint
-and bootstrap.checkpoint (header, then every record decoded). Kafka's rename
+and bootstrap.checkpoint (header, then every record decoded); an .rsm-manifest
+(a path or s3:// URI) a tiered-storage segment, read as its .log
+(--private-key for an encrypted one; see kafkalog tiered). Kafka's rename
 suffixes are looked through: 0.log.deleted, .log.cleaned and .log.swap are
 logs, 0.index.swap an index, ….checkpoint.deleted a snapshot. Anything else (a
 file without a suffix, say) is refused (exit 2) unless --force-log.
@@ -619,7 +712,8 @@ file without a suffix, say) is refused (exit 2) unless --force-log.
 Records of Kafka's internal topics are decoded with Kafka's message specs
 (--records: a "decoded" object per data record in JSON, `key: {...} payload:
 {...}` in text) when the partition folder names the topic (__consumer_offsets-N,
-__transaction_state-N, __cluster_metadata-0, __share_group_state-N), or as
+__transaction_state-N, __cluster_metadata-0, __share_group_state-N,
+__remote_log_metadata-N), or as
 --decoder says; a record that does not decode is an internal_record_error
 finding.
 
@@ -641,7 +735,8 @@ damage inside a segment is reported as findings in place.""",
                       help="segment (.log), index (.index, .timeindex, .txnindex) or state "
                       "(.snapshot, leader-epoch-checkpoint, partition.metadata, "
                       "meta.properties, .kafka_cleanshutdown, *-offset-checkpoint, "
-                      "quorum-state, *.checkpoint) files")
+                      "quorum-state, *.checkpoint) files, or a tiered-storage segment's "
+                      ".rsm-manifest")
     dump.add_argument("--records", action="store_true", help="also print every record")
     dump.add_argument("--json", action="store_true",
                       help="JSON Lines: batch, record and finding objects (index_entry and "
@@ -663,7 +758,8 @@ damage inside a segment is reported as findings in place.""",
                       help="how to decode the records' keys and values (with --records): "
                       "auto (default) by the partition folder's topic (__consumer_offsets: "
                       "offsets, __transaction_state: transaction-log, __cluster_metadata: "
-                      "cluster-metadata, __share_group_state: share-group-state; other "
+                      "cluster-metadata, __share_group_state: share-group-state, "
+                      "__remote_log_metadata: remote-log-metadata; other "
                       "topics: none), or as named")
     dump.add_argument("--schemas", metavar="SOURCE",
                       help="with --records, decode keys and values in Schema Registry's wire "
@@ -675,6 +771,7 @@ damage inside a segment is reported as findings in place.""",
     dump.add_argument("--expand-consumer-protocol", action="store_true",
                       help="offsets decoder: also read the subscription and assignment bytes "
                       "of a consumer group's members (Kafka's consumer protocol)")
+    add_argument_private_key(dump)
     dump.add_argument("--max-decompressed-size", type=int, metavar="BYTES",
                       default=Limits().max_decompressed_size,
                       help="largest payload one compressed batch may inflate to "
@@ -688,6 +785,8 @@ damage inside a segment is reported as findings in place.""",
 Print the entries of index files, then a summary line per file (entries,
 findings, bytes; on stderr with --json). --verify checks the entries against
 the segment's .log and the summary line ends with the verdict, OK or FAILED.
+An .rsm-manifest (tiered storage) prints its segment's offset, time and
+transaction indexes (--verify: against its remote .log).
 An empty index is normal: Kafka writes the first entry after 4 KiB of a
 segment.""",
         epilog=EXIT_STATUS,
@@ -702,7 +801,9 @@ segment.""",
                        "an ABORT marker of the producer at each entry's last offset)")
     index.add_argument("--log", metavar="FILE",
                        help="the .log to verify against (default: same name, .log)")
+    add_argument_private_key(index)
     index.set_defaults(run=cmd_index)
+    add_tiered_parser(sub)
     return parser
 
 

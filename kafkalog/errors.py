@@ -64,3 +64,34 @@ class CodecUnavailableError(KafkaLogError, ImportError):
 
 class SourceError(KafkaLogError, OSError):
     """A source that cannot be opened or read (missing file, bad byte range)."""
+
+
+# ------------------------------------------------------------------------------------------
+# Tiered storage (kafkalog.tiered): a remote segment read through its manifest. Each message
+# names the object (path or s3:// URI) and, for chunks, the chunk and its byte positions.
+
+class TieredStorageError(KafkaLogError):
+    """A remote (tiered-storage) segment that cannot be read as its manifest says."""
+
+
+class RemoteObjectError(TieredStorageError, SourceError):
+    """An object of the tier that is missing or cannot be read (not found, access refused)."""
+
+
+class ManifestError(TieredStorageError, CorruptDataError):
+    """A ``.rsm-manifest`` that is not valid JSON or does not describe a segment."""
+
+    kind = "remote_manifest_error"
+
+
+class ChunkError(TieredStorageError, CorruptDataError):
+    """A stored chunk that does not give back the original bytes: shorter than the manifest
+    says, an AES-GCM tag that does not verify, zstd that does not decompress, or a size
+    other than the chunk's. ``position`` is the chunk's position in the original segment."""
+
+    kind = "remote_chunk_error"
+
+
+class KeyRingError(TieredStorageError):
+    """The data key of an encrypted segment cannot be had: no key ring, a key id the ring
+    does not hold, a private key that does not unwrap it, or a key file that cannot be read."""

@@ -626,13 +626,16 @@ def internal_record(decoder: str, decoded: dict, *, timestamp: int | None = None
     """The record of an internal topic whose key and value decode to ``decoded``, in the
     shape :func:`kafkalog.internal.decode` returns: ``{"key": {"type", "data"}, "value":
     {"version", "data"} | None}`` for ``offsets``/``transaction-log``, ``{"type":
-    "PARTITION_RECORD", "version", "data"}`` for ``cluster-metadata``. Fields left out take
+    "PARTITION_RECORD", "version", "data"}`` for ``cluster-metadata`` and likewise for
+    ``remote-log-metadata`` (its ``customMetadata`` is the data's bytes). Fields left out take
     their spec defaults; tagged fields are written when they differ from them."""
-    from .internal import topics
+    from .internal import remote_log, topics
     from .internal.schema import write_uvarint
 
-    if decoder == topics.CLUSTER_METADATA:
-        by_name = {topics.record_type_name(s.name): s for s in topics.metadata_records().values()}
+    framed = {topics.CLUSTER_METADATA: topics.metadata_records,
+              topics.REMOTE_LOG_METADATA: remote_log.remote_log_records}
+    if decoder in framed:
+        by_name = {topics.record_type_name(s.name): s for s in framed[decoder]().values()}
         s = by_name[decoded["type"]]
         value = (write_uvarint(topics.METADATA_FRAME_VERSION) + write_uvarint(s.api_key)
                  + write_uvarint(decoded["version"]) + s.write(decoded["data"], decoded["version"]))

@@ -36,6 +36,9 @@ DECODER_TABLES = {
     TRANSACTION_LOG: ("transactions",),
     CLUSTER_METADATA: ("cluster_metadata",),
 }
+#: the internal topics whose records have tables here (kafkalog decodes more:
+#: ``__share_group_state`` and ``__remote_log_metadata`` stay records only, for now)
+TABLED_TOPICS = {t: d for t, d in TOPIC_DECODERS.items() if d in DECODER_TABLES}
 #: state file kind -> the table its rows go to (partition.metadata: a column of both)
 STATE_TABLES = {sf.PRODUCER_SNAPSHOT: "producer_state", sf.LEADER_EPOCH_CHECKPOINT: "leader_epochs"}
 #: the finding kind of a record of an internal topic that does not decode
@@ -54,7 +57,7 @@ def internal_files(record_files: list[str]) -> dict[str, list[str]]:
     topic, named by its folder ``topic=<name>``: writing.partition_path)."""
     out: dict[str, list[str]] = {}
     for path in record_files:
-        for topic in TOPIC_DECODERS:
+        for topic in TABLED_TOPICS:
             if f"/topic={topic}/" in path:
                 out.setdefault(topic, []).append(path)
     return out
@@ -133,7 +136,7 @@ def rows_of_file(records: pa.Table) -> tuple[dict[str, list[dict]], list[dict]]:
     findings: list[dict] = []
     for i in range(records.num_rows):
         topic = cols["topic"][i]
-        decoder = TOPIC_DECODERS.get(topic)
+        decoder = TABLED_TOPICS.get(topic)
         if decoder is None:
             continue
         source = {"source_topic": topic, "source_partition": cols["partition"][i],
@@ -319,7 +322,7 @@ def derive(spark, ctx, wh, record_files: list[str], state_uris: list[str],
     state = state_tables(state_uris, ctx.s3, run_id) if state_uris else {}
     if not by_topic and not state:
         return {}, {}
-    needed = {t for topic in by_topic for t in DECODER_TABLES[TOPIC_DECODERS[topic]]}
+    needed = {t for topic in by_topic for t in DECODER_TABLES[TABLED_TOPICS[topic]]}
     needed |= {n for n in state if n != "findings"}
     roots = {n: wh.data_root(n) for n in sorted(needed)}
     roots["findings"] = ctx.roots["findings"]

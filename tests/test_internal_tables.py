@@ -284,3 +284,21 @@ def test_state_files_under_an_s3_prefix(tmp_path, s3_endpoint, s3_bucket):
         [(gone, "state_file_corrupt")]
     assert gone not in {r["file"] for r in after["leader_epochs"].to_pylist()}
     assert len(after["leader_epochs"]) == 2  # orders-0's two entries stay
+
+
+def test_internal_topics_without_a_table_stay_records():
+    """kafkalog decodes __share_group_state and __remote_log_metadata, which have no table
+    here yet: their records files are not the derived tables' input, and their rows give
+    no derived row (before, the job's derive step raised KeyError on such a run)."""
+    import pyarrow as pa
+
+    from spark_jobs import internal_tables, schemas
+
+    files = [f"/w/records/data/topic={t}/dt=2026-11-20/x.parquet"
+             for t in ("__share_group_state", "__remote_log_metadata", "__consumer_offsets")]
+    assert internal_tables.internal_files(files) == {"__consumer_offsets": files[2:]}
+    row = {name: None for name in schemas.RECORDS.names}
+    row.update(topic="__share_group_state", partition=0, offset=0, key=b"\x00\x00",
+               value=b"\x00\x00", segment="s", segment_base_offset=0, run_id="r")
+    assert internal_tables.rows_of_file(pa.Table.from_pylist([row], schema=schemas.RECORDS)) \
+        == ({}, [])

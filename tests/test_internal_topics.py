@@ -127,8 +127,8 @@ def test_consumer_offsets_of_the_corpus():
 def test_every_shipped_spec_parses():
     names = spec_names()
     # 30 group, 2 transaction, 27 metadata, 2 consumer protocol, 1 producer snapshot, 4 share
-    # coordinator, 4 KRaft control records, 1 quorum state
-    assert len(names) == 71
+    # coordinator, 4 KRaft control records, 1 quorum state, 4 remote log metadata
+    assert len(names) == 75
     for name in names:
         s = spec(name)
         # one file is not named after its message

@@ -552,8 +552,8 @@ def test_a_directory_of_what_the_seven_lack_reads_whole(tmp_path):
     assert counts == Counter({
         "folder live": 4, "folder delete": 1, "folder future": 1, "folder stray": 1,
         "segment": 6, ".index": 6, ".timeindex": 6, ".txnindex": 1,
-        "share-group-state record": 3, "leader_epoch_checkpoint": 4, "partition_metadata": 2,
-        "meta_properties": 1, "clean_shutdown": 1, "offset_checkpoint": 4, "lock": 1,
+        "share-group-state record": 3, "remote-log-metadata record": 1,
+        "leader_epoch_checkpoint": 4, "partition_metadata": 2, "meta_properties": 1, "clean_shutdown": 1, "offset_checkpoint": 4, "lock": 1,
         "quorum_state": 1, "metadata_snapshot": 2})
     rows = read_share_group_state(root / "__share_group_state-0" / "00000000000000000000.log")
     assert rows.findings == () and [r["record"] for r in rows.rows] == [

@@ -19,6 +19,10 @@ KRaft's control records (snapshot header and footer, kraft.version, voters) carr
 message spec as their value, read as the version Kafka's ``ControlRecordUtils`` reads
 (0): :func:`decode_kraft_control`.
 
+``__remote_log_metadata`` (tiered storage; Kafka's ``RemoteLogMetadataSerde``) frames its
+records the same way, with api keys of its own (0-3: :data:`REMOTE_LOG_SPECS`), key null;
+:mod:`.remote_log` decodes them and the custom metadata inside.
+
 Every decoder returns the JSON shape ``kafka-dump-log.sh`` prints (``{"key": {"type",
 "data"}, "value": {"version", "data"} | None}`` and ``{"type": "PARTITION_RECORD",
 "version", "data"}``) or raises :class:`MessageError` saying why not (unknown type or
@@ -43,7 +47,8 @@ OFFSETS = "offsets"
 TRANSACTION_LOG = "transaction-log"
 CLUSTER_METADATA = "cluster-metadata"
 SHARE_GROUP_STATE = "share-group-state"
-DECODERS = (OFFSETS, TRANSACTION_LOG, CLUSTER_METADATA, SHARE_GROUP_STATE)
+REMOTE_LOG_METADATA = "remote-log-metadata"
+DECODERS = (OFFSETS, TRANSACTION_LOG, CLUSTER_METADATA, SHARE_GROUP_STATE, REMOTE_LOG_METADATA)
 
 #: Internal topic -> decoder, for ``auto`` (the partition folder is ``<topic>-<partition>``).
 TOPIC_DECODERS = {
@@ -51,7 +56,14 @@ TOPIC_DECODERS = {
     "__transaction_state": TRANSACTION_LOG,
     "__cluster_metadata": CLUSTER_METADATA,
     "__share_group_state": SHARE_GROUP_STATE,
+    "__remote_log_metadata": REMOTE_LOG_METADATA,
 }
+
+#: The specs of ``__remote_log_metadata``'s records: their api keys are their own, not
+#: ``__cluster_metadata``'s.
+REMOTE_LOG_SPECS = ("RemoteLogSegmentMetadataRecord", "RemoteLogSegmentMetadataUpdateRecord",
+                    "RemotePartitionDeleteMetadataRecord",
+                    "RemoteLogSegmentMetadataSnapshotRecord")
 
 #: The spec-name prefixes of each coordinator's keys and values.
 _COORDINATOR_SPECS = {
@@ -127,7 +139,7 @@ def metadata_records() -> dict[int, MessageSpec]:
     out = {}
     for name in spec_names():
         s = spec(name)
-        if s.api_key is not None and name.endswith("Record"):
+        if s.api_key is not None and name.endswith("Record") and name not in REMOTE_LOG_SPECS:
             out[s.api_key] = s
     return out
 
@@ -137,21 +149,27 @@ def record_type_name(spec_name: str) -> str:
     return snake_name(spec_name).upper()
 
 
-def decode_cluster_metadata(key: bytes | None, value: bytes | None) -> dict:
-    """A ``__cluster_metadata`` data record."""
+def decode_framed(value: bytes | None, records: dict[int, MessageSpec], what: str) -> dict:
+    """A value framed as Kafka's AbstractApiMessageSerde frames it (frame version, api key,
+    record version, record), read with ``records`` (api key -> spec)."""
     if value is None:
-        raise MessageError("metadata record with a null value", 0)
+        raise MessageError(f"{what} with a null value", 0)
     frame, pos = read_uvarint(value, 0, len(value), "frame version")
     if frame != METADATA_FRAME_VERSION:
-        raise MessageError(f"metadata record: frame version {frame}, expected "
+        raise MessageError(f"{what}: frame version {frame}, expected "
                            f"{METADATA_FRAME_VERSION}", 0)
     api_key, pos = read_uvarint(value, pos, len(value), "api key")
     version, pos = read_uvarint(value, pos, len(value), "record version")
-    record_spec = metadata_records().get(api_key)
+    record_spec = records.get(api_key)
     if record_spec is None:
-        raise MessageError(f"metadata record: unknown api key {api_key}", 0)
+        raise MessageError(f"{what}: unknown api key {api_key}", 0)
     return {"type": record_type_name(record_spec.name), "version": version,
             "data": record_spec.read_exactly(value, version, pos)}
+
+
+def decode_cluster_metadata(key: bytes | None, value: bytes | None) -> dict:
+    """A ``__cluster_metadata`` data record."""
+    return decode_framed(value, metadata_records(), "metadata record")
 
 
 #: KRaft control record type -> the spec of its value (ControlRecordUtils)
@@ -227,6 +245,10 @@ def decode(decoder: str, key: bytes | None, value: bytes | None, *,
     (with the reason) when it does not decode."""
     if decoder == CLUSTER_METADATA:
         return decode_cluster_metadata(key, value)
+    if decoder == REMOTE_LOG_METADATA:
+        from .remote_log import decode_remote_log_metadata  # it builds on this module
+
+        return decode_remote_log_metadata(key, value)
     if decoder not in _COORDINATOR_SPECS:
         raise ValueError(f"unknown decoder {decoder!r} (known: {', '.join(DECODERS)})")
     out = decode_coordinator(decoder, key, value)
