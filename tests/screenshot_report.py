@@ -31,7 +31,7 @@ for path in (REPO, REPO / "plugins", TESTS):
 #: where the screenshots go unless told
 SHOTS = Path("/tmp/shots")
 #: the first screen a reader sees
-WINDOW = (1400, 1000)
+WINDOW = (1440, 900)
 
 
 def worst_run(runs) -> str | None:

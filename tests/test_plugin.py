@@ -9,12 +9,14 @@ authentication off (the api-server test, test_plugin_ui.py, covers Airflow's aut
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 PLUGINS = REPO / "plugins"
 sys.path.insert(0, str(PLUGINS))
 
-from kafkalog_quality import data, pages, svg  # noqa: E402
+from kafkalog_quality import calendar, data, nights, pages, svg  # noqa: E402
 from kafkalog_quality.app import URL_PREFIX, create_app  # noqa: E402
 
 pytestmark = pytest.mark.pipeline
@@ -62,14 +64,20 @@ CONFIGURED = {"crc": "fail", "offset_gaps": "fail", "create_time": "warn",
 # ---- writing a warehouse ------------------------------------------------------------------
 
 
-def segment_name(base: int) -> str:
-    return f"{base:020d}.log"
+def segment_name(base: int, folder: str = "") -> str:
+    """A segment's file name, under ``folder`` (its partition folder's URI, ending in ``/``)."""
+    return f"{folder}{base:020d}.log"
+
+
+def short(uri: str) -> str:
+    """How the pages show a URI: its last two parts (partition folder and file name)."""
+    return "…/" + "/".join(uri.rstrip("/").split("/")[-2:]) + ("/" if uri.endswith("/") else "")
 
 
 def gap_item(cause: str, status: str, lo: int, hi: int, rng: random.Random,
-             where: str = "orders-0") -> dict:
+             where: str = "orders-0", folder: str = "") -> dict:
     """An offset-gap item as check_quality.py stores it (its message phrased as checks.py does)."""
-    before, after = segment_name(rng.randrange(0, lo + 1)), segment_name(hi + 1)
+    before, after = segment_name(rng.randrange(0, lo + 1), folder), segment_name(hi + 1, folder)
     message = {
         "missing_segment": f"offsets {lo}..{hi} of {where} are missing from the snapshot, "
                            f"between {before} (ends at offset {lo - 1}) and {after} (starts at "
@@ -85,19 +93,19 @@ def gap_item(cause: str, status: str, lo: int, hi: int, rng: random.Random,
             "message": message}
 
 
-def crc_item(rng: random.Random) -> dict:
+def crc_item(rng: random.Random, folder: str = "") -> dict:
     base = rng.randrange(10**5)
     last, position = base + rng.randrange(0, 9), rng.randrange(0, 10**6)
-    segment = segment_name(base - base % 1000)
+    segment = segment_name(base - base % 1000, folder)
     return {"class": "crc_mismatch", "status": "fail", "first_offset": base, "last_offset": last,
             "offsets": 1, "value": None, "segment": segment, "position": position,
             "message": f"batch at position {position} of {segment} (offsets {base}..{last}): "
                        f"stored crc 0x{rng.getrandbits(32):08x}, computed 0x{rng.getrandbits(32):08x}"}
 
 
-def regression_item(check: str, status: str, rng: random.Random) -> dict:
+def regression_item(check: str, status: str, rng: random.Random, folder: str = "") -> dict:
     offset, step = rng.randrange(10**6), rng.randrange(1, 10**5)
-    segment, position = segment_name(offset - offset % 1000), rng.randrange(0, 10**6)
+    segment, position = segment_name(offset - offset % 1000, folder), rng.randrange(0, 10**6)
     message = (f"CreateTime went back {step} ms at offset {offset} (2026-11-20 01:00:00 after "
                f"2026-11-20 01:00:05 at offset {offset - 1})" if check == "create_time" else
                f"LogAppendTime went back {step} ms: batch {offset}..{offset + 4} stamped "
@@ -111,7 +119,9 @@ def scenario(seed: int = 7) -> list[dict]:
     """Three runs a day apart: the first passes, the second fails (CRC, broker timestamps),
     the third only warns (a missing segment, producer timestamps). Rows as check_quality.py
     writes them: details with ``unit``, ``classes`` and ``items`` (worst first); ``severity``
-    the worst of the classes that found something, else the check's configured one."""
+    the worst of the classes that found something, else the check's configured one; ``night``
+    the last night the run read. A run of one night names its segments by their URIs; the
+    range run by their file names only (so its items name no night: they hold on each)."""
     rng = random.Random(seed)
     start = dt.datetime(2026, 11, 18, 2, 30, tzinfo=dt.timezone.utc)
     runs = []
@@ -122,13 +132,15 @@ def scenario(seed: int = 7) -> list[dict]:
         rows = []
         for check, bad_status in CHECKS.items():
             for topic, partition in PARTITIONS:
+                folder = (f"{SNAPSHOTS}/{NIGHTS[i][0]}/{topic}-{partition}/"
+                          if len(NIGHTS[i]) == 1 else "")
                 observed = rng.randrange(1000, 5000)
                 failed, status = 0, "pass"
                 details = {"unit": UNITS[check], "classes": {}, "items": [], "more_items": 0}
                 if check == "crc" and i == 1:
                     failed = rng.randrange(1, 9)
                     details["classes"]["crc_mismatch"] = {"status": "fail", "items": failed, "offsets": 3 * failed}
-                    details["items"] = sorted((crc_item(rng) for _ in range(failed)),
+                    details["items"] = sorted((crc_item(rng, folder) for _ in range(failed)),
                                               key=lambda it: it["first_offset"])
                 elif check == "offset_gaps" and i > 0:
                     items = []
@@ -140,7 +152,7 @@ def scenario(seed: int = 7) -> list[dict]:
                             for _ in range(n):
                                 lo = rng.randrange(1, 10**5)
                                 items.append(gap_item(cause, cause_status, lo, lo + 6, rng,
-                                                            f"{topic}-{partition}"))
+                                                      f"{topic}-{partition}", folder))
                     details["items"] = sorted(items, key=lambda it: (
                         ("fail", "warn", "pass").index(it["status"]), it["first_offset"]))
                 elif (check, i, partition) in (("create_time", 2, 0), ("log_append_time", 1, 1)):
@@ -148,7 +160,7 @@ def scenario(seed: int = 7) -> list[dict]:
                     details["classes"]["regression"] = {"status": bad_status, "items": failed, "offsets": failed}
                     details["regressions"] = failed
                     details["max_step_back_ms"] = rng.randrange(1, 10**5)
-                    details["items"] = sorted((regression_item(check, bad_status, rng)
+                    details["items"] = sorted((regression_item(check, bad_status, rng, folder)
                                                for _ in range(failed)), key=lambda it: it["first_offset"])
                 if (check, i, topic, partition) == ("offset_gaps", 0, "payments", 0):
                     # an accepted cause on a night that passes: the log start moved past the
@@ -157,7 +169,7 @@ def scenario(seed: int = 7) -> list[dict]:
                     details["items"] = [{
                         "class": "retention", "status": "pass", "first_offset": 100,
                         "last_offset": 139, "offsets": 40, "value": None,
-                        "segment": segment_name(140), "position": 0,
+                        "segment": segment_name(140, folder), "position": 0,
                         "message": "offsets 100..139: before the log start 140 (retention)"}]
                 if failed:
                     status = bad_status
@@ -167,24 +179,43 @@ def scenario(seed: int = 7) -> list[dict]:
                     "run_id": run_id, "check": check, "topic": topic, "partition": partition,
                     "status": status, "severity": status if status != "pass" else CONFIGURED[check],
                     "observed": observed, "failed": failed, "details": json.dumps(details),
-                    "checked_at": checked_at,
+                    "checked_at": checked_at, "night": NIGHTS[i][-1],
                 })
         runs.append({"run_id": run_id, "checked_at": checked_at, "rows": rows, "nights": NIGHTS[i]})
     return runs
 
 
 def ledger_rows(run: dict) -> list[dict]:
-    """The ledger rows of a run of scenario(): a segment per topic-partition and night it read."""
+    """The ledger rows of a run of scenario(): a segment per topic-partition and night it read
+    (``run["ledger_night"]``: their ``night`` column, else null as in older rows)."""
     return [{"run_id": run["run_id"], "topic": t, "partition": p, "segment_base_offset": 0,
-             "segment": f"{SNAPSHOTS}/{night}/{t}-{p}/{segment_name(0)}", "action": "decoded"}
-            for night in run.get("nights", ()) for t, p in PARTITIONS]
+             "segment": f"{SNAPSHOTS}/{night}/{t}-{p}/{segment_name(0)}", "action": "decoded",
+             "night": run.get("ledger_night")}
+            for night in run.get("nights", ()) for t, p in run.get("partitions", PARTITIONS)]
 
 
-def write_ledger(root: str, runs: list[dict], catalog: str = iceberg.DEFAULT_CATALOG) -> int:
+@contextlib.contextmanager
+def night_columns(on: bool = True):
+    """While the test writes: dq_results and ledger with the column ``night`` of issue 32's
+    contract (where spark_jobs.schemas does not have it yet), so that the tables are evolved to
+    it as the audit's will be; ``on=False``: without it, as tables made before it."""
+    saved = dict(schemas.TABLES)
+    for name in ("dq_results", "ledger"):
+        schemas.TABLES[name] = (data.with_night(saved[name]) if on else
+                                pa.schema([f for f in saved[name] if f.name != data.NIGHT]))
+    try:
+        yield
+    finally:
+        schemas.TABLES.update(saved)
+
+
+def write_ledger(root: str, runs: list[dict], catalog: str = iceberg.DEFAULT_CATALOG,
+                 night: bool = True) -> int:
     """Append the runs' ledger rows to ``main`` in one commit; the new snapshot's id."""
-    table = iceberg_warehouse(root, catalog).table("ledger")
-    table.append(pa.Table.from_pylist([r for run in runs for r in ledger_rows(run)],
-                                      schema=schemas.LEDGER))
+    with night_columns(night):
+        table = iceberg_warehouse(root, catalog).table("ledger")
+        table.append(pa.Table.from_pylist([r for run in runs for r in ledger_rows(run)],
+                                          schema=schemas.TABLES["ledger"]))
     return table.refresh().current_snapshot().snapshot_id
 
 
@@ -195,12 +226,16 @@ def iceberg_warehouse(root: str, catalog: str = iceberg.DEFAULT_CATALOG,
 
 
 def write_run(root: str, run: dict, *, docs: bool = True, catalog: str = iceberg.DEFAULT_CATALOG,
-              namespace: str = iceberg.DEFAULT_NAMESPACE) -> str:
+              namespace: str = iceberg.DEFAULT_NAMESPACE, night: bool = True,
+              summary: dict | None = None) -> str:
     """Commit one run's rows to dq_results (replacing that run's earlier rows) and write its
-    Data Docs with an asset; return its token."""
+    Data Docs with an asset; return its token. ``night=False``: as an audit before the column
+    ``night`` wrote them."""
     token = storage.run_token(run["run_id"])
-    iceberg_warehouse(root, catalog, namespace).replace_run_rows(
-        "dq_results", run["run_id"], pa.Table.from_pylist(run["rows"], schema=schemas.DQ_RESULTS))
+    with night_columns(night):
+        iceberg_warehouse(root, catalog, namespace).replace_run_rows(
+            "dq_results", run["run_id"],
+            pa.Table.from_pylist(run["rows"], schema=schemas.TABLES["dq_results"]), summary)
     if docs:
         store = storage.open_store(str(root))
         store.write(f"data_docs/{token}/index.html", docs_html(run["run_id"]).encode())
@@ -317,6 +352,19 @@ class Dom(HTMLParser):
 
 
 # ---- fixtures ------------------------------------------------------------------------------
+
+
+#: the tests' "now": the scenario's last night, after the schedule's 03:00 (the grid's columns
+#: run to the last night the nightly DAG was due to read)
+NOW = dt.datetime(2026, 11, 20, 12, tzinfo=dt.timezone.utc)
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch):
+    """The clock of the night calendar, fixed at ``NOW``; the default schedule."""
+    monkeypatch.setattr(calendar, "utcnow", lambda: NOW)
+    monkeypatch.delenv("KAFKALOG_NIGHTLY_SCHEDULE", raising=False)
+    return NOW
 
 
 @pytest.fixture(scope="module")
@@ -480,18 +528,18 @@ def test_new_snapshot_is_read_again(own_warehouse):
 def test_a_view_costs_one_catalog_lookup_until_a_new_snapshot(own_warehouse, monkeypatch):
     root, runs = own_warehouse
     lookups, reads = Counter(), Counter()
-    load, read_arrow = iceberg.Warehouse.load, tables.read_arrow
+    load, scan = iceberg.Warehouse.load, data.scan
 
     def counted_load(self, name):
         lookups[name] += 1
         return load(self, name)
 
-    def counted_read(*args, **kwargs):
-        reads[args[1]] += 1
-        return read_arrow(*args, **kwargs)
+    def counted_scan(table, *args, **kwargs):
+        reads[table.name()[-1]] += 1
+        return scan(table, *args, **kwargs)
 
     monkeypatch.setattr(iceberg.Warehouse, "load", counted_load)
-    monkeypatch.setattr(tables, "read_arrow", counted_read)
+    monkeypatch.setattr(data, "scan", counted_scan)
     assert len(data.Warehouse(root).runs()) == len(runs)
     assert reads == {"dq_results": 1}
     for view in (lambda wh: wh.runs(), lambda wh: wh.run(runs[1]["token"])):
@@ -676,7 +724,7 @@ def test_nights_at_a_glance_are_keyed_by_snapshot_night(warehouse, client):
     # the runs table says which nights each run read
     nights = {r.attrs["data-run-id"]: r for r in dom.find("tr", cls="run")}
     for run in runs:
-        assert data.nights_text(run["nights"]) in nights[run["run_id"]].text
+        assert calendar.nights_text(run["nights"]) in nights[run["run_id"]].text
     assert "2026-11-19..2026-11-20" in nights[runs[2]["run_id"]].text
     assert not dom.find(id="unplaced")
 
@@ -724,12 +772,13 @@ def _result(run_id, check, status, items, more=0, tp=("orders", 0)):
 
 def test_a_range_runs_items_are_placed_on_their_nights():
     """A run that read two nights: a problem item whose segment lies in one night marks that
-    night only; where an item is not stored (more_items) the row's outcome holds on both."""
+    night only; where an item is not stored (more_items) the row's outcome holds on both. A
+    row of the snapshot itself (no topic) is the grid's "snapshot" row, on every night read."""
     pattern = data.night_pattern("{prefix}/{snapshot_date}/")
     seg = "s3://b/snapshots/{}/orders-0/00000000000000000000.log"
     item = {"class": "crc_mismatch", "status": "fail", "first_offset": 5, "last_offset": 9,
             "segment": seg.format("2026-11-19"), "position": 120, "message": "stored crc ..."}
-    cov = data.Coverage.of([("orders", 0, seg.format(n)) for n in ("2026-11-19", "2026-11-20")],
+    cov = data.Coverage.of([("orders", 0, seg.format(n), None) for n in ("2026-11-19", "2026-11-20")],
                            pattern, "{prefix}/{snapshot_date}/")
     assert cov.partitions == {("orders", 0): ("2026-11-19", "2026-11-20")}
     for more, want in ((0, {"2026-11-19": "fail", "2026-11-20": "pass"}),
@@ -737,14 +786,20 @@ def test_a_range_runs_items_are_placed_on_their_nights():
         run = data.Run("t", "range", None, [_result("range", "crc", "fail", [item], more),
                                             _result("range", "record_count", "pass", []),
                                             _result("range", "run_level", "warn", [], tp=(None, None))])
-        ov = data.overview([run], {"t": cov}, pattern)
-        assert set(ov.cells) == {("orders", 0, n) for n in cov.nights}  # a row of no partition: not drawn
+        ov = nights.overview([run], {"t": cov}, pattern)
+        assert set(ov.cells) == {(t, p, n) for t, p in (("orders", 0), (None, None)) for n in cov.nights}
+        assert ov.partitions == [(None, None), ("orders", 0)]  # the snapshot's row first
         assert {n: ov.cells[("orders", 0, n)].outcome for n in ov.nights} == want
+        assert {ov.cells[(None, None, n)].outcome for n in ov.nights} == {"warn"}
         assert ov.cells[("orders", 0, "2026-11-19")].anchor == "r-crc-orders-0"
+        assert ov.cells[(None, None, "2026-11-19")].anchor == "r-run_level-snapshot"
     # paths the template does not match: no night, and the reason says so
-    odd = data.Coverage.of([("orders", 0, "s3://b/elsewhere/orders-0/00000000000000000000.log")],
+    odd = data.Coverage.of([("orders", 0, "s3://b/elsewhere/orders-0/00000000000000000000.log", None)],
                            pattern, "{prefix}/{snapshot_date}/")
     assert not odd.nights and "{prefix}/{snapshot_date}/" in odd.reason
+    # the ledger's night, where it has one, over the URI's
+    told = data.Coverage.of([("orders", 0, seg.format("2026-11-19"), "2026-11-21")], pattern, "t")
+    assert told.partitions == {("orders", 0): ("2026-11-21",)}
 
 
 def test_an_unpublished_run_is_placed_by_the_ledger_its_audit_read(tmp_path):
@@ -788,9 +843,12 @@ def test_run_page_lists_problems_first_then_collapsed_passes(warehouse, client):
         assert dom.one(id="run-id").text == run["run_id"]
         assert dom.one(id="verdict").text == expected_verdict(run)
         want = expected_counts(run)
-        # one count vocabulary: checks per topic-partition failed / warned / passed
-        assert dom.one(id="counts").text == "Checks per topic-partition: " + " · ".join(
-            f"{want[s]} {w}" for s, w in (("fail", "failed"), ("warn", "warned"), ("pass", "passed")))
+        # one count vocabulary: results (a check on a topic-partition) fail, warn or pass
+        words = {"fail": ("failure", "failures"), "warn": ("warning", "warnings"),
+                 "pass": ("pass", "passes")}
+        assert dom.one(id="counts").text == " · ".join(
+            f"{want[s]} {words[s][want[s] != 1]}" for s in words if want[s]) + \
+            ", counted per check × topic-partition"
         rows = run_page_rows(dom)
         assert Counter((r.attrs["data-check"], r.attrs["data-topic"], r.attrs["data-partition"],
                         r.attrs["data-status"]) for r in rows) == \
@@ -821,29 +879,43 @@ def test_run_page_lists_problems_first_then_collapsed_passes(warehouse, client):
             sections = dom.find("section", id=f"outcome-{status}")
             assert len(sections) == (1 if want[status] else 0)
             if want[status]:
-                assert sections[0].text.startswith(f"{title}: {want[status]} check")
+                assert sections[0].text.startswith(f"{title}: {want[status]} (counted per check "
+                                                   "× topic-partition)")
         # never a severity column: the configured severity is a label of passing rows only
         assert "Severity" not in [th.text for th in dom.find("th")]
         assert all(c.text in data.SEVERITY_LABELS.values() for c in dom.find("td", cls="if-found"))
         assert len(dom.find("td", cls="if-found")) == want["pass"]
 
 
+#: a segment URI of scenario()'s messages
+SEGMENT_URI = re.compile(r"s3://[^\s()]+?\.log")
+
+
 def test_run_page_says_each_problem_in_one_plain_line(warehouse, client):
+    """One line per problem: topic-partition, offsets, the segment by its partition folder and
+    file name (the whole URI on hover), byte position; the rest behind disclosures."""
     root, runs = warehouse
     run = runs[1]  # fails (CRC, broker timestamps) and warns (a missing segment)
-    dom = Dom(client.get(f"/runs/{run['token']}").text)
+    html = client.get(f"/runs/{run['token']}").text
+    dom = Dom(html)
     problems = [r for r in run["rows"] if r["status"] != "pass"]
     lines = [el.text for el in dom.find("div", cls="problem-line")]
     assert len(lines) == len(problems) > 0
     by_key = {(r["check"], r["topic"], r["partition"]): r for r in problems}
     rows = [r for r in dom.find("tr", cls="result") if r.attrs["data-status"] != "pass"]
+    hover = {el.attrs["title"]: el.text for el in dom.find("span", cls="uri")}
     for row, line in zip(rows, lines):
         want = by_key[(row.attrs["data-check"], row.attrs["data-topic"], int(row.attrs["data-partition"]))]
         first = json.loads(want["details"])["items"][0]
-        assert line == f"{row.attrs['data-topic']}-{row.attrs['data-partition']}: " + data.describe_item(first)
+        full = f"{row.attrs['data-topic']}-{row.attrs['data-partition']}: " + data.describe_item(first)
+        assert first["segment"].startswith("s3://") and first["segment"] in full
+        assert line == SEGMENT_URI.sub(lambda m: short(m.group(0)), full)
         assert f"{first['first_offset']}..{first['last_offset']}" in line or \
             f"offset {first['first_offset']}" in line
-        assert first["segment"] in line
+        assert first["segment"] not in line and short(first["segment"]) in line
+        assert hover[first["segment"]] == short(first["segment"])  # the whole URI on hover
+        assert short(first["segment"]).endswith(f"/{want['topic']}-{want['partition']}/"
+                                                + first["segment"].rsplit("/", 1)[1])
         assert line in row.text and f"{want['failed']} item" in row.text
         assert f"{want['observed']:,} {UNITS[want['check']]} checked" in row.text
     # raw JSON only inside the "raw details" disclosures, one per row
