@@ -849,6 +849,14 @@ def test_run_page_lists_problems_first_then_collapsed_passes(warehouse, client):
         assert dom.one(id="counts").text == " · ".join(
             f"{want[s]} {words[s][want[s] != 1]}" for s in words if want[s]) + \
             ", counted per check × topic-partition"
+        # the Data Docs' unit: one suite per check, its status the check's worst
+        worst: dict = {}
+        for r in run["rows"]:
+            worst[r["check"]] = min(worst.get(r["check"], "pass"), r["status"], key=RANK.get)
+        suites = Counter(worst.values())
+        assert dom.one(id="suites").text == f"(they count {len(worst)} suites, one per check: " + \
+            " · ".join(f"{suites[s]} {w}" for s, w in (("fail", "failed"), ("warn", "warned"),
+                                                        ("pass", "passed")) if suites[s]) + ")"
         rows = run_page_rows(dom)
         assert Counter((r.attrs["data-check"], r.attrs["data-topic"], r.attrs["data-partition"],
                         r.attrs["data-status"]) for r in rows) == \
@@ -1079,6 +1087,337 @@ def test_s3_warehouse(s3_bucket, s3_catalog, monkeypatch):
     assert app.get(f"/runs/{runs[0]['token']}/docs/nothing.html").status_code == 404
     dom = Dom(app.get("/").text)
     assert [r.attrs["data-token"] for r in dom.find("tr", cls="run")] == [r["token"] for r in newest_first]
+
+
+# ---- what the audit sees absent (issue 32) ---------------------------------------------------
+#
+# Rows as the audit writes them under issue 32's contract: ``night`` on every row (the run's
+# latest night; for ``snapshot_missing`` the night without a snapshot), ``snapshot_missing``
+# rows of no topic, ``missing_partition`` rows of a topic-partition absent tonight (or of a
+# whole topic, gone), findings of no topic-partition on the snapshot itself.
+
+
+def row(run_id: str, check: str, topic, partition, night: str, at: dt.datetime, *,
+        status: str = "pass", observed: int = 10, unit: str = "batches", items=()) -> dict:
+    """A dq_results row of ``check`` whose details hold ``items`` (each graded by its own
+    ``status``): ``failed`` counts those that warned or failed, as results.build_rows does."""
+    classes: dict = {}
+    for it in items:
+        c = classes.setdefault(it["class"], {"status": it["status"], "items": 0, "offsets": None})
+        c["items"] += 1
+    failed = sum(1 for it in items if it["status"] != "pass")
+    return {"run_id": run_id, "check": check, "topic": topic, "partition": partition,
+            "status": status, "severity": status, "observed": observed, "failed": failed,
+            "details": json.dumps({"unit": unit, "classes": classes, "items": list(items),
+                                   "more_items": 0}),
+            "checked_at": at, "night": night}
+
+
+def item(cls: str, status: str, message: str, segment=None, first=None, last=None) -> dict:
+    return {"class": cls, "status": status, "first_offset": first, "last_offset": last,
+            "offsets": None if first is None else last - first + 1, "value": None,
+            "segment": segment, "position": None, "message": message}
+
+
+def no_snapshot_row(run_id: str, night: str, at: dt.datetime, status: str = "warn") -> dict:
+    """The audit's row for a night it was due to read that had no snapshot."""
+    folder = f"{SNAPSHOTS}/{night}/"
+    return row(run_id, "snapshot_missing", None, None, night, at, status=status, observed=1,
+               unit="nights", items=[item("no_snapshot", status, f"no snapshot for {night}: "
+                                          f"nothing under {folder}", folder)])
+
+
+def passing_run(run_id: str, night: str, at: dt.datetime, partitions=PARTITIONS) -> dict:
+    """A run of one night whose every check passed on ``partitions``."""
+    rows = [row(run_id, check, t, p, night, at, observed=100 + i, unit=UNITS[check])
+            for i, (t, p) in enumerate(partitions) for check in CHECKS]
+    return {"run_id": run_id, "checked_at": at, "rows": rows, "nights": [night],
+            "partitions": list(partitions), "token": storage.run_token(run_id)}
+
+
+def at_night(night: str, hours: int = 4) -> dt.datetime:
+    return dt.datetime.fromisoformat(night).replace(tzinfo=dt.timezone.utc) + dt.timedelta(hours=hours)
+
+
+@pytest.mark.parametrize("status", ["warn", "fail"])
+def test_a_night_without_a_snapshot_is_on_the_page(tmp_path, monkeypatch, status):
+    """A night the nightly DAG was due to read and found no snapshot of (a snapshot_missing row,
+    no ledger rows) is a column of "no snapshot" cells in its status' colour, an unhealthy
+    night with its line, a run with that verdict in the runs table, on its page and behind its
+    Airflow tab; due nights nothing ran for are "no run" columns."""
+    root = str(tmp_path / "warehouse")
+    first, skipped = "2026-11-17", "2026-11-19"  # NOW is 2026-11-20 12:00: due 17..20
+    read = passing_run("scheduled__2026-11-17T03:00:00+00:00", first, at_night(first))
+    gone = {"run_id": "scheduled__2026-11-19T03:00:00+00:00", "checked_at": at_night(skipped),
+            "rows": [no_snapshot_row("scheduled__2026-11-19T03:00:00+00:00", skipped,
+                                     at_night(skipped), status)]}
+    for run in (read, gone):
+        run["token"] = write_run(root, run)
+    write_ledger(root, [read])
+    client = make_client(root)
+    api = client.get("/api/nights").json()
+    assert api["nights"] == ["2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
+    assert api["no_run"] == ["2026-11-18", "2026-11-20"]
+    assert list(api["no_snapshot"]) == [skipped]
+    assert (api["no_snapshot"][skipped]["status"], api["no_snapshot"][skipped]["token"]) == \
+        (status, gone["token"])
+    assert api["night_outcomes"][skipped] == status
+    dom = Dom(client.get("/").text)
+    column = [c for c in dom.find("rect", cls="cell") if c.attrs.get("data-night") == skipped]
+    rows = int(dom.one("svg", id="night-grid").attrs["data-rows"])
+    assert len(column) == rows == 1 + len(PARTITIONS)  # the night's own row and every partition's
+    assert {(c.attrs["data-kind"], c.attrs["data-outcome"], c.attrs["fill"]) for c in column} == \
+        {("no_snapshot", status, svg.OUTCOME_FILLS[status])}
+    no_run = [c for c in dom.find("rect", cls="cell") if c.attrs.get("data-night") in api["no_run"]
+              and c.attrs["data-row"] == "whole night"]
+    assert {c.attrs["data-outcome"] for c in no_run} == {"no_run"} and len(no_run) == 2
+    assert dom.one("p", id="headline").text == f"Unhealthy nights: {skipped} ({status}, no snapshot)"
+    night = dom.one("div", id=f"night-{skipped}")
+    [line] = night.text.split(" snapshot_missing ")[1:]
+    assert line == f"snapshot {skipped}: no snapshot for {skipped}: nothing under …/snapshots/{skipped}/"
+    # its line and every cell of its column link to its row on the run's page
+    links = {a.attrs["href"] for a in dom.find("a") if a.attrs.get("href", "").startswith(
+        f"runs/{gone['token']}#")}
+    assert links == {f"runs/{gone['token']}#r-snapshot_missing-snapshot-{skipped}"}
+    runs = {r.attrs["data-run-id"]: r for r in dom.find("tr", cls="run")}
+    assert runs[gone["run_id"]].attrs["data-verdict"] == status
+    assert f"no snapshot: {skipped}" in runs[gone["run_id"]].text
+    # its page: the verdict, the night without a snapshot, the row labelled as the snapshot;
+    # the reason Airflow skipped the rest of the run beside it
+    from kafkalog_quality import links
+
+    monkeypatch.setattr(links, "skip_reason", lambda run_id: f"nothing to decode for {skipped}"
+                        if run_id == gone["run_id"] else None)
+    page = Dom(client.get(f"/runs/{gone['token']}").text)
+    assert page.one(id="verdict").text == status
+    assert page.one(id="nights").text == f"No snapshot: {skipped}"
+    assert page.one(id="skip-reason").text.endswith(f"nothing to decode for {skipped}")
+    result = page.one("tr", id=f"r-snapshot_missing-snapshot-{skipped}")
+    assert page.one("tr", id=f"r-snapshot_missing-snapshot-{skipped}").attrs["data-status"] == status
+    assert f"snapshot {skipped}" in result.text
+    assert page.one(id="counts").text == \
+        f"1 {'warning' if status == 'warn' else 'failure'}, counted per check × topic-partition"
+    # the run's "Data quality" tab in Airflow opens that page, instead of "no report: skipped"
+    from kafkalog_quality.links import create_view_app
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv(data.ENV, root)
+    monkeypatch.delenv("AIRFLOW_VAR_KAFKALOG_WAREHOUSE", raising=False)
+    tab = TestClient(create_view_app(authenticate=False)).get(
+        f"/kafka_segments_nightly/{gone['run_id']}", follow_redirects=False)
+    assert tab.status_code == 307 and tab.headers["location"].endswith(f"/runs/{gone['token']}")
+    # a later run that reads the night after all: its cells replace "no snapshot"
+    late = passing_run("manual__2026-11-20T09:00:00+00:00", skipped, at_night("2026-11-20", 9))
+    late["token"] = write_run(root, late)
+    write_ledger(root, [late])
+    api = client.get("/api/nights").json()
+    assert not api["no_snapshot"] and api["night_outcomes"][skipped] == "pass"
+    assert {c["token"] for c in api["cells"] if c["night"] == skipped} == {late["token"]}
+
+
+def test_absent_partitions_topics_and_files_of_no_partition_are_graded(tmp_path):
+    """A topic-partition earlier nights held and tonight lacks is drawn in its own cell with
+    the missing_partition warning (not as "not read"); a deleted topic is a row of the topic,
+    accepted; a finding of no topic-partition is the snapshot's row. The run page labels each."""
+    root = str(tmp_path / "warehouse")
+    before, night = "2026-11-19", "2026-11-20"
+    earlier = passing_run("scheduled__2026-11-19T03:00:00+00:00", before, at_night(before))
+    run_id, at = "scheduled__2026-11-20T03:00:00+00:00", at_night(night)
+    tonight = passing_run(run_id, night, at, partitions=[("orders", 0)])
+    gone = (f"orders-1 is not in the snapshot of {night}: last ingested offset 41, last seen on "
+            f"{before}")
+    stray = f"{SNAPSHOTS}/{night}/stray.log"
+    tonight["rows"] += [
+        row(run_id, "missing_partition", "orders", 0, night, at, observed=1, unit="partitions"),
+        row(run_id, "missing_partition", "orders", 1, night, at, status="warn", observed=1,
+            unit="partitions", items=[item("missing", "warn", gone)]),
+        row(run_id, "missing_partition", "payments", None, night, at, observed=1, unit="partitions",
+            items=[item("topic_deleted", "pass", f"topic payments: every partition gone since {before}")]),
+        row(run_id, "decoder_findings", None, None, night, at, status="warn", observed=1,
+            unit="segments", items=[item("unparsable_name", "warn",
+                                         f"{stray}: not <topic>-<partition>/<base>.log", stray)]),
+    ]
+    for run in (earlier, tonight):
+        write_run(root, run)
+    write_ledger(root, [earlier, tonight])
+    client = make_client(root)
+    cells = {(c["topic"], c["partition"], c["night"]): c for c in client.get("/api/nights").json()["cells"]}
+    assert {k: (c["outcome"], c["label"], c["anchor"]) for k, c in cells.items() if k[2] == night} == {
+        (None, None, night): ("warn", "snapshot", "r-decoder_findings-snapshot-" + night),
+        ("orders", 0, night): ("pass", "orders-0", None),
+        ("orders", 1, night): ("warn", "orders-1", "r-missing_partition-orders-1"),
+        ("payments", None, night): ("accepted", "payments (topic)", "r-missing_partition-payments-all"),
+    }
+    assert cells[("payments", 0, before)]["outcome"] == "pass"  # read the night before
+    dom = Dom(client.get("/").text)
+    labels = [t.text for t in dom.find("text", cls="row-label")]
+    assert labels == ["whole night", "snapshot", "orders-0", "orders-1", "payments (topic)", "payments-0"]
+    [absent] = [c for c in dom.find("rect", cls="cell")
+                if (c.attrs.get("data-tp"), c.attrs.get("data-night")) == ("orders-1", night)]
+    assert (absent.attrs["data-outcome"], absent.attrs["fill"]) == ("warn", svg.OUTCOME_FILLS["warn"])
+    page = Dom(client.get(f"/runs/{tonight['token']}").text)
+    where = {r.attrs["id"]: r for r in page.find("tr", cls="result")}
+    assert len(where) == len(tonight["rows"])  # every row its own anchor
+    assert where["r-missing_partition-orders-1"].text.count(f"orders-1: {gone}") == 1
+    assert f"snapshot {night}: …/{night}/stray.log: not" in where[f"r-decoder_findings-snapshot-{night}"].text
+    assert "payments (topic)" in where["r-missing_partition-payments-all"].text
+    assert "topic_deleted: 1 item" in where["r-missing_partition-payments-all"].text  # accepted
+
+
+def test_a_check_that_had_nothing_to_check_reads_nothing_new(tmp_path):
+    """A result that passed having checked nothing (observed 0, e.g. crc over unchanged
+    segments) is "nothing new" in grey: counted apart, listed apart, a partition whose every
+    check had nothing new is a grey cell, never a green pass."""
+    root = str(tmp_path / "warehouse")
+    night = "2026-11-20"
+    run = passing_run("scheduled__2026-11-20T03:00:00+00:00", night, at_night(night))
+    idle = [r for r in run["rows"] if (r["topic"], r["partition"]) == ("orders", 0)
+            or (r["check"], r["topic"], r["partition"]) == ("crc", "orders", 1)]
+    for r in idle:
+        r["observed"] = 0
+    write_run(root, run)
+    write_ledger(root, [run])
+    client = make_client(root)
+    dom = Dom(client.get("/").text)
+    cells = {c.attrs["data-tp"]: c for c in dom.find("rect", cls="cell") if "data-tp" in c.attrs}
+    assert (cells["orders-0"].attrs["data-outcome"], cells["orders-0"].attrs["fill"]) == \
+        ("nothing_new", svg.OUTCOME_FILLS["nothing_new"])
+    assert cells["orders-1"].attrs["data-outcome"] == "pass"  # one check had something to check
+    [tr] = dom.find("tr", cls="run")
+    n, rest = len(idle), len(run["rows"]) - len(idle)
+    assert (int(dom.one("td", cls="count-nothing_new").text), int(dom.one("td", cls="count-pass").text)) \
+        == (n, rest)
+    page = Dom(client.get(f"/runs/{run['token']}").text)
+    assert page.one(id="counts").text == f"{rest} passes · {n} nothing new, counted per check × topic-partition"
+    idle_rows = page.one("details", id="nothing-new")
+    listed = [r for r in page.find("tr", cls="row-nothing-new")]
+    assert sorted((r.attrs["data-check"], r.attrs["data-topic"], r.attrs["data-partition"]) for r in listed) \
+        == sorted((r["check"], r["topic"], str(r["partition"])) for r in idle)
+    assert all(r.attrs["data-check"] in idle_rows.text for r in listed)
+    assert [c.text for c in page.find("span", cls="nothing-new")] == ["nothing new"] * n
+    assert " 0 batches checked" not in page.one("details", id="passes").text
+
+
+def test_a_failed_run_says_it_was_not_published_and_the_ways_forward(tmp_path):
+    """A run whose audit failed opens with "Not published: main unchanged", where its rows are
+    (its branch, how to read it) and the ways forward: clear it, run again without the failing
+    topic (the DAG's topics param), or a policy override for that topic."""
+    from pyiceberg.expressions import EqualTo
+
+    root = str(tmp_path / "warehouse")
+    night = "2026-11-20"
+    run_id, at = "scheduled__2026-11-20T03:00:00+00:00", at_night(night)
+    failed = passing_run(run_id, night, at)
+    crc = item("crc_mismatch", "fail", "stored crc 0x1, computed 0x2", f"{SNAPSHOTS}/{night}/payments-0/"
+               + segment_name(0), 5, 9)
+    hole = item("unexplained", "fail", "offsets 3..4 inside a segment that shows no compaction",
+                f"{SNAPSHOTS}/{night}/payments-0/" + segment_name(0), 3, 4)
+    failed["rows"] = [r for r in failed["rows"] if not (r["topic"] == "payments" and r["check"]
+                                                        in ("crc", "offset_gaps"))]
+    failed["rows"] += [row(run_id, "crc", "payments", 0, night, at, status="fail", items=[crc]),
+                       row(run_id, "offset_gaps", "payments", 0, night, at, status="fail", items=[hole])]
+    sid = write_ledger(root, [failed])  # its ledger rows, as its audit read them on its branch
+    ledger = iceberg_warehouse(root).table("ledger")
+    branch = iceberg.branch_name(run_id)
+    ledger.manage_snapshots().create_branch(sid, branch).commit()
+    ledger.delete(EqualTo("run_id", run_id))  # never published: not on main
+    write_run(root, failed, summary={iceberg.AUDITED: json.dumps({"ledger": sid})})
+    client = make_client(root)
+    dom = Dom(client.get(f"/runs/{failed['token']}").text)
+    section = dom.one("section", id="not-published")
+    html = client.get(f"/runs/{failed['token']}").text
+    assert html.index('id="verdict"') < html.index('id="not-published"') < html.index('id="counts"')
+    text = " ".join(section.text.split())
+    assert text.startswith("Not published: main unchanged")
+    assert f"Iceberg branch {branch} " in text and f'ref="{branch}"' in text
+    assert f"kafkalog.kafka.records.branch_{branch}" in text
+    assert dom.one("code", id="guide").text == "dags/README.md#after-a-failed-audit"
+    conf = json.dumps({"date_from": night, "topics": "orders"})
+    assert f"airflow dags trigger kafka_segments_nightly --conf '{conf}'" in text
+    assert "every topic it read but payments" in text
+    assert dom.one("pre", cls="policy").text == (
+        "topics:\n  payments:\n    checks:\n      crc: {severity: warn}\n"
+        "      offset_gaps: {classes: {unexplained: warn}}")
+    # its branch dropped (the run planned again): said so
+    ledger.manage_snapshots().remove_branch(branch).commit()
+    text = " ".join(Dom(client.get(f"/runs/{failed['token']}").text).one(id="not-published").text.split())
+    assert f"branch {branch}, which the ledger no longer has" in text
+    # a published run, and a run that only warned: no such section
+    write_ledger(root, [failed])
+    assert not Dom(client.get(f"/runs/{failed['token']}").text).find(id="not-published")
+
+
+def test_problem_lines_show_uris_by_partition_folder_and_file():
+    """Every URI or absolute path in a line: its last two parts, the whole on hover;
+    punctuation after it and text that is no URI are left alone; everything escaped."""
+    seg = "s3://kafka-snapshots/snapshots/2026-11-21/orders-0/00000000000000000034"
+    text = (f"index_mismatch in {seg}.log at 1000..1000: {seg}.index: entry 2 <b>; local "
+            "/tmp/demo/snapshots/2026-11-21/payments-1/00000000000000000025.log, night "
+            "s3://kafka-snapshots/snapshots/2026-11-27/ and 3/4 or a/b")
+    dom = Dom(f"<p>{pages.line_html(text)}</p>")
+    spans = [(s.attrs["title"], s.text) for s in dom.find("span", cls="uri")]
+    assert spans == [
+        (f"{seg}.log", "…/orders-0/00000000000000000034.log"),
+        (f"{seg}.index", "…/orders-0/00000000000000000034.index"),
+        ("/tmp/demo/snapshots/2026-11-21/payments-1/00000000000000000025.log",
+         "…/payments-1/00000000000000000025.log"),
+        ("s3://kafka-snapshots/snapshots/2026-11-27/", "…/snapshots/2026-11-27/")]
+    assert dom.one("p").text == (
+        "index_mismatch in …/orders-0/00000000000000000034.log at 1000..1000: "
+        "…/orders-0/00000000000000000034.index: entry 2 <b>; local "
+        "…/payments-1/00000000000000000025.log, night …/snapshots/2026-11-27/ and 3/4 or a/b")
+    assert pages.short_uri("s3://b/x.log") == "s3://b/x.log"  # nothing to gain
+
+
+def test_due_nights_follow_the_nightly_schedule():
+    """The nights the DAG was due to read: the UTC date of each cron fire time up to now (a
+    night's run fires at 03:00 by default), one a day however often it fires; a schedule that
+    cannot be read: every day between the nights in the data, said so."""
+    at = dt.datetime(2026, 11, 24, 12, tzinfo=dt.timezone.utc)  # a Tuesday
+    days = ["2026-11-19", "2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23", "2026-11-24"]
+    assert calendar.scheduled_nights("0 3 * * *", "2026-11-19", at) == days
+    assert calendar.scheduled_nights("0 3 * * *", "2026-11-19", at.replace(hour=2)) == days[:-1]
+    assert calendar.scheduled_nights("*/30 * * * *", "2026-11-19", at) == days
+    assert calendar.scheduled_nights("0 3 * * 1-5", "2026-11-19", at) == \
+        ["2026-11-19", "2026-11-20", "2026-11-23", "2026-11-24"]  # no weekend
+    columns, due, note = calendar.night_columns(["2026-11-19", "2026-11-22"], "0 3 * * 1-5", at)
+    assert columns == ["2026-11-19", "2026-11-20", "2026-11-22", "2026-11-23", "2026-11-24"]
+    assert due == {"2026-11-19", "2026-11-20", "2026-11-23", "2026-11-24"} and note is None
+    columns, due, note = calendar.night_columns(["2026-11-19", "2026-11-21"], "not a cron", at)
+    assert columns == days[:3] and not due and "'not a cron'" in note
+    old = (at - dt.timedelta(days=calendar.MAX_CALENDAR_DAYS + 1)).date().isoformat()
+    assert calendar.night_columns([old, "2026-11-20"], "0 3 * * *", at) == ([old, "2026-11-20"], set(), None)
+
+
+def test_tables_without_the_night_column_are_read(tmp_path):
+    """dq_results and ledger as older audits wrote them (no ``night``): read as null, the
+    nights taken from the segment URIs; once the tables have the column, the ledger's night
+    wins over the URI's, and a ledger snapshot from before it still reads."""
+    from pyiceberg.expressions import EqualTo
+
+    root = str(tmp_path / "warehouse")
+    old, new = scenario()[0], scenario()[1]
+    for r in old["rows"]:
+        del r["night"]
+    old_sid = write_ledger(root, [old], night=False)
+    write_run(root, old, night=False)
+    wh = data.Warehouse(root)
+    [run] = wh.runs()
+    assert {r.night for r in run.results} == {None}
+    assert wh.coverage([run])[run.token].nights == old["nights"]
+    # the audit of issue 32 evolves both tables; an older run's rows stay, null
+    new["ledger_night"] = "2026-11-21"  # the listing's night, whatever the URI says
+    write_ledger(root, [new])
+    write_run(root, new, summary={iceberg.AUDITED: json.dumps({"ledger": old_sid})})
+    iceberg_warehouse(root).table("ledger").delete(EqualTo("run_id", old["run_id"]))
+    write_run(root, old, night=False, summary={iceberg.AUDITED: json.dumps({"ledger": old_sid})})
+    wh = data.Warehouse(root)
+    runs = {r.run_id: r for r in wh.runs()}
+    cov = wh.coverage(list(runs.values()))
+    assert {r.night for r in runs[new["run_id"]].results} == set(new["nights"])
+    assert cov[runs[new["run_id"]].token].nights == ["2026-11-21"]
+    assert cov[runs[old["run_id"]].token].nights == old["nights"]  # its audit's ledger snapshot
+    assert cov[runs[old["run_id"]].token].published is False
 
 
 # ---- the extra link and the plugin as Airflow loads it ------------------------------------

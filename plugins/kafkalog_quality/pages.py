@@ -188,8 +188,7 @@ def _no_snapshot_cell(gone: nights.NoSnapshot, label: str | None) -> dict:
     return {"fill": _fill(gone.status), "mark": NO_SNAPSHOT_MARK, "title": title,
             "href": f"{run_href(gone.run.token)}#{gone.result.anchor}",
             "attrs": {"data-night": gone.night, "data-outcome": gone.status,
-                      "data-kind": nights.NO_SNAPSHOT, "data-token": gone.run.token,
-                      **({"data-tp": label} if label is not None else {})}}
+                      "data-kind": nights.NO_SNAPSHOT, "data-token": gone.run.token}}
 
 
 def night_grid(ov: nights.Overview) -> str:
