@@ -39,7 +39,10 @@ details.topics{display:inline-block;vertical-align:top}details.topics summary{co
 details.topics .tp-list{white-space:normal;max-width:26em;color:#656d76;font-size:12px}
 #not-published{border:1px solid #ffb3b8;background:#fff5f5;border-radius:6px;padding:4px 14px;margin:8px 0 16px}
 #not-published h2{margin:8px 0 4px;color:#a40e26}#not-published ol{margin:4px 0 8px;padding-left:22px}
-#not-published li{margin:4px 0}pre.policy{background:#f6f8fa;padding:6px 8px;border-radius:4px}
+#not-published li{margin:4px 0}#not-published p{margin:6px 0}
+pre.policy{display:table;background:#f6f8fa;padding:4px 10px;border-radius:4px;margin:4px 0}
+details.read-branch{margin:0 0 6px}
+.not-published-note{color:#a40e26;font-size:12px}td.run-cell .error{white-space:normal}
 .group-title{font-size:16px;font-weight:600;color:#1f2328}#passes{margin:20px 0}
 details.more-items ul{margin:4px 0;padding-left:18px;font-family:ui-monospace,monospace;font-size:12px}
 .muted{color:#656d76}.error{color:#a40e26}nav a{margin-right:12px}
@@ -350,8 +353,11 @@ def index_page(runs: list[data.Run], base: str, root: str, ov: nights.Overview |
         docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}" '
                 f'title="{escape(_suites_title(run))}">Data Docs</a>'
                 if run.has_docs else '<span class="muted">—</span>')
-        note = f'<div class="error">{escape(run.error)}</div>' if run.error else ""
         cov = ov.coverage.get(run.token)
+        note = f'<div class="error">{escape(run.error)}</div>' if run.error else ""
+        if remedies.unpublished(run, cov):
+            note += '<div class="not-published-note">not published: main unchanged</div>'
+
         rows.append(
             f'<tr class="run row-{escape(run.verdict)}" data-token="{escape(run.token)}" '
             f'data-run-id="{escape(run.run_id)}" data-verdict="{escape(run.verdict)}">'

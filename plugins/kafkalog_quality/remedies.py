@@ -81,56 +81,59 @@ def override(bad: dict) -> str:
     return "topics:\n" + "\n".join(lines) if lines else ""
 
 
+def unpublished(run: Run, cov: Coverage | None) -> bool:
+    """A run whose audit failed and whose rows are not on ``main`` (the DAG did not publish it)."""
+    return run.verdict == "fail" and not (cov is not None and cov.published)
+
+
 def section(run: Run, cov: Coverage | None, *, root: str, catalog: str, namespace: str) -> str:
     """The section a failed, unpublished run's page opens with ("" for any other run)."""
-    if run.verdict != "fail" or (cov is not None and cov.published):
+    if not unpublished(run, cov):
         return ""
     cov = cov or Coverage()
     branch = branch_name(run.run_id)
     bad = failing(run)
-    read = f"{nights_text(cov.read)}" if cov.read else "its nights"
     if cov.branch:
         where = (f"Its rows are on its Iceberg branch <code>{escape(branch)}</code> of the tables "
-                 "(records, batches, markers, findings, ledger), until a later plan of this run "
-                 "makes the branch again. Read it with "
+                 "(records, batches, markers, findings, ledger) until this run is planned again."
+                 '</p><details class="read-branch"><summary>How to read that branch</summary>'
                  f"<code>spark_jobs.tables.read_arrow({escape(json.dumps(root))}, \"records\", "
-                 f"ref=\"{escape(branch)}\")</code> or, in Spark with the Iceberg runtime, "
+                 f"ref=\"{escape(branch)}\")</code>, or in Spark with the Iceberg runtime "
                  f"<code>SELECT * FROM {escape(catalog)}.{escape(namespace)}.records.branch_"
-                 f"{escape(branch)}</code> (<code>{READING}</code>).")
+                 f"{escape(branch)}</code> (<code>{READING}</code>)</details>")
     else:
         where = (f"Its rows were on its Iceberg branch <code>{escape(branch)}</code>, which the "
-                 "ledger no longer has (a later plan of the run made it again, or it was "
-                 f"dropped: <code>{READING}</code>).")
-    topics = [t for t in bad if t is not None]
+                 "ledger no longer has (the run was planned again, or the branch dropped: "
+                 f"<code>{READING}</code>).</p>")
+    topics = sorted(t for t in bad if t is not None)
     keep = [t for t in cov.topics if t not in bad]
     dates = {"date_from": cov.read[0], **({"date_to": cov.read[-1]} if len(cov.read) > 1 else {})} \
         if cov.read else {}
     if None in bad:
-        rerun = ("not open here: a failure of the snapshot itself (no topic) is in every run "
-                 "of these nights")
+        rerun = ("<b>Run again without the failing topic</b>: not open here, a failure of the "
+                 "snapshot itself (no topic) is in every run of these nights.")
     elif not keep:
-        rerun = "not open here: every topic the run read has a failed check"
+        rerun = ("<b>Run again without the failing topic</b>: not open here, every topic the run "
+                 "read has a failed check.")
     else:
         conf = {**dates, "topics": ", ".join(keep)}
-        rerun = (f"trigger <code>{NIGHTLY_DAG_ID}</code> for {escape(read)} with the param "
-                 f"<code>topics</code> = <code>{escape(', '.join(keep))}</code> (every topic it "
-                 f"read but {escape(', '.join(sorted(topics)))}): "
-                 f"<code>airflow dags trigger {NIGHTLY_DAG_ID} --conf "
-                 f"'{escape(json.dumps(conf))}'</code>. That run publishes those topics' "
-                 "partitions; this one stays unpublished.")
+        rerun = (f"<b>Run again without {escape(', '.join(topics))}</b>: trigger "
+                 f"<code>{NIGHTLY_DAG_ID}</code> with the param <code>topics</code> = every topic "
+                 f"it read but {escape(', '.join(topics))}: <code>airflow dags trigger "
+                 f"{NIGHTLY_DAG_ID} --conf '{escape(json.dumps(conf))}'</code>. That run "
+                 "publishes their partitions; this one stays unpublished.")
     snippet = override(bad)
-    policy = (f"a per-topic override in <code>{POLICY_FILE}</code> (deployed with the pipeline) "
-              "makes the finding a warning for that topic, then clear this run"
+    policy = (f"<b>Accept it by policy</b>: a per-topic override in <code>{POLICY_FILE}</code> "
+              "(deployed with the pipeline) makes the finding a warning for that topic; then "
+              "clear this run"
               + (f":<pre class=\"policy\">{escape(snippet)}</pre>" if snippet else
                  " (a failure of no topic is graded by the check's defaults, <code>checks:</code>)."))
     return (
         '<section id="not-published" class="not-published">'
         "<h2>Not published: main unchanged</h2>"
         "<p>A check failed, so the DAG did not publish this run: <code>main</code> of every "
-        f"table is as it was before. {where}</p>"
+        f"table is as it was. {where}"
         f'<p>Ways forward (<code id="guide">{GUIDE}</code>):</p><ol class="ways">'
-        "<li><b>Fix the cause and clear the run</b> (in Airflow, clear the DAG run from "
-        "<code>plan</code>): it is decoded, audited and, if it passes, published again under "
-        "the same run id.</li>"
-        f"<li><b>Run again without the failing topic</b>: {rerun}</li>"
-        f"<li><b>Accept it by policy</b>: {policy}</li></ol></section>")
+        "<li><b>Fix the cause and clear the run</b> (in Airflow, from <code>plan</code>): it is "
+        "decoded, audited and, if it passes, published under the same run id.</li>"
+        f"<li>{rerun}</li><li>{policy}</li></ol></section>")
