@@ -20,10 +20,10 @@ warehouse root; the catalog itself is found as :func:`spark_jobs.iceberg.catalog
 says (pyiceberg's configuration, else the embedded SQLite catalog of a local ``W``). S3
 access (an ``s3://`` warehouse, its data files and Data Docs) comes from the environment.
 
-**Cache**: the table is read with pyarrow through pyiceberg
-(:func:`spark_jobs.tables.read_arrow`) and its runs are kept in a cache keyed by the
-table's current snapshot id, so a page view costs one catalog lookup (the table's
-metadata) and reads data files only after a new snapshot.
+**Cache**: the table is read with pyarrow through pyiceberg (:func:`scan`: a column a
+snapshot's schema lacks reads null) and its runs are kept in a cache keyed by the table's
+current snapshot id, so a page view costs one catalog lookup (the table's metadata) and
+reads data files only after a new snapshot.
 
 **Failures never break a page**: a catalog or table that cannot be read raises
 :class:`WarehouseUnavailable`, which the app shows as a message (status 503); a data file

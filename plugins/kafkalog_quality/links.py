@@ -5,10 +5,12 @@
 - :func:`create_view_app`: the page behind the "Data quality" tabs that the plugin adds
   to every DAG run and task instance (``external_views`` with destination ``dag_run`` /
   ``task_instance``, embedded in the Airflow shell). ``GET /{dag_id}/{run_id}`` redirects
-  to the run's report page when ``dq_results`` holds the run; otherwise it says why
-  there is none, from Airflow's metadata: the night was skipped (with the ``plan``
-  task's reason), the audit has not run yet, or did not run because a task before it
-  failed, or the DAG is not one the audit covers. Never a report that does not exist.
+  to the run's report page when ``dq_results`` holds the run (also a night the audit found
+  no snapshot of: its ``snapshot_missing`` result, the ``plan`` task's reason beside it,
+  :func:`skip_reason`); otherwise it says why there is none, from Airflow's metadata: the
+  night was skipped (with the ``plan`` task's reason), the audit has not run yet, or did not
+  run because a task before it failed, or the DAG is not one the audit covers. Never a
+  report that does not exist.
 """
 
 from __future__ import annotations
