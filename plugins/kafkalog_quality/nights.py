@@ -138,8 +138,10 @@ class NoSnapshot:
     def status(self) -> str:
         return self.result.status
 
-    def title(self) -> str:
-        lines = [f"{self.night} · no snapshot · {OUTCOME_WORDS.get(self.status, self.status)}",
+    def title(self, row: str | None = None) -> str:
+        """Its tooltip (in grid row ``row``): night, "no snapshot", status, the line, the run."""
+        where = f" · {row}" if row else ""
+        lines = [f"{self.night}{where} · no snapshot · {OUTCOME_WORDS.get(self.status, self.status)}",
                  self.result.first_problem(), f"run {self.run.run_id}"]
         lines += [f"also found by run {o.run_id}" for o, _ in self.others]
         return "\n".join(lines)

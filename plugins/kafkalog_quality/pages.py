@@ -187,8 +187,7 @@ def _fill(outcome: str | None) -> str:
 
 
 def _no_snapshot_cell(gone: nights.NoSnapshot, label: str | None) -> dict:
-    title = gone.title() if label is None else f"{gone.night} · {label}: no snapshot\n{gone.title()}"
-    return {"fill": _fill(gone.status), "mark": NO_SNAPSHOT_MARK, "title": title,
+    return {"fill": _fill(gone.status), "mark": NO_SNAPSHOT_MARK, "title": gone.title(label),
             "href": f"{run_href(gone.run.token)}#{gone.result.anchor}",
             "attrs": {"data-night": gone.night, "data-outcome": gone.status,
                       "data-kind": nights.NO_SNAPSHOT, "data-token": gone.run.token}}
