@@ -50,6 +50,13 @@ test: venv browser
 	KAFKALOG_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(TEST_WORKERS) --durations=25
 	KAFKALOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(TEST_WORKERS) -m "not pipeline"
 
+# The README's screenshots of the report (docs/img/report-overview.png, report-run.png), taken of
+# the demo's warehouse as it is now (run `make demo` first); no Airflow is started.
+.PHONY: screenshots
+screenshots: venv browser
+	test -d demo-output/warehouse || (echo "no demo-output/warehouse: run make demo first" && exit 1)
+	$(BIN)/python tests/screenshot_report.py demo-output/warehouse --out docs/img --prefix report-
+
 # Debian's chromium for the browser tests (tests/test_plugin_ui.py); apt-get needs root.
 .PHONY: browser
 browser:

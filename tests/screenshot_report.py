@@ -1,13 +1,17 @@
 """Screenshots of the Data quality report of a warehouse: the overview and a run page.
 
     .venv/bin/python tests/screenshot_report.py WAREHOUSE [--out /tmp/shots] [--run TOKEN]
+        [--prefix NAME-] [--full-page]
+
+``make screenshots`` runs it on the demo's warehouse (``make demo``) and writes the README's
+two images, ``docs/img/report-overview.png`` and ``docs/img/report-run.png``.
 
 Serves the plugin's FastAPI app (:mod:`kafkalog_quality.app`, authentication off, so no Airflow
 is started) on 127.0.0.1 for ``WAREHOUSE`` (its catalog found as the plugin finds it: pyiceberg's
 configuration, else ``WAREHOUSE/.pyiceberg.yaml``), opens both pages in Debian's headless
 Chromium (``make browser``) over the DevTools pipe of ``tests/test_plugin_ui.py`` and writes
-``overview.png`` and ``run.png`` (the first screen, 1400x1000, or the whole page with
-``--full-page``) to ``--out``. The run page is ``--run`` (a run token), else the worst run:
+``overview.png`` and ``run.png`` (``--prefix`` before each name; the first screen, 1440x900,
+or the whole page with ``--full-page``) to ``--out``. The run page is ``--run`` (a run token), else the worst run:
 failed before warned before passed, newest first. Prints the two paths and the pages' URLs.
 ``tests/test_plugin_ui.py`` takes the same two screenshots with :func:`shoot` from the test data.
 """
@@ -31,7 +35,7 @@ for path in (REPO, REPO / "plugins", TESTS):
 #: where the screenshots go unless told
 SHOTS = Path("/tmp/shots")
 #: the first screen a reader sees
-WINDOW = (1400, 1000)
+WINDOW = (1440, 900)
 
 
 def worst_run(runs) -> str | None:
@@ -46,16 +50,18 @@ def _full_height(devtools) -> int:
     return int(devtools.js("Math.ceil(document.documentElement.scrollHeight)"))
 
 
-def shoot(devtools, base_url: str, token: str, out: Path, *, full_page: bool = False) -> dict:
+def shoot(devtools, base_url: str, token: str, out: Path, *, full_page: bool = False,
+          prefix: str = "") -> dict:
     """Open the overview and run ``token``'s page under ``base_url`` (the app's mount point,
-    ending in ``/``) and write ``out/overview.png`` and ``out/run.png``; their paths."""
+    ending in ``/``) and write ``out/<prefix>overview.png`` and ``out/<prefix>run.png``;
+    their paths."""
     out.mkdir(parents=True, exist_ok=True)
     shots = {}
     for name, url in (("overview", base_url), ("run", f"{base_url}runs/{token}")):
         devtools.open(url, *WINDOW)
         if full_page:
             devtools.open(url, WINDOW[0], max(WINDOW[1], _full_height(devtools)))
-        path = out / f"{name}.png"
+        path = out / f"{prefix}{name}.png"
         devtools.screenshot(path)
         shots[name] = path
     return shots
@@ -92,6 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=SHOTS, help=f"output directory (default {SHOTS})")
     p.add_argument("--run", help="the run page to shoot (a run token; default: the worst run)")
     p.add_argument("--full-page", action="store_true", help="whole pages, not the first screen")
+    p.add_argument("--prefix", default="", help="before each file's name (make screenshots: report-)")
     args = p.parse_args(argv)
 
     from kafkalog_quality import data
@@ -109,7 +116,7 @@ def main(argv=None) -> int:
     profile = tempfile.mkdtemp(prefix="kafkalog-shots-")
     devtools = DevTools(chromium, Path(profile))
     try:
-        shots = shoot(devtools, url, token, args.out, full_page=args.full_page)
+        shots = shoot(devtools, url, token, args.out, full_page=args.full_page, prefix=args.prefix)
     finally:
         devtools.close()
         server.should_exit = True

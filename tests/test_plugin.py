@@ -9,12 +9,14 @@ authentication off (the api-server test, test_plugin_ui.py, covers Airflow's aut
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 PLUGINS = REPO / "plugins"
 sys.path.insert(0, str(PLUGINS))
 
-from kafkalog_quality import data, pages, svg  # noqa: E402
+from kafkalog_quality import calendar, data, nights, pages, svg  # noqa: E402
 from kafkalog_quality.app import URL_PREFIX, create_app  # noqa: E402
 
 pytestmark = pytest.mark.pipeline
@@ -62,14 +64,20 @@ CONFIGURED = {"crc": "fail", "offset_gaps": "fail", "create_time": "warn",
 # ---- writing a warehouse ------------------------------------------------------------------
 
 
-def segment_name(base: int) -> str:
-    return f"{base:020d}.log"
+def segment_name(base: int, folder: str = "") -> str:
+    """A segment's file name, under ``folder`` (its partition folder's URI, ending in ``/``)."""
+    return f"{folder}{base:020d}.log"
+
+
+def short(uri: str) -> str:
+    """How the pages show a URI: its last two parts (partition folder and file name)."""
+    return "…/" + "/".join(uri.rstrip("/").split("/")[-2:]) + ("/" if uri.endswith("/") else "")
 
 
 def gap_item(cause: str, status: str, lo: int, hi: int, rng: random.Random,
-             where: str = "orders-0") -> dict:
+             where: str = "orders-0", folder: str = "") -> dict:
     """An offset-gap item as check_quality.py stores it (its message phrased as checks.py does)."""
-    before, after = segment_name(rng.randrange(0, lo + 1)), segment_name(hi + 1)
+    before, after = segment_name(rng.randrange(0, lo + 1), folder), segment_name(hi + 1, folder)
     message = {
         "missing_segment": f"offsets {lo}..{hi} of {where} are missing from the snapshot, "
                            f"between {before} (ends at offset {lo - 1}) and {after} (starts at "
@@ -85,19 +93,19 @@ def gap_item(cause: str, status: str, lo: int, hi: int, rng: random.Random,
             "message": message}
 
 
-def crc_item(rng: random.Random) -> dict:
+def crc_item(rng: random.Random, folder: str = "") -> dict:
     base = rng.randrange(10**5)
     last, position = base + rng.randrange(0, 9), rng.randrange(0, 10**6)
-    segment = segment_name(base - base % 1000)
+    segment = segment_name(base - base % 1000, folder)
     return {"class": "crc_mismatch", "status": "fail", "first_offset": base, "last_offset": last,
             "offsets": 1, "value": None, "segment": segment, "position": position,
             "message": f"batch at position {position} of {segment} (offsets {base}..{last}): "
                        f"stored crc 0x{rng.getrandbits(32):08x}, computed 0x{rng.getrandbits(32):08x}"}
 
 
-def regression_item(check: str, status: str, rng: random.Random) -> dict:
+def regression_item(check: str, status: str, rng: random.Random, folder: str = "") -> dict:
     offset, step = rng.randrange(10**6), rng.randrange(1, 10**5)
-    segment, position = segment_name(offset - offset % 1000), rng.randrange(0, 10**6)
+    segment, position = segment_name(offset - offset % 1000, folder), rng.randrange(0, 10**6)
     message = (f"CreateTime went back {step} ms at offset {offset} (2026-11-20 01:00:00 after "
                f"2026-11-20 01:00:05 at offset {offset - 1})" if check == "create_time" else
                f"LogAppendTime went back {step} ms: batch {offset}..{offset + 4} stamped "
@@ -111,7 +119,9 @@ def scenario(seed: int = 7) -> list[dict]:
     """Three runs a day apart: the first passes, the second fails (CRC, broker timestamps),
     the third only warns (a missing segment, producer timestamps). Rows as check_quality.py
     writes them: details with ``unit``, ``classes`` and ``items`` (worst first); ``severity``
-    the worst of the classes that found something, else the check's configured one."""
+    the worst of the classes that found something, else the check's configured one; ``night``
+    the last night the run read. A run of one night names its segments by their URIs; the
+    range run by their file names only (so its items name no night: they hold on each)."""
     rng = random.Random(seed)
     start = dt.datetime(2026, 11, 18, 2, 30, tzinfo=dt.timezone.utc)
     runs = []
@@ -122,13 +132,15 @@ def scenario(seed: int = 7) -> list[dict]:
         rows = []
         for check, bad_status in CHECKS.items():
             for topic, partition in PARTITIONS:
+                folder = (f"{SNAPSHOTS}/{NIGHTS[i][0]}/{topic}-{partition}/"
+                          if len(NIGHTS[i]) == 1 else "")
                 observed = rng.randrange(1000, 5000)
                 failed, status = 0, "pass"
                 details = {"unit": UNITS[check], "classes": {}, "items": [], "more_items": 0}
                 if check == "crc" and i == 1:
                     failed = rng.randrange(1, 9)
                     details["classes"]["crc_mismatch"] = {"status": "fail", "items": failed, "offsets": 3 * failed}
-                    details["items"] = sorted((crc_item(rng) for _ in range(failed)),
+                    details["items"] = sorted((crc_item(rng, folder) for _ in range(failed)),
                                               key=lambda it: it["first_offset"])
                 elif check == "offset_gaps" and i > 0:
                     items = []
@@ -140,7 +152,7 @@ def scenario(seed: int = 7) -> list[dict]:
                             for _ in range(n):
                                 lo = rng.randrange(1, 10**5)
                                 items.append(gap_item(cause, cause_status, lo, lo + 6, rng,
-                                                            f"{topic}-{partition}"))
+                                                      f"{topic}-{partition}", folder))
                     details["items"] = sorted(items, key=lambda it: (
                         ("fail", "warn", "pass").index(it["status"]), it["first_offset"]))
                 elif (check, i, partition) in (("create_time", 2, 0), ("log_append_time", 1, 1)):
@@ -148,7 +160,7 @@ def scenario(seed: int = 7) -> list[dict]:
                     details["classes"]["regression"] = {"status": bad_status, "items": failed, "offsets": failed}
                     details["regressions"] = failed
                     details["max_step_back_ms"] = rng.randrange(1, 10**5)
-                    details["items"] = sorted((regression_item(check, bad_status, rng)
+                    details["items"] = sorted((regression_item(check, bad_status, rng, folder)
                                                for _ in range(failed)), key=lambda it: it["first_offset"])
                 if (check, i, topic, partition) == ("offset_gaps", 0, "payments", 0):
                     # an accepted cause on a night that passes: the log start moved past the
@@ -157,7 +169,7 @@ def scenario(seed: int = 7) -> list[dict]:
                     details["items"] = [{
                         "class": "retention", "status": "pass", "first_offset": 100,
                         "last_offset": 139, "offsets": 40, "value": None,
-                        "segment": segment_name(140), "position": 0,
+                        "segment": segment_name(140, folder), "position": 0,
                         "message": "offsets 100..139: before the log start 140 (retention)"}]
                 if failed:
                     status = bad_status
@@ -167,24 +179,43 @@ def scenario(seed: int = 7) -> list[dict]:
                     "run_id": run_id, "check": check, "topic": topic, "partition": partition,
                     "status": status, "severity": status if status != "pass" else CONFIGURED[check],
                     "observed": observed, "failed": failed, "details": json.dumps(details),
-                    "checked_at": checked_at,
+                    "checked_at": checked_at, "night": NIGHTS[i][-1],
                 })
         runs.append({"run_id": run_id, "checked_at": checked_at, "rows": rows, "nights": NIGHTS[i]})
     return runs
 
 
 def ledger_rows(run: dict) -> list[dict]:
-    """The ledger rows of a run of scenario(): a segment per topic-partition and night it read."""
+    """The ledger rows of a run of scenario(): a segment per topic-partition and night it read
+    (``run["ledger_night"]``: their ``night`` column, else null as in older rows)."""
     return [{"run_id": run["run_id"], "topic": t, "partition": p, "segment_base_offset": 0,
-             "segment": f"{SNAPSHOTS}/{night}/{t}-{p}/{segment_name(0)}", "action": "decoded"}
-            for night in run.get("nights", ()) for t, p in PARTITIONS]
+             "segment": f"{SNAPSHOTS}/{night}/{t}-{p}/{segment_name(0)}", "action": "decoded",
+             "night": run.get("ledger_night")}
+            for night in run.get("nights", ()) for t, p in run.get("partitions", PARTITIONS)]
 
 
-def write_ledger(root: str, runs: list[dict], catalog: str = iceberg.DEFAULT_CATALOG) -> int:
+@contextlib.contextmanager
+def night_columns(on: bool = True):
+    """While the test writes: dq_results and ledger with the column ``night`` of issue 32's
+    contract (where spark_jobs.schemas does not have it yet), so that the tables are evolved to
+    it as the audit's will be; ``on=False``: without it, as tables made before it."""
+    saved = dict(schemas.TABLES)
+    for name in ("dq_results", "ledger"):
+        schemas.TABLES[name] = (data.with_night(saved[name]) if on else
+                                pa.schema([f for f in saved[name] if f.name != data.NIGHT]))
+    try:
+        yield
+    finally:
+        schemas.TABLES.update(saved)
+
+
+def write_ledger(root: str, runs: list[dict], catalog: str = iceberg.DEFAULT_CATALOG,
+                 night: bool = True) -> int:
     """Append the runs' ledger rows to ``main`` in one commit; the new snapshot's id."""
-    table = iceberg_warehouse(root, catalog).table("ledger")
-    table.append(pa.Table.from_pylist([r for run in runs for r in ledger_rows(run)],
-                                      schema=schemas.LEDGER))
+    with night_columns(night):
+        table = iceberg_warehouse(root, catalog).table("ledger")
+        table.append(pa.Table.from_pylist([r for run in runs for r in ledger_rows(run)],
+                                          schema=schemas.TABLES["ledger"]))
     return table.refresh().current_snapshot().snapshot_id
 
 
@@ -195,12 +226,16 @@ def iceberg_warehouse(root: str, catalog: str = iceberg.DEFAULT_CATALOG,
 
 
 def write_run(root: str, run: dict, *, docs: bool = True, catalog: str = iceberg.DEFAULT_CATALOG,
-              namespace: str = iceberg.DEFAULT_NAMESPACE) -> str:
+              namespace: str = iceberg.DEFAULT_NAMESPACE, night: bool = True,
+              summary: dict | None = None) -> str:
     """Commit one run's rows to dq_results (replacing that run's earlier rows) and write its
-    Data Docs with an asset; return its token."""
+    Data Docs with an asset; return its token. ``night=False``: as an audit before the column
+    ``night`` wrote them."""
     token = storage.run_token(run["run_id"])
-    iceberg_warehouse(root, catalog, namespace).replace_run_rows(
-        "dq_results", run["run_id"], pa.Table.from_pylist(run["rows"], schema=schemas.DQ_RESULTS))
+    with night_columns(night):
+        iceberg_warehouse(root, catalog, namespace).replace_run_rows(
+            "dq_results", run["run_id"],
+            pa.Table.from_pylist(run["rows"], schema=schemas.TABLES["dq_results"]), summary)
     if docs:
         store = storage.open_store(str(root))
         store.write(f"data_docs/{token}/index.html", docs_html(run["run_id"]).encode())
@@ -317,6 +352,19 @@ class Dom(HTMLParser):
 
 
 # ---- fixtures ------------------------------------------------------------------------------
+
+
+#: the tests' "now": the scenario's last night, after the schedule's 03:00 (the grid's columns
+#: run to the last night the nightly DAG was due to read)
+NOW = dt.datetime(2026, 11, 20, 12, tzinfo=dt.timezone.utc)
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch):
+    """The clock of the night calendar, fixed at ``NOW``; the default schedule."""
+    monkeypatch.setattr(calendar, "utcnow", lambda: NOW)
+    monkeypatch.delenv("KAFKALOG_NIGHTLY_SCHEDULE", raising=False)
+    return NOW
 
 
 @pytest.fixture(scope="module")
@@ -480,18 +528,18 @@ def test_new_snapshot_is_read_again(own_warehouse):
 def test_a_view_costs_one_catalog_lookup_until_a_new_snapshot(own_warehouse, monkeypatch):
     root, runs = own_warehouse
     lookups, reads = Counter(), Counter()
-    load, read_arrow = iceberg.Warehouse.load, tables.read_arrow
+    load, scan = iceberg.Warehouse.load, data.scan
 
     def counted_load(self, name):
         lookups[name] += 1
         return load(self, name)
 
-    def counted_read(*args, **kwargs):
-        reads[args[1]] += 1
-        return read_arrow(*args, **kwargs)
+    def counted_scan(table, *args, **kwargs):
+        reads[table.name()[-1]] += 1
+        return scan(table, *args, **kwargs)
 
     monkeypatch.setattr(iceberg.Warehouse, "load", counted_load)
-    monkeypatch.setattr(tables, "read_arrow", counted_read)
+    monkeypatch.setattr(data, "scan", counted_scan)
     assert len(data.Warehouse(root).runs()) == len(runs)
     assert reads == {"dq_results": 1}
     for view in (lambda wh: wh.runs(), lambda wh: wh.run(runs[1]["token"])):
@@ -676,7 +724,7 @@ def test_nights_at_a_glance_are_keyed_by_snapshot_night(warehouse, client):
     # the runs table says which nights each run read
     nights = {r.attrs["data-run-id"]: r for r in dom.find("tr", cls="run")}
     for run in runs:
-        assert data.nights_text(run["nights"]) in nights[run["run_id"]].text
+        assert calendar.nights_text(run["nights"]) in nights[run["run_id"]].text
     assert "2026-11-19..2026-11-20" in nights[runs[2]["run_id"]].text
     assert not dom.find(id="unplaced")
 
@@ -724,12 +772,13 @@ def _result(run_id, check, status, items, more=0, tp=("orders", 0)):
 
 def test_a_range_runs_items_are_placed_on_their_nights():
     """A run that read two nights: a problem item whose segment lies in one night marks that
-    night only; where an item is not stored (more_items) the row's outcome holds on both."""
+    night only; where an item is not stored (more_items) the row's outcome holds on both. A
+    row of the snapshot itself (no topic) is the grid's "snapshot" row, on every night read."""
     pattern = data.night_pattern("{prefix}/{snapshot_date}/")
     seg = "s3://b/snapshots/{}/orders-0/00000000000000000000.log"
     item = {"class": "crc_mismatch", "status": "fail", "first_offset": 5, "last_offset": 9,
             "segment": seg.format("2026-11-19"), "position": 120, "message": "stored crc ..."}
-    cov = data.Coverage.of([("orders", 0, seg.format(n)) for n in ("2026-11-19", "2026-11-20")],
+    cov = data.Coverage.of([("orders", 0, seg.format(n), None) for n in ("2026-11-19", "2026-11-20")],
                            pattern, "{prefix}/{snapshot_date}/")
     assert cov.partitions == {("orders", 0): ("2026-11-19", "2026-11-20")}
     for more, want in ((0, {"2026-11-19": "fail", "2026-11-20": "pass"}),
@@ -737,14 +786,20 @@ def test_a_range_runs_items_are_placed_on_their_nights():
         run = data.Run("t", "range", None, [_result("range", "crc", "fail", [item], more),
                                             _result("range", "record_count", "pass", []),
                                             _result("range", "run_level", "warn", [], tp=(None, None))])
-        ov = data.overview([run], {"t": cov}, pattern)
-        assert set(ov.cells) == {("orders", 0, n) for n in cov.nights}  # a row of no partition: not drawn
+        ov = nights.overview([run], {"t": cov}, pattern)
+        assert set(ov.cells) == {(t, p, n) for t, p in (("orders", 0), (None, None)) for n in cov.nights}
+        assert ov.partitions == [(None, None), ("orders", 0)]  # the snapshot's row first
         assert {n: ov.cells[("orders", 0, n)].outcome for n in ov.nights} == want
+        assert {ov.cells[(None, None, n)].outcome for n in ov.nights} == {"warn"}
         assert ov.cells[("orders", 0, "2026-11-19")].anchor == "r-crc-orders-0"
+        assert ov.cells[(None, None, "2026-11-19")].anchor == "r-run_level-snapshot"
     # paths the template does not match: no night, and the reason says so
-    odd = data.Coverage.of([("orders", 0, "s3://b/elsewhere/orders-0/00000000000000000000.log")],
+    odd = data.Coverage.of([("orders", 0, "s3://b/elsewhere/orders-0/00000000000000000000.log", None)],
                            pattern, "{prefix}/{snapshot_date}/")
     assert not odd.nights and "{prefix}/{snapshot_date}/" in odd.reason
+    # the ledger's night, where it has one, over the URI's
+    told = data.Coverage.of([("orders", 0, seg.format("2026-11-19"), "2026-11-21")], pattern, "t")
+    assert told.partitions == {("orders", 0): ("2026-11-21",)}
 
 
 def test_an_unpublished_run_is_placed_by_the_ledger_its_audit_read(tmp_path):
@@ -788,9 +843,20 @@ def test_run_page_lists_problems_first_then_collapsed_passes(warehouse, client):
         assert dom.one(id="run-id").text == run["run_id"]
         assert dom.one(id="verdict").text == expected_verdict(run)
         want = expected_counts(run)
-        # one count vocabulary: checks per topic-partition failed / warned / passed
-        assert dom.one(id="counts").text == "Checks per topic-partition: " + " · ".join(
-            f"{want[s]} {w}" for s, w in (("fail", "failed"), ("warn", "warned"), ("pass", "passed")))
+        # one count vocabulary: results (a check on a topic-partition) fail, warn or pass
+        words = {"fail": ("failure", "failures"), "warn": ("warning", "warnings"),
+                 "pass": ("pass", "passes")}
+        assert dom.one(id="counts").text == " · ".join(
+            f"{want[s]} {words[s][want[s] != 1]}" for s in words if want[s]) + \
+            ", counted per check × topic-partition"
+        # the Data Docs' unit: one suite per check, its status the check's worst
+        worst: dict = {}
+        for r in run["rows"]:
+            worst[r["check"]] = min(worst.get(r["check"], "pass"), r["status"], key=RANK.get)
+        suites = Counter(worst.values())
+        assert dom.one(id="suites").text == f"(they count {len(worst)} suites, one per check: " + \
+            " · ".join(f"{suites[s]} {w}" for s, w in (("fail", "failed"), ("warn", "warned"),
+                                                        ("pass", "passed")) if suites[s]) + ")"
         rows = run_page_rows(dom)
         assert Counter((r.attrs["data-check"], r.attrs["data-topic"], r.attrs["data-partition"],
                         r.attrs["data-status"]) for r in rows) == \
@@ -821,29 +887,43 @@ def test_run_page_lists_problems_first_then_collapsed_passes(warehouse, client):
             sections = dom.find("section", id=f"outcome-{status}")
             assert len(sections) == (1 if want[status] else 0)
             if want[status]:
-                assert sections[0].text.startswith(f"{title}: {want[status]} check")
+                assert sections[0].text.startswith(f"{title}: {want[status]} (counted per check "
+                                                   "× topic-partition)")
         # never a severity column: the configured severity is a label of passing rows only
         assert "Severity" not in [th.text for th in dom.find("th")]
         assert all(c.text in data.SEVERITY_LABELS.values() for c in dom.find("td", cls="if-found"))
         assert len(dom.find("td", cls="if-found")) == want["pass"]
 
 
+#: a segment URI of scenario()'s messages
+SEGMENT_URI = re.compile(r"s3://[^\s()]+?\.log")
+
+
 def test_run_page_says_each_problem_in_one_plain_line(warehouse, client):
+    """One line per problem: topic-partition, offsets, the segment by its partition folder and
+    file name (the whole URI on hover), byte position; the rest behind disclosures."""
     root, runs = warehouse
     run = runs[1]  # fails (CRC, broker timestamps) and warns (a missing segment)
-    dom = Dom(client.get(f"/runs/{run['token']}").text)
+    html = client.get(f"/runs/{run['token']}").text
+    dom = Dom(html)
     problems = [r for r in run["rows"] if r["status"] != "pass"]
     lines = [el.text for el in dom.find("div", cls="problem-line")]
     assert len(lines) == len(problems) > 0
     by_key = {(r["check"], r["topic"], r["partition"]): r for r in problems}
     rows = [r for r in dom.find("tr", cls="result") if r.attrs["data-status"] != "pass"]
+    hover = {el.attrs["title"]: el.text for el in dom.find("span", cls="uri")}
     for row, line in zip(rows, lines):
         want = by_key[(row.attrs["data-check"], row.attrs["data-topic"], int(row.attrs["data-partition"]))]
         first = json.loads(want["details"])["items"][0]
-        assert line == f"{row.attrs['data-topic']}-{row.attrs['data-partition']}: " + data.describe_item(first)
+        full = f"{row.attrs['data-topic']}-{row.attrs['data-partition']}: " + data.describe_item(first)
+        assert first["segment"].startswith("s3://") and first["segment"] in full
+        assert line == SEGMENT_URI.sub(lambda m: short(m.group(0)), full)
         assert f"{first['first_offset']}..{first['last_offset']}" in line or \
             f"offset {first['first_offset']}" in line
-        assert first["segment"] in line
+        assert first["segment"] not in line and short(first["segment"]) in line
+        assert hover[first["segment"]] == short(first["segment"])  # the whole URI on hover
+        assert short(first["segment"]).endswith(f"/{want['topic']}-{want['partition']}/"
+                                                + first["segment"].rsplit("/", 1)[1])
         assert line in row.text and f"{want['failed']} item" in row.text
         assert f"{want['observed']:,} {UNITS[want['check']]} checked" in row.text
     # raw JSON only inside the "raw details" disclosures, one per row
@@ -1007,6 +1087,337 @@ def test_s3_warehouse(s3_bucket, s3_catalog, monkeypatch):
     assert app.get(f"/runs/{runs[0]['token']}/docs/nothing.html").status_code == 404
     dom = Dom(app.get("/").text)
     assert [r.attrs["data-token"] for r in dom.find("tr", cls="run")] == [r["token"] for r in newest_first]
+
+
+# ---- what the audit sees absent (issue 32) ---------------------------------------------------
+#
+# Rows as the audit writes them under issue 32's contract: ``night`` on every row (the run's
+# latest night; for ``snapshot_missing`` the night without a snapshot), ``snapshot_missing``
+# rows of no topic, ``missing_partition`` rows of a topic-partition absent tonight (or of a
+# whole topic, gone), findings of no topic-partition on the snapshot itself.
+
+
+def row(run_id: str, check: str, topic, partition, night: str, at: dt.datetime, *,
+        status: str = "pass", observed: int = 10, unit: str = "batches", items=()) -> dict:
+    """A dq_results row of ``check`` whose details hold ``items`` (each graded by its own
+    ``status``): ``failed`` counts those that warned or failed, as results.build_rows does."""
+    classes: dict = {}
+    for it in items:
+        c = classes.setdefault(it["class"], {"status": it["status"], "items": 0, "offsets": None})
+        c["items"] += 1
+    failed = sum(1 for it in items if it["status"] != "pass")
+    return {"run_id": run_id, "check": check, "topic": topic, "partition": partition,
+            "status": status, "severity": status, "observed": observed, "failed": failed,
+            "details": json.dumps({"unit": unit, "classes": classes, "items": list(items),
+                                   "more_items": 0}),
+            "checked_at": at, "night": night}
+
+
+def item(cls: str, status: str, message: str, segment=None, first=None, last=None) -> dict:
+    return {"class": cls, "status": status, "first_offset": first, "last_offset": last,
+            "offsets": None if first is None else last - first + 1, "value": None,
+            "segment": segment, "position": None, "message": message}
+
+
+def no_snapshot_row(run_id: str, night: str, at: dt.datetime, status: str = "warn") -> dict:
+    """The audit's row for a night it was due to read that had no snapshot."""
+    folder = f"{SNAPSHOTS}/{night}/"
+    return row(run_id, "snapshot_missing", None, None, night, at, status=status, observed=1,
+               unit="nights", items=[item("no_snapshot", status, f"no snapshot for {night}: "
+                                          f"nothing under {folder}", folder)])
+
+
+def passing_run(run_id: str, night: str, at: dt.datetime, partitions=PARTITIONS) -> dict:
+    """A run of one night whose every check passed on ``partitions``."""
+    rows = [row(run_id, check, t, p, night, at, observed=100 + i, unit=UNITS[check])
+            for i, (t, p) in enumerate(partitions) for check in CHECKS]
+    return {"run_id": run_id, "checked_at": at, "rows": rows, "nights": [night],
+            "partitions": list(partitions), "token": storage.run_token(run_id)}
+
+
+def at_night(night: str, hours: int = 4) -> dt.datetime:
+    return dt.datetime.fromisoformat(night).replace(tzinfo=dt.timezone.utc) + dt.timedelta(hours=hours)
+
+
+@pytest.mark.parametrize("status", ["warn", "fail"])
+def test_a_night_without_a_snapshot_is_on_the_page(tmp_path, monkeypatch, status):
+    """A night the nightly DAG was due to read and found no snapshot of (a snapshot_missing row,
+    no ledger rows) is a column of "no snapshot" cells in its status' colour, an unhealthy
+    night with its line, a run with that verdict in the runs table, on its page and behind its
+    Airflow tab; due nights nothing ran for are "no run" columns."""
+    root = str(tmp_path / "warehouse")
+    first, skipped = "2026-11-17", "2026-11-19"  # NOW is 2026-11-20 12:00: due 17..20
+    read = passing_run("scheduled__2026-11-17T03:00:00+00:00", first, at_night(first))
+    gone = {"run_id": "scheduled__2026-11-19T03:00:00+00:00", "checked_at": at_night(skipped),
+            "rows": [no_snapshot_row("scheduled__2026-11-19T03:00:00+00:00", skipped,
+                                     at_night(skipped), status)]}
+    for run in (read, gone):
+        run["token"] = write_run(root, run)
+    write_ledger(root, [read])
+    client = make_client(root)
+    api = client.get("/api/nights").json()
+    assert api["nights"] == ["2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
+    assert api["no_run"] == ["2026-11-18", "2026-11-20"]
+    assert list(api["no_snapshot"]) == [skipped]
+    assert (api["no_snapshot"][skipped]["status"], api["no_snapshot"][skipped]["token"]) == \
+        (status, gone["token"])
+    assert api["night_outcomes"][skipped] == status
+    dom = Dom(client.get("/").text)
+    column = [c for c in dom.find("rect", cls="cell") if c.attrs.get("data-night") == skipped]
+    rows = int(dom.one("svg", id="night-grid").attrs["data-rows"])
+    assert len(column) == rows == 1 + len(PARTITIONS)  # the night's own row and every partition's
+    assert {(c.attrs["data-kind"], c.attrs["data-outcome"], c.attrs["fill"]) for c in column} == \
+        {("no_snapshot", status, svg.OUTCOME_FILLS[status])}
+    no_run = [c for c in dom.find("rect", cls="cell") if c.attrs.get("data-night") in api["no_run"]
+              and c.attrs["data-row"] == "whole night"]
+    assert {c.attrs["data-outcome"] for c in no_run} == {"no_run"} and len(no_run) == 2
+    assert dom.one("p", id="headline").text == f"Unhealthy nights: {skipped} ({status}, no snapshot)"
+    night = dom.one("div", id=f"night-{skipped}")
+    [line] = night.text.split(" snapshot_missing ")[1:]
+    assert line == f"snapshot {skipped}: no snapshot for {skipped}: nothing under …/snapshots/{skipped}/"
+    # its line and every cell of its column link to its row on the run's page
+    links = {a.attrs["href"] for a in dom.find("a") if a.attrs.get("href", "").startswith(
+        f"runs/{gone['token']}#")}
+    assert links == {f"runs/{gone['token']}#r-snapshot_missing-snapshot-{skipped}"}
+    runs = {r.attrs["data-run-id"]: r for r in dom.find("tr", cls="run")}
+    assert runs[gone["run_id"]].attrs["data-verdict"] == status
+    assert f"no snapshot: {skipped}" in runs[gone["run_id"]].text
+    # its page: the verdict, the night without a snapshot, the row labelled as the snapshot;
+    # the reason Airflow skipped the rest of the run beside it
+    from kafkalog_quality import links
+
+    monkeypatch.setattr(links, "skip_reason", lambda run_id: f"nothing to decode for {skipped}"
+                        if run_id == gone["run_id"] else None)
+    page = Dom(client.get(f"/runs/{gone['token']}").text)
+    assert page.one(id="verdict").text == status
+    assert page.one(id="nights").text == f"No snapshot: {skipped}"
+    assert page.one(id="skip-reason").text.endswith(f"nothing to decode for {skipped}")
+    result = page.one("tr", id=f"r-snapshot_missing-snapshot-{skipped}")
+    assert page.one("tr", id=f"r-snapshot_missing-snapshot-{skipped}").attrs["data-status"] == status
+    assert f"snapshot {skipped}" in result.text
+    assert page.one(id="counts").text == \
+        f"1 {'warning' if status == 'warn' else 'failure'}, counted per check × topic-partition"
+    # the run's "Data quality" tab in Airflow opens that page, instead of "no report: skipped"
+    from kafkalog_quality.links import create_view_app
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv(data.ENV, root)
+    monkeypatch.delenv("AIRFLOW_VAR_KAFKALOG_WAREHOUSE", raising=False)
+    tab = TestClient(create_view_app(authenticate=False)).get(
+        f"/kafka_segments_nightly/{gone['run_id']}", follow_redirects=False)
+    assert tab.status_code == 307 and tab.headers["location"].endswith(f"/runs/{gone['token']}")
+    # a later run that reads the night after all: its cells replace "no snapshot"
+    late = passing_run("manual__2026-11-20T09:00:00+00:00", skipped, at_night("2026-11-20", 9))
+    late["token"] = write_run(root, late)
+    write_ledger(root, [late])
+    api = client.get("/api/nights").json()
+    assert not api["no_snapshot"] and api["night_outcomes"][skipped] == "pass"
+    assert {c["token"] for c in api["cells"] if c["night"] == skipped} == {late["token"]}
+
+
+def test_absent_partitions_topics_and_files_of_no_partition_are_graded(tmp_path):
+    """A topic-partition earlier nights held and tonight lacks is drawn in its own cell with
+    the missing_partition warning (not as "not read"); a deleted topic is a row of the topic,
+    accepted; a finding of no topic-partition is the snapshot's row. The run page labels each."""
+    root = str(tmp_path / "warehouse")
+    before, night = "2026-11-19", "2026-11-20"
+    earlier = passing_run("scheduled__2026-11-19T03:00:00+00:00", before, at_night(before))
+    run_id, at = "scheduled__2026-11-20T03:00:00+00:00", at_night(night)
+    tonight = passing_run(run_id, night, at, partitions=[("orders", 0)])
+    gone = (f"orders-1 is not in the snapshot of {night}: last ingested offset 41, last seen on "
+            f"{before}")
+    stray = f"{SNAPSHOTS}/{night}/stray.log"
+    tonight["rows"] += [
+        row(run_id, "missing_partition", "orders", 0, night, at, observed=1, unit="partitions"),
+        row(run_id, "missing_partition", "orders", 1, night, at, status="warn", observed=1,
+            unit="partitions", items=[item("missing", "warn", gone)]),
+        row(run_id, "missing_partition", "payments", None, night, at, observed=1, unit="partitions",
+            items=[item("topic_deleted", "pass", f"topic payments: every partition gone since {before}")]),
+        row(run_id, "decoder_findings", None, None, night, at, status="warn", observed=1,
+            unit="segments", items=[item("unparsable_name", "warn",
+                                         f"{stray}: not <topic>-<partition>/<base>.log", stray)]),
+    ]
+    for run in (earlier, tonight):
+        write_run(root, run)
+    write_ledger(root, [earlier, tonight])
+    client = make_client(root)
+    cells = {(c["topic"], c["partition"], c["night"]): c for c in client.get("/api/nights").json()["cells"]}
+    assert {k: (c["outcome"], c["label"], c["anchor"]) for k, c in cells.items() if k[2] == night} == {
+        (None, None, night): ("warn", "snapshot", "r-decoder_findings-snapshot-" + night),
+        ("orders", 0, night): ("pass", "orders-0", None),
+        ("orders", 1, night): ("warn", "orders-1", "r-missing_partition-orders-1"),
+        ("payments", None, night): ("accepted", "payments (topic)", "r-missing_partition-payments-all"),
+    }
+    assert cells[("payments", 0, before)]["outcome"] == "pass"  # read the night before
+    dom = Dom(client.get("/").text)
+    labels = [t.text for t in dom.find("text", cls="row-label")]
+    assert labels == ["whole night", "snapshot", "orders-0", "orders-1", "payments (topic)", "payments-0"]
+    [absent] = [c for c in dom.find("rect", cls="cell")
+                if (c.attrs.get("data-tp"), c.attrs.get("data-night")) == ("orders-1", night)]
+    assert (absent.attrs["data-outcome"], absent.attrs["fill"]) == ("warn", svg.OUTCOME_FILLS["warn"])
+    page = Dom(client.get(f"/runs/{tonight['token']}").text)
+    where = {r.attrs["id"]: r for r in page.find("tr", cls="result")}
+    assert len(where) == len(tonight["rows"])  # every row its own anchor
+    assert where["r-missing_partition-orders-1"].text.count(f"orders-1: {gone}") == 1
+    assert f"snapshot {night}: …/{night}/stray.log: not" in where[f"r-decoder_findings-snapshot-{night}"].text
+    assert "payments (topic)" in where["r-missing_partition-payments-all"].text
+    assert "topic_deleted: 1 item" in where["r-missing_partition-payments-all"].text  # accepted
+
+
+def test_a_check_that_had_nothing_to_check_reads_nothing_new(tmp_path):
+    """A result that passed having checked nothing (observed 0, e.g. crc over unchanged
+    segments) is "nothing new" in grey: counted apart, listed apart, a partition whose every
+    check had nothing new is a grey cell, never a green pass."""
+    root = str(tmp_path / "warehouse")
+    night = "2026-11-20"
+    run = passing_run("scheduled__2026-11-20T03:00:00+00:00", night, at_night(night))
+    idle = [r for r in run["rows"] if (r["topic"], r["partition"]) == ("orders", 0)
+            or (r["check"], r["topic"], r["partition"]) == ("crc", "orders", 1)]
+    for r in idle:
+        r["observed"] = 0
+    write_run(root, run)
+    write_ledger(root, [run])
+    client = make_client(root)
+    dom = Dom(client.get("/").text)
+    cells = {c.attrs["data-tp"]: c for c in dom.find("rect", cls="cell") if "data-tp" in c.attrs}
+    assert (cells["orders-0"].attrs["data-outcome"], cells["orders-0"].attrs["fill"]) == \
+        ("nothing_new", svg.OUTCOME_FILLS["nothing_new"])
+    assert cells["orders-1"].attrs["data-outcome"] == "pass"  # one check had something to check
+    [tr] = dom.find("tr", cls="run")
+    n, rest = len(idle), len(run["rows"]) - len(idle)
+    assert (int(dom.one("td", cls="count-nothing_new").text), int(dom.one("td", cls="count-pass").text)) \
+        == (n, rest)
+    page = Dom(client.get(f"/runs/{run['token']}").text)
+    assert page.one(id="counts").text == f"{rest} passes · {n} nothing new, counted per check × topic-partition"
+    idle_rows = page.one("details", id="nothing-new")
+    listed = [r for r in page.find("tr", cls="row-nothing-new")]
+    assert sorted((r.attrs["data-check"], r.attrs["data-topic"], r.attrs["data-partition"]) for r in listed) \
+        == sorted((r["check"], r["topic"], str(r["partition"])) for r in idle)
+    assert all(r.attrs["data-check"] in idle_rows.text for r in listed)
+    assert [c.text for c in page.find("span", cls="nothing-new")] == ["nothing new"] * n
+    assert " 0 batches checked" not in page.one("details", id="passes").text
+
+
+def test_a_failed_run_says_it_was_not_published_and_the_ways_forward(tmp_path):
+    """A run whose audit failed opens with "Not published: main unchanged", where its rows are
+    (its branch, how to read it) and the ways forward: clear it, run again without the failing
+    topic (the DAG's topics param), or a policy override for that topic."""
+    from pyiceberg.expressions import EqualTo
+
+    root = str(tmp_path / "warehouse")
+    night = "2026-11-20"
+    run_id, at = "scheduled__2026-11-20T03:00:00+00:00", at_night(night)
+    failed = passing_run(run_id, night, at)
+    crc = item("crc_mismatch", "fail", "stored crc 0x1, computed 0x2", f"{SNAPSHOTS}/{night}/payments-0/"
+               + segment_name(0), 5, 9)
+    hole = item("unexplained", "fail", "offsets 3..4 inside a segment that shows no compaction",
+                f"{SNAPSHOTS}/{night}/payments-0/" + segment_name(0), 3, 4)
+    failed["rows"] = [r for r in failed["rows"] if not (r["topic"] == "payments" and r["check"]
+                                                        in ("crc", "offset_gaps"))]
+    failed["rows"] += [row(run_id, "crc", "payments", 0, night, at, status="fail", items=[crc]),
+                       row(run_id, "offset_gaps", "payments", 0, night, at, status="fail", items=[hole])]
+    sid = write_ledger(root, [failed])  # its ledger rows, as its audit read them on its branch
+    ledger = iceberg_warehouse(root).table("ledger")
+    branch = iceberg.branch_name(run_id)
+    ledger.manage_snapshots().create_branch(sid, branch).commit()
+    ledger.delete(EqualTo("run_id", run_id))  # never published: not on main
+    write_run(root, failed, summary={iceberg.AUDITED: json.dumps({"ledger": sid})})
+    client = make_client(root)
+    dom = Dom(client.get(f"/runs/{failed['token']}").text)
+    section = dom.one("section", id="not-published")
+    html = client.get(f"/runs/{failed['token']}").text
+    assert html.index('id="verdict"') < html.index('id="not-published"') < html.index('id="counts"')
+    text = " ".join(section.text.split())
+    assert text.startswith("Not published: main unchanged")
+    assert f"Iceberg branch {branch} " in text and f'ref="{branch}"' in text
+    assert f"kafkalog.kafka.records.branch_{branch}" in text
+    assert dom.one("code", id="guide").text == "dags/README.md#after-a-failed-audit"
+    conf = json.dumps({"date_from": night, "topics": "orders"})
+    assert f"airflow dags trigger kafka_segments_nightly --conf '{conf}'" in text
+    assert "every topic it read but payments" in text
+    assert dom.one("pre", cls="policy").text == (
+        "topics:\n  payments:\n    checks:\n      crc: {severity: warn}\n"
+        "      offset_gaps: {classes: {unexplained: warn}}")
+    # its branch dropped (the run planned again): said so
+    ledger.manage_snapshots().remove_branch(branch).commit()
+    text = " ".join(Dom(client.get(f"/runs/{failed['token']}").text).one(id="not-published").text.split())
+    assert f"branch {branch}, which the ledger no longer has" in text
+    # a published run, and a run that only warned: no such section
+    write_ledger(root, [failed])
+    assert not Dom(client.get(f"/runs/{failed['token']}").text).find(id="not-published")
+
+
+def test_problem_lines_show_uris_by_partition_folder_and_file():
+    """Every URI or absolute path in a line: its last two parts, the whole on hover;
+    punctuation after it and text that is no URI are left alone; everything escaped."""
+    seg = "s3://kafka-snapshots/snapshots/2026-11-21/orders-0/00000000000000000034"
+    text = (f"index_mismatch in {seg}.log at 1000..1000: {seg}.index: entry 2 <b>; local "
+            "/tmp/demo/snapshots/2026-11-21/payments-1/00000000000000000025.log, night "
+            "s3://kafka-snapshots/snapshots/2026-11-27/ and 3/4 or a/b")
+    dom = Dom(f"<p>{pages.line_html(text)}</p>")
+    spans = [(s.attrs["title"], s.text) for s in dom.find("span", cls="uri")]
+    assert spans == [
+        (f"{seg}.log", "…/orders-0/00000000000000000034.log"),
+        (f"{seg}.index", "…/orders-0/00000000000000000034.index"),
+        ("/tmp/demo/snapshots/2026-11-21/payments-1/00000000000000000025.log",
+         "…/payments-1/00000000000000000025.log"),
+        ("s3://kafka-snapshots/snapshots/2026-11-27/", "…/snapshots/2026-11-27/")]
+    assert dom.one("p").text == (
+        "index_mismatch in …/orders-0/00000000000000000034.log at 1000..1000: "
+        "…/orders-0/00000000000000000034.index: entry 2 <b>; local "
+        "…/payments-1/00000000000000000025.log, night …/snapshots/2026-11-27/ and 3/4 or a/b")
+    assert pages.short_uri("s3://b/x.log") == "s3://b/x.log"  # nothing to gain
+
+
+def test_due_nights_follow_the_nightly_schedule():
+    """The nights the DAG was due to read: the UTC date of each cron fire time up to now (a
+    night's run fires at 03:00 by default), one a day however often it fires; a schedule that
+    cannot be read: every day between the nights in the data, said so."""
+    at = dt.datetime(2026, 11, 24, 12, tzinfo=dt.timezone.utc)  # a Tuesday
+    days = ["2026-11-19", "2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23", "2026-11-24"]
+    assert calendar.scheduled_nights("0 3 * * *", "2026-11-19", at) == days
+    assert calendar.scheduled_nights("0 3 * * *", "2026-11-19", at.replace(hour=2)) == days[:-1]
+    assert calendar.scheduled_nights("*/30 * * * *", "2026-11-19", at) == days
+    assert calendar.scheduled_nights("0 3 * * 1-5", "2026-11-19", at) == \
+        ["2026-11-19", "2026-11-20", "2026-11-23", "2026-11-24"]  # no weekend
+    columns, due, note = calendar.night_columns(["2026-11-19", "2026-11-22"], "0 3 * * 1-5", at)
+    assert columns == ["2026-11-19", "2026-11-20", "2026-11-22", "2026-11-23", "2026-11-24"]
+    assert due == {"2026-11-19", "2026-11-20", "2026-11-23", "2026-11-24"} and note is None
+    columns, due, note = calendar.night_columns(["2026-11-19", "2026-11-21"], "not a cron", at)
+    assert columns == days[:3] and not due and "'not a cron'" in note
+    old = (at - dt.timedelta(days=calendar.MAX_CALENDAR_DAYS + 1)).date().isoformat()
+    assert calendar.night_columns([old, "2026-11-20"], "0 3 * * *", at) == ([old, "2026-11-20"], set(), None)
+
+
+def test_tables_without_the_night_column_are_read(tmp_path):
+    """dq_results and ledger as older audits wrote them (no ``night``): read as null, the
+    nights taken from the segment URIs; once the tables have the column, the ledger's night
+    wins over the URI's, and a ledger snapshot from before it still reads."""
+    from pyiceberg.expressions import EqualTo
+
+    root = str(tmp_path / "warehouse")
+    old, new = scenario()[0], scenario()[1]
+    for r in old["rows"]:
+        del r["night"]
+    old_sid = write_ledger(root, [old], night=False)
+    write_run(root, old, night=False)
+    wh = data.Warehouse(root)
+    [run] = wh.runs()
+    assert {r.night for r in run.results} == {None}
+    assert wh.coverage([run])[run.token].nights == old["nights"]
+    # the audit of issue 32 evolves both tables; an older run's rows stay, null
+    new["ledger_night"] = "2026-11-21"  # the listing's night, whatever the URI says
+    write_ledger(root, [new])
+    write_run(root, new, summary={iceberg.AUDITED: json.dumps({"ledger": old_sid})})
+    iceberg_warehouse(root).table("ledger").delete(EqualTo("run_id", old["run_id"]))
+    write_run(root, old, night=False, summary={iceberg.AUDITED: json.dumps({"ledger": old_sid})})
+    wh = data.Warehouse(root)
+    runs = {r.run_id: r for r in wh.runs()}
+    cov = wh.coverage(list(runs.values()))
+    assert {r.night for r in runs[new["run_id"]].results} == set(new["nights"])
+    assert cov[runs[new["run_id"]].token].nights == ["2026-11-21"]
+    assert cov[runs[old["run_id"]].token].nights == old["nights"]  # its audit's ledger snapshot
+    assert cov[runs[old["run_id"]].token].published is False
 
 
 # ---- the extra link and the plugin as Airflow loads it ------------------------------------

@@ -15,6 +15,7 @@ writes the report's screenshots (``/tmp/shots/overview.png``, ``run.png``: the s
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -31,22 +32,37 @@ import httpx
 import pytest
 
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
+from kafkalog_pipeline.tasks import SKIP_REASON_KEY
 from spark_jobs import storage
-from screenshot_report import SHOTS, shoot
+from screenshot_report import SHOTS, WINDOW, shoot
 from test_plugin import (PLUGINS, REPO, Dom, docs_html, expected_cells, expected_counts,
-                         expected_series, expected_verdict, scenario, write_run, write_warehouse)
+                         expected_series, expected_verdict, no_snapshot_row, scenario, short,
+                         write_run, write_warehouse)
 
 pytestmark = pytest.mark.pipeline
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 PREFIX = "/kafkalog-quality"
 DAG_ID = NIGHTLY_DAG_ID
+#: the night the test DAG's plan finds no snapshot of (none of scenario()'s runs read it)
+SKIPPED = "2026-11-22"
 DAG_FILE = f'''
 from airflow.providers.standard.operators.bash import BashOperator
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowSkipException
+
+
+def plan(ti, logical_date, **_):
+    night = logical_date.date().isoformat()
+    if night == "{SKIPPED}":  # as kafkalog_pipeline.tasks.plan_task skips a night: reason in XCom
+        ti.xcom_push(key="{SKIP_REASON_KEY}", value=f"nothing to decode for {{night}}: 0 segments")
+        raise AirflowSkipException("nothing to decode")
+
 
 with DAG("{DAG_ID}", schedule=None, tags=["test"]):
-    BashOperator(task_id="decode", bash_command="true") >> BashOperator(
+    PythonOperator(task_id="plan", python_callable=plan) >> BashOperator(
+        task_id="decode", bash_command="true") >> BashOperator(
         task_id="check_quality", bash_command="echo --run-id {{{{ run_id }}}}")
 '''
 
@@ -206,7 +222,7 @@ class DevTools:
                 return reply.get("result", {})
             # anything else is an event (or a reply to nothing we wait for): not needed
 
-    def open(self, url: str, width: int = 1400, height: int = 1000):
+    def open(self, url: str, width: int = WINDOW[0], height: int = WINDOW[1]):
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
                   deviceScaleFactor=1, mobile=False)
         self.call("Page.navigate", url=url)
@@ -267,23 +283,31 @@ def site(tmp_path_factory):
     env = airflow_env(home, warehouse, port)
     run(["db", "migrate"], env)
     run(["dags", "test", DAG_ID, "2026-11-21"], env, timeout=300)
+    run(["dags", "test", DAG_ID, SKIPPED], env, timeout=300)
     server = ApiServer(env, port, base / "api-server.log")
     try:
         token = httpx.get(server.url + "/auth/token", timeout=10).json()["access_token"]
         headers = {"Authorization": f"Bearer {token}"}
         listed = httpx.get(f"{server.url}/api/v2/dags/{DAG_ID}/dagRuns", headers=headers, timeout=10)
-        [dag_run] = listed.json()["dag_runs"]
-        # the quality job's results for that DAG run: rows of a failing run, under its run id
+        by_night = {r["logical_date"][:10]: r["dag_run_id"] for r in listed.json()["dag_runs"]}
+        # the quality job's results for the first DAG run: rows of a failing run, under its run
+        # id, with no ledger rows (nor a night: listed under the grid)
         template = scenario(seed=11)[1]
         later = max(r["checked_at"] for r in runs).replace(year=2027)
         dag_run_results = {
-            "run_id": dag_run["dag_run_id"], "checked_at": later,
-            "rows": [dict(r, run_id=dag_run["dag_run_id"], checked_at=later) for r in template["rows"]]}
+            "run_id": by_night["2026-11-21"], "checked_at": later,
+            "rows": [dict(r, run_id=by_night["2026-11-21"], checked_at=later, night=None)
+                     for r in template["rows"]]}
         dag_run_results["token"] = write_run(warehouse, dag_run_results)
         runs.append(dag_run_results)
-        yield {"url": server.url, "runs": runs, "dag_run": dag_run_results, "home": home,
-               "warehouse": warehouse, "headers": headers,
-               "base": base}
+        # ... and the audit's row for the night the second one found no snapshot of
+        skipped_at = later + dt.timedelta(hours=1)
+        skipped = {"run_id": by_night[SKIPPED], "checked_at": skipped_at,
+                   "rows": [no_snapshot_row(by_night[SKIPPED], SKIPPED, skipped_at)]}
+        skipped["token"] = write_run(warehouse, skipped)
+        runs.append(skipped)
+        yield {"url": server.url, "runs": runs, "dag_run": dag_run_results, "skipped": skipped,
+               "home": home, "warehouse": warehouse, "headers": headers, "base": base}
     finally:
         server.stop()
 
@@ -334,7 +358,14 @@ JSON_TEXT = re.compile(r'\{\s*"')
 ROWS_JS = """[...document.querySelectorAll('tr.result')].map(r => ({
     status: r.dataset.status, check: r.dataset.check, tp: r.dataset.topic + '-' + r.dataset.partition,
     top: r.getBoundingClientRect().top, visible: r.checkVisibility(),
-    line: (r.querySelector('.problem-line') || {}).innerText || null}))"""
+    line: (r.querySelector('.problem-line') || {}).innerText || null,
+    uris: [...r.querySelectorAll('.problem-line .uri')].map(u => [u.title, u.innerText])}))"""
+
+
+def counts_text(counts: dict) -> str:
+    """``4 failures · 1 warning · 10 passes``: results as the pages count them."""
+    words = {"fail": ("failure", "failures"), "warn": ("warning", "warnings"), "pass": ("pass", "passes")}
+    return " · ".join(f"{counts[s]} {words[s][counts[s] != 1]}" for s in words if counts[s])
 
 
 def test_run_page_in_chromium(site, chromium, devtools, tmp_path):
@@ -356,8 +387,7 @@ def test_run_page_in_chromium(site, chromium, devtools, tmp_path):
     text = devtools.js("document.body.innerText")
     assert not JSON_TEXT.search(text), "raw JSON is visible before any disclosure is opened"
     counts = expected_counts(failing)
-    assert (f"Checks per topic-partition: {counts['fail']} failed · {counts['warn']} warned · "
-            f"{counts['pass']} passed") in text
+    assert f"{counts_text(counts)}, counted per check × topic-partition" in text
     rows = devtools.js(ROWS_JS)
     order = [r["status"] for r in rows]
     assert {"fail", "warn", "pass"} <= set(order)  # the page shows all three
@@ -370,7 +400,7 @@ def test_run_page_in_chromium(site, chromium, devtools, tmp_path):
     summary = devtools.js("(() => { const s = document.querySelector('details#passes > summary');"
                           " return {top: s.getBoundingClientRect().top, text: s.innerText}; })()")
     assert summary["top"] > max(r["top"] for r in warns)
-    assert summary["text"].startswith(f"Passed: {counts['pass']} checks")
+    assert summary["text"].startswith(f"Passed: {counts['pass']} (counted per check × topic-partition")
     # one plain line per problem: the topic-partition, the offsets, the segment of its first item
     want = {(r["check"], f"{r['topic']}-{r['partition']}"): json.loads(r["details"])
             for r in failing["rows"] if r["status"] != "pass"}
@@ -379,7 +409,10 @@ def test_run_page_in_chromium(site, chromium, devtools, tmp_path):
         assert row["line"].startswith(row["tp"] + ": ")
         assert f"{first['first_offset']}..{first['last_offset']}" in row["line"] or \
             f"offset {first['first_offset']}" in row["line"]
-        assert first["segment"] in row["line"]
+        # the segment by its partition folder and file name, the whole URI on hover
+        assert first["segment"].startswith("s3://") and first["segment"] not in row["line"]
+        assert short(first["segment"]) in row["line"]
+        assert [first["segment"], short(first["segment"])] in row["uris"]
         assert row["line"] in text
     # opened, every disclosure shows what was behind it: the items, the raw JSON, the passes
     devtools.js("document.querySelectorAll('details').forEach(d => { d.open = true; })")
@@ -427,7 +460,28 @@ def test_overview_in_chromium(site, devtools):
     worst = {n: "fail" if any(o == "fail" for (_, m), (o, _, _) in want.items() if m == n) else "warn"
              for n in unhealthy}
     assert devtools.js("document.querySelector('#headline').innerText") == \
-        "Unhealthy nights: " + ", ".join(f"{n} ({worst[n]})" for n in unhealthy)
+        f"Unhealthy nights: {SKIPPED} (warn, no snapshot), " + ", ".join(
+            f"{n} ({worst[n]})" for n in unhealthy)
+    # the night the DAG found no snapshot of: a column of "no snapshot" cells in the finding's
+    # colour, on the first screen; every other night the schedule was due to read up to now
+    # (03:00 UTC daily) and no run has results for: "no run"
+    column = devtools.js(f"""[...document.querySelectorAll('#night-grid rect.cell[data-night="{SKIPPED}"]')]
+        .map(r => ({{kind: r.dataset.kind, outcome: r.dataset.outcome, fill: r.getAttribute('fill'),
+                    bottom: r.getBoundingClientRect().bottom, right: r.getBoundingClientRect().right}}))""")
+    assert len(column) == 1 + len({c["tp"] for c in cells})  # the night's row and each partition's
+    assert {(c["kind"], c["outcome"]) for c in column} == {("no_snapshot", "warn")}
+    assert all(c["bottom"] <= screen["h"] and c["right"] <= WINDOW[0] for c in column)
+    now = dt.datetime.now(dt.timezone.utc)
+    last = now.date() - dt.timedelta(days=0 if now.hour >= 3 else 1)
+    first = dt.date.fromisoformat(min(c["night"] for c in cells))
+    due = [(first + dt.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+    assert devtools.js("[...document.querySelectorAll('#night-grid text.column-label')]"
+                       ".map(t => t.dataset.column)") == due
+    tops = devtools.js("Object.fromEntries([...document.querySelectorAll('#night-grid rect.cell')]"
+                       ".filter(r => r.dataset.row === 'whole night').map(r => [r.dataset.night, "
+                       "r.dataset.outcome]))")
+    read = {c["night"] for c in cells}
+    assert {n for n, o in tops.items() if o == "no_run"} == set(due) - read - {SKIPPED} != set()
     # the DAG run's results have no ledger rows: listed under the grid, not guessed into it
     assert site["dag_run"]["run_id"] in devtools.js("document.querySelector('#unplaced').innerText")
     # one click from a failed cell to its run page, at its check's row
@@ -446,6 +500,89 @@ def test_overview_in_chromium(site, devtools):
     assert devtools.js("location.pathname") == f"{PREFIX}/runs/{token}"
     assert (target["check"], target["tp"], target["status"]) == (anchor.split("-", 2)[1], bad["tp"], "fail")
     assert target["visible"] and 0 <= target["top"] < target["h"]
+
+
+#: the rectangles of what must be on screen, in the document's viewport
+RECTS_JS = """(() => { const box = e => { const b = e.getBoundingClientRect();
+    return {left: b.left, top: b.top, right: b.right, bottom: b.bottom, height: b.height}; };
+  return {w: innerWidth, h: innerHeight, scroll: document.documentElement.scrollWidth,
+    table: box(document.querySelector('#runs')),
+    rows: [...document.querySelectorAll('#runs tr.run')].map(r => ({
+      verdict: box(r.querySelector('td.verdict-cell')), run: box(r.querySelector('td.run-cell')),
+      docs: box(r.querySelector('td.docs')), text: r.querySelector('td.verdict-cell').innerText})),
+    topics: [...document.querySelectorAll('#runs details.topics')].map(d => ({
+      open: d.open, summary: d.querySelector('summary').innerText}))}; })()"""
+
+
+def test_nothing_that_matters_is_off_screen_at_1440x900(site, devtools):
+    """At 1440x900 the runs table fits (no page scrolls sideways), each run's verdict is on
+    screen beside its run id, its topic-partitions folded behind a count; a failed run's page
+    shows its first problem line on the first screen, below the section saying it was not
+    published."""
+    devtools.open(f"{site['url']}{PREFIX}/", *WINDOW)
+    got = devtools.js(RECTS_JS)
+    assert (got["w"], got["h"]) == WINDOW
+    assert got["scroll"] <= got["w"] and got["table"]["right"] <= got["w"]
+    want = newest_first(site["runs"])
+    assert [r["text"] for r in got["rows"]] == [expected_verdict(r) for r in want]
+    for r in got["rows"]:
+        assert 0 <= r["verdict"]["left"] and r["verdict"]["right"] <= got["w"]
+        assert r["verdict"]["right"] <= r["run"]["left"] + 1  # the verdict, then the run id
+        assert r["docs"]["right"] <= got["w"]
+    assert got["topics"] and not any(t["open"] for t in got["topics"])
+    assert all(re.fullmatch(r"\d+ topic-partitions?", t["summary"]) for t in got["topics"])
+    failing = site["dag_run"]
+    devtools.open(f"{site['url']}{PREFIX}/runs/{quote(failing['token'])}", *WINDOW)
+    page = devtools.js("""(() => { const b = e => e && e.getBoundingClientRect().toJSON();
+        const banner = document.querySelector('#not-published');
+        return {w: innerWidth, h: innerHeight, scroll: document.documentElement.scrollWidth,
+                banner: b(banner), head: banner && banner.querySelector('h2').innerText,
+                line: b(document.querySelector('.problem-line'))}; })()""")
+    assert page["head"] == "Not published: main unchanged"
+    assert page["banner"]["bottom"] < page["line"]["top"]
+    assert 0 <= page["line"]["top"] and page["line"]["bottom"] <= page["h"]
+    assert page["line"]["right"] <= page["w"] and page["scroll"] <= page["w"]
+
+
+def test_the_run_tab_in_airflow(site, devtools):
+    """The "Data quality" tab of a DAG run, inside Airflow's shell at 1440x900: the report's
+    problem lines name segments by partition folder and file name and do not wrap to more than
+    a few lines; the tab of the night without a snapshot shows that run's verdict (warn), with
+    the plan task's skip reason beside it (from Airflow's XCom)."""
+    failing, skipped = site["dag_run"], site["skipped"]
+    tab = f"{site['url']}/dags/{DAG_ID}/runs/{quote(failing['run_id'], safe='')}/plugin/data-quality-run"
+    devtools.open(tab, *WINDOW)
+    frame_js = """(() => { const f = document.querySelector('iframe[title="Data quality"]');
+        const d = f && f.contentDocument; const l = d && d.querySelector('.problem-line');
+        if (!l || d.readyState !== 'complete') return null;
+        const fb = f.getBoundingClientRect(), lb = l.getBoundingClientRect();
+        return {frame: {left: fb.left, width: fb.width, height: fb.height},
+                line: {height: lb.height, right: lb.right,
+                       lineHeight: parseFloat(getComputedStyle(l).lineHeight)},
+                text: l.innerText, inner: d.documentElement.clientWidth,
+                verdict: d.querySelector('#verdict').innerText}; })()"""
+    deadline, got = time.monotonic() + 60, None
+    while got is None:
+        assert time.monotonic() < deadline, "the tab did not show the run's report"
+        time.sleep(0.5)
+        got = devtools.js(frame_js)
+    assert got["verdict"] == "fail"
+    first = next(json.loads(r["details"])["items"][0] for r in sorted(
+        failing["rows"], key=lambda r: (r["check"], r["topic"], r["partition"]))
+        if r["status"] == "fail")
+    assert short(first["segment"]) in got["text"] and first["segment"] not in got["text"]
+    lines = got["line"]["height"] / got["line"]["lineHeight"]
+    assert lines <= 4, f"a problem line wraps to {lines:.0f} lines in a {got['frame']['width']} px tab"
+    assert got["line"]["right"] <= got["inner"]  # not cut off at the tab's right edge
+    # the night without a snapshot: its report (a warning), not "no report: night skipped"
+    view = f"{site['url']}/kafkalog-quality-view/{DAG_ID}/{quote(skipped['run_id'], safe='')}"
+    devtools.open(view, *WINDOW)
+    page = devtools.js("""(() => { const text = s => (document.querySelector(s) || {}).innerText;
+        return {path: location.pathname, verdict: text('#verdict'), reason: text('#skip-reason'),
+                nights: text('#nights')}; })()""")
+    assert page["path"] == f"{PREFIX}/runs/{skipped['token']}" and page["verdict"] == "warn"
+    assert (page["reason"] or "").endswith(f"nothing to decode for {SKIPPED}: 0 segments"), page
+    assert page["nights"] == f"No snapshot: {SKIPPED}"
 
 
 def test_embedded_in_the_airflow_ui(site, chromium, tmp_path):

@@ -4,6 +4,9 @@
   catalog (pyiceberg and pyarrow through :mod:`spark_jobs.iceberg` / :mod:`spark_jobs.tables`,
   no Spark; catalog and namespace from the ``kafkalog_catalog`` / ``kafkalog_namespace``
   settings) and their Data Docs from ``W/data_docs/<token>/`` (local or S3);
+- :mod:`.calendar`: snapshot nights (of a segment, due by the nightly schedule, as text);
+  :mod:`.nights`: the nights-at-a-glance grid; :mod:`.remedies`: a failed run's "not
+  published" section and its ways forward;
 - :mod:`.svg`: server-side SVG charts; :mod:`.pages`: the HTML;
 - :mod:`.app`: the FastAPI app Airflow mounts (``fastapi_apps``), authenticated by Airflow's
   auth manager; :mod:`.links`: the "Data quality report" operator extra link.

@@ -30,7 +30,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
 
-from . import data, pages
+from . import data, nights, pages
 
 URL_PREFIX = "/kafkalog-quality"
 #: the DAGs whose quality task writes dq_results (see plugins/README.md)
@@ -115,7 +115,14 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
             return HTMLResponse(pages.message_page(
                 "No such run", f"no data-quality results for run {token!r} in this warehouse",
                 _base(request)), status_code=404)
-        return HTMLResponse(pages.run_page(run, _base(request), wh.coverage([run])[run.token]))
+        skipped = None
+        if run.missing_nights:  # Airflow skipped the rest of such a run: say why, beside it
+            from .links import skip_reason
+
+            skipped = skip_reason(run.run_id)
+        return HTMLResponse(pages.run_page(
+            run, _base(request), wh.coverage([run]).get(run.token), root=wh.root,
+            catalog=wh.catalog_name, namespace=wh.namespace, skip_reason=skipped))
 
     @app.get("/runs/{token}/docs")
     def docs_root(token: str):
@@ -158,8 +165,8 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
     return app
 
 
-def _overview(wh: data.Warehouse, runs: list[data.Run]) -> data.Overview:
-    return data.overview(runs, wh.coverage(runs), wh.night_pattern())
+def _overview(wh: data.Warehouse, runs: list[data.Run]) -> nights.Overview:
+    return nights.overview(runs, wh.coverage(runs), wh.night_pattern())
 
 
 def _base(request: Request) -> str:

@@ -20,10 +20,10 @@ warehouse root; the catalog itself is found as :func:`spark_jobs.iceberg.catalog
 says (pyiceberg's configuration, else the embedded SQLite catalog of a local ``W``). S3
 access (an ``s3://`` warehouse, its data files and Data Docs) comes from the environment.
 
-**Cache**: the table is read with pyarrow through pyiceberg
-(:func:`spark_jobs.tables.read_arrow`) and its runs are kept in a cache keyed by the
-table's current snapshot id, so a page view costs one catalog lookup (the table's
-metadata) and reads data files only after a new snapshot.
+**Cache**: the table is read with pyarrow through pyiceberg (:func:`scan`: a column a
+snapshot's schema lacks reads null) and its runs are kept in a cache keyed by the table's
+current snapshot id, so a page view costs one catalog lookup (the table's metadata) and
+reads data files only after a new snapshot.
 
 **Failures never break a page**: a catalog or table that cannot be read raises
 :class:`WarehouseUnavailable`, which the app shows as a message (status 503); a data file
@@ -47,10 +47,12 @@ from dataclasses import replace as dataclass_replace
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kafkalog_pipeline import snapshots
 from kafkalog_pipeline.settings import SETTINGS
-from spark_jobs import iceberg, layout, schemas, storage, tables
+from spark_jobs import iceberg, schemas, storage
+from spark_jobs.quality.policy import RANK, SEVERITIES
 from spark_jobs.quality.results import checked, plural
+
+from .calendar import night_of, night_pattern
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +65,22 @@ ENV = SETTINGS["warehouse"][1]
 RESULTS_TABLE = "dq_results"
 DOCS_DIR = "data_docs"
 
-#: verdict order, worst first; a run's verdict is the worst status among its rows
-STATUSES = ("fail", "warn", "pass")
+#: verdict order, worst first (the policy's severities); a run's verdict is the worst status
+#: among its rows
+STATUSES = tuple(sorted(SEVERITIES, key=RANK.__getitem__, reverse=True))
+
+#: the column issue 32 adds to ``dq_results`` (the latest snapshot night the run read; for a
+#: ``snapshot_missing`` row the night that had none) and to ``ledger`` (the night whose listing
+#: held the segment); null in older rows. Read wherever a table has it, whether or not
+#: ``spark_jobs.schemas`` names it yet.
+NIGHT = "night"
+NIGHT_FIELD = pa.field(NIGHT, pa.string())
+# The checks of issue 32 the report treats apart (the audit's spark_jobs/quality/checks.py
+# CHECKS gains them; named here until it does):
+#: a night the run was due to read had no snapshot: topic and partition null, ``night`` = it
+SNAPSHOT_MISSING = "snapshot_missing"
+#: a topic-partition earlier nights held and this one lacks (it has no other rows in the run)
+MISSING_PARTITION = "missing_partition"
 
 # Which checks feed which chart: the check names of spark_jobs/quality/checks.py.
 CRC_CHECKS = ("crc",)
@@ -129,13 +145,34 @@ class Result:
     failed: int | None
     details: object  # parsed JSON (dict, list, ...), the raw string if it is not JSON, or None
     checked_at: dt.datetime | None
+    night: str | None = None  # the column NIGHT, where the table has it
+
+    @property
+    def outcome(self) -> str:
+        """Its ``status``, except :data:`NOTHING_NEW` for a pass that checked nothing
+        (``observed`` 0, e.g. ``crc`` over a partition whose segments were all unchanged)."""
+        return NOTHING_NEW if self.status == "pass" and self.observed == 0 else self.status
+
+    @property
+    def label(self) -> str:
+        """What the row is about: ``orders-1``, ``orders (topic)``, ``snapshot 2026-11-27``."""
+        return where(self.topic, self.partition, self.night)
+
+    @property
+    def anchor(self) -> str:
+        """The id of its row on the run page (:func:`result_anchor`)."""
+        return result_anchor(self.check, self.topic, self.partition, self.night)
+
+    def first_problem(self) -> str:
+        """Its one problem line (:func:`first_problem`)."""
+        return first_problem(self.topic, self.partition, self.details, self.failed, self.night)
 
     def as_json(self) -> dict:
         return {
             "run_id": self.run_id, "check": self.check, "topic": self.topic,
             "partition": self.partition, "status": self.status, "severity": self.severity,
             "observed": self.observed, "failed": self.failed, "details": self.details,
-            "checked_at": _iso(self.checked_at),
+            "checked_at": _iso(self.checked_at), "night": self.night, "outcome": self.outcome,
         }
 
 
@@ -152,10 +189,40 @@ class Run:
 
     @property
     def counts(self) -> dict[str, int]:
+        """Results by ``status`` (what the verdict is made of)."""
         c = Counter(r.status for r in self.results)
         out = {s: c.pop(s, 0) for s in STATUSES}
         out.update(sorted(c.items()))  # any status outside pass|warn|fail, shown as is
         return out
+
+    @property
+    def tally(self) -> dict[str, int]:
+        """Results by :attr:`Result.outcome`, as the pages count them: the passes that checked
+        nothing apart, as :data:`NOTHING_NEW`."""
+        return tally(self.results)
+
+    @property
+    def as_of(self) -> str | None:
+        """The latest snapshot night the run read, as its rows say (column :data:`NIGHT` of
+        its rows other than :data:`SNAPSHOT_MISSING`); None where they do not say."""
+        return max((r.night for r in self.results if r.night and r.check != SNAPSHOT_MISSING),
+                   default=None)
+
+    @property
+    def missing_nights(self) -> dict[str, "Result"]:
+        """``{night: its SNAPSHOT_MISSING row}``: the nights the run was due to read that had
+        no snapshot."""
+        return {r.night: r for r in sorted(self.results, key=lambda r: r.night or "")
+                if r.check == SNAPSHOT_MISSING and r.night}
+
+    def suites(self) -> dict[str, int]:
+        """The Data Docs' counts: one great-expectations suite per check, whose status is the
+        check's worst over the topic-partitions (expectations/README.md)."""
+        worst = {}
+        for c in self.checks():
+            worst[c["check"]] = c["status"]
+        c = Counter(worst.values())
+        return {**{s: c.pop(s, 0) for s in STATUSES}, **dict(sorted(c.items()))}
 
     @property
     def verdict(self) -> str:
@@ -192,21 +259,23 @@ class Run:
         return out
 
     def by_outcome(self) -> list[tuple[str, list[Result]]]:
-        """The rows grouped by outcome, problems first: ``fail``, ``warn``, any status outside
-        pass|warn|fail, then ``pass``; in a group by check, topic and partition. Only groups
-        with rows."""
+        """The rows grouped by :attr:`Result.outcome`, problems first: ``fail``, ``warn``, any
+        status outside pass|warn|fail, ``pass``, then :data:`NOTHING_NEW`; in a group by
+        check, topic, partition and night. Only groups with rows."""
         groups: dict[str, list[Result]] = {}
         for r in self.results:
-            groups.setdefault(r.status, []).append(r)
-        order = ["fail", "warn"] + sorted(set(groups) - set(STATUSES)) + ["pass"]
-        key = (lambda r: (r.check, r.topic or "", -1 if r.partition is None else r.partition))
+            groups.setdefault(r.outcome, []).append(r)
+        order = (["fail", "warn"] + sorted(set(groups) - set(STATUSES) - {NOTHING_NEW})
+                 + ["pass", NOTHING_NEW])
+        key = (lambda r: (r.check, r.topic or "", -1 if r.partition is None else r.partition,
+                          r.night or ""))
         return [(s, sorted(groups[s], key=key)) for s in order if groups.get(s)]
 
     def summary_json(self) -> dict:
         return {
             "token": self.token, "run_id": self.run_id, "checked_at": _iso(self.checked_at),
-            "verdict": self.verdict, "counts": self.counts, "has_docs": self.has_docs,
-            "error": self.error,
+            "verdict": self.verdict, "counts": self.counts, "tally": self.tally,
+            "suites": self.suites(), "has_docs": self.has_docs, "error": self.error,
         }
 
     def as_json(self) -> dict:
@@ -227,7 +296,7 @@ def results_from_arrow(table: pa.Table) -> list[Result]:
     if missing:
         raise ValueError(f"not a dq_results table: no column(s) {', '.join(sorted(missing))}")
     cols = {}
-    for f in schemas.DQ_RESULTS:
+    for f in RESULT_SCHEMA:
         cols[f.name] = (table.column(f.name).to_pylist() if f.name in table.column_names
                         else [None] * table.num_rows)
     out = []
@@ -237,8 +306,33 @@ def results_from_arrow(table: pa.Table) -> list[Result]:
             partition=cols["partition"][i], status=(cols["status"][i] or "").lower(),
             severity=cols["severity"][i], observed=cols["observed"][i], failed=cols["failed"][i],
             details=_parse_details(cols["details"][i]), checked_at=_utc(cols["checked_at"][i]),
+            night=cols[NIGHT][i],
         ))
     return out
+
+
+def with_night(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the column :data:`NIGHT` (where ``spark_jobs.schemas`` lacks it yet)."""
+    return schema if NIGHT in schema.names else schema.append(NIGHT_FIELD)
+
+
+#: the dq_results columns the view reads
+RESULT_SCHEMA = with_night(schemas.DQ_RESULTS)
+
+
+def scan(table, snapshot_id: int, schema: pa.Schema, row_filter=None) -> pa.Table:
+    """The columns of ``schema`` of Iceberg ``table`` at ``snapshot_id`` (rows ``row_filter``),
+    cast to it; a column that snapshot's schema lacks (a table made before it existed) reads
+    null, as Iceberg reads it in files written before it was added."""
+    from pyiceberg.expressions import AlwaysTrue
+
+    plan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter or AlwaysTrue())
+    have = {f.name for f in plan.projection().fields}
+    present = [n for n in schema.names if n in have]
+    arrow = plan.select(*present).to_arrow()
+    columns = [arrow.column(f.name) if f.name in have else pa.nulls(arrow.num_rows, f.type)
+               for f in schema]
+    return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
 
 
 def _utc(value):
@@ -279,7 +373,8 @@ _CACHE_LOCK = threading.Lock()
 # unpublished run's (rows, reason) by dq_results' snapshot id and the run ids
 _LEDGER_CACHE: dict[tuple, tuple[int, object]] = {}
 #: the ledger columns the overview reads
-LEDGER_COLUMNS = ("run_id", "topic", "partition", "segment")
+LEDGER_SCHEMA = with_night(pa.schema([schemas.LEDGER.field(c)
+                                      for c in ("run_id", "topic", "partition", "segment")]))
 
 
 class Warehouse:
@@ -301,6 +396,7 @@ class Warehouse:
                 raise self._unavailable(err) from err
         self.store = store if store is not None else storage.open_store(root, s3)
         self.tables = iceberg.Warehouse(root, self.catalog_name, self.namespace, s3)
+        self._ledger_refs: set[str] = set()  # the ledger's branches and tags, as last loaded
 
     def runs(self) -> list[Run]:
         """Every run with rows in dq_results, newest first (by ``checked_at``, else commit time)."""
@@ -356,15 +452,21 @@ class Warehouse:
         for run in runs:
             ids = sorted({r.run_id for r in run.results if r.run_id})
             rows = [row for i in ids for row in published.get(i, ())]
-            reason = None
+            reason, on_main = None, True if rows else None
             if not rows and ids:
                 rows, reason = self._ledger_audited(ids)
-            out[run.token] = Coverage.of(rows, pattern, template, reason)
+                on_main = False if rows else None
+            branches = [b for b in map(iceberg.branch_name, ids) if b in self._ledger_refs]
+            out[run.token] = Coverage.of(rows, pattern, template, reason,
+                                         missing=tuple(run.missing_nights), published=on_main,
+                                         branch=branches[0] if branches else None)
         return out
 
     def _ledger_main(self) -> dict[str, tuple]:
-        """``main``'s ledger as ``{run_id: ((topic, partition, segment), ...)}``, cached by snapshot."""
+        """``main``'s ledger as ``{run_id: ((topic, partition, segment, night), ...)}``, cached
+        by snapshot; notes the table's branches and tags (:attr:`_ledger_refs`)."""
         table = self.tables.load("ledger")
+        self._ledger_refs = set(table.refs()) if table is not None else set()
         snapshot = table.current_snapshot() if table is not None else None
         if snapshot is None:
             return {}
@@ -373,8 +475,7 @@ class Warehouse:
             hit = _LEDGER_CACHE.get(key)
         if hit is not None and hit[0] == snapshot.snapshot_id:
             return hit[1]
-        rows = _ledger_rows(tables.read_arrow(self.tables, "ledger", snapshot=snapshot.snapshot_id,
-                                              columns=LEDGER_COLUMNS))
+        rows = _ledger_rows(scan(table, snapshot.snapshot_id, LEDGER_SCHEMA))
         with _CACHE_LOCK:
             _LEDGER_CACHE[key] = (snapshot.snapshot_id, rows)
         return rows
@@ -407,9 +508,7 @@ class Warehouse:
             if not snapshot_ids:
                 reason = "no ledger rows of this run on main, nor a ledger snapshot its audit read"
             for sid in sorted(snapshot_ids):
-                found = _ledger_rows(tables.read_arrow(self.tables, "ledger", snapshot=sid,
-                                                       columns=LEDGER_COLUMNS,
-                                                       row_filter=In("run_id", run_ids)))
+                found = _ledger_rows(scan(ledger, sid, LEDGER_SCHEMA, In("run_id", run_ids)))
                 rows += [row for i in run_ids for row in found.get(i, ())]
             with _CACHE_LOCK:
                 _LEDGER_CACHE[key] = (head, (rows, reason))
@@ -450,21 +549,23 @@ class Warehouse:
 
     def _read(self, table, snapshot_id: int) -> dict[str, _Loaded]:
         try:
-            arrow = tables.read_arrow(self.tables, RESULTS_TABLE, snapshot=snapshot_id)
-            return _group(table, results_from_arrow(arrow), {})
+            return _group(table, results_from_arrow(scan(table, snapshot_id, RESULT_SCHEMA)), {})
         except Exception as err:  # noqa: BLE001 - find out which file (or the catalog) failed
             log.warning("reading %s.%s at snapshot %s failed (%s: %s); reading its files one by one",
                         self.namespace, RESULTS_TABLE, snapshot_id, type(err).__name__, err)
         try:
-            scan = table.scan(snapshot_id=snapshot_id, selected_fields=tuple(schemas.DQ_RESULTS.names))
-            tasks = list(scan.plan_files())
+            plan = table.scan(snapshot_id=snapshot_id)
+            present = [n for n in RESULT_SCHEMA.names
+                       if n in {f.name for f in plan.projection().fields}]
+            plan = plan.select(*present)
+            tasks = list(plan.plan_files())
             added_by = _adding_runs(table, snapshot_id)
         except Exception as err:  # noqa: BLE001 - manifests unreadable: the table is
             raise self._unavailable(err) from err
         from pyiceberg.io.pyarrow import ArrowScan
 
-        reader = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter,
-                           scan.case_sensitive)
+        reader = ArrowScan(table.metadata, table.io, plan.projection(), plan.row_filter,
+                           plan.case_sensitive)
         results, broken = [], {}
         for task in tasks:
             path = task.file.file_path
@@ -472,8 +573,9 @@ class Warehouse:
                 if task.delete_files:
                     raise iceberg.CatalogError("the file has delete files, which this pipeline "
                                                "never writes")
-                part = reader.to_table([task]).select(schemas.DQ_RESULTS.names)
-                results += results_from_arrow(part.cast(schemas.DQ_RESULTS))
+                part = reader.to_table([task]).select(present)
+                results += results_from_arrow(part.cast(pa.schema(
+                    [RESULT_SCHEMA.field(n) for n in present])))
             except Exception as err:  # noqa: BLE001 - a broken file is shown as its run's error
                 log.warning("cannot read %s: %s: %s", path, type(err).__name__, err)
                 broken.setdefault(added_by.get(path) or _file_token(path), []).append(
@@ -716,15 +818,64 @@ def _iso(value: dt.datetime | None) -> str | None:
 # ``FAIL crc orders-1: ...`` lines of its own today and could print :func:`problem_line`
 # instead (this module needs no Spark, only the dq_results row's fields).
 
-#: how a result's ``status`` reads in a sentence
-OUTCOME_WORDS = {"fail": "failed", "warn": "warned", "pass": "passed"}
+#: a result's outcome (:attr:`Result.outcome`) when it passed having checked nothing
+#: (``observed`` 0): "nothing new", never shown as a pass
+NOTHING_NEW = "nothing_new"
+#: how a result's outcome reads in a sentence
+OUTCOME_WORDS = {"fail": "failed", "warn": "warned", "pass": "passed", NOTHING_NEW: "nothing new"}
+#: how a count of results of an outcome reads: (one, several)
+COUNT_NOUNS = {"fail": ("failure", "failures"), "warn": ("warning", "warnings"),
+               "pass": ("pass", "passes"), NOTHING_NEW: ("nothing new", "nothing new")}
+#: the unit of every count of results on the pages (one result = one dq_results row)
+COUNTED = "counted per check × topic-partition"
 #: what a result's configured ``severity`` means when nothing was found (never an outcome)
 SEVERITY_LABELS = {"fail": "would fail", "warn": "warn-only", "pass": "report-only"}
+
+
+def ordered_counts(counts: Counter) -> dict[str, int]:
+    """``counts`` of outcomes in the pages' order: fail, warn, any other status, pass, nothing
+    new (those four always present)."""
+    c = Counter(counts)
+    out = {s: c.pop(s, 0) for s in STATUSES if s != "pass"}
+    rest = {"pass": c.pop("pass", 0), NOTHING_NEW: c.pop(NOTHING_NEW, 0)}
+    return {**out, **dict(sorted(c.items())), **rest}
+
+
+def tally(results) -> dict[str, int]:
+    """Results by :attr:`Result.outcome` (:func:`ordered_counts`)."""
+    return ordered_counts(Counter(r.outcome for r in results))
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``6 warnings · 158 passes · 4 nothing new`` (outcomes with none left out)."""
+    parts = []
+    for outcome, n in counts.items():
+        if n:
+            one, several = COUNT_NOUNS.get(outcome, (f"status {outcome}", f"status {outcome}"))
+            parts.append(f"{n:,} {one if n == 1 else several}")
+    return " · ".join(parts) or "no results"
+
+
+def suites_text(suites: dict[str, int]) -> str:
+    """``17 suites, one per check: 5 warned · 12 passed``: the Data Docs' own unit."""
+    return (f"{plural(sum(suites.values()), 'suite')}, one per check: "
+            + " · ".join(f"{n:,} {OUTCOME_WORDS.get(s, s)}" for s, n in suites.items() if n))
 
 
 def topic_partition(topic, partition) -> str:
     """``orders-1``, as Kafka names a partition's log directory (and the audit's log lines)."""
     return f"{topic if topic is not None else '?'}-{'?' if partition is None else partition}"
+
+
+def where(topic, partition, night=None) -> str:
+    """What a result is about: a topic-partition (``orders-1``), a whole topic (``orders
+    (topic)``: a row of no partition, e.g. a deleted topic) or the snapshot itself
+    (``snapshot 2026-11-27``: a row of no topic, e.g. a night without a snapshot)."""
+    if topic is None and partition is None:
+        return f"snapshot {night}" if night else "snapshot"
+    if partition is None:
+        return f"{topic} (topic)"
+    return topic_partition(topic, partition)
 
 
 def severity_label(severity) -> str | None:
@@ -777,9 +928,9 @@ def describe_item(item: dict) -> str:
     return f"{message} ({', '.join(where)})" if where else message
 
 
-def item_line(topic, partition, item: dict) -> str:
-    """``payments-1: offsets 15..24: ... is missing from the snapshot``."""
-    return f"{topic_partition(topic, partition)}: {describe_item(item)}"
+def item_line(topic, partition, item: dict, night=None) -> str:
+    """``payments-1: offsets 15..24: ... is missing from the snapshot`` (:func:`where`)."""
+    return f"{where(topic, partition, night)}: {describe_item(item)}"
 
 
 def _items(details: dict) -> list[dict]:
@@ -835,20 +986,21 @@ def _classes_text(details: dict, bad: bool = True) -> str | None:
     return ", ".join(parts) or None
 
 
-def first_problem(topic, partition, details, failed=None) -> str:
+def first_problem(topic, partition, details, failed=None, night=None) -> str:
     """The one line of a result that failed or warned: its first (worst) item in plain words
     (:func:`item_line`), else what its classes counted."""
     d = _as_details(details)
     items = problem_items(d)
     if items:
-        return item_line(topic, partition, items[0])
+        return item_line(topic, partition, items[0], night)
+    head = where(topic, partition, night)
     summary = _classes_text(d)
     if summary:
-        return f"{topic_partition(topic, partition)}: {summary} (no item details recorded)"
+        return f"{head}: {summary} (no item details recorded)"
     if isinstance(details, str) and details.strip() and not d:
-        return f"{topic_partition(topic, partition)}: {details.strip().splitlines()[0]}"
+        return f"{head}: {details.strip().splitlines()[0]}"
     n = _count(failed) or 0
-    return f"{topic_partition(topic, partition)}: {plural(n, 'item')} found (no details recorded)"
+    return f"{head}: {plural(n, 'item')} found (no details recorded)"
 
 
 def checked_text(observed, details) -> str | None:
@@ -858,97 +1010,60 @@ def checked_text(observed, details) -> str | None:
     return None if n is None else checked(n, str(_as_details(details).get("unit") or ""))
 
 
-def problem_line(check, topic, partition, status, details, failed=None, observed=None) -> str:
+def problem_line(check, topic, partition, status, details, failed=None, observed=None,
+                 night=None) -> str:
     """A result as one log line, e.g. ``WARN offset_gaps payments-1: 1 item, 12 batches
     checked; first: offsets 15..24: ...``: the form of ``check_quality.report``'s lines, in
     the report's vocabulary (items found, units checked)."""
-    head = f"{str(status or '?').upper()} {check} {topic_partition(topic, partition)}"
+    head = f"{str(status or '?').upper()} {check} {where(topic, partition, night)}"
     counts = [c for c in (plural(_count(failed), "item") if _count(failed) is not None else None,
                           checked_text(observed, details)) if c]
-    line = first_problem(topic, partition, details, failed)
+    line = first_problem(topic, partition, details, failed, night)
     first = line.split(": ", 1)[1] if ": " in line else line
     return f"{head}: {', '.join(counts)}; first: {first}" if counts else f"{head}: {first}"
 
 
-# ---- nights at a glance --------------------------------------------------------------------
+# ---- what each run read ----------------------------------------------------------------------
 #
-# The overview is keyed by *snapshot night*: the dates whose snapshots a run read (the
-# ``{snapshot_date}`` of the segment URIs in its ledger rows), not the time its audit ran.
-# A run covers one night (the nightly DAG) or several (a date range); a night may be read by
-# several runs (a rerun, a range over nights already run): its cell shows the newest of them.
-
-#: a day whose parts are told apart in a filled template (year, month, day all different)
-_SAMPLE_DAY = dt.date(1987, 6, 5)
-_PREFIX_MARK = "kafkalogprefixmark"
-_DAY_PARTS = {"1987-06-05": ("iso", r"\d{4}-\d{2}-\d{2}"), "19870605": ("compact", r"\d{8}"),
-              "1987": ("yyyy", r"\d{4}"), "06": ("mm", r"\d{2}"), "05": ("dd", r"\d{2}"),
-              _PREFIX_MARK: (None, r".*?")}
-#: a cell's outcome when every check passed and some found items the policy accepts
-ACCEPTED = "accepted"
-
-
-def night_pattern(template: str) -> re.Pattern:
-    """A regex over a segment's directory (the URI up to its ``<topic>-<partition>/``) that
-    finds the snapshot date, built by filling ``template`` through
-    :func:`kafkalog_pipeline.snapshots.snapshot_prefix` (the one definition of its
-    placeholders) with a sample day and turning the day's parts back into groups."""
-    filled = snapshots.snapshot_prefix(template, _PREFIX_MARK, _SAMPLE_DAY.isoformat())
-    out, seen = [], set()
-    for piece in re.split("(" + "|".join(map(re.escape, _DAY_PARTS)) + ")", filled):
-        if piece not in _DAY_PARTS:
-            out.append(re.escape(piece))
-            continue
-        name, rx = _DAY_PARTS[piece]
-        out.append(rx if name is None else f"(?P={name})" if name in seen else f"(?P<{name}>{rx})")
-        if name:
-            seen.add(name)
-    return re.compile("(?:^|/)" + "".join(out) + "$")
-
-
-def night_of(uri, pattern: re.Pattern) -> str | None:
-    """The snapshot night (``YYYY-MM-DD``) of a segment URI, or None where the URI is no
-    ``.../<topic>-<partition>/<base>.log`` under a night's prefix of ``pattern``."""
-    if not uri or layout.SEGMENT_KEY.search(str(uri)) is None:
-        return None
-    directory = str(uri).rsplit("/", 2)[0] + "/"
-    m = pattern.search(directory)
-    if m is None:
-        return None
-    parts = m.groupdict()
-    try:
-        if parts.get("iso"):
-            day = dt.date.fromisoformat(parts["iso"])
-        elif parts.get("compact"):
-            day = dt.datetime.strptime(parts["compact"], "%Y%m%d").date()
-        else:
-            day = dt.date(int(parts["yyyy"]), int(parts["mm"]), int(parts["dd"]))
-    except (TypeError, ValueError):
-        return None
-    return day.isoformat()
+# The overview is keyed by *snapshot night*: the dates whose snapshots a run read (the ledger's
+# ``night``, else the ``{snapshot_date}`` of the segment URIs in its ledger rows), not the time
+# its audit ran; a night the run was due to read and found no snapshot of is one of its nights
+# too (its SNAPSHOT_MISSING row). The grid itself: nights.py.
 
 
 def _ledger_rows(table: pa.Table) -> dict[str, tuple]:
     out: dict[str, list] = {}
     for r in table.to_pylist():
         if r["run_id"] and r["topic"] is not None and r["partition"] is not None:
-            out.setdefault(r["run_id"], []).append((r["topic"], r["partition"], r["segment"]))
+            out.setdefault(r["run_id"], []).append((r["topic"], r["partition"], r["segment"],
+                                                   r[NIGHT]))
     return {k: tuple(v) for k, v in out.items()}
 
 
 @dataclass(frozen=True)
 class Coverage:
-    """What one run read: ``partitions`` = {(topic, partition): its nights, sorted}; ``reason``
-    says why a run has none (no ledger rows found, paths the template does not match)."""
+    """What one run read: ``partitions`` = {(topic, partition): its nights, sorted};
+    ``missing`` = the nights it was due to read that had no snapshot; ``reason`` says why a run
+    has no nights (no ledger rows found, paths the template does not match). ``published``:
+    its ledger rows are on ``main`` (True), only in the ledger snapshot its audit read (False),
+    nowhere (None); ``branch``: the run's Iceberg branch, where the ledger still has it."""
 
     partitions: dict = field(default_factory=dict)
     reason: str | None = None
+    missing: tuple = ()
+    published: bool | None = None
+    branch: str | None = None
 
     @classmethod
-    def of(cls, rows, pattern: re.Pattern, template: str, reason: str | None = None) -> "Coverage":
+    def of(cls, rows, pattern: re.Pattern, template: str, reason: str | None = None,
+           **more) -> "Coverage":
+        """From ledger rows ``(topic, partition, segment, night)``: a row's ``night``, else
+        the night of its segment's URI by the snapshot template (rows written before the
+        ledger had the column)."""
         found: dict[tuple[str, int], set[str]] = {}
         unmatched = []
-        for topic, partition, segment in rows:
-            night = night_of(segment, pattern)
+        for topic, partition, segment, night in rows:
+            night = night or night_of(segment, pattern)
             if night is None:
                 unmatched.append(segment)
             else:
@@ -956,221 +1071,51 @@ class Coverage:
         if not found and unmatched:
             reason = (f"no segment of this run lies under a night of the snapshot template "
                       f"{template!r} (e.g. {unmatched[0]})")
-        return cls({tp: tuple(sorted(n)) for tp, n in sorted(found.items())}, reason)
+        if more.get("missing"):
+            reason = None  # its nights are known: those without a snapshot
+        return cls({tp: tuple(sorted(n)) for tp, n in sorted(found.items())}, reason, **more)
+
+    @property
+    def read(self) -> list[str]:
+        """The nights whose snapshots it read."""
+        return sorted({n for nights in self.partitions.values() for n in nights})
 
     @property
     def nights(self) -> list[str]:
-        return sorted({n for nights in self.partitions.values() for n in nights})
+        """Every night it was about: those it read and those that had no snapshot."""
+        return sorted(set(self.read) | set(self.missing))
 
     @property
     def topics(self) -> list[str]:
         return sorted({t for t, _ in self.partitions})
 
     def as_json(self) -> dict:
-        return {"nights": self.nights, "topics": self.topics,
+        return {"nights": self.nights, "no_snapshot": list(self.missing), "topics": self.topics,
                 "partitions": {topic_partition(t, p): list(n) for (t, p), n in self.partitions.items()},
-                "reason": self.reason}
-
-
-def nights_text(nights: list[str]) -> str:
-    """``2026-11-18..2026-11-20, 2026-11-23``: runs of consecutive days as ranges."""
-    days = sorted({dt.date.fromisoformat(n) for n in nights})
-    spans: list[list[dt.date]] = []
-    for d in days:
-        if spans and (d - spans[-1][1]).days == 1:
-            spans[-1][1] = d
-        else:
-            spans.append([d, d])
-    return ", ".join(a.isoformat() if a == b else f"{a.isoformat()}..{b.isoformat()}"
-                     for a, b in spans)
+                "reason": self.reason, "published": self.published, "branch": self.branch}
 
 
 def worst_status(statuses) -> str:
     """``fail`` over ``warn`` over any status outside pass|warn|fail over ``pass``."""
     present = {str(s) for s in statuses}
-    for s in ("fail", "warn"):
+    for s in STATUSES[:-1]:
         if s in present:
             return s
     other = sorted(present - set(STATUSES))
     return other[0] if other else "pass"
 
 
-def worst_rank(status: str) -> int:
-    """Sort key of a status, worst first: fail, warn, any other, pass."""
-    return {"fail": 0, "warn": 1, "pass": 3}.get(status, 2)
+def worst_rank(status: str) -> float:
+    """Sort key of a status, worst first: fail, warn, any status outside those, pass."""
+    return STATUSES.index(status) if status in STATUSES else len(STATUSES) - 1.5
 
 
-def result_anchor(check: str, topic, partition) -> str:
-    """The id of a result's row on its run page (a cell of the overview links to it)."""
+def result_anchor(check: str, topic, partition, night=None) -> str:
+    """The id of a result's row on its run page (a cell of the overview links to it):
+    ``r-crc-orders-1``, ``r-missing_partition-orders-all`` (a topic's row),
+    ``r-snapshot_missing-snapshot-2026-11-27`` (the snapshot's)."""
+    if topic is None and partition is None:
+        return f"r-{check}-snapshot" + (f"-{night}" if night else "")
+    if partition is None:
+        return f"r-{check}-{topic}-all"
     return f"r-{check}-{topic_partition(topic, partition)}"
-
-
-def status_on_night(r: Result, night: str, run_nights, pattern: re.Pattern | None) -> str:
-    """A result's outcome on one of the nights its run read for its topic-partition. A run
-    of one night: its status. A run of several: the worst of its stored problem items whose
-    segment lies in that night (pass if none), when every item is stored with a segment of a
-    known night; else (items not stored, or not placed) its status on every night."""
-    if len(run_nights) <= 1 or r.status == "pass" or pattern is None:
-        return r.status
-    items = problem_items(r.details)
-    if not items or more_items(r.details):
-        return r.status
-    placed = [night_of(i.get("segment"), pattern) for i in items]
-    if any(p is None for p in placed):
-        return r.status
-    return worst_status(str(i.get("status") or "").lower() for i, p in zip(items, placed) if p == night)
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One topic-partition on one night, as the newest run that read it graded it."""
-
-    topic: str
-    partition: int
-    night: str
-    outcome: str  # fail | warn | pass | accepted | a status outside those
-    run: Run
-    problems: tuple  # ((Result, status on this night), ...) that failed or warned, worst first
-    accepted: dict  # {class: items} the policy accepted (e.g. retention, compaction)
-    counts: dict  # {status: checks} on this night
-    anchor: str | None  # the run page's row to open (the worst check), None: the page's top
-    run_nights: tuple  # every night the run read of this topic-partition
-    others: tuple  # ((Run, outcome), ...) older runs that read it too
-
-    @property
-    def tp(self) -> str:
-        return topic_partition(self.topic, self.partition)
-
-    def title(self) -> str:
-        """The cell's tooltip: night, topic-partition, outcome, which checks, which run."""
-        head = f"{self.night} · {self.tp} · {OUTCOME_WORDS.get(self.outcome, self.outcome)}"
-        lines = [head]
-        for r, status in self.problems:
-            found = f" ({plural(r.failed, 'item')})" if r.failed else ""
-            lines.append(f"{status} {r.check}{found}")
-        if self.accepted:
-            lines.append("accepted: " + ", ".join(f"{k} {plural(v, 'item')}"
-                                                 for k, v in self.accepted.items()))
-        lines.append("checks per topic-partition: " + " · ".join(
-            f"{n} {OUTCOME_WORDS.get(s, s)}" for s, n in self.counts.items() if n))
-        span = (f" (it read {plural(len(self.run_nights), 'night')}: "
-                f"{nights_text(list(self.run_nights))})" if len(self.run_nights) > 1 else "")
-        lines.append(f"run {self.run.run_id}{span}")
-        lines += [f"also read by run {o.run_id}: {OUTCOME_WORDS.get(s, s)}" for o, s in self.others]
-        return "\n".join(lines)
-
-    def as_json(self) -> dict:
-        return {"night": self.night, "topic": self.topic, "partition": self.partition,
-                "outcome": self.outcome, "token": self.run.token, "run_id": self.run.run_id,
-                "anchor": self.anchor, "counts": self.counts, "accepted": self.accepted,
-                "problems": [{"check": r.check, "status": s, "items": r.failed,
-                              "line": first_problem(r.topic, r.partition, r.details, r.failed)}
-                             for r, s in self.problems],
-                "run_nights": list(self.run_nights),
-                "also_read_by": [{"token": o.token, "run_id": o.run_id, "outcome": s}
-                                 for o, s in self.others]}
-
-
-_EPOCH = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-#: longest span of days drawn as a calendar (every day a column); longer: nights in the data only
-MAX_CALENDAR_DAYS = 400
-
-
-@dataclass
-class Overview:
-    nights: list[str]  # the columns, oldest first
-    partitions: list[tuple[str, int]]  # the rows
-    cells: dict  # {(topic, partition, night): Cell}
-    coverage: dict  # {token: Coverage}
-    runs: list[Run]  # newest first
-    unplaced: list[Run]  # runs with no night to show (Coverage.reason)
-    by_night: dict = field(default_factory=dict)  # {night: [Cell, ...]}, made from ``cells``
-
-    def __post_init__(self):
-        for (_, _, night), cell in self.cells.items():
-            self.by_night.setdefault(night, []).append(cell)
-
-    def night_outcome(self, night: str) -> str | None:
-        """The worst outcome of a night's cells (``accepted`` counts as a pass), None: no cell."""
-        outcomes = [c.outcome for c in self.by_night.get(night, ())]
-        if not outcomes:
-            return None
-        worst = worst_status("pass" if o == ACCEPTED else o for o in outcomes)
-        return ACCEPTED if worst == "pass" and ACCEPTED in outcomes else worst
-
-    def problem_nights(self) -> list[tuple[str, list[Cell]]]:
-        """Nights with a cell that failed or warned, newest first, with those cells worst first."""
-        out = []
-        for night in reversed(self.nights):
-            bad = [c for c in self.by_night.get(night, ()) if c.outcome not in ("pass", ACCEPTED)]
-            if bad:
-                out.append((night, sorted(bad, key=lambda c: (worst_rank(c.outcome), c.topic,
-                                                              c.partition))))
-        return out
-
-    def as_json(self) -> dict:
-        return {
-            "nights": self.nights,
-            "partitions": [topic_partition(t, p) for t, p in self.partitions],
-            "night_outcomes": {n: self.night_outcome(n) for n in self.nights},
-            "cells": [c.as_json() for c in self.cells.values()],
-            "runs": [{"token": r.token, "run_id": r.run_id, **self.coverage[r.token].as_json()}
-                     for r in self.runs if r.token in self.coverage],
-        }
-
-
-def overview(runs: list[Run], coverage: dict, pattern: re.Pattern | None = None) -> Overview:
-    """The nights-at-a-glance grid of ``runs`` (newest first) read with ``coverage``
-    ({token: Coverage}, :meth:`Warehouse.coverage`); ``pattern`` (:func:`night_pattern`)
-    places a range run's items on their nights (:func:`status_on_night`)."""
-    graded: dict[tuple[str, int, str], list[tuple[Run, Cell]]] = {}
-    unplaced = []
-    by_time = sorted(runs, key=lambda r: (r.checked_at or _EPOCH, r.token), reverse=True)
-    for run in by_time:
-        cov = coverage.get(run.token)
-        if cov is None or not cov.partitions or run.error or not run.results:
-            unplaced.append(run)
-            continue
-        rows_by_tp: dict[tuple, list[Result]] = {}
-        for r in run.results:
-            rows_by_tp.setdefault((r.topic, r.partition), []).append(r)
-        all_nights = tuple(cov.nights)
-        for (topic, partition), rows in rows_by_tp.items():
-            if topic is None or partition is None:  # no topic-partition: on the run page only
-                continue
-            nights = cov.partitions.get((topic, partition), all_nights)
-            for night in nights:
-                cell = _cell(run, topic, partition, night, rows, nights, pattern)
-                graded.setdefault((topic, partition, night), []).append((run, cell))
-    cells = {}
-    for key, graded_by in graded.items():
-        newest = graded_by[0][1]
-        cells[key] = dataclass_replace(newest, others=tuple((r, c.outcome) for r, c in graded_by[1:]))
-    days = sorted({n for _, _, n in cells})
-    if days:
-        first, last = dt.date.fromisoformat(days[0]), dt.date.fromisoformat(days[-1])
-        if (last - first).days < MAX_CALENDAR_DAYS:
-            days = [(first + dt.timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
-    parts = sorted({(t, p) for t, p, _ in cells}, key=lambda tp: (tp[0], tp[1]))
-    return Overview(days, parts, cells, coverage, by_time, unplaced)
-
-
-def _cell(run: Run, topic, partition, night, rows, nights, pattern) -> Cell:
-    statuses = [(r, status_on_night(r, night, nights, pattern)) for r in rows]
-    counts = Counter(s for _, s in statuses)
-    counts = {**{s: counts.pop(s, 0) for s in STATUSES}, **dict(sorted(counts.items()))}
-    problems = tuple(sorted(((r, s) for r, s in statuses if s != "pass"),
-                            key=lambda rs: (worst_rank(rs[1]), rs[0].check)))
-    accepted: Counter = Counter()
-    accepting = None
-    for r in sorted(rows, key=lambda r: r.check):
-        for name, info in accepted_classes(r.details).items():
-            accepted[name] += info["items"]
-            accepting = accepting or r
-    outcome = worst_status(s for _, s in statuses)
-    if outcome == "pass" and accepted:
-        outcome = ACCEPTED
-    target = problems[0][0] if problems else accepting
-    return Cell(topic, partition, night, outcome, run, problems, dict(accepted), counts,
-                result_anchor(target.check, topic, partition) if target else None,
-                tuple(nights), ())

@@ -5,14 +5,17 @@
 - :func:`create_view_app`: the page behind the "Data quality" tabs that the plugin adds
   to every DAG run and task instance (``external_views`` with destination ``dag_run`` /
   ``task_instance``, embedded in the Airflow shell). ``GET /{dag_id}/{run_id}`` redirects
-  to the run's report page when ``dq_results`` holds the run; otherwise it says why
-  there is none, from Airflow's metadata: the night was skipped (with the ``plan``
-  task's reason), the audit has not run yet, or did not run because a task before it
-  failed, or the DAG is not one the audit covers. Never a report that does not exist.
+  to the run's report page when ``dq_results`` holds the run (also a night the audit found
+  no snapshot of: its ``snapshot_missing`` result, the ``plan`` task's reason beside it,
+  :func:`skip_reason`); otherwise it says why there is none, from Airflow's metadata: the
+  night was skipped (with the ``plan`` task's reason), the audit has not run yet, or did not
+  run because a task before it failed, or the DAG is not one the audit covers. Never a
+  report that does not exist.
 """
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import quote
 
 from fastapi import Request  # at module level: route annotations are resolved from here
@@ -23,6 +26,8 @@ from kafkalog_pipeline.tasks import PLAN_TASK, QUALITY_TASK
 from spark_jobs.storage import run_token
 
 from .app import DAG_IDS, URL_PREFIX
+
+log = logging.getLogger(__name__)
 
 #: the task that runs ``check_quality.py --run-id {{ run_id }}`` in each of ``DAG_IDS``
 QUALITY_TASK_ID = QUALITY_TASK
@@ -86,6 +91,32 @@ def no_report_reason(states: dict[str, str | None], skip_reason: str | None,
             "(see the check_quality task's log)")
 
 
+def _skip_reason(session, dag_ids, run_id: str) -> str | None:
+    """The ``plan`` task's skip reason (XCom ``SKIP_REASON_KEY``) of run ``run_id``, if any."""
+    from airflow.models.xcom import XComModel
+
+    from kafkalog_pipeline.tasks import SKIP_REASON_KEY
+
+    row = session.scalars(XComModel.get_many(run_id=run_id, dag_ids=dag_ids, task_ids=PLAN_TASK,
+                                             key=SKIP_REASON_KEY, limit=1)).first()
+    return XComModel.deserialize_value(row) if row is not None else None
+
+
+def skip_reason(run_id: str) -> str | None:
+    """Why Airflow's ``plan`` task skipped run ``run_id`` of one of ``DAG_IDS`` (e.g. a night
+    without a snapshot, which the audit reports as ``snapshot_missing``): shown beside that
+    run's report. None where it has none, or no metadata database answers (the report
+    served outside Airflow)."""
+    try:
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return _skip_reason(session, list(DAG_IDS), run_id)
+    except Exception as err:  # noqa: BLE001 - a secondary line of the page, never its failure
+        log.info("no skip reason for %s from Airflow: %s", run_id, err)
+        return None
+
+
 def run_states(dag_id: str, run_id: str) -> tuple[bool, dict[str, str | None], str | None]:
     """From Airflow's metadata DB: whether the run exists, ``{task_id: state}`` of its task
     instances (a mapped task: its worst state) and the plan task's skip reason, if any."""
@@ -93,10 +124,7 @@ def run_states(dag_id: str, run_id: str) -> tuple[bool, dict[str, str | None], s
 
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
-
-    from kafkalog_pipeline.tasks import SKIP_REASON_KEY
 
     worst_first = ("failed", "upstream_failed", "running", "queued", "scheduled", "up_for_retry",
                    "up_for_reschedule", "deferred", None, "skipped", "success")
@@ -112,9 +140,7 @@ def run_states(dag_id: str, run_id: str) -> tuple[bool, dict[str, str | None], s
         states = {task_id: min(found, key=lambda s: worst_first.index(s)
                                if s in worst_first else 0)
                   for task_id, found in seen.items()}
-        row = session.scalars(XComModel.get_many(run_id=run_id, dag_ids=dag_id, task_ids=PLAN_TASK,
-                                                 key=SKIP_REASON_KEY, limit=1)).first()
-        reason = XComModel.deserialize_value(row) if row is not None else None
+        reason = _skip_reason(session, dag_id, run_id)
     return exists, states, reason
 
 

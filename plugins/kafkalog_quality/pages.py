@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections import Counter
 from html import escape
 from urllib.parse import quote
 
-from . import data, svg
+from . import data, nights, remedies, svg
+from .calendar import nights_text
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px 24px;color:#1f2328}
@@ -29,7 +31,18 @@ tr.row-fail td{background:#fff5f5}tr.row-warn td{background:#fffdf0}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #e1e4e8;border-radius:6px;background:#fff}
 pre{margin:4px 0;white-space:pre-wrap;font-size:12px}summary{cursor:pointer;color:#0969da}
 .problem-line{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
-td.items,td.checked,td.tp,td.check-name,th{white-space:nowrap}
+td.items,td.checked,td.tp,td.check-name,th,td.verdict-cell,td.run-cell,td.when,td.docs,details.topics summary{white-space:nowrap}
+td.problem{min-width:26em}.scroll{overflow-x:auto;max-width:100%}
+.uri{border-bottom:1px dotted #8c959f;cursor:help;white-space:nowrap}
+.nothing-new,tr.row-nothing-new td{color:#656d76}
+details.topics{display:inline-block;vertical-align:top}details.topics summary{color:#656d76}
+details.topics .tp-list{white-space:normal;max-width:26em;color:#656d76;font-size:12px}
+#not-published{border:1px solid #ffb3b8;background:#fff5f5;border-radius:6px;padding:4px 14px;margin:8px 0 16px}
+#not-published h2{margin:8px 0 4px;color:#a40e26}#not-published ol{margin:4px 0 8px;padding-left:22px}
+#not-published li{margin:4px 0}#not-published p{margin:6px 0}
+pre.policy{display:table;background:#f6f8fa;padding:4px 10px;border-radius:4px;margin:4px 0}
+details.read-branch{margin:0 0 6px}
+.not-published-note{color:#a40e26;font-size:12px}td.run-cell .error{white-space:normal}
 .group-title{font-size:16px;font-weight:600;color:#1f2328}#passes{margin:20px 0}
 details.more-items ul{margin:4px 0;padding-left:18px;font-family:ui-monospace,monospace;font-size:12px}
 .muted{color:#656d76}.error{color:#a40e26}nav a{margin-right:12px}
@@ -50,8 +63,8 @@ def _page(title: str, base: str, body: str) -> str:
     )
 
 
-def _when(value: dt.datetime | None) -> str:
-    return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
+def _when(value: dt.datetime | None, form: str = "%Y-%m-%d %H:%M:%S UTC") -> str:
+    return value.astimezone(dt.timezone.utc).strftime(form) if value else "—"
 
 
 def _short_when(value: dt.datetime | None, fallback: str) -> str:
@@ -60,6 +73,33 @@ def _short_when(value: dt.datetime | None, fallback: str) -> str:
 
 def _status_class(status: str) -> str:
     return f"status-{status}" if status in data.STATUSES else "status-other"
+
+
+#: a URI or absolute path in an audit message (trailing punctuation is left outside)
+_URI = re.compile(r"(?:\b[a-z][a-z0-9+.-]*://|(?<![\w./:-])/)[^\s<>\"'()\[\],;]+", re.IGNORECASE)
+
+
+def short_uri(uri: str) -> str:
+    """``…/orders-0/00000000000000000034.log``: a segment (or any object, or a night's folder)
+    by its last two path parts, which name the partition folder and the file."""
+    parts = uri.rstrip("/").split("/")
+    short = "/".join(parts[-2:]) + ("/" if uri.endswith("/") else "")
+    return "…/" + short if len(short) + 8 < len(uri) else uri
+
+
+def line_html(text: str) -> str:
+    """A problem line as HTML: escaped, every URI in it shortened to its partition folder and
+    file name (:func:`short_uri`), the whole URI on hover (``title``)."""
+    out, at = [], 0
+    for m in _URI.finditer(text):
+        uri = m.group(0).rstrip(".:")
+        out.append(escape(text[at:m.start()]))
+        short = short_uri(uri)
+        out.append(escape(uri) if short == uri else
+                   f'<span class="uri" title="{escape(uri)}">{escape(short)}</span>')
+        at = m.start() + len(uri)
+    out.append(escape(text[at:]))
+    return "".join(out)
 
 
 def run_href(token: str) -> str:
@@ -114,7 +154,7 @@ def charts(runs: list[data.Run], coverage: dict | None = None) -> str:
     s = data.series(runs)
     ordered = list(reversed(runs))
     labels = [_night_label(r, coverage) for r in ordered]
-    names = [f"{r.run_id} (nights {data.nights_text(coverage[r.token].nights)})"
+    names = [f"{r.run_id} (nights {nights_text(coverage[r.token].nights)})"
              if r.token in coverage and coverage[r.token].nights else r.run_id for r in ordered]
     return "".join([
         svg.bar_chart("chart-crc", "CRC failures per run", labels,
@@ -130,64 +170,100 @@ def charts(runs: list[data.Run], coverage: dict | None = None) -> str:
 
 
 _OUTCOME_LABELS = {"fail": "failed", "warn": "warned", "pass": "passed",
-                   data.ACCEPTED: "passed, accepted items (retention, compaction, ...)"}
-
+                   nights.ACCEPTED: "passed, accepted items (retention, compaction, ...)",
+                   data.NOTHING_NEW: "nothing new (nothing to check)", nights.NO_RUN: "no run"}
 
 #: the glyph of each outcome in a grid cell (colour is not the only sign)
-_MARKS = {"fail": "✕", "warn": "!", "pass": "✓", data.ACCEPTED: "~"}
+_MARKS = {"fail": "✕", "warn": "!", "pass": "✓", nights.ACCEPTED: "~", data.NOTHING_NEW: "=",
+          nights.NO_RUN: "–"}
+#: the glyph of a night without a snapshot (its colour: that finding's status)
+NO_SNAPSHOT_MARK = "∅"
+#: the grid's first row: each night's worst
+NIGHT_ROW = "whole night"
 
 
 def _fill(outcome: str | None) -> str:
     return svg.OUTCOME_FILLS.get(outcome or "none", svg.OUTCOME_FILLS["other"])
 
 
-def night_grid(ov: data.Overview) -> str:
-    """The heat grid: topic-partitions (rows, under a row of each night's worst) x nights."""
+def _no_snapshot_cell(gone: nights.NoSnapshot, label: str | None) -> dict:
+    return {"fill": _fill(gone.status), "mark": NO_SNAPSHOT_MARK, "title": gone.title(label),
+            "href": f"{run_href(gone.run.token)}#{gone.result.anchor}",
+            "attrs": {"data-night": gone.night, "data-outcome": gone.status,
+                      "data-kind": nights.NO_SNAPSHOT, "data-token": gone.run.token}}
+
+
+def night_grid(ov: nights.Overview) -> str:
+    """The heat grid: a row of each night's worst, then the snapshot, topics and
+    topic-partitions (rows) x nights; nights without a snapshot and due nights without a run
+    are columns of their own."""
     if not ov.nights:
         return ('<p id="no-nights" class="muted">No run with a known snapshot night yet: the '
                 "grid needs the runs' ledger rows (see the runs below).</p>")
     long = len(ov.nights) > 31
     labels = [n[5:] if long else n for n in ov.nights]
     col = {n: j for j, n in enumerate(ov.nights)}
-    rows = ["every topic-partition"] + [data.topic_partition(t, p) for t, p in ov.partitions]
+    rows = [NIGHT_ROW] + [data.where(t, p) for t, p in ov.partitions]
     cells = {}
     for j, night in enumerate(ov.nights):
         outcome = ov.night_outcome(night)
-        if outcome is not None:
+        gone = ov.no_snapshot.get(night)
+        if gone is not None:
+            cells[(0, j)] = _no_snapshot_cell(gone, None)
+        elif outcome == nights.NO_RUN:
+            cells[(0, j)] = {"fill": _fill(nights.NO_RUN), "mark": _MARKS[nights.NO_RUN],
+                             "title": f"{night}: no run — the schedule ({ov.schedule}) was due to "
+                                      "read this night and no run has results for it (yet)",
+                             "attrs": {"data-night": night, "data-outcome": nights.NO_RUN}}
+        elif outcome is not None:
             cells[(0, j)] = {"fill": _fill(outcome), "mark": _MARKS.get(outcome, "?"),
                              "href": f"#night-{night}",
                              "title": f"{night}: {_OUTCOME_LABELS.get(outcome, outcome)} (worst of "
-                                      "its topic-partitions)",
+                                      "the night)",
                              "attrs": {"data-night": night, "data-outcome": outcome}}
     for i, (topic, partition) in enumerate(ov.partitions, start=1):
+        label = rows[i]
         for j, night in enumerate(ov.nights):
             c = ov.cells.get((topic, partition, night))
-            if c is None:
-                continue
-            href = run_href(c.run.token) + (f"#{c.anchor}" if c.anchor else "")
-            cells[(i, j)] = {"fill": _fill(c.outcome), "mark": _MARKS.get(c.outcome, "?"),
-                             "href": href, "title": c.title(),
-                             "attrs": {"data-night": night, "data-tp": c.tp, "data-outcome": c.outcome,
-                                       "data-token": c.run.token,
-                                       "data-checks": " ".join(r.check for r, _ in c.problems)}}
+            if c is None and night in ov.no_snapshot:
+                cells[(i, j)] = _no_snapshot_cell(ov.no_snapshot[night], label)
+            elif c is None and night in ov.no_run:
+                cells[(i, j)] = {"fill": _fill(nights.NO_RUN), "title": f"{night} · {label}: no run",
+                                 "attrs": {"data-night": night, "data-outcome": nights.NO_RUN}}
+            elif c is not None:
+                href = run_href(c.run.token) + (f"#{c.anchor}" if c.anchor else "")
+                cells[(i, j)] = {"fill": _fill(c.outcome), "mark": _MARKS.get(c.outcome, "?"),
+                                 "href": href, "title": c.title(),
+                                 "attrs": {"data-night": night, "data-tp": c.tp,
+                                           "data-outcome": c.outcome, "data-token": c.run.token,
+                                           "data-checks": " ".join(r.check for r, _ in c.problems)}}
     lanes, unplaced = [], {r.token for r in ov.unplaced}
     for run in ov.runs:
-        cov = ov.coverage.get(run.token)
-        if cov is None or not cov.nights or run.token in unplaced:
+        cov = ov.coverage.get(run.token) or data.Coverage()
+        spans = sorted({n for n in cov.nights + ([run.as_of] if run.as_of else []) if n in col})
+        if not spans or run.token in unplaced:
             continue
-        first, last = col[cov.nights[0]], col[cov.nights[-1]]
-        lanes.append({"first": first, "last": last, "label": run.run_id, "href": run_href(run.token),
+        topics = (f" of {', '.join(cov.topics)} ({data.plural(len(cov.partitions), 'topic-partition')})"
+                  if cov.partitions else "")
+        lanes.append({"first": col[spans[0]], "last": col[spans[-1]], "label": run.run_id,
+                      "href": run_href(run.token),
                       "fill": _fill(run.verdict if run.verdict in svg.OUTCOME_FILLS else "other"),
-                      "title": f"run {run.run_id}: {run.verdict}; read "
-                               f"{data.plural(len(cov.nights), 'night')} ({data.nights_text(cov.nights)}) "
-                               f"of {', '.join(cov.topics)} ({data.plural(len(cov.partitions), 'topic-partition')})",
-                      "attrs": {"data-token": run.token, "data-nights": " ".join(cov.nights)}})
-    legend = [(_OUTCOME_LABELS[k].split(" (")[0] if k != data.ACCEPTED else "accepted (retention, compaction, ...)",
-               svg.OUTCOME_FILLS[k]) for k in ("fail", "warn", "pass", data.ACCEPTED)]
+                      "title": f"run {run.run_id}: {run.verdict}; "
+                               f"{data.plural(len(spans), 'night')} ({nights_text(spans)}){topics}",
+                      "attrs": {"data-token": run.token, "data-nights": " ".join(spans)}})
+    legend = [(_OUTCOME_LABELS[k].split(" (")[0], svg.OUTCOME_FILLS[k])
+              for k in ("fail", "warn", "pass")]
+    legend += [("accepted (retention, compaction, ...)", svg.OUTCOME_FILLS[nights.ACCEPTED]),
+               ("= nothing new", svg.OUTCOME_FILLS[data.NOTHING_NEW])]
+    if ov.no_snapshot:
+        legend.append((f"{NO_SNAPSHOT_MARK} no snapshot", _fill(max(
+            (g.status for g in ov.no_snapshot.values()), key=lambda s: -data.worst_rank(s)))))
+    if ov.no_run:
+        legend.append(("– no run", svg.OUTCOME_FILLS[nights.NO_RUN]))
     legend.append(("not read", svg.OUTCOME_FILLS["none"]))
     return svg.heat_grid("night-grid", "Snapshot nights (columns) by topic-partition: worst check",
                          ov.nights, rows, cells, column_labels=labels, lanes=lanes, legend=legend,
-                         empty_title="{column} · {row}: no run read this night")
+                         empty_title="{column} · {row}: not read (no run read it this night)")
 
 
 #: problem lines shown per night on the overview (the run page has them all)
@@ -196,58 +272,66 @@ NIGHT_LINES = 8
 PROBLEM_NIGHTS = 14
 
 
-def night_problems(ov: data.Overview) -> str:
+def night_problems(ov: nights.Overview) -> str:
     """Under the grid: each unhealthy night, newest first, with one line per failed or warned
     check and topic-partition (the run page's problem line: offsets, segment, bytes)."""
     bad = ov.problem_nights()[:PROBLEM_NIGHTS]
     if not bad:
         return ('<p id="healthy" class="muted">No night failed or warned.</p>' if ov.cells else "")
     out = ['<section id="night-problems">']
-    for night, cells in bad:
-        outcome = ov.night_outcome(night)
-        lines, statuses = [], Counter()
-        for c in cells:
-            for r, status in c.problems:
-                statuses[status] += 1
-                href = f"{run_href(c.run.token)}#{data.result_anchor(r.check, r.topic, r.partition)}"
-                lines.append(
-                    f'<li class="night-problem item-{escape(status)}" data-check="{escape(r.check)}" '
-                    f'data-tp="{escape(c.tp)}"><a href="{escape(href)}"><span class="status '
-                    f'{_status_class(status)}">{escape(status)}</span> {escape(r.check)}</a> '
-                    f'<span class="problem-line">'
-                    f"{escape(data.first_problem(r.topic, r.partition, r.details, r.failed))}</span></li>")
+    for night, problems in bad:
+        outcome = ov.night_outcome(night) or ""
+        lines = []
+        for p in problems:
+            href = f"{run_href(p.run.token)}#{p.result.anchor}"
+            lines.append(
+                f'<li class="night-problem item-{escape(p.status)}" data-check="{escape(p.result.check)}" '
+                f'data-tp="{escape(p.result.label)}"><a href="{escape(href)}"><span class="status '
+                f'{_status_class(p.status)}">{escape(p.status)}</span> {escape(p.result.check)}</a> '
+                f'<span class="problem-line">{line_html(p.result.first_problem())}</span></li>')
         shown, more = lines[:NIGHT_LINES], len(lines) - NIGHT_LINES
-        runs = sorted({c.run.token: c.run for c in cells}.values(), key=lambda r: r.run_id)
-        more_text = ""
-        if more > 0:
-            more_text = (f'<li class="muted">{more} more: see '
-                         + ", ".join(f'<a href="{escape(run_href(r.token))}">run {escape(r.run_id)}</a>'
-                                     for r in runs) + "</li>")
+        runs = sorted({p.run.token: p.run for p in problems}.values(), key=lambda r: r.run_id)
+        links = ", ".join(f'<a href="{escape(run_href(r.token))}">{escape(r.run_id)}</a>' for r in runs)
+        more_text = f'<li class="muted">{more} more: see {links}</li>' if more > 0 else ""
+        counts = data.counts_text(data.ordered_counts(Counter(p.status for p in problems)))
+        what = "no snapshot · found by" if night in ov.no_snapshot else "read by"
         out.append(
             f'<div class="night" id="night-{escape(night)}" data-night="{escape(night)}" '
-            f'data-outcome="{escape(outcome or "")}"><h3><span class="verdict verdict-{escape(outcome or "")}">'
-            f'{escape(outcome or "")}</span> Night {escape(night)} '
-            f'<span class="muted">· checks per topic-partition: '
-            + " · ".join(f"{n} {escape(data.OUTCOME_WORDS.get(k, k))}"
-                         for k, n in sorted(statuses.items(), key=lambda kv: data.worst_rank(kv[0])))
-            + ' · read by '
-            + ", ".join(f'<a href="{escape(run_href(r.token))}">{escape(r.run_id)}</a>' for r in runs)
-            + f'</span></h3><ul>{"".join(shown)}{more_text}</ul></div>')
+            f'data-outcome="{escape(outcome)}"><h3><span class="verdict verdict-{escape(outcome)}">'
+            f'{escape(outcome)}</span> Night {escape(night)} <span class="muted">· '
+            f"{escape(counts)} · {what} {links}</span></h3>"
+            f'<ul>{"".join(shown)}{more_text}</ul></div>')
     out.append("</section>")
     return "".join(out)
+
+
+def _partitions_text(cov: data.Coverage) -> str:
+    """``orders 0, 1 · payments 0``: the topic-partitions a run read, by topic."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in cov.partitions:
+        by_topic.setdefault(t, []).append(p)
+    return " · ".join(f"{t} {', '.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items()))
+
+
+def topics_folded(cov: data.Coverage | None) -> str:
+    """``12 topic-partitions`` (of 8 topics), the list behind it (a disclosure)."""
+    if cov is None or not cov.partitions:
+        return '<span class="muted">—</span>'
+    return (f'<details class="topics"><summary>{data.plural(len(cov.partitions), "topic-partition")}'
+            f'</summary><div class="tp-list">{escape(_partitions_text(cov))}</div></details>')
 
 
 def _nights_cell(cov: data.Coverage | None) -> str:
     if cov is None or not cov.nights:
         reason = cov.reason if cov is not None and cov.reason else "no ledger rows"
         return f'<td class="nights muted" title="{escape(reason)}">unknown</td>'
+    gone = (f'<div class="no-snapshot">no snapshot: {escape(nights_text(list(cov.missing)))}</div>'
+            if cov.missing else "")
     return (f'<td class="nights" data-nights="{escape(" ".join(cov.nights))}">'
-            f"{escape(data.nights_text(cov.nights))}"
-            f'<div class="muted">{escape(", ".join(cov.topics))} · '
-            f"{data.plural(len(cov.partitions), 'topic-partition')}</div></td>")
+            f"{escape(nights_text(cov.read))}{gone}</td>")
 
 
-def _unplaced_reason(run: data.Run, ov: data.Overview) -> str:
+def _unplaced_reason(run: data.Run, ov: nights.Overview) -> str:
     if run.error:
         return run.error
     if not run.results:
@@ -256,43 +340,60 @@ def _unplaced_reason(run: data.Run, ov: data.Overview) -> str:
     return (cov.reason if cov is not None and cov.reason else "no ledger rows of this run")
 
 
-def index_page(runs: list[data.Run], base: str, root: str, ov: data.Overview | None = None) -> str:
-    ov = ov or data.overview(runs, {})
+def _suites_title(run: data.Run) -> str:
+    return f"The Data Docs count {data.suites_text(run.suites())}"
+
+
+def index_page(runs: list[data.Run], base: str, root: str, ov: nights.Overview | None = None) -> str:
+    ov = ov or nights.overview(runs, {})
     rows = []
     for run in runs:
-        counts = run.counts
-        docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}">Data Docs</a>'
+        tally = run.tally
+        docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}" '
+                f'title="{escape(_suites_title(run))}">Data Docs</a>'
                 if run.has_docs else '<span class="muted">—</span>')
+        cov = ov.coverage.get(run.token)
         note = f'<div class="error">{escape(run.error)}</div>' if run.error else ""
+        if remedies.unpublished(run, cov):
+            note += '<div class="not-published-note">not published: main unchanged</div>'
+
         rows.append(
             f'<tr class="run row-{escape(run.verdict)}" data-token="{escape(run.token)}" '
             f'data-run-id="{escape(run.run_id)}" data-verdict="{escape(run.verdict)}">'
-            f'<td><a class="run-link" href="{escape(run_href(run.token))}">{escape(run.run_id)}</a>{note}</td>'
-            f"{_nights_cell(ov.coverage.get(run.token))}"
-            f'<td class="num count-fail">{counts["fail"]}</td>'
-            f'<td class="num count-warn">{counts["warn"]}</td>'
-            f'<td class="num count-pass">{counts["pass"]}</td>'
-            f'<td><span class="verdict verdict-{escape(run.verdict)}">{escape(run.verdict)}</span></td>'
-            f"<td>{_when(run.checked_at)}</td>"
-            f"<td>{docs}</td></tr>")
+            f'<td class="verdict-cell"><span class="verdict verdict-{escape(run.verdict)}">'
+            f"{escape(run.verdict)}</span></td>"
+            f'<td class="run-cell"><a class="run-link" href="{escape(run_href(run.token))}">'
+            f"{escape(run.run_id)}</a>{note}</td>"
+            f"{_nights_cell(cov)}<td class=\"read\">{topics_folded(cov)}</td>"
+            + "".join(f'<td class="num count-{k}">{tally[k]}</td>'
+                      for k in ("fail", "warn", "pass", data.NOTHING_NEW))
+            + f'<td class="when" title="{_when(run.checked_at)}">{_when(run.checked_at, "%Y-%m-%d %H:%M")}</td>'
+            f'<td class="docs">{docs}</td></tr>')
     table = (
-        '<table id="runs"><thead><tr><th>Run</th><th>Snapshot nights read</th>'
-        '<th class="num" title="checks per topic-partition">failed</th>'
-        '<th class="num">warned</th><th class="num">passed</th><th>Verdict</th><th>Checked at</th>'
-        '<th>Data Docs</th>'
-        f'</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        f'<div class="scroll"><table id="runs"><thead><tr><th>Verdict</th><th>Run</th>'
+        '<th>Snapshot nights</th><th>Read</th>'
+        + "".join(f'<th class="num" title="results, {data.COUNTED}">{data.COUNT_NOUNS[k][1]}</th>'
+                  for k in ("fail", "warn", "pass", data.NOTHING_NEW))
+        + '<th>Checked at (UTC)</th><th>Data Docs</th>'
+        f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
         if runs else '<p id="no-runs" class="muted">No data-quality results in this warehouse yet.</p>')
     unhealthy = [n for n, _ in ov.problem_nights()]
     if unhealthy:
         older = len(unhealthy) - PROBLEM_NIGHTS
         headline = ("Unhealthy nights: " + ", ".join(
-            f'<a href="#night-{escape(n)}">{escape(n)}</a> ({escape(ov.night_outcome(n) or "")})'
+            f'<a href="#night-{escape(n)}">{escape(n)}</a> ({escape(ov.night_outcome(n) or "")}'
+            + (", no snapshot" if n in ov.no_snapshot else "") + ")"
             for n in unhealthy[:PROBLEM_NIGHTS])
             + (f" and {older} older (in the grid)" if older > 0 else ""))
-    elif ov.cells:
+    elif ov.cells or ov.no_snapshot:
         headline = "Every night read so far passed."
     else:
         headline = ""
+    no_run = (f'<p id="no-run" class="muted">No run has results for the scheduled night(s) '
+              f"{escape(nights_text(ov.no_run))} (schedule <code>{escape(ov.schedule or '')}</code>)."
+              "</p>" if ov.no_run else "")
+    if ov.schedule_note:
+        no_run += f'<p id="schedule-note" class="muted">{escape(ov.schedule_note)}</p>'
     unplaced = ""
     if ov.unplaced:
         unplaced = ('<p id="unplaced" class="muted">Not in the grid (no snapshot night known): '
@@ -301,9 +402,10 @@ def index_page(runs: list[data.Run], base: str, root: str, ov: data.Overview | N
     body = (
         "<h1>Data quality</h1>"
         f'<p class="muted">Warehouse <code>{escape(root)}</code> · {len(runs)} run(s) · '
-        '<a href="api/nights">JSON</a> · counts are checks per topic-partition</p>'
+        f'<a href="api/nights">JSON</a> · results are {data.COUNTED}; the Data Docs count '
+        "suites (one per check)</p>"
         f'<section id="nights"><h2>Nights at a glance</h2>'
-        f'<p id="headline">{headline}</p>{night_grid(ov)}{unplaced}{night_problems(ov)}</section>'
+        f'<p id="headline">{headline}</p>{no_run}{night_grid(ov)}{unplaced}{night_problems(ov)}</section>'
         f"<h2>Runs</h2>{table}"
         f'<h2>Per run</h2><section class="charts" id="charts">{charts(runs, ov.coverage)}</section>'
     )
@@ -323,9 +425,10 @@ def _more_items(r: data.Result) -> str:
     """Every other stored item of a result, one plain line each (the first is already shown)."""
     problems = data.problem_items(r.details)
     lines = [f'<li class="item item-{escape(str(i.get("status") or "other"))}">'
-             f'{escape(data.item_line(r.topic, r.partition, i))}</li>' for i in problems[1:]]
+             f'{line_html(data.item_line(r.topic, r.partition, i, r.night))}</li>'
+             for i in problems[1:]]
     lines += [f'<li class="item item-pass"><span class="muted">accepted:</span> '
-              f'{escape(data.item_line(r.topic, r.partition, i))}</li>'
+              f'{line_html(data.item_line(r.topic, r.partition, i, r.night))}</li>'
               for i in data.accepted_items(r.details)]
     shown = len(lines)
     more = data.more_items(r.details)
@@ -343,32 +446,31 @@ def _accepted_text(details) -> str:
     return ", ".join(f"{k}: {data.plural(v['items'], 'item')}" for k, v in acc.items())
 
 
-def _tp(r: data.Result) -> str:
-    return data.topic_partition(r.topic, r.partition) if r.topic is not None else "—"
-
-
 def _row_attrs(r: data.Result) -> str:
-    return (f'id="{escape(data.result_anchor(r.check, r.topic, r.partition))}" '
-            f'class="result row-{escape(r.status)}" data-check="{escape(r.check)}" '
-            f'data-topic="{escape(r.topic or "")}" '
+    return (f'id="{escape(r.anchor)}" class="result row-{escape(r.outcome.replace("_", "-"))}" '
+            f'data-check="{escape(r.check)}" data-topic="{escape(r.topic or "")}" '
             f'data-partition="{"" if r.partition is None else r.partition}" '
-            f'data-status="{escape(r.status)}"')
+            f'data-night="{escape(r.night or "")}" data-status="{escape(r.status)}"')
+
+
+def _checked(r: data.Result) -> str:
+    if r.outcome == data.NOTHING_NEW:
+        return (f'<span class="nothing-new" title="{escape(data.checked_text(r.observed, r.details) or "")}">'
+                "nothing new</span>")
+    return escape(data.checked_text(r.observed, r.details) or "—")
 
 
 def _problem_row(r: data.Result) -> str:
     accepted = _accepted_text(r.details)
     also = f'<div class="muted">also accepted: {escape(accepted)}</div>' if accepted else ""
     items = "—" if r.failed is None else data.plural(r.failed, "item")
-    checked = data.checked_text(r.observed, r.details) or "—"
     return (
         f"<tr {_row_attrs(r)}>"
-        f'<td><span class="status {_status_class(r.status)}">{escape(r.status)}</span></td>'
-        f'<td class="check-name">{escape(r.check)}</td><td class="tp">{escape(_tp(r))}</td>'
-        f'<td class="problem"><div class="problem-line">'
-        f"{escape(data.first_problem(r.topic, r.partition, r.details, r.failed))}</div>"
+        f'<td class="check-name">{escape(r.check)}</td><td class="tp">{escape(r.label)}</td>'
+        f'<td class="problem"><div class="problem-line">{line_html(r.first_problem())}</div>'
         f"{also}{_more_items(r)}{_raw_details(r.details)}</td>"
         f'<td class="num items">{escape(items)}</td>'
-        f'<td class="num checked">{escape(checked)}</td></tr>')
+        f'<td class="num checked">{_checked(r)}</td></tr>')
 
 
 def _pass_row(r: data.Result) -> str:
@@ -376,53 +478,64 @@ def _pass_row(r: data.Result) -> str:
     label = data.severity_label(r.severity)
     return (
         f"<tr {_row_attrs(r)}>"
-        f'<td class="check-name">{escape(r.check)}</td><td class="tp">{escape(_tp(r))}</td>'
-        f'<td class="num checked">{escape(data.checked_text(r.observed, r.details) or "—")}</td>'
+        f'<td class="check-name">{escape(r.check)}</td><td class="tp">{escape(r.label)}</td>'
+        f'<td class="num checked">{_checked(r)}</td>'
         f'<td class="accepted">{escape(accepted) if accepted else "<span class=muted>—</span>"}</td>'
         f'<td class="if-found">{escape(label) if label else "—"}</td>'
         f"<td>{_raw_details(r.details)}</td></tr>")
 
 
 _GROUP_TITLES = {"fail": "Failed", "warn": "Warned"}
-_COUNT_WORDS = data.OUTCOME_WORDS
 
 
 def _run_nights(cov: data.Coverage | None) -> str:
-    """``Snapshot nights read: 2026-11-18..2026-11-20 (3 nights) of orders, payments (4
-    topic-partitions)``; a range run's nights per topic-partition where they differ."""
+    """``Snapshot nights read: 2026-11-18..2026-11-20 (3 nights) · 12 topic-partitions of 8
+    topics`` (folded); the nights without a snapshot; a range run's nights per topic-partition
+    where they differ."""
     if cov is None:
         return ""
     if not cov.nights:
-        return (f'<p id="nights" class="muted">Snapshot nights read: unknown '
-                f'({escape(cov.reason or "no ledger rows")})</p>')
-    text = (f"{escape(data.nights_text(cov.nights))} ({data.plural(len(cov.nights), 'night')}) of "
-            f"{escape(', '.join(cov.topics))} ({data.plural(len(cov.partitions), 'topic-partition')})")
+        return (f'<div id="nights" class="muted">Snapshot nights read: unknown '
+                f'({escape(cov.reason or "no ledger rows")})</div>')
+    read = (f"Snapshot nights read: {escape(nights_text(cov.read))} "
+            f"({data.plural(len(cov.read), 'night')}) · {topics_folded(cov)}" if cov.read else "")
+    gone = (f'<div class="no-snapshot">No snapshot: {escape(nights_text(list(cov.missing)))}</div>'
+            if cov.missing else "")
     differ = len({n for n in cov.partitions.values()}) > 1
     extra = ""
     if differ:
         extra = ('<details class="tp-nights"><summary>nights per topic-partition</summary><ul>'
-                 + "".join(f"<li>{escape(data.topic_partition(t, p))}: {escape(data.nights_text(list(n)))}</li>"
+                 + "".join(f"<li>{escape(data.topic_partition(t, p))}: {escape(nights_text(list(n)))}</li>"
                            for (t, p), n in cov.partitions.items()) + "</ul></details>")
-    return (f'<p id="nights" data-nights="{escape(" ".join(cov.nights))}">Snapshot nights read: '
-            f"{text}</p>{extra}")
+    return (f'<div id="nights" data-nights="{escape(" ".join(cov.nights))}">{read}{gone}</div>'
+            f"{extra}")
 
 
 def counts_line(run: data.Run) -> str:
-    """``Checks per topic-partition: 2 failed · 3 warned · 28 passed`` (the page's one count
-    vocabulary: a check on one topic-partition fails, warns or passes; it finds items)."""
-    parts = [f'<span class="count-{escape(k)}">{v} {escape(_COUNT_WORDS.get(k, k))}</span>'
-             for k, v in run.counts.items()]
-    return ('<p id="counts">Checks per topic-partition: ' + " · ".join(parts) + "</p>")
+    """``6 warnings · 158 passes · 4 nothing new, counted per check × topic-partition`` (the
+    pages' one count of results: a check on one topic-partition fails, warns, passes or has
+    nothing new to check; it finds items)."""
+    parts = [f'<span class="count-{escape(k)}">{escape(data.counts_text({k: v}))}</span>'
+             for k, v in run.tally.items() if v]
+    return (f'<p id="counts">{" · ".join(parts) or "no results"}, {data.COUNTED}</p>')
 
 
-def run_page(run: data.Run, base: str, coverage: data.Coverage | None = None) -> str:
-    docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}">Data Docs of this run</a>'
+def run_page(run: data.Run, base: str, coverage: data.Coverage | None = None, *,
+             root: str = "W", catalog: str = "kafkalog", namespace: str = "kafka",
+             skip_reason: str | None = None) -> str:
+    """One run, problems first; a failed run not published opens with what that means and
+    the ways forward (:mod:`.remedies`); ``skip_reason``: why Airflow's plan task skipped it."""
+    docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}">Data Docs of this run</a> '
+            f'<span class="muted" id="suites">(they count {escape(data.suites_text(run.suites()))})</span>'
             if run.has_docs else '<span class="muted">no Data Docs for this run</span>')
     parts = [
         '<nav><a href="./">← all runs</a>'
         f'<a href="api/runs/{escape(quote(run.token))}">JSON</a></nav>',
         f'<h1>Run <span id="run-id">{escape(run.run_id)}</span> '
         f'<span id="verdict" class="verdict verdict-{escape(run.verdict)}">{escape(run.verdict)}</span></h1>',
+        remedies.section(run, coverage, root=root, catalog=catalog, namespace=namespace),
+        (f'<p id="skip-reason" class="muted">Airflow skipped the rest of this run: '
+         f"{escape(skip_reason)}</p>" if skip_reason else ""),
         f"<p>Checked at {_when(run.checked_at)} · {docs}</p>",
         _run_nights(coverage),
         counts_line(run),
@@ -430,29 +543,34 @@ def run_page(run: data.Run, base: str, coverage: data.Coverage | None = None) ->
     if run.error:
         parts.append(f'<p class="error">This run\'s results could not be read: {escape(run.error)}</p>')
     groups = run.by_outcome()
-    if run.results and not any(s != "pass" for s, _ in groups):
+    if run.results and not any(s not in ("pass", data.NOTHING_NEW) for s, _ in groups):
         parts.append('<p id="no-problems">No check failed or warned.</p>')
-    for status, rows in groups:
-        n = data.plural(len(rows), "check")
-        if status == "pass":
+    for outcome, rows in groups:
+        n = f"{len(rows):,}"
+        if outcome in ("pass", data.NOTHING_NEW):
             body = "".join(_pass_row(r) for r in rows)
+            title, note, anchor = (
+                (f"Passed: {n}", f"({data.COUNTED}; items the policy accepts are listed; "
+                                 "“would fail” is what a check does if it finds something)", "passes")
+                if outcome == "pass" else
+                (f"Nothing new: {n}", f"({data.COUNTED}; nothing to check, e.g. every segment "
+                                      "unchanged since an earlier night: not a pass)", "nothing-new"))
             parts.append(
-                f'<details id="passes" class="outcome" data-status="pass">'
-                f'<summary><span class="group-title">Passed: {n}</span> '
-                '<span class="muted">(items the policy accepts are listed; '
-                "“would fail” is what a check does if it finds something)</span></summary>"
-                '<table><thead><tr><th>Check</th><th>Topic-partition</th><th class="num">Checked</th>'
-                '<th>Accepted items</th><th>If found</th><th></th></tr></thead>'
-                f"<tbody>{body}</tbody></table></details>")
+                f'<details id="{anchor}" class="outcome" data-status="{escape(outcome)}">'
+                f'<summary><span class="group-title">{title}</span> '
+                f'<span class="muted">{note}</span></summary>'
+                '<div class="scroll"><table><thead><tr><th>Check</th><th>Where</th>'
+                '<th class="num">Checked</th><th>Accepted items</th><th>If found</th><th></th>'
+                f"</tr></thead><tbody>{body}</tbody></table></div></details>")
             continue
-        title = _GROUP_TITLES.get(status, f"Status {status}")
+        title = _GROUP_TITLES.get(outcome, f"Status {outcome}")
         body = "".join(_problem_row(r) for r in rows)
         parts.append(
-            f'<section id="outcome-{escape(status)}" class="outcome" data-status="{escape(status)}">'
-            f'<h2>{escape(title)}: {n}</h2>'
-            '<table><thead><tr><th>Outcome</th><th>Check</th><th>Topic-partition</th><th>Problem</th>'
+            f'<section id="outcome-{escape(outcome)}" class="outcome" data-status="{escape(outcome)}">'
+            f'<h2>{escape(title)}: {n} <span class="muted group-unit">({data.COUNTED})</span></h2>'
+            '<div class="scroll"><table><thead><tr><th>Check</th><th>Where</th><th>Problem</th>'
             '<th class="num">Items</th><th class="num">Checked</th></tr></thead>'
-            f"<tbody>{body}</tbody></table></section>")
+            f"<tbody>{body}</tbody></table></div></section>")
     return _page(f"Data quality · {run.run_id}", base, "".join(parts))
 
 

@@ -109,9 +109,14 @@ def bar_chart(chart_id: str, title: str, labels: list[str], series: dict[str, li
 
 
 #: fill of each outcome of a grid cell; accepted causes (retention, compaction, ...) neutral,
-#: never alarm red; a status outside these is drawn as ``other``
+#: never alarm red; a status outside these is drawn as ``other``; ``nothing_new`` (checks that
+#: had nothing to check) and ``no_run`` (a due night without results) light greys with a dark
+#: glyph, ``none`` (not read) lighter still
 OUTCOME_FILLS = {"fail": "#cf222e", "warn": "#e3a008", "pass": "#2da44e", "accepted": "#8ca3c0",
-                 "other": "#6e7781", "none": "#f3f4f6"}
+                 "other": "#6e7781", "nothing_new": "#d0d7de", "no_run": "#e6e9ed",
+                 "none": "#f3f4f6"}
+#: fills light enough that a cell's glyph is drawn dark on them
+LIGHT_FILLS = frozenset({OUTCOME_FILLS["nothing_new"], OUTCOME_FILLS["no_run"], OUTCOME_FILLS["none"]})
 
 
 def heat_grid(grid_id: str, title: str, columns: list[str], rows: list[str], cells: dict,
@@ -176,8 +181,9 @@ def heat_grid(grid_id: str, title: str, columns: list[str], rows: list[str], cel
                     f'data-column="{escape(column)}"{attrs}><title>{escape(tip)}</title></rect>')
             mark = (c or {}).get("mark")
             if mark and cell >= 16:  # the outcome as a glyph too, not by colour alone
+                ink = "#424a53" if fill in LIGHT_FILLS else "#fff"
                 rect += (f'<text x="{x + cell / 2:.1f}" y="{y + row_h * 0.72:.1f}" font-size="11" '
-                         f'text-anchor="middle" fill="#fff" pointer-events="none">{escape(mark)}</text>')
+                         f'text-anchor="middle" fill="{ink}" pointer-events="none">{escape(mark)}</text>')
             out.append(f'<a href="{escape(c["href"])}">{rect}</a>' if c and c.get("href") else rect)
     for k, packed in enumerate(lane_rows):
         y = lanes_top + 16 * k
