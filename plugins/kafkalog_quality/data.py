@@ -42,13 +42,13 @@ import re
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from dataclasses import replace as dataclass_replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafkalog_pipeline.settings import SETTINGS
 from spark_jobs import iceberg, schemas, storage
+from spark_jobs.quality import checks
 from spark_jobs.quality.policy import RANK, SEVERITIES
 from spark_jobs.quality.results import checked, plural
 
@@ -69,18 +69,13 @@ DOCS_DIR = "data_docs"
 #: among its rows
 STATUSES = tuple(sorted(SEVERITIES, key=RANK.__getitem__, reverse=True))
 
-#: the column issue 32 adds to ``dq_results`` (the latest snapshot night the run read; for a
-#: ``snapshot_missing`` row the night that had none) and to ``ledger`` (the night whose listing
-#: held the segment); null in older rows. Read wherever a table has it, whether or not
-#: ``spark_jobs.schemas`` names it yet.
-NIGHT = "night"
-NIGHT_FIELD = pa.field(NIGHT, pa.string())
-# The checks of issue 32 the report treats apart (the audit's spark_jobs/quality/checks.py
-# CHECKS gains them; named here until it does):
-#: a night the run was due to read had no snapshot: topic and partition null, ``night`` = it
-SNAPSHOT_MISSING = "snapshot_missing"
-#: a topic-partition earlier nights held and this one lacks (it has no other rows in the run)
-MISSING_PARTITION = "missing_partition"
+#: the snapshot night a dq_results row is about (a ``snapshot_missing`` row: the night that had
+#: none) and the night whose listing held a ledger row's segment; null in older rows
+NIGHT = schemas.NIGHT
+#: the checks of what is absent, which the report treats apart: a night that had no snapshot
+#: (topic and partition null), a topic-partition earlier nights held and this one lacks (it has
+#: no other rows in the run)
+SNAPSHOT_MISSING, MISSING_PARTITION = checks.SNAPSHOT_MISSING, checks.MISSING_PARTITION
 
 # Which checks feed which chart: the check names of spark_jobs/quality/checks.py.
 CRC_CHECKS = ("crc",)
@@ -311,13 +306,8 @@ def results_from_arrow(table: pa.Table) -> list[Result]:
     return out
 
 
-def with_night(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with the column :data:`NIGHT` (where ``spark_jobs.schemas`` lacks it yet)."""
-    return schema if NIGHT in schema.names else schema.append(NIGHT_FIELD)
-
-
 #: the dq_results columns the view reads
-RESULT_SCHEMA = with_night(schemas.DQ_RESULTS)
+RESULT_SCHEMA = schemas.DQ_RESULTS
 
 
 def scan(table, snapshot_id: int, schema: pa.Schema, row_filter=None) -> pa.Table:
@@ -373,8 +363,8 @@ _CACHE_LOCK = threading.Lock()
 # unpublished run's (rows, reason) by dq_results' snapshot id and the run ids
 _LEDGER_CACHE: dict[tuple, tuple[int, object]] = {}
 #: the ledger columns the overview reads
-LEDGER_SCHEMA = with_night(pa.schema([schemas.LEDGER.field(c)
-                                      for c in ("run_id", "topic", "partition", "segment")]))
+LEDGER_SCHEMA = pa.schema([schemas.LEDGER.field(c)
+                           for c in ("run_id", "topic", "partition", "segment", NIGHT)])
 
 
 class Warehouse:

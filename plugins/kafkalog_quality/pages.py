@@ -370,7 +370,7 @@ def index_page(runs: list[data.Run], base: str, root: str, ov: nights.Overview |
             + f'<td class="when" title="{_when(run.checked_at)}">{_when(run.checked_at, "%Y-%m-%d %H:%M")}</td>'
             f'<td class="docs">{docs}</td></tr>')
     table = (
-        f'<div class="scroll"><table id="runs"><thead><tr><th>Verdict</th><th>Run</th>'
+        '<div class="scroll"><table id="runs"><thead><tr><th>Verdict</th><th>Run</th>'
         '<th>Snapshot nights</th><th>Read</th>'
         + "".join(f'<th class="num" title="results, {data.COUNTED}">{data.COUNT_NOUNS[k][1]}</th>'
                   for k in ("fail", "warn", "pass", data.NOTHING_NEW))

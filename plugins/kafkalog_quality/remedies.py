@@ -18,7 +18,6 @@ from html import escape
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
 from spark_jobs.iceberg import branch_name
 
-from .calendar import nights_text
 from .data import Coverage, Run
 
 log = logging.getLogger(__name__)

@@ -44,6 +44,8 @@ CHECKS = {
     "schema_decode": "records",  # spark_jobs/quality/schema_decode.py
     "missing_partition": "partitions",  # what earlier nights held and this snapshot lacks
 }
+#: a topic-partition earlier nights held that this snapshot lacks (:func:`missing_partitions`)
+MISSING_PARTITION = "missing_partition"
 #: a night the run was to read whose snapshot prefix holds no segment: the DAG's plan writes
 #: this result (one row per such night, topic and partition null) and decodes nothing
 SNAPSHOT_MISSING = "snapshot_missing"
@@ -63,7 +65,7 @@ CHECKS[SNAPSHOT_MISSING] = "nights"
 #: checks a partition gets a result of only where they apply: the internal topics' and state
 #: files', ``missing_partition`` where the run read a named night (the job's ``--night``, the
 #: DAG's manifests), ``snapshot_missing`` (the plan's, never a partition's)
-OPTIONAL_CHECKS = frozenset(INTERNAL_CHECKS) | {"missing_partition", SNAPSHOT_MISSING}
+OPTIONAL_CHECKS = frozenset(INTERNAL_CHECKS) | {MISSING_PARTITION, SNAPSHOT_MISSING}
 #: their observations' classes (apply_policy)
 INTERNAL_CLASSES = {
     "committed_offset_beyond_log_end": ["beyond_log_end"],
@@ -680,7 +682,7 @@ def missing_partitions(run_ledger, published_ledger, run_id: str, lookback: int 
     out, deleted = [], {}
     for r in rows:
         if r.topic_here:
-            out.append(("missing_partition", r.topic, r.partition, MISSING, r.last_offset,
+            out.append((MISSING_PARTITION, r.topic, r.partition, MISSING, r.last_offset,
                         r.last_offset, None, None, r.last_segment, None,
                         f"{r.topic}-{r.partition} is not in this snapshot: last seen on "
                         f"{r.last_night} ({_where(r.last_segment)}), ingested up to offset "
@@ -689,7 +691,7 @@ def missing_partitions(run_ledger, published_ledger, run_id: str, lookback: int 
             deleted.setdefault(r.topic, []).append(r)
     for topic, parts in sorted(deleted.items()):
         last = max(parts, key=lambda r: (r.last_night, r.partition))
-        out.append(("missing_partition", topic, None, TOPIC_DELETED, None, None, None,
+        out.append((MISSING_PARTITION, topic, None, TOPIC_DELETED, None, None, None,
                     len(parts), last.last_segment, None,
                     f"topic {topic}: none of its partitions "
                     f"({', '.join(str(r.partition) for r in parts)}) is in this snapshot, last "
@@ -737,7 +739,7 @@ def apply_policy(observations, policy: Policy, topics, finding_kinds=()):
         "replica_divergence": ["divergence"],
         "truncated_tail": ["truncated_tail", "active_segment"],
         schema_decode.CHECK: schema_decode.CLASSES,
-        "missing_partition": [MISSING, TOPIC_DELETED],
+        MISSING_PARTITION: [MISSING, TOPIC_DELETED],
         SNAPSHOT_MISSING: [SNAPSHOT_MISSING_CLASS],
         **INTERNAL_CLASSES,
     }
