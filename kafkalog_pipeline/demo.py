@@ -50,6 +50,10 @@ PREFIX = "snapshots"
 DAG_ID = settings.NIGHTLY_DAG_ID
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+#: access key and secret of the demo's S3 (the moto server accepts any): as long as Airflow's
+#: ``[logging] min_length_masked_secret`` asks (5), or every task warns "Skipping masking for
+#: a secret as it's too short" and leaves it unmasked
+DEMO_KEY = "kafkalog-demo-key"
 
 
 # ------------------------------------------------------------------ environment
@@ -108,7 +112,7 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        **local_connections(endpoint, "demo"),
+        **local_connections(endpoint, DEMO_KEY),
         # the pipeline's settings (Variables would win over these)
         "KAFKALOG_WAREHOUSE": str(out / "warehouse"),
         # the Iceberg catalog `kafkalog` (SQLite under the warehouse): out/.pyiceberg.yaml
@@ -147,7 +151,7 @@ def start_s3(snapshots: Path):
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="demo", aws_secret_access_key="demo")
+                          aws_access_key_id=DEMO_KEY, aws_secret_access_key=DEMO_KEY)
     n = demo_data.upload(snapshots, BUCKET, PREFIX, client)
     print(f"S3 endpoint {endpoint}: {n} objects in s3://{BUCKET}/{PREFIX}/")
     return server, endpoint

@@ -143,6 +143,20 @@ def test_runs_take_the_warehouse_in_turn(dag, monkeypatch):
     assert dt.timedelta(seconds=5) < left <= dt.timedelta(seconds=7)
 
 
+def test_the_demo_secret_is_masked_in_task_logs():
+    """A connection secret shorter than Airflow's masking minimum is left in the logs, and
+    every task warned "Skipping masking for a secret as it's too short"."""
+    import json
+
+    from airflow.configuration import conf
+
+    from kafkalog_pipeline import demo
+
+    secret = json.loads(demo.local_connections("http://x", demo.DEMO_KEY)[
+        "AIRFLOW_CONN_AWS_DEFAULT"])["password"]
+    assert len(secret) >= conf.getint("logging", "min_length_masked_secret")
+
+
 # ------------------------------------------------------------------ planning (pure)
 def _segments(rng: random.Random, n_tp: int) -> list[snapshots.Segment]:
     out = []
