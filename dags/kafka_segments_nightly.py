@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import Param, chain, dag, task
+from airflow.sdk import Param, TriggerRule, chain, dag, task
 
 from kafkalog_pipeline import schema_registry, settings, tasks
 from kafkalog_pipeline.assets import DERIVED_ALIAS, TABLE_ASSETS, derived_asset
-from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator
+from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator, RerunOnConflictOperator
 
 RETRY_DELAY = dt.timedelta(seconds=int(settings.parse_time_setting("retry_delay_seconds")))
 
@@ -84,6 +84,11 @@ default_args = {
                         "with the snapshot's own _schemas topic. Set: with the live registry "
                         "of this Airflow connection (host = URL, login/password = basic "
                         "auth). See docs/schemas.md."),
+        tasks.RERUN_OF: Param(
+            None, type=["null", "string"], title="Rerun of (set by the DAG)",
+            description="Leave empty. The DAG sets it on the run it triggers when a run's "
+                        "publish was refused because another run published the same offsets "
+                        "first: the id of that run. A run with it set is not rerun again."),
     },
 )
 def kafka_segments_nightly():
@@ -119,12 +124,20 @@ def kafka_segments_nightly():
         retries=1,
     )
 
-    @task(outlets=[*TABLE_ASSETS.values(), DERIVED_ALIAS], retries=3)
+    @task(task_id=tasks.PUBLISH_TASK, outlets=[*TABLE_ASSETS.values(), DERIVED_ALIAS], retries=3)
     def publish(**context) -> dict:
         return tasks.publish_from_context(context, TABLE_ASSETS.values(),
                                           (DERIVED_ALIAS, derived_asset))
 
-    chain(decode, check_quality, publish())
+    # A teardown: Airflow leaves teardowns out of a run's state (DagRun._tis_for_dagrun_state),
+    # so publish stays the leaf that decides it and a run not published still ends failed.
+    # It runs only when publish failed or could not run (one_failed: a failed audit makes
+    # publish upstream_failed), and triggers a rerun only after a conflict.
+    rerun = RerunOnConflictOperator(task_id=tasks.RERUN_TASK,
+                                    trigger_dag_id=settings.NIGHTLY_DAG_ID).as_teardown()
+    rerun.trigger_rule = TriggerRule.ONE_FAILED
+
+    chain(decode, check_quality, publish(), rerun)
 
 
 kafka_segments_nightly()

@@ -638,9 +638,21 @@ def _run(out: Path) -> int:
             r = run_night(env, date, log_dir)
             results.append(r)
             print(f"  run {r['run_id']}: {run_verdict(r)}", flush=True)
+            for line in (run_note(env, r["run_id"]) or "").split("\n\n"):
+                if line:
+                    print(f"  note: {line}", flush=True)
     finally:
         server.stop()
     return report(out, results)
+
+
+def run_note(env, run_id: str | None) -> str | None:
+    """Run ``run_id``'s note, as Airflow shows it beside the run's state: the audit's
+    verdict (kafkalog_pipeline.notes)."""
+    rows = metadata_query(env, "SELECT n.content FROM dag_run r JOIN dag_run_note n ON "
+                          "n.dag_run_id = r.id WHERE r.dag_id = ? AND r.run_id = ?",
+                          DAG_ID, run_id) if run_id else []
+    return rows[0][0] if rows else None
 
 
 def run_verdict(result: dict) -> str:
