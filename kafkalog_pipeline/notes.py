@@ -208,8 +208,10 @@ def annotate(dag_run, *, finished: bool) -> None:
 
             session = airflow_settings.Session()
             dag_run = session.get(DagRun, inspect(dag_run).identity[0])
-        set_note(dag_run, merge(dag_run.note, run_note(**gather(dag_run, session),
-                                                        finished=finished)))
+        # a run that starts (again) keeps only its "Rerun of": no need to read its tasks
+        facts = gather(dag_run, session) if finished else {
+            "run_id": dag_run.run_id, "states": {}, "rerun_of": (dag_run.conf or {}).get(RERUN_OF)}
+        set_note(dag_run, merge(dag_run.note, run_note(**facts, finished=finished)))
     except Exception:  # a note is not worth a scheduler loop
         log.exception("could not write the note of run %s", dag_run.run_id)
 

@@ -355,6 +355,27 @@ def test_a_persons_note_is_kept(nightly_in_db):
     assert demo.run_note({"AIRFLOW_HOME": os.environ["AIRFLOW_HOME"]}, "noted") == got[1]
 
 
+def test_a_run_that_runs_again_keeps_only_what_stays_true(nightly_in_db):
+    """Cleared, a run starts again (the scheduler calls on_dag_run_running): its last
+    verdict goes until the new one is known; its "Rerun of" and a person's words stay."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    from kafkalog_pipeline import notes
+
+    finish_run(nightly_in_db, "again", {**DONE, "publish": "success"},
+               {("check_quality", "return_value"): PASSED}, conf={"rerun_of": "n1"},
+               note="Checked by Ana")
+    with create_session() as session:
+        dr = session.query(DagRun).filter_by(dag_id=DAG_ID, run_id="again").one()
+        assert dr.note == "DQ: passed\n\nRerun of n1, whose publish met a conflict\n\n" \
+            "Checked by Ana"
+        notes.on_dag_run_running(dag_run=dr, msg="started")
+    with create_session() as session:
+        dr = session.query(DagRun).filter_by(dag_id=DAG_ID, run_id="again").one()
+        assert dr.note == "Rerun of n1, whose publish met a conflict\n\nChecked by Ana"
+
+
 def test_the_demo_secret_is_masked_in_task_logs():
     """A connection secret shorter than Airflow's masking minimum is left in the logs, and
     every task warned "Skipping masking for a secret as it's too short"."""
