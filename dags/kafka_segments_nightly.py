@@ -1,31 +1,50 @@
-"""Nightly: Kafka log segment snapshots in S3 -> audited Parquet tables.
+"""Nightly: the Kafka log segment snapshot in S3 -> audited Apache Iceberg tables.
 
-`plan` lists the night's snapshot (`s3://{bucket}/{template}`, template default
-`{prefix}/{snapshot_date}/`, snapshot date = the run's data interval start),
-groups segments into chunks balanced by bytes (a topic-partition stays in one
-chunk) and writes one manifest per chunk; `decode_chunk` runs the decode job on
-each chunk (dynamic task mapping, spark-submit on `spark_default`) into the
-run's Iceberg branch (`run_<run id>`); `check_quality` audits exactly that branch;
-`publish` makes it `main` only if the audit passed, and emits the table Assets.
+**What a run does**
 
-**Which night a run reads.** Without params, one night: the UTC date of the run's
-logical date (its data interval start; the run of 2026-11-21 03:00 reads
-`.../2026-11-21/`). That holds for scheduled runs, for each run of a backfill (the
-Backfill dialog's date range picks the runs' logical dates, one run per night of the
-schedule, each reading its own night) and for a triggered run with a logical date.
-The params `date_from`/`date_to` (inclusive) replace that night with their range for
-this one run (one run over all those nights); leave them empty in a backfill, or every
-run of it reads the same range. `topics` filters by comma-separated patterns,
-`reprocess` decodes segments again even when the ledger shows them ingested,
-`schema_registry_conn_id` decodes values with a live Schema Registry instead of the
-snapshot's own `_schemas` topic (docs/schemas.md). Backfill
-from the CLI: `airflow backfill create --dag-id kafka_segments_nightly --from-date
-2026-11-01 --to-date 2026-11-07T23:59:59` (the bounds are logical dates, a night's is
-03:00, so a bare `--to-date 2026-11-07` leaves that night out).
-Records are deduplicated against the warehouse and runs take it in turn (`plan`
-waits while another run is between plan and publish, backfill runs included), so
-reruns and backfills never duplicate them.
-Settings (Variables / environment), connections and usage: dags/README.md.
+- `plan` lists the night's snapshot (`s3://{bucket}/{template}`, template default
+  `{prefix}/{snapshot_date}/`), groups its segments into chunks balanced by the bytes to
+  decode (a topic-partition stays in one chunk), writes one manifest per chunk and makes the
+  run's Iceberg branch `run_<run token>` of each table from `main`.
+- `decode_chunk` (one mapped task per chunk, spark-submit on `spark_default`) decodes a chunk
+  into the run's branch.
+- `check_quality` audits exactly that branch; its verdict is the task's return value and the
+  run's note (`DQ: passed`, `DQ: 6 warned: ...`, `DQ: failed: ... — not published`).
+- `publish` makes the branch `main`, only if the audit passed, and emits the table Assets.
+- `rerun_on_conflict` runs only if `publish` did not succeed: when publish was refused because
+  another run published the same offsets first, it triggers a rerun of the same nights on a
+  fresh branch (`rerun__<run id>`, once: a rerun is not rerun again). It is a teardown, so the
+  run's state stays publish's: a run not published ends failed.
+
+**Which night a run reads**
+
+- Without params, one night: the UTC date of the run's logical date (its data interval
+  start; the run of 2026-11-21 03:00 reads `.../2026-11-21/`). That holds for scheduled runs,
+  for each run of a backfill (the Backfill dialog's date range picks the runs' logical dates,
+  one run per night of the schedule) and for a triggered run with a logical date.
+- `date_from`/`date_to` (inclusive) replace it with their range for this one run (one run
+  over all those nights); leave them empty in a backfill, or every run of it reads the same
+  range.
+
+**Other params**
+
+- `topics`: comma-separated patterns (fnmatch) of the topics to read.
+- `reprocess`: decode segments again even when the ledger shows them ingested.
+- `schema_registry_conn_id`: decode values with a live Schema Registry instead of the
+  snapshot's own `_schemas` topic (docs/schemas.md).
+- `rerun_of`: leave empty; the DAG sets it on the rerun it triggers.
+
+**Never twice**
+
+- Records are deduplicated against the warehouse, and runs take it in turn (`plan` waits while
+  another run is between plan and publish, backfill runs included): reruns and backfills never
+  duplicate them.
+- Backfill from the CLI: `airflow backfill create --dag-id kafka_segments_nightly --from-date
+  2026-11-01 --to-date 2026-11-07T23:59:59` (the bounds are logical dates, a night's is 03:00,
+  so a bare `--to-date 2026-11-07` leaves that night out).
+
+**More** (dags/README.md): settings (Variables / environment), connections, failures and
+retries, and what to do after a failed audit (the run's rows wait on its branch).
 """
 
 from __future__ import annotations
