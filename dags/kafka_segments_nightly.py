@@ -120,7 +120,7 @@ def kafka_segments_nightly():
     decode_args = plan()
 
     decode = KafkalogSparkSubmitOperator.partial(
-        task_id="decode_chunk",
+        task_id=tasks.DECODE_TASK,
         application=settings.spark_entry(),  # runs spark_jobs.decode_segments (first arg)
         name="kafkalog-decode",
         retries=3,

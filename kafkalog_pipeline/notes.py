@@ -32,8 +32,8 @@ import logging
 from airflow.listeners import hookimpl
 
 from . import settings
-from .tasks import (CONFLICT_KEY, PLAN_TASK, PUBLISH_TASK, QUALITY_TASK, RERUN_OF, RERUN_TASK,
-                    SKIP_REASON_KEY, VERDICT_KEY, rerun_id)
+from .tasks import (CONFLICT_KEY, DECODE_TASK, PLAN_TASK, PUBLISH_TASK, QUALITY_TASK, RERUN_OF,
+                    RERUN_TASK, SKIP_REASON_KEY, VERDICT_KEY, rerun_id)
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ MAX_ITEMS = 6
 #: Airflow's limit on a note (``DagRunNote.content``, String(1000))
 MAX_NOTE = 1000
 #: the tasks before the audit, in order: the first that failed is why there is no verdict
-BEFORE_AUDIT = (PLAN_TASK, "decode_chunk")
+BEFORE_AUDIT = (PLAN_TASK, DECODE_TASK)
 #: a mapped task's instances summed up as one state: the first of these any of them has
 WORST_FIRST = ("failed", "upstream_failed", "up_for_retry", "up_for_reschedule", "running",
                "queued", "scheduled", "deferred", "success", "skipped", "removed")

@@ -305,6 +305,8 @@ def plan_task(context) -> list[list[str]]:
 
 
 # ------------------------------------------------------------ publish, and its rerun
+#: the mapped decode task (the run's note names it when it failed before the audit)
+DECODE_TASK = "decode_chunk"
 #: the task after ``publish`` that reruns a run whose publish met a conflict
 RERUN_TASK = "rerun_on_conflict"
 #: XCom key of ``publish``: the conflict it met (``conflict_summary``), read by RERUN_TASK
