@@ -1,42 +1,61 @@
-"""Nightly: Kafka log segment snapshots in S3 -> audited Parquet tables.
+"""Nightly: the Kafka log segment snapshot in S3 -> audited Apache Iceberg tables.
 
-`plan` lists the night's snapshot (`s3://{bucket}/{template}`, template default
-`{prefix}/{snapshot_date}/`, snapshot date = the run's data interval start),
-groups segments into chunks balanced by bytes (a topic-partition stays in one
-chunk) and writes one manifest per chunk; `decode_chunk` runs the decode job on
-each chunk (dynamic task mapping, spark-submit on `spark_default`) into the
-run's Iceberg branch (`run_<run id>`); `check_quality` audits exactly that branch;
-`publish` makes it `main` only if the audit passed, and emits the table Assets.
+**What a run does**
 
-**Which night a run reads.** Without params, one night: the UTC date of the run's
-logical date (its data interval start; the run of 2026-11-21 03:00 reads
-`.../2026-11-21/`). That holds for scheduled runs, for each run of a backfill (the
-Backfill dialog's date range picks the runs' logical dates, one run per night of the
-schedule, each reading its own night) and for a triggered run with a logical date.
-The params `date_from`/`date_to` (inclusive) replace that night with their range for
-this one run (one run over all those nights); leave them empty in a backfill, or every
-run of it reads the same range. `topics` filters by comma-separated patterns,
-`reprocess` decodes segments again even when the ledger shows them ingested,
-`schema_registry_conn_id` decodes values with a live Schema Registry instead of the
-snapshot's own `_schemas` topic (docs/schemas.md). Backfill
-from the CLI: `airflow backfill create --dag-id kafka_segments_nightly --from-date
-2026-11-01 --to-date 2026-11-07T23:59:59` (the bounds are logical dates, a night's is
-03:00, so a bare `--to-date 2026-11-07` leaves that night out).
-Records are deduplicated against the warehouse and runs take it in turn (`plan`
-waits while another run is between plan and publish, backfill runs included), so
-reruns and backfills never duplicate them.
-Settings (Variables / environment), connections and usage: dags/README.md.
+- `plan` lists the night's snapshot (`s3://{bucket}/{template}`, template default
+  `{prefix}/{snapshot_date}/`), groups its segments into chunks balanced by the bytes to
+  decode (a topic-partition stays in one chunk), writes one manifest per chunk and makes the
+  run's Iceberg branch `run_<run token>` of each table from `main`.
+- `decode_chunk` (one mapped task per chunk, spark-submit on `spark_default`) decodes a chunk
+  into the run's branch.
+- `check_quality` audits exactly that branch; its verdict is the task's return value and the
+  run's note (`DQ: passed`, `DQ: 6 warned: ...`, `DQ: failed: ... — not published`).
+- `publish` makes the branch `main`, only if the audit passed, and emits the table Assets.
+- `rerun_on_conflict` runs only if `publish` did not succeed: when publish was refused because
+  another run published the same offsets first, it triggers a rerun of the same nights on a
+  fresh branch (`rerun__<run id>`, once: a rerun is not rerun again). It is a teardown, so the
+  run's state stays publish's: a run not published ends failed.
+
+**Which night a run reads**
+
+- Without params, one night: the UTC date of the run's logical date (its data interval
+  start; the run of 2026-11-21 03:00 reads `.../2026-11-21/`). That holds for scheduled runs,
+  for each run of a backfill (the Backfill dialog's date range picks the runs' logical dates,
+  one run per night of the schedule) and for a triggered run with a logical date.
+- `date_from`/`date_to` (inclusive) replace it with their range for this one run (one run
+  over all those nights); leave them empty in a backfill, or every run of it reads the same
+  range.
+
+**Other params**
+
+- `topics`: comma-separated patterns (fnmatch) of the topics to read.
+- `reprocess`: decode segments again even when the ledger shows them ingested.
+- `schema_registry_conn_id`: decode values with a live Schema Registry instead of the
+  snapshot's own `_schemas` topic (docs/schemas.md).
+- `rerun_of`: leave empty; the DAG sets it on the rerun it triggers.
+
+**Never twice**
+
+- Records are deduplicated against the warehouse, and runs take it in turn (`plan` waits while
+  another run is between plan and publish, backfill runs included): reruns and backfills never
+  duplicate them.
+- Backfill from the CLI: `airflow backfill create --dag-id kafka_segments_nightly --from-date
+  2026-11-01 --to-date 2026-11-07T23:59:59` (the bounds are logical dates, a night's is 03:00,
+  so a bare `--to-date 2026-11-07` leaves that night out).
+
+**More** (dags/README.md): settings (Variables / environment), connections, failures and
+retries, and what to do after a failed audit (the run's rows wait on its branch).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import Param, chain, dag, task
+from airflow.sdk import Param, TriggerRule, chain, dag, task
 
 from kafkalog_pipeline import schema_registry, settings, tasks
 from kafkalog_pipeline.assets import DERIVED_ALIAS, TABLE_ASSETS, derived_asset
-from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator
+from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator, RerunOnConflictOperator
 
 RETRY_DELAY = dt.timedelta(seconds=int(settings.parse_time_setting("retry_delay_seconds")))
 
@@ -84,6 +103,11 @@ default_args = {
                         "with the snapshot's own _schemas topic. Set: with the live registry "
                         "of this Airflow connection (host = URL, login/password = basic "
                         "auth). See docs/schemas.md."),
+        tasks.RERUN_OF: Param(
+            None, type=["null", "string"], title="Rerun of (set by the DAG)",
+            description="Leave empty. The DAG sets it on the run it triggers when a run's "
+                        "publish was refused because another run published the same offsets "
+                        "first: the id of that run. A run with it set is not rerun again."),
     },
 )
 def kafka_segments_nightly():
@@ -96,7 +120,7 @@ def kafka_segments_nightly():
     decode_args = plan()
 
     decode = KafkalogSparkSubmitOperator.partial(
-        task_id="decode_chunk",
+        task_id=tasks.DECODE_TASK,
         application=settings.spark_entry(),  # runs spark_jobs.decode_segments (first arg)
         name="kafkalog-decode",
         retries=3,
@@ -120,12 +144,20 @@ def kafka_segments_nightly():
         retries=1,
     )
 
-    @task(outlets=[*TABLE_ASSETS.values(), DERIVED_ALIAS], retries=3)
+    @task(task_id=tasks.PUBLISH_TASK, outlets=[*TABLE_ASSETS.values(), DERIVED_ALIAS], retries=3)
     def publish(**context) -> dict:
         return tasks.publish_from_context(context, TABLE_ASSETS.values(),
                                           (DERIVED_ALIAS, derived_asset))
 
-    chain(decode, check_quality, publish())
+    # A teardown: Airflow leaves teardowns out of a run's state (DagRun._tis_for_dagrun_state),
+    # so publish stays the leaf that decides it and a run not published still ends failed.
+    # It runs only when publish failed or could not run (one_failed: a failed audit makes
+    # publish upstream_failed), and triggers a rerun only after a conflict.
+    rerun = RerunOnConflictOperator(task_id=tasks.RERUN_TASK,
+                                    trigger_dag_id=settings.NIGHTLY_DAG_ID).as_teardown()
+    rerun.trigger_rule = TriggerRule.ONE_FAILED
+
+    chain(decode, check_quality, publish(), rerun)
 
 
 kafka_segments_nightly()

@@ -51,6 +51,10 @@ PREFIX = "snapshots"
 DAG_ID = settings.NIGHTLY_DAG_ID
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+#: access key and secret of the demo's S3 (the moto server accepts any): as long as Airflow's
+#: ``[logging] min_length_masked_secret`` asks (5), or every task warns "Skipping masking for
+#: a secret as it's too short" and leaves it unmasked
+DEMO_KEY = "kafkalog-demo-key"
 
 
 # ------------------------------------------------------------------ environment
@@ -109,7 +113,7 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        **local_connections(endpoint, "demo"),
+        **local_connections(endpoint, DEMO_KEY),
         # the pipeline's settings (Variables would win over these)
         "KAFKALOG_WAREHOUSE": str(out / "warehouse"),
         # the Iceberg catalog `kafkalog` (SQLite under the warehouse): out/.pyiceberg.yaml
@@ -148,7 +152,7 @@ def start_s3(snapshots: Path):
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="demo", aws_secret_access_key="demo")
+                          aws_access_key_id=DEMO_KEY, aws_secret_access_key=DEMO_KEY)
     n = demo_data.upload(snapshots, BUCKET, PREFIX, client)
     print(f"S3 endpoint {endpoint}: {n} objects in s3://{BUCKET}/{PREFIX}/")
     return server, endpoint
@@ -636,9 +640,21 @@ def _run(out: Path) -> int:
             r = run_night(env, date, log_dir)
             results.append(r)
             print(f"  run {r['run_id']}: {run_verdict(r)}", flush=True)
+            for line in (run_note(env, r["run_id"]) or "").split("\n\n"):
+                if line:
+                    print(f"  note: {line}", flush=True)
     finally:
         server.stop()
     return report(out, results)
+
+
+def run_note(env, run_id: str | None) -> str | None:
+    """Run ``run_id``'s note, as Airflow shows it beside the run's state: the audit's
+    verdict (kafkalog_pipeline.notes)."""
+    rows = metadata_query(env, "SELECT n.content FROM dag_run r JOIN dag_run_note n ON "
+                          "n.dag_run_id = r.id WHERE r.dag_id = ? AND r.run_id = ?",
+                          DAG_ID, run_id) if run_id else []
+    return rows[0][0] if rows else None
 
 
 def run_verdict(result: dict) -> str:

@@ -16,6 +16,9 @@ warned). An audit that ran and failed a check (exit status
 ``check_quality.EXIT_CHECKS_FAILED``) fails the task at once with one line
 naming the failed checks (``AirflowFailException``: no retry, no traceback);
 any other non-zero exit is a crash and fails as usual, so it is retried.
+
+``RerunOnConflictOperator``: a :class:`TriggerDagRunOperator` that triggers this DAG's
+rerun of a run whose publish was refused for a conflict (see its docstring).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import json
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import BaseOperatorLink
 
 from . import settings
 from .tasks import QUALITY_JOB
@@ -122,3 +127,53 @@ class KafkalogSparkSubmitOperator(SparkSubmitOperator):
             self.log.info("verdict: %d failed, %d warned, %d passed%s", verdict["fail"],
                           verdict["warn"], verdict["pass"], f"; warned: {warned}" if warned else "")
         return verdict
+
+
+class RerunLink(BaseOperatorLink):
+    """The task's link to the rerun it triggered (or found triggered). Taken from the
+    operator's own ``trigger_run_id``, set when it triggers: Airflow's "Triggered DAG" link
+    looks the run id up in XCom, and a task that skipped has none (the lookup logs an
+    ERROR "XCom not found" in the task's log)."""
+
+    name = "Rerun"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        run_id = getattr(operator, "trigger_run_id", None)
+        if not run_id:
+            return ""
+        from airflow.utils.helpers import build_airflow_dagrun_url
+
+        return build_airflow_dagrun_url(dag_id=operator.trigger_dag_id, run_id=run_id)
+
+
+class RerunOnConflictOperator(TriggerDagRunOperator):
+    """Triggers the rerun of this run's nights when its publish was refused because another
+    run published overlapping offsets first; otherwise the task is skipped, saying why.
+
+    What to rerun, and whether: :func:`kafkalog_pipeline.tasks.rerun_request` (only a
+    conflict, never a rerun's, so at most one rerun per run: its run id is derived from
+    this run's and a second trigger finds it exists, ``skip_when_already_exists``). The
+    rerun is a new run of the same DAG, no logical date, conf ``{date_from, date_to,
+    rerun_of}`` plus this run's other params, and a note naming this run. Airflow's task
+    runner triggers it (``DagRunTriggerException`` -> the Execution API); this task does
+    not wait for it (with ``max_active_runs=1`` the rerun starts only once this run has
+    ended). The task's "Rerun" link leads to the rerun.
+    """
+
+    ui_color = "#fdf0e2"
+    operator_extra_links = (RerunLink(),)
+
+    def __init__(self, *, trigger_dag_id: str, **kwargs) -> None:
+        """``trigger_dag_id``: the id of the DAG the task is in (a literal: the task's
+        "Triggered DAG" link reads it unrendered)."""
+        super().__init__(trigger_dag_id=trigger_dag_id, logical_date=None,
+                         skip_when_already_exists=True, openlineage_inject_parent_info=False,
+                         **kwargs)
+
+    def execute(self, context):
+        from .notes import provenance_line
+        from .tasks import rerun_request
+
+        self.trigger_run_id, self.conf = rerun_request(context)  # or skipped, saying why
+        self.note = provenance_line(context["run_id"])
+        return super().execute(context)

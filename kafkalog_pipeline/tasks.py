@@ -1,4 +1,4 @@
-"""What the nightly DAG's Python tasks do: plan a run, publish it.
+"""What the nightly DAG's Python tasks do: plan a run, publish it, rerun it after a conflict.
 
 Each function takes plain values (the DAG passes them from the task context) and
 returns small, JSON-able summaries: XCom carries paths and counts, never data.
@@ -12,7 +12,8 @@ audited branch ``main`` (docs/tables.md).
 One run at a time per warehouse, as scheduling: deduplication compares a run's
 records with ``main`` as the run began, so of two runs between plan and publish
 at once with overlapping offsets, the second to publish is refused (publish
-fails naming the other run; nothing is duplicated) and must be run again.
+fails naming the other run; nothing is duplicated) and the DAG reruns it once
+(:func:`rerun_request`).
 ``max_active_runs=1`` does not keep runs apart:
 Airflow 3 counts backfill runs apart (each backfill has its own
 ``max_active_runs``, 10 by default) and scheduled or manual runs do not wait
@@ -358,27 +359,101 @@ def plan_task(context) -> list[list[str]]:
         raise
 
 
+# ------------------------------------------------------------ publish, and its rerun
+#: the mapped decode task (the run's note names it when it failed before the audit)
+DECODE_TASK = "decode_chunk"
+#: the task after ``publish`` that reruns a run whose publish met a conflict
+RERUN_TASK = "rerun_on_conflict"
+#: XCom key of ``publish``: the conflict it met (``conflict_summary``), read by RERUN_TASK
+CONFLICT_KEY = "conflict"
+#: the param a rerun carries: the run id it reruns (a rerun is never rerun again)
+RERUN_OF = "rerun_of"
+#: XCom key of ``plan``: the verdict of a night it did not audit (check_quality's shape)
+VERDICT_KEY = "verdict"
+
+
+def rerun_id(run_id: str) -> str:
+    """The run id of ``run_id``'s rerun after a publish conflict: one rerun per run (a
+    second trigger finds it exists)."""
+    return f"rerun__{run_id}"
+
+
+def conflict_summary(err) -> dict:
+    """What an :class:`spark_jobs.iceberg.ConflictError` says, for XCom and the run's note."""
+    return {"table": err.table, "runs": list(err.runs), "files": err.files}
+
+
+def conflict_line(conflict: dict, run_id: str, rerun_of: str | None) -> str:
+    """``publish``'s one-line failure for a conflict, saying what happens next."""
+    said = (f"publish refused: run(s) {', '.join(conflict['runs'])} published offsets of the "
+            f"same topic-partitions to main after this run planned ({conflict['table']}: "
+            f"{conflict['files']} files); main is unchanged")
+    if rerun_of:
+        return (f"{said}. Not rerun again: this run is already the rerun of {rerun_of}; "
+                "clear it to run it again (it deduplicates against the new main)")
+    return (f"{said}. Task {RERUN_TASK} reruns the night on a fresh branch as run "
+            f"{rerun_id(run_id)}, which deduplicates against the new main")
+
+
+def rerun_request(context) -> tuple[str, dict]:
+    """The ``rerun_on_conflict`` task's decision: ``(run id, conf)`` of the rerun of this
+    run's nights, or :class:`AirflowSkipException` saying why there is none.
+
+    Only a publish refused for a conflict (``publish`` pushed ``CONFLICT_KEY``) is rerun,
+    and only once: a rerun (param ``rerun_of`` set) is not rerun again. The rerun reads
+    the same nights (``date_from``/``date_to`` = the dates this run planned) with this
+    run's other params; it has no logical date and starts once this run has ended
+    (``max_active_runs=1``), without anyone waiting for it.
+    """
+    _, skip = _airflow_errors()
+    ti, run_id = context["ti"], context["run_id"]
+    params = dict(context.get("params") or {})
+    conflict = ti.xcom_pull(task_ids=PUBLISH_TASK, key=CONFLICT_KEY)
+    if not conflict:
+        raise skip("nothing to rerun: publish did not meet a conflict (it failed otherwise, "
+                   "or did not run)")
+    if params.get(RERUN_OF):  # publish's failure said so too
+        raise skip(f"not rerun again: this run is already the rerun of {params[RERUN_OF]}")
+    dates = (ti.xcom_pull(task_ids=PLAN_TASK, key="plan") or {}).get("dates") or []
+    if not dates:
+        raise RuntimeError("no dates in the plan's XCom: cannot tell which nights to rerun")
+    conf = {**params, "date_from": dates[0], "date_to": dates[-1], RERUN_OF: run_id}
+    nights = dates[0] if dates[0] == dates[-1] else f"{dates[0]}..{dates[-1]}"
+    log.info("publish of run %s was refused: run(s) %s published offsets of the same "
+             "topic-partitions first; rerunning %s on a fresh branch as run %s", run_id,
+             ", ".join(conflict["runs"]), nights, rerun_id(run_id))
+    return rerun_id(run_id), conf
+
+
 def publish_from_context(context, assets, derived=None) -> dict:
     """The ``publish`` task: publish the audited run, annotate the table assets' events;
     ``derived`` (``(alias, asset_of)``): an event through the alias for each table the
     publish moved that ``asset_of(table)`` gives an asset for (derived and typed tables,
-    kafkalog_pipeline.assets.derived_asset)."""
+    kafkalog_pipeline.assets.derived_asset).
+
+    A conflict (another run published the same offsets first) fails the task at once,
+    its summary pushed under ``CONFLICT_KEY`` for the ``rerun_on_conflict`` task."""
     ti = context["ti"]
-    warehouse = ti.xcom_pull(task_ids="plan", key="warehouse")
-    plan = ti.xcom_pull(task_ids="plan", key="plan") or {}
+    warehouse = ti.xcom_pull(task_ids=PLAN_TASK, key="warehouse")
+    plan = ti.xcom_pull(task_ids=PLAN_TASK, key="plan") or {}
     run_id = context["run_id"]
     from spark_jobs import iceberg
 
     fail, _ = _airflow_errors()
     try:
         result = publish_run(warehouse=warehouse, run_id=run_id,
-                             catalog=ti.xcom_pull(task_ids="plan", key="catalog"),
-                             namespace=ti.xcom_pull(task_ids="plan", key="namespace"))
-    except (iceberg.ConflictError, iceberg.NothingStaged, iceberg.NotAudited) as err:
-        raise fail(str(err)) from err  # no retry changes it: the run must be run again
+                             catalog=ti.xcom_pull(task_ids=PLAN_TASK, key="catalog"),
+                             namespace=ti.xcom_pull(task_ids=PLAN_TASK, key="namespace"))
+    except iceberg.ConflictError as err:
+        conflict = conflict_summary(err)
+        ti.xcom_push(key=CONFLICT_KEY, value=conflict)
+        raise fail(conflict_line(conflict, run_id, (context.get("params") or {}).get(RERUN_OF))
+                   ) from None
+    except (iceberg.NothingStaged, iceberg.NotAudited) as err:
+        raise fail(str(err)) from None  # no retry changes it: the run must be run again
     extra = {"warehouse": warehouse, "run_id": run_id, "dates": plan.get("dates", []),
              # the audit's verdict (counts per outcome, checks that failed or warned)
-             "verdict": ti.xcom_pull(task_ids="check_quality")}
+             "verdict": ti.xcom_pull(task_ids=QUALITY_TASK)}
     outlet_events = context.get("outlet_events")
     if outlet_events is not None:
         for asset in assets:

@@ -93,7 +93,14 @@ class CatalogError(RuntimeError):
 
 
 class ConflictError(RuntimeError):
-    """Another run committed overlapping offsets to ``main`` after this run read it."""
+    """Another run committed overlapping offsets to ``main`` after this run read it.
+
+    ``table``: the table where it was found; ``runs``: the run ids that published them
+    (``?`` where a file's run is unknown); ``files``: how many of their files overlap."""
+
+    def __init__(self, message: str, *, table: str = "", runs=(), files: int = 0):
+        super().__init__(message)
+        self.table, self.runs, self.files = table, tuple(runs), files
 
 
 class NothingStaged(LookupError):
@@ -1097,7 +1104,8 @@ def check_overlap(table, name: str, run_id: str, fork: int, main: int, head: int
             f"{name}: run(s) {', '.join(sorted(others))} published offsets of the same "
             f"topic-partitions to main after run {run_id!r} read it ({len(clash)} files, e.g. "
             f"{clash[0].file_path}); this run's output may duplicate them. Run {run_id!r} "
-            "again (it deduplicates against the new main), or discard it")
+            "again (it deduplicates against the new main), or discard it",
+            table=name, runs=sorted(others), files=len(clash))
 
 
 def _adding_runs(table, main: int, fork: int) -> dict[str, str]:

@@ -18,6 +18,10 @@ DEFAULTS = {
     # workers of their own, which import everything again (a UDF's error shows its
     # whole traceback instead)
     "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
+    # the driver logs at WARN from the SparkContext's start: at INFO some 40 lines of Spark's
+    # start-up came before a job's own lines (the jobs print those: they stay). Spark applies
+    # it as it starts the context, after its first three lines (version, OS, Java)
+    "spark.log.level": "WARN",
 }
 
 
@@ -43,7 +47,5 @@ def build_session(app_name: str, master: str | None = None, conf: dict | None = 
     settings.update(conf or {})
     for k, v in settings.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    return builder.getOrCreate()
 

@@ -1,7 +1,7 @@
 """Airflow settings for the DAG tests; import this module before anything imports airflow.
 
 Airflow reads its configuration once, at import: a temporary home (SQLite metadata
-DB), this repository's dags/, no examples, low parallelism, short retry delays.
+DB), this repository's dags/ and plugins/, no examples, low parallelism, short retry delays.
 """
 
 import os
@@ -18,6 +18,8 @@ DAG_ID = NIGHTLY_DAG_ID
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafkalog-dags-airflow-"))
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+# this repository's plugins, as in the demo: the nightly runs' notes are a listener's
+os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__PARALLELISM"] = "2"
 os.environ.setdefault("KAFKALOG_RETRY_DELAY_SECONDS", "1")
 # every spark-submit of the DAGs (read at parse time): a JVM that starts fast (spark_settings)

@@ -1,4 +1,5 @@
-"""Airflow 3's own backfill (``airflow backfill create``) with the real scheduler, no mocks.
+"""Airflow 3's own backfill (``airflow backfill create``) and a publish conflict's rerun, with
+the real scheduler, no mocks.
 
 The demo's two nights of snapshots are served from a moto S3 server on 127.0.0.1;
 Airflow runs as in ``make ui`` (kafkalog_pipeline.demo): SQLite metadata DB in a
@@ -17,8 +18,13 @@ parallelism 2, local Spark. Then, with the CLI:
    that completed run and runs it again (same run id); records, batches and markers are
    unchanged.
 
+Then a publish conflict, made with the REST API, and left to the scheduler: night A's
+publish is stopped before it runs, night B publishes some of the same offsets, A's
+publish is cleared and refused, and the DAG reruns night A by itself, once; no offset
+of either night is lost or duplicated.
+
 The scheduler creates no run of its own (``[scheduler] use_job_schedule = False``):
-the runs checked are the backfills' runs, whatever today's date is.
+the runs checked are the backfills' and the test's, whatever today's date is.
 Airflow's state is read from its SQLite DB (read-only).
 """
 
@@ -78,6 +84,38 @@ class Airflow:
 
     def query(self, sql: str, *args) -> list[tuple]:
         return demo.metadata_query(self.env, sql, *args)
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        """Airflow's REST API (the api-server on 127.0.0.1), as ``admin``; the JSON answer."""
+        import time
+        import urllib.error
+        import urllib.request
+
+        base = self.env["AIRFLOW__API__BASE_URL"]
+        if not getattr(self, "_token", None):
+            _, password = demo.password_file(Path(self.env["AIRFLOW_HOME"]))
+            req = urllib.request.Request(f"{base}/auth/token", method="POST",
+                                         data=json.dumps({"username": "admin",
+                                                          "password": password}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                self._token = json.loads(resp.read())["access_token"]
+        for attempt in range(1, LOCK_ATTEMPTS + 1):
+            req = urllib.request.Request(
+                f"{base}{path}", method=method,
+                data=None if body is None else json.dumps(body).encode(),
+                headers={"Authorization": f"Bearer {self._token}",
+                         "Content-Type": "application/json", "Accept": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=120) as resp:
+                    return json.loads(resp.read() or b"null")
+            except urllib.error.HTTPError as err:
+                text = err.read().decode(errors="replace")
+                # SQLite refuses a stale transaction's write at once (see create_backfill)
+                if "database is locked" in text and attempt < LOCK_ATTEMPTS:
+                    time.sleep(2)
+                    continue
+                raise AssertionError(f"{method} {path}: {err.code} {text[:3000]}") from None
 
     def dump_logs(self, lines: int = 60) -> None:
         """Print the tail of each component's log and of every task log not in success."""
@@ -246,6 +284,13 @@ def check_in_turn(af: Airflow, runs: list[dict]) -> None:
         assert end <= start, f"{first} and {second} were between plan and publish at once"
 
 
+def run_notes(af: Airflow, run_ids) -> dict[str, str | None]:
+    """The runs' notes, as the scheduler's listener wrote them (kafkalog_pipeline.notes)."""
+    rows = dict(af.query("SELECT r.run_id, n.content FROM dag_run r LEFT JOIN dag_run_note n "
+                         "ON n.dag_run_id = r.id WHERE r.dag_id = ?", DAG_ID))
+    return {r: rows.get(r) for r in run_ids}
+
+
 def check_runs(af: Airflow, runs: list[dict], nights=NIGHTS) -> None:
     """Each of ``nights`` ran and succeeded, from its own snapshot date, and published."""
     assert [r["logical_date"][:10] for r in runs] == list(nights), runs
@@ -284,6 +329,11 @@ def test_backfills_over_the_demo_nights_never_duplicate(airflow):
         assert counts["records"] > 0 and counts["batches"] > 0 and counts["markers"] > 0
         check_in_turn(af, runs)
         keys = {name: sorted(k) for name, k in warehouse_keys(af.warehouse).items()}
+        # each run's note has the audit's verdict (written by the scheduler's listener);
+        # night 2 warns of payments-1's planted hole (test_dags_e2e)
+        notes = run_notes(af, [r["run_id"] for r in runs])
+        assert all(n and n.startswith("DQ: ") for n in notes.values()), notes
+        assert "offset_gaps payments-1" in notes[runs[-1]["run_id"]], notes
 
         # 2. the same dates again with the defaults: nights that ran are left alone
         again = wait_for_backfill(af, create_backfill(af, runs=()))
@@ -301,6 +351,145 @@ def test_backfills_over_the_demo_nights_never_duplicate(airflow):
         assert rerun[0]["start"] > runs[-1]["end"], "the run was not rerun"
         assert assert_warehouse_exact(af.warehouse, want) == counts
         assert {name: sorted(k) for name, k in warehouse_keys(af.warehouse).items()} == keys
+    except BaseException:
+        af.dump_logs()
+        raise
+
+
+# ------------------------------------------------------------------ a publish conflict, rerun
+#: two nights of a topic of their own: night A holds rerun-0's first segment and rerun-1;
+#: night B the same rerun-0 segment copied again, the next one, and no rerun-1 (retention)
+CONFLICT_NIGHTS = ("2026-11-22", "2026-11-23")
+T0 = 1_795_305_600_000  # 2026-11-22T00:00Z
+
+
+def write_conflict_nights(root: Path) -> None:
+    import shutil
+
+    from kafkalog.writer import SegmentWriter, WriteRecord
+
+    night_a, night_b = (root / n for n in CONFLICT_NIGHTS)
+
+    def segment(folder: Path, first: int, count: int) -> Path:
+        with SegmentWriter(folder, first) as w:
+            for i in range(first, first + count, 5):
+                w.append([WriteRecord(b"k", f"v{i + k}".encode(), timestamp=T0 + i + k)
+                          for k in range(5)], codec="lz4")
+            return Path(w.path)
+
+    first = segment(night_a / "rerun-0", 0, 10)
+    segment(night_a / "rerun-1", 0, 5)
+    (night_b / "rerun-0").mkdir(parents=True)
+    for f in first.parent.glob(first.stem + ".*"):  # the very same objects, index files too
+        shutil.copy(f, night_b / "rerun-0" / f.name)
+    segment(night_b / "rerun-0", 10, 10)
+
+
+def wait_for_run(af: Airflow, run_id: str, timeout: float = RUN_TIMEOUT) -> str:
+    """Wait until run ``run_id`` exists and has ended; its state."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = af.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", DAG_ID, run_id)
+        if rows and rows[0][0] in FINAL:
+            return rows[0][0]
+        dead = [p.args[1] for p in af.procs if p.poll() is not None]
+        assert not dead, f"Airflow {dead} exited while {run_id} ran"
+        assert time.monotonic() < deadline, f"run {run_id} not done after {timeout} s: {rows}"
+        time.sleep(5)
+
+
+def task_states(af: Airflow, run_id: str) -> dict[str, str]:
+    return dict(af.query("SELECT task_id, state FROM task_instance WHERE dag_id = ? AND "
+                         "run_id = ? AND map_index < 1", DAG_ID, run_id))
+
+
+def last_try_log(af: Airflow, run_id: str, task_id: str) -> list[dict]:
+    folder = (Path(af.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
+              / f"task_id={task_id}")
+    tries = sorted(folder.glob("attempt=*.log"), key=lambda f: int(f.stem.split("=")[1]))
+    return [json.loads(line) for line in tries[-1].read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.timeout(3 * RUN_TIMEOUT)
+def test_a_publish_refused_for_a_conflict_is_rerun_by_the_dag(airflow):
+    """Night A is decoded and audited but its publish does not run (marked failed, as a
+    crash or a person stopping the run leaves it); night B, which copied some of A's
+    segments again, runs and publishes them; then A's publish is cleared and runs: it is
+    refused (B published the same offsets first). With no one doing anything more, the DAG
+    reruns night A on a fresh branch, once, and every offset of both nights is in
+    kafka.records exactly once."""
+    from urllib.parse import quote
+
+    import boto3
+    from test_faults import lost_and_duplicated, published, truth
+
+    from kafkalog_pipeline.tasks import RERUN_TASK, rerun_id
+
+    af = airflow
+    try:
+        root = af.out / "conflict-snapshots"
+        write_conflict_nights(root)
+        conn = json.loads(af.env["AIRFLOW_CONN_AWS_DEFAULT"])
+        demo_data.upload(root, demo.BUCKET, demo.PREFIX, boto3.client(
+            "s3", endpoint_url=conn["extra"]["endpoint_url"], region_name="us-east-1",
+            aws_access_key_id=conn["login"], aws_secret_access_key=conn["password"]))
+        af.cli("dags", "unpause", DAG_ID)
+        runs = f"/api/v2/dags/{DAG_ID}/dagRuns"
+
+        def trigger(night: str) -> str:
+            return af.api("POST", runs, {"logical_date": f"{night}T03:00:00Z"})["dag_run_id"]
+
+        # night A: its publish is stopped before it can run
+        run_a = trigger(CONFLICT_NIGHTS[0])
+        af.api("PATCH", f"{runs}/{quote(run_a, safe='')}/taskInstances/publish",
+               {"new_state": "failed"})
+        assert wait_for_run(af, run_a) == "failed"
+        assert task_states(af, run_a)["check_quality"] == "success"
+        # night B publishes, A's offsets of rerun-0 among them
+        run_b = trigger(CONFLICT_NIGHTS[1])
+        assert wait_for_run(af, run_b) == "success"
+        # A's publish runs after all (cleared with what follows it), and meets B's offsets
+        af.api("POST", f"/api/v2/dags/{DAG_ID}/clearTaskInstances", {
+            "dag_run_id": run_a, "task_ids": ["publish"], "include_downstream": True,
+            "only_failed": False, "dry_run": False})
+        rerun = rerun_id(run_a)
+        assert wait_for_run(af, run_a) == "failed"
+        # A triggered its rerun before it ended (nobody else does): it runs after A
+        if af.query("SELECT 1 FROM dag_run WHERE run_id = ?", rerun):
+            assert wait_for_run(af, rerun) == "success"
+
+        # every offset of both nights exactly once, against the segments' own truth
+        want = truth(root / CONFLICT_NIGHTS[0], root / CONFLICT_NIGHTS[1])
+        got = published(af.warehouse)
+        got = type(got)({k: n for k, n in got.items() if k[0] == "rerun"})
+        assert want and lost_and_duplicated(want, got) == (0, 0), (sorted(want), got)
+        # A: publish refused at once, saying what comes next; the rerun triggered
+        states = task_states(af, run_a)
+        assert (states["publish"], states[RERUN_TASK]) == ("failed", "success"), states
+        failure = [line for line in last_try_log(af, run_a, "publish")
+                   if line.get("event") == "Task failed with exception"]
+        assert failure and (f"publish refused: run(s) {run_b} published offsets of the same "
+                            f"topic-partitions") in json.dumps(failure), failure
+        assert f"reruns the night on a fresh branch as run {rerun}" in json.dumps(failure)
+        # the rerun: triggered by the DAG, over night A, and not rerun again itself
+        ((run_type, conf),) = af.query("SELECT run_type, conf FROM dag_run WHERE run_id = ?",
+                                       rerun)
+        conf = json.loads(conf) if isinstance(conf, str) else conf
+        assert run_type == "operator_triggered", run_type
+        assert (conf["date_from"], conf["date_to"], conf["rerun_of"]) == (
+            CONFLICT_NIGHTS[0], CONFLICT_NIGHTS[0], run_a), conf
+        assert task_states(af, rerun)[RERUN_TASK] == "skipped"
+        assert [r for (r,) in af.query("SELECT run_id FROM dag_run WHERE run_id LIKE 'rerun__%'")
+                ] == [rerun]
+        # and the notes say so, beside each run's state
+        notes = run_notes(af, [run_a, rerun])
+        assert notes[run_a].startswith("DQ: ") and (
+            f"Not published: run(s) {run_b} published the same offsets first; rerun as {rerun}"
+            in notes[run_a]), notes
+        assert notes[rerun].startswith("DQ: ") and notes[rerun].endswith(
+            f"Rerun of {run_a}, whose publish met a conflict"), notes
     except BaseException:
         af.dump_logs()
         raise

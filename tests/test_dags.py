@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,8 +88,20 @@ def test_wiring_write_audit_publish(dag):
     assert {a.name for a in publish.outlets} == {a.name for a in TABLE_ASSETS.values()} | {
         DERIVED_ALIAS.name}
     assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess",
-                                      "schema_registry_conn_id"}
+                                      "schema_registry_conn_id", "rerun_of"}
     assert plan.retries >= 1
+    # after publish, the rerun after a conflict: a teardown (out of the run's state), run only
+    # when publish failed or could not, triggering this very DAG
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+
+    from kafkalog_pipeline.tasks import RERUN_TASK
+
+    rerun = dag.get_task(RERUN_TASK)
+    assert isinstance(rerun, TriggerDagRunOperator) and rerun.trigger_dag_id == DAG_ID
+    assert rerun.upstream_task_ids == {"publish"} and rerun.downstream_task_ids == set()
+    assert rerun.is_teardown and rerun.trigger_rule == "one_failed"
+    assert rerun.wait_for_completion is False and rerun.skip_when_already_exists is True
+    assert "Apache Iceberg tables" in dag.doc_md and "Parquet" not in dag.doc_md
 
 
 def test_runs_take_the_warehouse_in_turn(dag, monkeypatch):
@@ -142,6 +155,240 @@ def test_runs_take_the_warehouse_in_turn(dag, monkeypatch):
                             "run_id": "me"})
     left = wait.value.reschedule_date - dt.datetime.now(dt.timezone.utc)
     assert dt.timedelta(seconds=5) < left <= dt.timedelta(seconds=7)
+
+
+# ------------------------------------------------------------------ rerun after a conflict
+class FakeTI:
+    """What the rerun's decision reads of a running task instance: XComs."""
+
+    dag_id = DAG_ID
+
+    def __init__(self, xcoms: dict):
+        self.xcoms, self.pushed = xcoms, {}
+
+    def xcom_pull(self, task_ids, key="return_value"):
+        return self.xcoms.get((task_ids, key))
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+CONFLICT = {"table": "records", "runs": ["manual__2026-11-21T03:00:00+00:00"], "files": 2}
+PARAMS = {"date_from": None, "date_to": None, "topics": "orders*", "reprocess": False,
+          "schema_registry_conn_id": None, "rerun_of": None}
+
+
+def test_a_conflict_is_rerun_once_on_the_same_nights():
+    from airflow.sdk.exceptions import AirflowSkipException, DagRunTriggerException
+
+    from kafkalog_pipeline.operators import RerunOnConflictOperator
+    from kafkalog_pipeline.tasks import conflict_line, rerun_request
+
+    run_id = "scheduled__2026-11-20T03:00:00+00:00"
+    plan = ("plan", "plan")
+    ti = FakeTI({("publish", "conflict"): CONFLICT, plan: {"dates": ["2026-11-20"]}})
+    context = {"ti": ti, "run_id": run_id, "params": dict(PARAMS)}
+    # the same nights, the run's other params, and whose rerun it is
+    assert rerun_request(context) == (f"rerun__{run_id}", {
+        **PARAMS, "date_from": "2026-11-20", "date_to": "2026-11-20", "rerun_of": run_id})
+    # what the task raises: Airflow's task runner triggers the run and does not wait for it
+    with pytest.raises(DagRunTriggerException) as trigger:
+        RerunOnConflictOperator(task_id="rerun_on_conflict", trigger_dag_id=DAG_ID).execute(context)
+    drte = trigger.value
+    assert (drte.trigger_dag_id, drte.dag_run_id, drte.logical_date) == (
+        DAG_ID, f"rerun__{run_id}", None)
+    assert drte.conf["rerun_of"] == run_id and drte.conf["topics"] == "orders*"
+    assert drte.note == f"Rerun of {run_id}, whose publish met a conflict"
+    assert drte.skip_when_already_exists and not drte.wait_for_completion
+    # a range run is rerun over its range
+    ti.xcoms[plan] = {"dates": ["2026-11-19", "2026-11-20", "2026-11-21"]}
+    conf = rerun_request(context)[1]
+    assert (conf["date_from"], conf["date_to"]) == ("2026-11-19", "2026-11-21")
+    # never a rerun of a rerun
+    with pytest.raises(AirflowSkipException, match=re.escape(f"already the rerun of {run_id}")):
+        rerun_request({**context, "params": {**PARAMS, "rerun_of": run_id}})
+    # nothing to rerun without a conflict (publish failed otherwise, or the audit failed)
+    with pytest.raises(AirflowSkipException, match="publish did not meet a conflict"):
+        rerun_request({**context, "ti": FakeTI({plan: {"dates": ["2026-11-20"]}})})
+    # publish's one line says what comes next
+    assert conflict_line(CONFLICT, run_id, None) == (
+        "publish refused: run(s) manual__2026-11-21T03:00:00+00:00 published offsets of the "
+        "same topic-partitions to main after this run planned (records: 2 files); main is "
+        f"unchanged. Task rerun_on_conflict reruns the night on a fresh branch as run "
+        f"rerun__{run_id}, which deduplicates against the new main")
+    assert "Not rerun again: this run is already the rerun of X" in conflict_line(
+        CONFLICT, "rerun__X", "X")
+
+
+# ------------------------------------------------------------------ a run's state and note
+def test_verdict_paragraphs():
+    from kafkalog_pipeline.notes import merge, verdict_line
+
+    assert verdict_line({"fail": 0, "warn": 0, "pass": 9, "failed": {}, "warned": {}}) == \
+        "DQ: passed"
+    warned = {"offset_gaps": ["payments-1"], "segment_changed": [f"t-{i}" for i in range(7)]}
+    assert verdict_line({"fail": 0, "warn": 8, "pass": 1, "failed": {}, "warned": warned}) == (
+        "DQ: 8 warned: offset_gaps payments-1, segment_changed t-0, segment_changed t-1, "
+        "segment_changed t-2, segment_changed t-3, segment_changed t-4, … +2 more")
+    assert verdict_line({"fail": 1, "warn": 8, "pass": 1, "failed": {"crc": ["orders-0"]},
+                         "warned": warned}) == "DQ: failed: crc orders-0 — not published"
+    # a person's paragraphs stay, after ours; ours are replaced; at most Airflow's 1000 chars
+    assert merge("DQ: passed\n\nchecked by Ana", "DQ: 1 warned: crc a-0") == \
+        "DQ: 1 warned: crc a-0\n\nchecked by Ana"
+    assert merge("DQ: passed", None) is None
+    assert len(merge("x" * 2000, "DQ: passed")) == 1000
+
+
+@pytest.fixture(scope="module")
+def nightly_in_db():
+    """A fresh metadata DB holding the nightly DAG as the dag-processor writes it."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.models.dagbag import DBDagBag
+    from airflow.utils import db
+    from airflow.utils.session import create_session
+
+    db.resetdb()
+    manager = DagBundlesManager()
+    with create_session() as session:
+        manager.sync_bundles_to_db(session=session)
+    for bundle in manager.get_all_dag_bundles():
+        bundle.initialize()
+        sync_bag_to_db(BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path,
+                                    bundle_name=bundle.name), bundle.name, bundle.version)
+    with create_session() as session:
+        return DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
+
+
+def finish_run(dag, run_id: str, states: dict, xcoms: dict, *, conf=None, note=None):
+    """A run of the nightly DAG whose tasks ended in ``states`` having pushed ``xcoms``
+    (``{(task_id, key): value}``); the scheduler's own ``DagRun.update_state`` decides the
+    rest (trigger rules) and the run's state, and calls the listeners as the scheduler
+    does. Returns (run state, its note)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    with create_session() as session:
+        dr = dag.create_dagrun(run_id=run_id, run_after=dt.datetime.now(dt.timezone.utc),
+                               run_type=DagRunType.MANUAL, conf=conf or {}, note=note,
+                               triggered_by=DagRunTriggeredByType.TEST,
+                               state=DagRunState.RUNNING, session=session)
+        session.flush()
+        for ti in dr.get_task_instances(session=session):
+            ti.state = states.get(ti.task_id, ti.state)
+        for (task_id, key), value in xcoms.items():
+            XComModel.set(key=key, value=value, dag_id=DAG_ID, task_id=task_id, run_id=run_id,
+                          session=session)
+        session.flush()
+        dr.dag = dag
+        for _ in range(5):  # each pass settles one more layer of trigger rules
+            dr.update_state(session=session)
+            if dr.state != DagRunState.RUNNING:
+                break
+    with create_session() as session:
+        dr = session.query(DagRun).filter_by(dag_id=DAG_ID, run_id=run_id).one()
+        return str(dr.state), dr.note
+
+
+PASSED = {"fail": 0, "warn": 0, "pass": 5, "failed": {}, "warned": {}}
+DONE = {"plan": "success", "decode_chunk": "success", "check_quality": "success"}
+
+
+@pytest.mark.parametrize("case", [
+    # audit passed, published: success; the rerun task never runs
+    ("published", {**DONE, "publish": "success"}, {("check_quality", "return_value"): PASSED},
+     {}, "success", "DQ: passed"),
+    ("warned", {**DONE, "publish": "success"}, {("check_quality", "return_value"): {
+        "fail": 0, "warn": 1, "pass": 4, "failed": {}, "warned": {"offset_gaps": ["payments-1"]}}},
+     {}, "success", "DQ: 1 warned: offset_gaps payments-1"),
+    # the audit failed: publish upstream_failed, the rerun task ran and skipped itself (it
+    # is the last task); the run is still failed
+    ("audit failed", {**DONE, "check_quality": "failed", "rerun_on_conflict": "skipped"},
+     {("check_quality", "return_value"): {"fail": 1, "warn": 0, "pass": 4,
+                                          "failed": {"crc": ["orders-0"]}, "warned": {}}},
+     {}, "failed", "DQ: failed: crc orders-0 — not published"),
+    # publish refused for a conflict, the rerun triggered: this run published nothing, failed
+    ("conflict", {**DONE, "publish": "failed", "rerun_on_conflict": "success"},
+     {("check_quality", "return_value"): PASSED, ("publish", "conflict"): CONFLICT},
+     {}, "failed", "DQ: passed\n\nNot published: run(s) manual__2026-11-21T03:00:00+00:00 "
+     "published the same offsets first; rerun as rerun__conflict"),
+    # the rerun, refused again: not rerun again
+    ("rerun refused", {**DONE, "publish": "failed", "rerun_on_conflict": "skipped"},
+     {("check_quality", "return_value"): PASSED, ("publish", "conflict"): CONFLICT},
+     {"rerun_of": "n1"}, "failed",
+     "DQ: passed\n\nNot published: run(s) manual__2026-11-21T03:00:00+00:00 published the "
+     "same offsets first; not rerun again: clear this run to run it again\n\n"
+     "Rerun of n1, whose publish met a conflict"),
+    # the rerun, published
+    ("rerun published", {**DONE, "publish": "success"},
+     {("check_quality", "return_value"): PASSED}, {"rerun_of": "n1"}, "success",
+     "DQ: passed\n\nRerun of n1, whose publish met a conflict"),
+    # nothing to decode: a clean skip, and why
+    ("skipped", {"plan": "skipped"}, {("plan", "skip_reason"): "nothing to decode for x"},
+     {}, "success", "DQ: not audited: nothing to decode for x"),
+    # a night the plan graded itself (no snapshot): its verdict
+    ("plan's verdict", {"plan": "skipped"}, {("plan", "verdict"): {
+        "fail": 1, "warn": 0, "pass": 0, "failed": {"snapshot_missing": ["2026-11-25"]},
+        "warned": {}}}, {}, "success", "DQ: failed: snapshot_missing 2026-11-25 — not published"),
+    ("decode failed", {"plan": "success", "decode_chunk": "failed",
+                       "rerun_on_conflict": "skipped"},
+     {}, {}, "failed", "DQ: not audited: decode_chunk failed — not published"),
+], ids=lambda c: c[0] if isinstance(c, tuple) else None)
+def test_the_run_state_is_publishs_and_the_note_says_the_verdict(nightly_in_db, case):
+    """With the real metadata DB and Airflow's own run-state rule (leaves; teardowns left
+    out): a run not published ends failed whatever the rerun task did; the note is written
+    by the listener the plugin registers, in the session of the state change."""
+    name, states, xcoms, conf, state, note = case
+    run_id = name.replace(" ", "_").replace("'", "")
+    assert finish_run(nightly_in_db, run_id, states, xcoms, conf=conf) == (state, note)
+
+
+def test_a_persons_note_is_kept(nightly_in_db):
+    got = finish_run(nightly_in_db, "noted", {**DONE, "publish": "success"},
+                     {("check_quality", "return_value"): PASSED}, note="Checked by Ana")
+    assert got == ("success", "DQ: passed\n\nChecked by Ana")
+    # what `make demo` prints of it, read from the metadata DB's own tables
+    from kafkalog_pipeline import demo
+
+    assert demo.run_note({"AIRFLOW_HOME": os.environ["AIRFLOW_HOME"]}, "noted") == got[1]
+
+
+def test_a_run_that_runs_again_keeps_only_what_stays_true(nightly_in_db):
+    """Cleared, a run starts again (the scheduler calls on_dag_run_running): its last
+    verdict goes until the new one is known; its "Rerun of" and a person's words stay."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    from kafkalog_pipeline import notes
+
+    finish_run(nightly_in_db, "again", {**DONE, "publish": "success"},
+               {("check_quality", "return_value"): PASSED}, conf={"rerun_of": "n1"},
+               note="Checked by Ana")
+    with create_session() as session:
+        dr = session.query(DagRun).filter_by(dag_id=DAG_ID, run_id="again").one()
+        assert dr.note == "DQ: passed\n\nRerun of n1, whose publish met a conflict\n\n" \
+            "Checked by Ana"
+        notes.on_dag_run_running(dag_run=dr, msg="started")
+    with create_session() as session:
+        dr = session.query(DagRun).filter_by(dag_id=DAG_ID, run_id="again").one()
+        assert dr.note == "Rerun of n1, whose publish met a conflict\n\nChecked by Ana"
+
+
+def test_the_demo_secret_is_masked_in_task_logs():
+    """A connection secret shorter than Airflow's masking minimum is left in the logs, and
+    every task warned "Skipping masking for a secret as it's too short"."""
+    import json
+
+    from airflow.configuration import conf
+
+    from kafkalog_pipeline import demo
+
+    secret = json.loads(demo.local_connections("http://x", demo.DEMO_KEY)[
+        "AIRFLOW_CONN_AWS_DEFAULT"])["password"]
+    assert len(secret) >= conf.getint("logging", "min_length_masked_secret")
 
 
 # ------------------------------------------------------------------ planning (pure)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -187,7 +188,7 @@ def task_instance(run_id: str, task_id: str):
 
 
 # ------------------------------------------------------------------ the test
-def test_two_nights_and_manual_reprocess(dag, pipeline):
+def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     from spark_jobs.storage import run_token
 
     wh, root = pipeline["warehouse"], pipeline["root"]
@@ -238,6 +239,9 @@ def test_two_nights_and_manual_reprocess(dag, pipeline):
     assert verdict["fail"] == 0 and verdict["warn"] > 0 and verdict["pass"] > 0, verdict
     assert verdict["warned"]["offset_gaps"] == ["payments-1"], verdict
     assert asset_extra(run_id2)["verdict"] == verdict
+    # and the run's note, beside its state in Airflow's views (kafkalog_pipeline.notes)
+    note = run_note(api, run_id2)
+    assert note.startswith(f"DQ: {verdict['warn']} warned: ") and "offset_gaps payments-1" in note
     # night 2 brings new offset commits, state files, orders and clicks, but no group,
     # transaction or cluster metadata records and no new shipments: no event for those
     assert asset_names(run_id2) == {f"kafkalog.{n}" for n in
@@ -296,6 +300,13 @@ def test_empty_snapshot_is_a_clean_skip(dag, pipeline, api):
     page = TestClient(create_view_app(authenticate=False)).get(f"/{DAG_ID}/{quote(run_id, safe='')}")
     assert page.status_code == 404, page.text
     assert "no report: night skipped because " + reason in page.text
+
+
+def run_note(api, run_id: str) -> str | None:
+    """The run's note as Airflow's REST API gives it to the UI."""
+    from urllib.parse import quote
+
+    return api(f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}")["note"]
 
 
 def xcom(run_id: str, task_id: str, key: str = "return_value"):
@@ -395,6 +406,30 @@ def test_failed_audit_holds_publish_back(dag, pipeline, tmp_path, api):
     failure = [line for line in log if line.get("event") == "Task failed with exception"]
     assert failure and "AirflowFailException: audit failed: crc (audit-0)" in str(failure), failure
     assert "Cannot execute" not in json.dumps(log)  # no spark-submit command and traceback
+    # Airflow's task runner logs an AirflowFailException with its traceback (log.exception):
+    # below the one line, only its own frames and the one line of ours that raises it, no
+    # provider frame and no chained exception
+    trace = failure[0].get("exception") or json.dumps(failure[0].get("error_detail"))
+    assert "spark_submit" not in trace and "During handling" not in trace, trace
+    assert "direct cause" not in trace, trace
+    assert re.findall(r"/(kafkalog_pipeline|spark_jobs|providers)/", trace) == [
+        "kafkalog_pipeline"], trace
+    # Spark's driver logs at WARN: of its INFO lines only the SparkContext's first three
+    # (before it applies the level) precede the job's own lines, which stay
+    spark_info = [e for e in events(log) if re.match(r"\d\d/\d\d/\d\d [\d:]{8} INFO ", e)]
+    assert len(spark_info) <= 3 and all(" INFO SparkContext: " in e for e in spark_info), \
+        spark_info
+    assert any(e.startswith("check_quality: ") for e in events(log, "info")), events(log)
+    # the note says it where Airflow shows the run's state
+    note = run_note(api, run_id)
+    assert note.startswith("DQ: failed: crc audit-0") and note.endswith(" — not published"), note
+    # the task after publish ran (publish could not: one_failed) and found nothing to rerun;
+    # the run is still failed (that task is a teardown: left out of the run's state)
+    assert tasks["rerun_on_conflict"] == ["skipped"]
+    rerun_log = task_log(api, run_id, "rerun_on_conflict")
+    assert not events(rerun_log, "error"), rerun_log  # e.g. no "XCom not found" of a link
+    assert any("publish did not meet a conflict" in str(line.get("reason"))
+               for line in rerun_log), rerun_log
     verdict = xcom(run_id, "check_quality")
     assert verdict["failed"]["crc"] == ["audit-0"], verdict
     assert verdict["fail"] == sum(len(parts) for parts in verdict["failed"].values()), verdict

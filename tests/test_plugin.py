@@ -1469,6 +1469,8 @@ def test_airflow_lists_the_plugin(tmp_path):
         ("Data quality", "dag_run", "data-quality-run", VIEW_HREF),
         ("Data quality", "task_instance", "data-quality-task", VIEW_HREF)]
     assert any("DataQualityReportLink" in link for link in plugin["global_operator_extra_links"])
-    # the package's modules are not scanned as plugins of their own (plugins/.airflowignore)
-    assert set(plugins) == {"kafkalog_quality"}
+    # the package's modules are not scanned as plugins of their own (plugins/.airflowignore);
+    # the other plugin is the nightly runs' notes (kafkalog_pipeline.notes, dags/README.md)
+    assert set(plugins) == {"kafkalog_quality", "kafkalog_notes"}
+    assert plugins["kafkalog_notes"]["listeners"] == ["kafkalog_pipeline.notes"]
     assert "Failed to import" not in out.stderr

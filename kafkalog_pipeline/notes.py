@@ -1,0 +1,232 @@
+"""A nightly run's note: the audit's verdict beside the run's state in Airflow's own views.
+
+Airflow shows a DAG run's note in the grid, the run's header and the runs list. When a run of
+the nightly DAG ends, its note is set to a summary of what the audit said and what became of
+the run, one paragraph each:
+
+* ``DQ: passed`` / ``DQ: 6 warned: offset_gaps payments-1, …`` /
+  ``DQ: failed: crc orders-0 — not published`` (``check_quality``'s verdict, its XCom return
+  value; for a night the plan did not audit, the plan's ``verdict`` XCom in the same shape,
+  else why there was no audit);
+* ``Not published: run(s) R published the same offsets first; rerun as rerun__…`` when the
+  audit passed and publish was refused for a conflict (or failed otherwise);
+* ``Rerun of R, whose publish met a conflict`` on the rerun the DAG triggered.
+
+Lines a person wrote are kept, after ours. While a run runs again (cleared) its note keeps
+only what is still true (the ``Rerun of`` line).
+
+Who writes it: a task cannot (the Task SDK gives tasks no metadata-DB access, and the
+Execution API has no call that sets the note of a running run: it takes a note only when a
+run is triggered, ``TriggerDAGRunPayload.note``). So a listener does it, the way Airflow
+itself sets a note, in the session that changes the run's state: ``DagRun.update_state``
+calls ``on_dag_run_success`` / ``on_dag_run_failed`` (``notify_dagrun_state_changed``) in the
+scheduler, and in the process of ``dag.test()`` (``make demo``); the scheduler calls
+``on_dag_run_running`` when it starts a queued run. The plugin
+``plugins/kafkalog_notes_plugin.py`` registers this module (``AirflowPlugin.listeners``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from airflow.listeners import hookimpl
+
+from . import settings
+from .tasks import (CONFLICT_KEY, DECODE_TASK, PLAN_TASK, PUBLISH_TASK, QUALITY_TASK, RERUN_OF,
+                    RERUN_TASK, SKIP_REASON_KEY, VERDICT_KEY, rerun_id)
+
+log = logging.getLogger(__name__)
+
+#: the first words of every paragraph this module writes; a note's other paragraphs are kept
+DQ, NOT_PUBLISHED, RERUN = "DQ: ", "Not published: ", "Rerun of "
+OURS = (DQ, NOT_PUBLISHED, RERUN)
+#: how many "check topic-partition" items a verdict paragraph names before "… +N more"
+MAX_ITEMS = 6
+#: Airflow's limit on a note (``DagRunNote.content``, String(1000))
+MAX_NOTE = 1000
+#: the tasks before the audit, in order: the first that failed is why there is no verdict
+BEFORE_AUDIT = (PLAN_TASK, DECODE_TASK)
+#: a mapped task's instances summed up as one state: the first of these any of them has
+WORST_FIRST = ("failed", "upstream_failed", "up_for_retry", "up_for_reschedule", "running",
+               "queued", "scheduled", "deferred", "success", "skipped", "removed")
+
+
+# ------------------------------------------------------------------ what it says (pure)
+def items(results: dict) -> str:
+    """``offset_gaps payments-1, crc orders-0, … +3 more`` of ``{check: [tp, ...]}``."""
+    pairs = [f"{check} {part}" for check in sorted(results) for part in results[check]]
+    shown = ", ".join(pairs[:MAX_ITEMS])
+    return shown + (f", … +{len(pairs) - MAX_ITEMS} more" if len(pairs) > MAX_ITEMS else "")
+
+
+def failing(verdict: dict) -> bool:
+    return bool(verdict.get("fail"))
+
+
+def verdict_line(verdict: dict) -> str:
+    """The verdict's paragraph: failed (and not published), warned, or passed."""
+    if failing(verdict):
+        return f"{DQ}failed: {items(verdict.get('failed') or {})} — not published"
+    if verdict.get("warn"):
+        return f"{DQ}{verdict['warn']} warned: {items(verdict.get('warned') or {})}"
+    return f"{DQ}passed"
+
+
+def provenance_line(rerun_of: str) -> str:
+    """The paragraph of a rerun (also its note when it is triggered)."""
+    return f"{RERUN}{rerun_of}, whose publish met a conflict"
+
+
+def not_published_line(*, run_id: str, conflict: dict | None, rerun_state: str | None,
+                       rerun_of: str | None) -> str:
+    """Why a run whose audit passed was not published, and what became of it."""
+    if not conflict:
+        return f"{NOT_PUBLISHED}publish failed (see its log)"
+    said = (f"{NOT_PUBLISHED}run(s) {', '.join(conflict.get('runs') or ['?'])} published the "
+            "same offsets first")
+    if rerun_of:
+        return f"{said}; not rerun again: clear this run to run it again"
+    if rerun_state == "success":
+        return f"{said}; rerun as {rerun_id(run_id)}"
+    if rerun_state == "skipped":  # the rerun existed already: triggered by an earlier try
+        return f"{said}; rerun as {rerun_id(run_id)} (triggered before)"
+    return f"{said}; its rerun was not triggered (see task {RERUN_TASK})"
+
+
+def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: dict | None = None,
+             conflict: dict | None = None, skip_reason: str | None = None,
+             rerun_of: str | None = None) -> str | None:
+    """The paragraphs this module writes on run ``run_id`` (None: none).
+
+    ``states``: task id -> state (:data:`WORST_FIRST` of a mapped task's); ``finished``:
+    the run has ended (else only the ``Rerun of`` paragraph, which stays true while it
+    runs); ``verdict``: the audit's (or the plan's); ``conflict``: what publish met
+    (``tasks.conflict_summary``); ``skip_reason``: why the plan skipped the night;
+    ``rerun_of``: the run this one reruns.
+    """
+    lines = []
+    if finished:
+        if verdict is not None:
+            lines.append(verdict_line(verdict))
+            if not failing(verdict) and states.get(PUBLISH_TASK) == "failed":
+                lines.append(not_published_line(run_id=run_id, conflict=conflict,
+                                                rerun_state=states.get(RERUN_TASK),
+                                                rerun_of=rerun_of))
+        elif states.get(PLAN_TASK) == "skipped":
+            lines.append(f"{DQ}not audited: {skip_reason or 'the plan skipped the night'}")
+        else:
+            stopped = next((t for t in (*BEFORE_AUDIT, QUALITY_TASK)
+                            if states.get(t) in ("failed", "upstream_failed")), None)
+            if stopped is not None:
+                lines.append(f"{DQ}not audited: {stopped} failed — not published")
+    if rerun_of:
+        lines.append(provenance_line(rerun_of))
+    return "\n\n".join(lines) or None
+
+
+def merge(existing: str | None, ours: str | None) -> str | None:
+    """``ours`` first, then the paragraphs of ``existing`` that this module did not write."""
+    theirs = [p for p in (existing or "").split("\n\n")
+              if p.strip() and not p.lstrip().startswith(OURS)]
+    text = "\n\n".join([*([ours] if ours else []), *theirs])
+    if len(text) > MAX_NOTE:
+        text = text[:MAX_NOTE - 1] + "…"
+    return text or None
+
+
+def summed_states(pairs) -> dict[str, str]:
+    """``{task_id: state}`` of ``(task_id, state)`` pairs, a mapped task's worst first."""
+    out: dict[str, str] = {}
+    rank = {s: i for i, s in enumerate(WORST_FIRST)}
+    for task_id, state in pairs:
+        state = str(getattr(state, "value", state)) if state is not None else "none"
+        if task_id not in out or rank.get(state, len(rank)) < rank.get(out[task_id], len(rank)):
+            out[task_id] = state
+    return out
+
+
+# ------------------------------------------------------------------ reading and writing the run
+def gather(dag_run, session) -> dict:
+    """What :func:`run_note` needs, read from the metadata DB in the caller's ``session``:
+    the run's task states, and the XComs its tasks pushed (only of tasks that ran this
+    time: a task cleared and then skipped keeps its earlier XComs)."""
+    from airflow.models.xcom import XComModel
+
+    states = summed_states((ti.task_id, ti.state)
+                           for ti in dag_run.get_task_instances(session=session))
+
+    def xcom(task_id: str, key: str):
+        row = session.scalars(XComModel.get_many(run_id=dag_run.run_id, dag_ids=dag_run.dag_id,
+                                                 task_ids=task_id, key=key, limit=1)).first()
+        return None if row is None else XComModel.deserialize_value(row)
+
+    verdict = xcom(QUALITY_TASK, "return_value") \
+        if states.get(QUALITY_TASK) in ("success", "failed") else None
+    if verdict is None and states.get(PLAN_TASK) in ("success", "skipped"):
+        verdict = xcom(PLAN_TASK, VERDICT_KEY)  # a night the plan did not audit
+    return {
+        "run_id": dag_run.run_id,
+        "states": states,
+        "verdict": verdict if isinstance(verdict, dict) else None,
+        "conflict": xcom(PUBLISH_TASK, CONFLICT_KEY)
+        if states.get(PUBLISH_TASK) == "failed" else None,
+        "skip_reason": xcom(PLAN_TASK, SKIP_REASON_KEY)
+        if states.get(PLAN_TASK) == "skipped" else None,
+        "rerun_of": (dag_run.conf or {}).get(RERUN_OF),
+    }
+
+
+def set_note(dag_run, text: str | None) -> None:
+    """Set the run's note as Airflow's API does (``patch_dag_run_note``), in the run's
+    session: committed with the state change that called the listener."""
+    if text == dag_run.note:
+        return
+    if text is None:
+        dag_run.dag_run_note = None
+    elif dag_run.dag_run_note is None:
+        dag_run.note = text  # a DagRunNote without a user: written by the pipeline
+    else:
+        dag_run.dag_run_note.content = text
+
+
+def annotate(dag_run, *, finished: bool) -> None:
+    """Write run ``dag_run``'s note (a nightly run only); never raises."""
+    if dag_run.dag_id != settings.NIGHTLY_DAG_ID:
+        return
+    try:
+        from sqlalchemy import inspect
+        from sqlalchemy.orm import object_session
+
+        session = object_session(dag_run)
+        if session is None:
+            # dag.test(): by the time its run ends, the run object is detached (each task it
+            # runs in process closes the thread's scoped session), and update_state merges
+            # it back into that same thread-local session, settings.Session(), which
+            # dag.test() then commits. Write the note there, on the run's persistent copy.
+            from airflow import settings as airflow_settings
+            from airflow.models.dagrun import DagRun
+
+            session = airflow_settings.Session()
+            dag_run = session.get(DagRun, inspect(dag_run).identity[0])
+        # a run that starts (again) keeps only its "Rerun of": no need to read its tasks
+        facts = gather(dag_run, session) if finished else {
+            "run_id": dag_run.run_id, "states": {}, "rerun_of": (dag_run.conf or {}).get(RERUN_OF)}
+        set_note(dag_run, merge(dag_run.note, run_note(**facts, finished=finished)))
+    except Exception:  # a note is not worth a scheduler loop
+        log.exception("could not write the note of run %s", dag_run.run_id)
+
+
+# ------------------------------------------------------------------ Airflow's listener hooks
+@hookimpl
+def on_dag_run_running(dag_run, msg: str):
+    annotate(dag_run, finished=False)
+
+
+@hookimpl
+def on_dag_run_success(dag_run, msg: str):
+    annotate(dag_run, finished=True)
+
+
+@hookimpl
+def on_dag_run_failed(dag_run, msg: str):
+    annotate(dag_run, finished=True)
