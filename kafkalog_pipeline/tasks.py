@@ -368,8 +368,6 @@ RERUN_TASK = "rerun_on_conflict"
 CONFLICT_KEY = "conflict"
 #: the param a rerun carries: the run id it reruns (a rerun is never rerun again)
 RERUN_OF = "rerun_of"
-#: XCom key of ``plan``: the verdict of a night it did not audit (check_quality's shape)
-VERDICT_KEY = "verdict"
 
 
 def rerun_id(run_id: str) -> str:
