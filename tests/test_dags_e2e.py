@@ -268,11 +268,14 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     assert tasks["publish"] == ["skipped"]
 
 
-def test_empty_snapshot_is_a_clean_skip(dag, pipeline, api):
+def test_a_night_without_a_snapshot_is_a_warned_skip(dag, pipeline, api):
+    """Nothing was copied on 2026-11-25: the run skips decode, audit and publish (a clean skip
+    of work) but the night is a result (issue 32): a snapshot_missing row (warn), the plan's
+    verdict XCom, the run's note, and its Data quality tab opens the run's report."""
     import sys
 
     sys.path.insert(0, str(DAGS.parent / "plugins"))  # as Airflow puts its plugins folder
-    from kafkalog_quality.links import no_report_reason, run_states
+    from kafkalog_quality.links import report_url, run_states
 
     began = dt.datetime.now(dt.timezone.utc)
     run_id, state, tasks = run(dag, "2026-11-25")  # nothing was copied that night
@@ -284,22 +287,27 @@ def test_empty_snapshot_is_a_clean_skip(dag, pipeline, api):
     start, end = (dt.datetime.fromisoformat(body[k]) for k in ("start_date", "end_date"))
     assert began <= start <= end <= dt.datetime.now(dt.timezone.utc), body
     # the plan task's log, read by the api-server, says why the night was skipped
-    reason = "nothing to decode for 2026-11-25: 0 "  # no segment under the night's prefix
+    reason = "no snapshot for 2026-11-25: no segment under "
     skipping = [e for e in events(task_log(api, run_id, "plan"), "info") if reason in e]
     assert skipping and skipping[0].startswith("skipping the run: "), skipping
-    # and the Data quality tab says so instead of "No such run"
-    exists, states, why = run_states(DAG_ID, run_id)
+    assert "snapshot_missing recorded as a warning" in skipping[0]
+    verdict = {"fail": 0, "warn": 1, "pass": 0, "failed": {},
+               "warned": {"snapshot_missing": ["2026-11-25"]}}
+    assert xcom(run_id, "plan", "verdict") == verdict
+    assert run_note(api, run_id).startswith("DQ: 1 warned: snapshot_missing 2026-11-25")
+    exists, states, _ = run_states(DAG_ID, run_id)
     assert exists and states["plan"] == "skipped"
-    assert no_report_reason(states, why).startswith("no report: night skipped because " + reason)
+    # the Data quality tab opens the run's report: the night has a result
     from urllib.parse import quote
 
     from fastapi.testclient import TestClient
 
     from kafkalog_quality.links import create_view_app
 
-    page = TestClient(create_view_app(authenticate=False)).get(f"/{DAG_ID}/{quote(run_id, safe='')}")
-    assert page.status_code == 404, page.text
-    assert "no report: night skipped because " + reason in page.text
+    page = TestClient(create_view_app(authenticate=False)).get(
+        f"/{DAG_ID}/{quote(run_id, safe='')}", follow_redirects=False)
+    assert page.status_code == 307, page.text
+    assert page.headers["location"] == report_url(run_id)
 
 
 def run_note(api, run_id: str) -> str | None:
