@@ -290,6 +290,7 @@ cdef extern from *:
                           char** out, size_t* cap) noexcept
 
 from libc.stdlib cimport free
+from cpython cimport array
 from cpython.buffer cimport PyBuffer_FillInfo
 
 cdef extern from *:
@@ -394,40 +395,63 @@ cdef enum:
     CONTROL_FLAG_MASK = 0x20
     DELETE_HORIZON_FLAG_MASK = 0x40
 
+cdef enum:
+    # int64s in a row of frame_v2: len(log_reader.FRAME_COLUMNS) (the tests compare the
+    # rows with the pure loop's)
+    FRAME_WIDTH = 8
+
+
 def frame_v2(const uint8_t[::1] buf, Py_ssize_t pos, int64_t base, int64_t max_size,
-             int64_t[:, ::1] out):
-    """Frame consecutive v2 batches of ``buf`` from ``pos`` (spark_jobs/decode/replicas.py's
-    ``frame``, its pure-Python twin, decides everything else): per batch, a row of ``out``
-    (position + ``base``, size, first offset, last offset, stored CRC, CRC verifies, 1).
-    Stops at the first entry that is not a plausible, complete v2 batch, or when ``out``
-    is full; returns ``(rows written, position reached)``."""
-    cdef Py_ssize_t n = buf.shape[0], rows = 0, cap = out.shape[0]
+             array.array out):
+    """Frame consecutive v2 batches of ``buf`` from ``pos``: the compiled twin of the
+    loop of ``log_reader.frame``, which decides everything else. Per batch, a row of
+    ``log_reader.FRAME_COLUMNS`` in their order is appended to ``out`` (an
+    ``array('q')``): position + ``base``, size, magic, base offset, last offset, stored
+    CRC, whether the CRC verifies, 1 (the base offset is known). Stops at the first
+    entry that is not a plausible, complete v2 batch whose last offset stays in int64;
+    returns the position reached."""
+    cdef Py_ssize_t n = buf.shape[0], used = len(out), cap
     cdef const uint8_t* d = &buf[0] if n else NULL
     cdef int64_t size, end, first, delta
     cdef int64_t top = 0x7FFFFFFFFFFFFFFF
     cdef uint32_t crc
-    with nogil:
-        while rows < cap and n - pos > MAGIC_OFFSET and d[pos + MAGIC_OFFSET] == 2:
-            size = kl_be32(d + pos + LENGTH_OFFSET)
-            end = pos + LOG_OVERHEAD + size
-            if size < MIN_LENGTH or size > max_size or end > n:
-                break
-            first = kl_be64(d + pos + BASE_OFFSET_OFFSET)
-            delta = kl_be32(d + pos + LAST_OFFSET_DELTA_OFFSET)
-            if (delta > 0 and first > top - delta) or (delta < 0 and first < -top - 1 - delta):
-                break  # the last offset leaves int64: Python's twin decides
-            crc = <uint32_t>kl_be32(d + pos + CRC_OFFSET)
-            out[rows, 0] = base + pos
-            out[rows, 1] = end - pos
-            out[rows, 2] = first
-            out[rows, 3] = first + delta
-            out[rows, 4] = crc
-            out[rows, 5] = kl_crc32c(d + pos + ATTRIBUTES_OFFSET,
-                                     <size_t>(end - pos - ATTRIBUTES_OFFSET), 0) == crc
-            out[rows, 6] = 1
-            rows += 1
-            pos = end
-    return rows, pos
+    cdef int64_t* row
+    cdef bint full = True
+    if out.typecode != "q":
+        raise TypeError(f"frame_v2: rows go into an array('q'), not array({out.typecode!r})")
+    while full:
+        # room for the rows of batches 64 times the smallest (more come in another round)
+        cap = used + FRAME_WIDTH * ((n - pos) // (LOG_OVERHEAD + MIN_LENGTH) // 64 + 1024)
+        array.resize(out, cap)
+        full = False
+        with nogil:
+            while n - pos > MAGIC_OFFSET and d[pos + MAGIC_OFFSET] == 2:
+                if used == cap:
+                    full = True
+                    break
+                size = kl_be32(d + pos + LENGTH_OFFSET)
+                end = pos + LOG_OVERHEAD + size
+                if size < MIN_LENGTH or size > max_size or end > n:
+                    break
+                first = kl_be64(d + pos + BASE_OFFSET_OFFSET)
+                delta = kl_be32(d + pos + LAST_OFFSET_DELTA_OFFSET)
+                if (delta > 0 and first > top - delta) or (delta < 0 and first < -top - 1 - delta):
+                    break  # the last offset leaves int64: Python's twin decides
+                crc = <uint32_t>kl_be32(d + pos + CRC_OFFSET)
+                row = <int64_t*>out.data.as_longlongs + used
+                row[0] = base + pos
+                row[1] = end - pos
+                row[2] = 2
+                row[3] = first
+                row[4] = first + delta
+                row[5] = crc
+                row[6] = kl_crc32c(d + pos + ATTRIBUTES_OFFSET,
+                                   <size_t>(end - pos - ATTRIBUTES_OFFSET), 0) == crc
+                row[7] = 1
+                used += FRAME_WIDTH
+                pos = end
+    array.resize(out, used)
+    return pos
 
 
 V2_LAYOUT = {
