@@ -77,7 +77,8 @@ class BatchHead(NamedTuple):
 
     size: int  # bytes of the whole entry, 12-byte offset+size overhead included
     magic: int
-    offset: int  # v2: the base offset; v0/v1: the message's (a compressed wrapper's: its last inner offset)
+    #: v2: the base offset; v0/v1: the message's (a compressed wrapper's: its last inner one)
+    offset: int
     crc: int  # as stored: CRC-32C (v2) or CRC-32 (v0/v1)
     attributes: int
     first_timestamp: int | None  # v2: baseTimestamp; v1: the timestamp; v0: None

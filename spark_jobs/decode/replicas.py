@@ -109,7 +109,7 @@ class Framed:
         d[:, _LAST] -= d[:, _FIRST]
         for c in (_POSITION, _FIRST):
             d[1:, c] = np.diff(self.cols[:, c])
-        data = np.ascontiguousarray(d.T, dtype="<i8").tobytes()
+        data = np.ascontiguousarray(d.T, dtype="<i8")  # (d is F-ordered: no copy)
         return _FRAMED_HEAD.pack(self.end, len(self.cols), self.rest) + \
             pa.compress(data, codec="zstd", asbytes=True)
 
@@ -118,7 +118,8 @@ class Framed:
         end, n, rest = _FRAMED_HEAD.unpack_from(data)
         raw = pa.decompress(memoryview(data)[_FRAMED_HEAD.size:], n * len(COLUMNS) * 8,
                             codec="zstd", asbytes=True)
-        cols = np.frombuffer(raw, dtype="<i8").astype(np.int64).reshape(len(COLUMNS), n).T.copy()
+        cols = np.frombuffer(raw, dtype="<i8").reshape(len(COLUMNS), n).T
+        cols = cols.astype(np.int64, order="C")  # the one copy: an entry a row, writable
         for c in (_POSITION, _FIRST):
             np.cumsum(cols[:, c], out=cols[:, c])
         cols[:, _LAST] += cols[:, _FIRST]
