@@ -55,7 +55,17 @@ from .indexes import (
     verify_txn_index,
 )
 from ._accel import ACCELERATED, reuse_limit
-from .log_reader import first_entry, scan
+from .log_reader import (
+    BATCH_HEAD_SIZE,
+    FRAME_COLUMNS,
+    BatchHead,
+    Frame,
+    Frames,
+    first_entry,
+    frame,
+    read_batch_head,
+    scan,
+)
 from .source import Slice
 from .model import Batch, Control, Finding, Header, Limits, Record
 
@@ -82,7 +92,9 @@ __all__ = [
     "ACCELERATED",
     "AbortedTxn",
     "BATCHES_SCHEMA",
+    "BATCH_HEAD_SIZE",
     "Batch",
+    "BatchHead",
     "CodecUnavailableError",
     "Control",
     "CorruptBatchError",
@@ -90,7 +102,10 @@ __all__ = [
     "CrcMismatchError",
     "DecompressionError",
     "FINDINGS_SCHEMA",
+    "FRAME_COLUMNS",
     "Finding",
+    "Frame",
+    "Frames",
     "Header",
     "IndexEntry",
     "KafkaLogError",
@@ -113,9 +128,11 @@ __all__ = [
     "read_offset_index_range",
     "first_entry",
     "findings_table",
+    "frame",
     "iter_batches",
     "iter_record_batches",
     "markers_table",
+    "read_batch_head",
     "read_offset_index",
     "read_time_index",
     "read_txn_index",

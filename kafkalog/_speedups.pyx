@@ -1,23 +1,27 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Compiled fast path: v2 records straight into Arrow buffers.
+"""Compiled fast path: v2 records straight into the buffers of Arrow's layout.
 
 The twin of the pure-Python table builder (``arrow._RecordColumns`` over
 ``default_records.read_record_columns``): the same wire grammar and batch layout
 (``default_records``; the C constants below are pinned to it by tests), the same
-records-table schema (``arrow.RECORDS_SCHEMA``), but no Python object per record.
+records-table columns (``arrow.RECORDS_SCHEMA``), but no Python object per record.
+This module does not import pyarrow: it writes plain buffers, and ``kafkalog.arrow``
+makes them Arrow arrays (``arrow.FastSink``), without a copy.
 
 - :meth:`RecordColumns.scan_run` frames runs of *regular* v2 data batches in C:
   header fields, CRC-32C (SSE4.2, three interleaved streams, where the CPU has
   it; a table otherwise), lz4 and zstd payloads inflated by the system's liblz4 /
   libzstd where they load (other codecs through ``codecs.decompress``), records
-  parsed into the columns. Its batches-table rows come from ``arrow.batch_row``,
-  as on the pure path.
+  parsed into the columns. Its batches-table rows come from the ``batch_row`` it is
+  given (``arrow.batch_row``, as on the pure path).
 - :meth:`RecordColumns.add_v2` takes one v2 batch the Python reader framed, and
   :meth:`RecordColumns.add_batch` the Record objects of one it decoded (v0/v1,
   or whatever the C parser left to it).
-- Column data is written into buffers from Arrow's memory pool (:class:`_Buf`)
-  that go into the table without a copy; when a table is freed its big buffers
-  are kept (:class:`_Lease`, up to ``spare_limit()`` bytes) for the next chunk.
+- Column data is written into buffers of this module (:class:`_Buf`, 64-byte
+  aligned as Arrow aligns its own), which :meth:`RecordColumns.flush` hands over
+  per column in Arrow's buffer layout; Arrow reads them through the buffer
+  protocol and holds them as long as a table does. When a table is freed its big
+  buffers' memory is kept (up to ``spare_limit()`` bytes) for the next chunk.
   Batch lineage is kept once per batch and written out row by row at
   :meth:`RecordColumns.flush`.
 
@@ -286,6 +290,31 @@ cdef extern from *:
                           char** out, size_t* cap) noexcept
 
 from libc.stdlib cimport free
+from cpython cimport array
+from cpython.buffer cimport PyBuffer_FillInfo
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <sys/mman.h>
+    /* Memory for buffers, aligned as Arrow aligns its own (64 bytes); a big one (2 MiB
+       and more) on a 2 MiB boundary, with the kernel asked for transparent huge pages
+       there: one fault and one zeroing per 2 MiB written, not one per 4 KiB (buffers
+       from Arrow's memory pool, before, faulted about as rarely: a first decode of
+       bench_fast's small/none took ~650 faults, ~6,700 here, ~14,700 without this). */
+    #define KL_HUGE ((size_t)2 << 20)
+    static void *kl_allocate(size_t size) {
+        void *p = NULL;
+        if (posix_memalign(&p, size >= KL_HUGE ? KL_HUGE : 64, size) != 0)
+            return NULL;
+    #ifdef MADV_HUGEPAGE
+        if (size >= KL_HUGE)
+            madvise(p, size, MADV_HUGEPAGE);
+    #endif
+        return p;
+    }
+    """
+    void* kl_allocate(size_t size) nogil
 
 #: Kafka codec ids the system's C libraries inflate here (the rest go to kafkalog.codecs)
 cdef int _C_CODEC_BITS = kl_codecs_init()
@@ -337,9 +366,6 @@ def crc32c(const uint8_t[::1] data, bint software=False):
     return kl_crc32c(&data[0] if data.shape[0] else NULL, data.shape[0], software)
 
 
-import pyarrow as pa
-
-from . import arrow  # dictionary_column, batch_row (arrow imports this module through _accel)
 from .model import CREATE_TIME, LOG_APPEND_TIME
 
 # The v2 batch layout of ``default_records`` (its HEADER and *_OFFSET constants, derived the
@@ -369,40 +395,63 @@ cdef enum:
     CONTROL_FLAG_MASK = 0x20
     DELETE_HORIZON_FLAG_MASK = 0x40
 
+cdef enum:
+    # int64s in a row of frame_v2: len(log_reader.FRAME_COLUMNS) (the tests compare the
+    # rows with the pure loop's)
+    FRAME_WIDTH = 8
+
+
 def frame_v2(const uint8_t[::1] buf, Py_ssize_t pos, int64_t base, int64_t max_size,
-             int64_t[:, ::1] out):
-    """Frame consecutive v2 batches of ``buf`` from ``pos`` (spark_jobs/decode/replicas.py's
-    ``frame``, its pure-Python twin, decides everything else): per batch, a row of ``out``
-    (position + ``base``, size, first offset, last offset, stored CRC, CRC verifies, 1).
-    Stops at the first entry that is not a plausible, complete v2 batch, or when ``out``
-    is full; returns ``(rows written, position reached)``."""
-    cdef Py_ssize_t n = buf.shape[0], rows = 0, cap = out.shape[0]
+             array.array out):
+    """Frame consecutive v2 batches of ``buf`` from ``pos``: the compiled twin of the
+    loop of ``log_reader.frame``, which decides everything else. Per batch, a row of
+    ``log_reader.FRAME_COLUMNS`` in their order is appended to ``out`` (an
+    ``array('q')``): position + ``base``, size, magic, base offset, last offset, stored
+    CRC, whether the CRC verifies, 1 (the base offset is known). Stops at the first
+    entry that is not a plausible, complete v2 batch whose last offset stays in int64;
+    returns the position reached."""
+    cdef Py_ssize_t n = buf.shape[0], used = len(out), cap
     cdef const uint8_t* d = &buf[0] if n else NULL
     cdef int64_t size, end, first, delta
     cdef int64_t top = 0x7FFFFFFFFFFFFFFF
     cdef uint32_t crc
-    with nogil:
-        while rows < cap and n - pos > MAGIC_OFFSET and d[pos + MAGIC_OFFSET] == 2:
-            size = kl_be32(d + pos + LENGTH_OFFSET)
-            end = pos + LOG_OVERHEAD + size
-            if size < MIN_LENGTH or size > max_size or end > n:
-                break
-            first = kl_be64(d + pos + BASE_OFFSET_OFFSET)
-            delta = kl_be32(d + pos + LAST_OFFSET_DELTA_OFFSET)
-            if (delta > 0 and first > top - delta) or (delta < 0 and first < -top - 1 - delta):
-                break  # the last offset leaves int64: Python's twin decides
-            crc = <uint32_t>kl_be32(d + pos + CRC_OFFSET)
-            out[rows, 0] = base + pos
-            out[rows, 1] = end - pos
-            out[rows, 2] = first
-            out[rows, 3] = first + delta
-            out[rows, 4] = crc
-            out[rows, 5] = kl_crc32c(d + pos + ATTRIBUTES_OFFSET,
-                                     <size_t>(end - pos - ATTRIBUTES_OFFSET), 0) == crc
-            out[rows, 6] = 1
-            rows += 1
-            pos = end
-    return rows, pos
+    cdef int64_t* row
+    cdef bint full = True
+    if out.typecode != "q":
+        raise TypeError(f"frame_v2: rows go into an array('q'), not array({out.typecode!r})")
+    while full:
+        # room for the rows of batches 64 times the smallest (more come in another round)
+        cap = used + FRAME_WIDTH * ((n - pos) // (LOG_OVERHEAD + MIN_LENGTH) // 64 + 1024)
+        array.resize(out, cap)
+        full = False
+        with nogil:
+            while n - pos > MAGIC_OFFSET and d[pos + MAGIC_OFFSET] == 2:
+                if used == cap:
+                    full = True
+                    break
+                size = kl_be32(d + pos + LENGTH_OFFSET)
+                end = pos + LOG_OVERHEAD + size
+                if size < MIN_LENGTH or size > max_size or end > n:
+                    break
+                first = kl_be64(d + pos + BASE_OFFSET_OFFSET)
+                delta = kl_be32(d + pos + LAST_OFFSET_DELTA_OFFSET)
+                if (delta > 0 and first > top - delta) or (delta < 0 and first < -top - 1 - delta):
+                    break  # the last offset leaves int64: Python's twin decides
+                crc = <uint32_t>kl_be32(d + pos + CRC_OFFSET)
+                row = <int64_t*>out.data.as_longlongs + used
+                row[0] = base + pos
+                row[1] = end - pos
+                row[2] = 2
+                row[3] = first
+                row[4] = first + delta
+                row[5] = crc
+                row[6] = kl_crc32c(d + pos + ATTRIBUTES_OFFSET,
+                                   <size_t>(end - pos - ATTRIBUTES_OFFSET), 0) == crc
+                row[7] = 1
+                used += FRAME_WIDTH
+                pos = end
+    array.resize(out, used)
+    return pos
 
 
 V2_LAYOUT = {
@@ -424,9 +473,6 @@ cdef int64_t INT64_MIN = -INT64_MAX - 1
 cdef int64_t INT32_MAX = 0x7FFFFFFF
 cdef int64_t BINARY_LIMIT = 0x7FFFFFFF  # int32 offsets of Arrow binary/string
 
-#: Arrow's default memory pool (mimalloc or jemalloc in pyarrow's wheels).
-POOL = pa.default_memory_pool()
-
 _TS_NAMES = (b"CreateTime", b"LogAppendTime", None)  # index: the codes below
 _CODEC_NAMES = (b"none", b"gzip", b"snappy", b"lz4", b"zstd")
 _CODEC_STR = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -435,11 +481,11 @@ _CODEC_CODES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 cdef int8_t _TS_NULL = 2  # _TS_CODES[None]: a v0 record has no timestamp type
 
 
-#: Buffers of at least SPARE_MIN bytes that freed tables gave back, for the next
-#: chunk or call: (allocated bytes, ResizableBuffer), oldest first. The allocator
-#: would give their pages back to the kernel (mimalloc after its purge delay, and
-#: blocks of tens of MiB at once), and every 4 KiB written again is then a page
-#: fault: on a VM several microseconds each, a third of a call's time or more.
+#: Memory of buffers of at least SPARE_MIN bytes that freed tables (or a buffer that
+#: grew) gave back, for the next chunk or call: (allocated bytes, address), oldest
+#: first. The allocator would give big blocks' pages back to the kernel, and every
+#: 4 KiB written again is then a page fault: on a VM several microseconds each, a
+#: third of a call's time or more.
 cdef list _spare = []
 cdef Py_ssize_t _spare_bytes = 0
 cdef Py_ssize_t _spare_limit = 128 << 20
@@ -466,57 +512,68 @@ def spare_bytes():
 
 cdef void _drop_oldest():
     global _spare_bytes
-    room, _ = _spare.pop(0)
+    room, address = _spare.pop(0)
+    free(<void*><uintptr_t>address)
     _spare_bytes -= room
 
 
-cdef void _keep(object data, Py_ssize_t room):
-    """Keep ``data`` (``room`` bytes allocated; no one else holds it) for reuse."""
+cdef void _release(char* p, Py_ssize_t room):
+    """Memory no one uses any more (``room`` bytes at ``p``): kept for reuse if it is
+    big enough and fits the limit, else freed."""
     global _spare_bytes
-    if data is None or _spare is None or room > _spare_limit:
+    if p == NULL:
+        return
+    if _spare is None or room < _SPARE_MIN or room > _spare_limit:
+        free(p)
         return
     while _spare and _spare_bytes + room > _spare_limit:
         _drop_oldest()
-    _spare.append((room, data))
+    _spare.append((room, <uintptr_t>p))
     _spare_bytes += room
 
 
-cdef class _Lease:
-    """The owner of a table's buffer: keeps it for reuse when Arrow lets it go."""
-
-    cdef object data
-    cdef Py_ssize_t room
-
-    def __dealloc__(self):
-        data, self.data = self.data, None
-        _keep(data, self.room)
+cdef char* _allocate(Py_ssize_t size) except NULL:
+    cdef void* p = kl_allocate(<size_t>size)
+    if p == NULL:
+        raise MemoryError(f"kafkalog: cannot allocate {size} bytes")
+    return <char*>p
 
 
 cdef class _Buf:
-    """A growable byte buffer from Arrow's memory pool.
+    """A growable byte buffer, and then a column's buffer without a copy.
 
-    One that grows to ``SPARE_MIN`` bytes or more starts from a kept buffer
-    where one fits (:class:`_Lease`: its pages are mapped, so writing them
-    costs no page fault). :meth:`buffer` hands the bytes over to the table
-    without a copy; nothing is written here after that.
+    :meth:`buffer` ends the writing and hands the object itself over; it is read
+    through the buffer protocol (read-only; ``kafkalog.arrow`` wraps it with
+    ``pyarrow.py_buffer``), and Arrow holds it as long as a table needs it. When
+    nothing holds it any more its memory goes to :func:`_release` (kept for the next
+    buffers when big). One that grows to ``SPARE_MIN`` bytes or more starts from
+    kept memory where some fits: its pages are mapped, so writing them costs no
+    page fault.
     """
 
-    cdef object data  # pyarrow.ResizableBuffer, or None once handed over
+    cdef char* p
     cdef Py_ssize_t n
     cdef Py_ssize_t cap  # bytes that may be written: what was reserved
-    cdef Py_ssize_t room  # bytes allocated (a kept buffer can have more than cap)
-    cdef char* p
+    cdef Py_ssize_t room  # bytes allocated (kept memory can have more than cap)
+    cdef bint spent  # handed over: nothing is written after that
 
     def __cinit__(self):
         self.cap = self.room = 4096
-        self.data = pa.allocate_buffer(self.cap, memory_pool=POOL, resizable=True)
-        self.p = <char*><uintptr_t>self.data.address
+        self.p = _allocate(self.room)
         self.n = 0
+        self.spent = False
 
     def __dealloc__(self):
-        if self.data is not None and self.room >= _SPARE_MIN:  # reserved, never handed over
-            data, self.data = self.data, None
-            _keep(data, self.room)
+        _release(self.p, self.room)
+        self.p = NULL
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        if not self.spent:
+            raise BufferError("kafkalog: a buffer is read before it is written whole")
+        PyBuffer_FillInfo(view, self, self.p, self.n, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
 
     cdef inline int reserve(self, Py_ssize_t extra) except -1:
         if self.n + extra > self.cap:
@@ -527,28 +584,30 @@ cdef class _Buf:
         """Room for ``want`` bytes (twice the reservation at least)."""
         global _spare_bytes
         cdef Py_ssize_t i, best = -1, room, best_room = 0
-        if self.data is None:
+        cdef char* p
+        if self.spent:
             raise RuntimeError("kafkalog: a buffer was written after it went into a table")
         if want < 2 * self.cap:
             want = 2 * self.cap
-        if want > self.room and want >= _SPARE_MIN:
-            # the smallest kept buffer that fits, not more than 4x too big (a
-            # small need leaves the big ones to the big needs)
-            for i in range(len(_spare)):
-                room = _spare[i][0]
-                if want <= room <= 4 * want and (best < 0 or room < best_room):
-                    best, best_room = i, room
-            if best >= 0:
-                _, spare = _spare.pop(best)
-                _spare_bytes -= best_room
-                memcpy(<char*><uintptr_t>spare.address, self.p, self.n)
-                self.data, self.room = spare, best_room
-        # within room: no new allocation (pyarrow's resize keeps the capacity)
-        self.data.resize(want)
         if want > self.room:
-            self.room = want
+            # the smallest kept memory that fits, not more than 4x too big (a small
+            # need leaves the big ones to the big needs), else a new allocation
+            if want >= _SPARE_MIN:
+                for i in range(len(_spare)):
+                    room = _spare[i][0]
+                    if want <= room <= 4 * want and (best < 0 or room < best_room):
+                        best, best_room = i, room
+            if best >= 0:
+                _, address = _spare.pop(best)
+                _spare_bytes -= best_room
+                p = <char*><uintptr_t>address
+            else:
+                p = _allocate(want)
+                best_room = want
+            memcpy(p, self.p, self.n)
+            _release(self.p, self.room)  # (kept if big: the next buffers grow into it)
+            self.p, self.room = p, best_room
         self.cap = want
-        self.p = <char*><uintptr_t>self.data.address
         return 0
 
     cdef inline void put_i64(self, int64_t v) noexcept:
@@ -559,17 +618,12 @@ cdef class _Buf:
         (<int32_t*>(self.p + self.n))[0] = v
         self.n += 4
 
-    cdef object buffer(self):
-        """The bytes written, as an Arrow buffer; the _Buf is spent."""
-        cdef _Lease lease
-        data, self.data = self.data, None
-        if data is None:
+    cdef _Buf buffer(self):
+        """The bytes written, for a column: this object, spent."""
+        if self.spent:
             raise RuntimeError("kafkalog: a buffer went into a table twice")
-        if self.room < _SPARE_MIN:
-            return data.slice(0, self.n)
-        lease = _Lease()
-        lease.data, lease.room = data, self.room
-        return pa.foreign_buffer(<uintptr_t>self.p, self.n, base=lease)
+        self.spent = True
+        return self
 
 
 cdef class _Binary:
@@ -600,7 +654,9 @@ cdef class _Binary:
         _commit(self, &o)
         return 0
 
-    cdef object array(self, type_, Py_ssize_t n):
+    cdef tuple buffers(self, Py_ssize_t n):
+        """The column of ``n`` values in Arrow's layout: (validity bitmap or None,
+        int32 offsets, data)."""
         cdef Py_ssize_t k, row, nnulls = self.nulls.n // 4
         cdef const int32_t* nulls = <const int32_t*>self.nulls.p
         cdef _Buf bits
@@ -614,7 +670,7 @@ cdef class _Binary:
                 row = nulls[k]
                 bits.p[row >> 3] &= <char>~(1 << (row & 7))
             validity = bits.buffer()
-        return pa.Array.from_buffers(type_, n, [validity, self.offsets.buffer(), self.data.buffer()])
+        return (validity, self.offsets.buffer(), self.data.buffer())
 
 
 cdef inline int _varint(const uint8_t* d, Py_ssize_t end, Py_ssize_t* pos, int max_bytes,
@@ -798,15 +854,15 @@ cdef class RecordColumns:
     #: scan_run stopped at a batch whose values would not fit the buffer
     #: :meth:`expect` sized: flush before more is added
     cdef public bint no_room
-    cdef object schema
+    cdef bint dictionary  # timestamp_type and compression as int8 codes, not strings
     cdef _Buf runs, offset, ts, hlist
     cdef _Binary key, value, hkey, hvalue
     cdef Py_ssize_t expected
     cdef Py_ssize_t expected_rows
     cdef Py_ssize_t last_values  # value bytes of the chunk flushed last
 
-    def __init__(self, schema):
-        self.schema = schema
+    def __init__(self, bint dictionary):
+        self.dictionary = dictionary
         self.expected = 0
         self.expected_rows = 0
         self.last_values = 0
@@ -985,7 +1041,7 @@ cdef class RecordColumns:
 
     def scan_run(self, buf, const uint8_t[::1] view, Py_ssize_t pos, int64_t base,
                  bint verify_crc, limits, object prev_last, object decompress, list rows,
-                 Py_ssize_t stop_rows, Py_ssize_t stop_bytes):
+                 object batch_row, Py_ssize_t stop_rows, Py_ssize_t stop_bytes):
         """Consume consecutive *regular* v2 data batches from ``pos``.
 
         Regular: plausible size that fits, magic 2, not a control batch, a
@@ -994,7 +1050,7 @@ cdef class RecordColumns:
         first entry that is anything else is left to the Python reader, which
         then reports findings exactly as it always does. Returns
         ``(new_pos, prev_last)``; appends one batches-table row per batch to
-        ``rows`` (unless ``rows`` is None). Stops once ``stop_rows`` rows or
+        ``rows``, made by ``batch_row`` (unless ``rows`` is None). Stops once ``stop_rows`` rows or
         ``stop_bytes`` bytes of batches are held, or (after :meth:`expect`)
         before a batch whose values would not fit the value buffer
         (``no_room``), so the caller can flush.
@@ -1080,7 +1136,7 @@ cdef class RecordColumns:
                               1 if verify_crc else 2) < 0:
                 break
             if rows is not None:
-                rows.append(arrow.batch_row(
+                rows.append(batch_row(
                     base + pos, size + LOG_OVERHEAD, 2, base_offset, last_offset, count, crc,
                     computed if verify_crc else None, attributes, _CODEC_STR[codec],
                     LOG_APPEND_TIME if log_append else CREATE_TIME, base_ts, max_ts,
@@ -1122,12 +1178,19 @@ cdef class RecordColumns:
         self.nbytes += batch.size
 
     def flush(self):
-        """The rows held so far as one RecordBatch; starts afresh.
+        """The rows held so far, ``(rows, columns)``; starts afresh.
+
+        ``columns`` maps each records-table column's name to its buffers in
+        Arrow's layout for its type, validity bitmap (or None) first: (validity,
+        data) for fixed-width columns and dictionary codes (int8, ``dictionary``),
+        (validity, int32 offsets, data) for binary and string ones; ``headers`` is
+        (int32 list offsets, keys, values), each of those ``(count, validity,
+        offsets, data)``. ``kafkalog.arrow.FastSink`` makes them a RecordBatch.
 
         Batch lineage is one value per batch (run) here and is written out
         row by row, with the sequence (it follows the offset) and the
         timestamp validity (-1 is null), into buffers of this module (which
-        start from kept pages, see :class:`_Lease`).
+        start from kept memory, see :class:`_Buf`).
         """
         cdef Py_ssize_t n = self.rows, nruns = self.runs.n // sizeof(Run)
         cdef Py_ssize_t i, j, start = 0, stop
@@ -1203,12 +1266,8 @@ cdef class RecordColumns:
             if tss[j] != -1:
                 p_tsv[j >> 3] |= <uint8_t>(1 << (j & 7))
 
-        i8, i16, i32, i64 = pa.int8(), pa.int16(), pa.int32(), pa.int64()
         v2_bits = None if all_v2 else row_v2.buffer()  # v0/v1 rows: no producer fields
-        fields = list(self.schema)
-        headers_type = fields[5].type
-        dictionary = pa.types.is_dictionary(fields[2].type)
-        if dictionary:  # stream(dictionary=True): codes, no string per row
+        if self.dictionary:  # stream(dictionary=True): codes, no string per row
             ts_known = _Buf()
             ts_known.reserve(nbits)
             memset(ts_known.p, 0, nbits)
@@ -1221,42 +1280,35 @@ cdef class RecordColumns:
                     any_null_ts = True
                 else:
                     p_known[j >> 3] |= <uint8_t>(1 << (j & 7))
-            ts_column = arrow.dictionary_column("timestamp_type", pa.Array.from_buffers(
-                i8, n, [ts_known.buffer() if any_null_ts else None, ts_code.buffer()]))
-            codec_column = arrow.dictionary_column(
-                "compression", pa.Array.from_buffers(i8, n, [None, codec.buffer()]))
+            ts_column = (ts_known.buffer() if any_null_ts else None, ts_code.buffer())
+            codec_column = (None, codec.buffer())
         else:
             ts_column = _strings(p_ts, n, _TS_NAMES)
             codec_column = _strings(p_codec, n, _CODEC_NAMES)
-        items = pa.StructArray.from_arrays(
-            [self.hkey.array(pa.string(), self.hkey.count),
-             self.hvalue.array(pa.binary(), self.hvalue.count)],
-            fields=list(headers_type.value_type),
-        )
-        arrays = [
-            pa.Array.from_buffers(i64, n, [None, self.offset.buffer()]),
-            pa.Array.from_buffers(fields[1].type, n, [ts_valid.buffer(), self.ts.buffer()]),
-            ts_column,
-            self.key.array(pa.binary(), n),
-            self.value.array(pa.binary(), n),
-            pa.ListArray.from_arrays(pa.Array.from_buffers(i32, n + 1, [None, self.hlist.buffer()]),
-                                     items, type=headers_type),
-            pa.Array.from_buffers(i64, n, [None, position.buffer()]),
-            pa.Array.from_buffers(i64, n, [None, base_off.buffer()]),
-            pa.Array.from_buffers(i64, n, [None, last_off.buffer()]),
-            pa.Array.from_buffers(i8, n, [None, magic.buffer()]),
-            codec_column,
-            pa.Array.from_buffers(i64, n, [v2_bits, producer_id.buffer()]),
-            pa.Array.from_buffers(i16, n, [v2_bits, producer_epoch.buffer()]),
-            pa.Array.from_buffers(i32, n, [v2_bits, sequence.buffer()]),
-            pa.Array.from_buffers(i32, n, [v2_bits, leader_epoch.buffer()]),
-            pa.Array.from_buffers(pa.bool_(), n, [None, txn.buffer()]),
-            pa.Array.from_buffers(pa.bool_(), n,
-                                  [crc_known.buffer() if any_null_crc else None, crc.buffer()]),
-        ]
+        columns = {
+            "offset": (None, self.offset.buffer()),
+            "timestamp": (ts_valid.buffer(), self.ts.buffer()),
+            "timestamp_type": ts_column,
+            "key": self.key.buffers(n),
+            "value": self.value.buffers(n),
+            "headers": (self.hlist.buffer(),
+                        (self.hkey.count, *self.hkey.buffers(self.hkey.count)),
+                        (self.hvalue.count, *self.hvalue.buffers(self.hvalue.count))),
+            "batch_position": (None, position.buffer()),
+            "batch_base_offset": (None, base_off.buffer()),
+            "batch_last_offset": (None, last_off.buffer()),
+            "magic": (None, magic.buffer()),
+            "compression": codec_column,
+            "producer_id": (v2_bits, producer_id.buffer()),
+            "producer_epoch": (v2_bits, producer_epoch.buffer()),
+            "sequence": (v2_bits, sequence.buffer()),
+            "partition_leader_epoch": (v2_bits, leader_epoch.buffer()),
+            "is_transactional": (None, txn.buffer()),
+            "crc_valid": (crc_known.buffer() if any_null_crc else None, crc.buffer()),
+        }
         self.last_values = self.value.data.n
         self._reset()
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        return n, columns
 
 
 cdef inline int _put_py_bytes(_Binary col, object value) except -1:
@@ -1271,8 +1323,9 @@ cdef inline int _put_py_bytes(_Binary col, object value) except -1:
     return 0
 
 
-cdef object _strings(const int8_t* codes, Py_ssize_t n, tuple names):
-    """A string column from one-byte codes into ``names`` (None: null)."""
+cdef tuple _strings(const int8_t* codes, Py_ssize_t n, tuple names):
+    """A string column's buffers (:meth:`_Binary.buffers`) from one-byte codes into
+    ``names`` (None: null)."""
     cdef _Binary col = _Binary()
     cdef _Out o
     cdef Py_ssize_t i, longest = max(len(x) for x in names if x is not None)
@@ -1290,4 +1343,4 @@ cdef object _strings(const int8_t* codes, Py_ssize_t n, tuple names):
     for i in range(n):
         _put(&o, ptrs[codes[i]], lens[codes[i]])
     _commit(col, &o)
-    return col.array(pa.string(), n)
+    return col.buffers(n)

@@ -499,6 +499,74 @@ class _RecordColumns(_Columns):
         self.nbytes += size
 
 
+class FastSink:
+    """The records table on the compiled path, the twin of :class:`_RecordColumns`:
+    ``kafkalog._speedups.RecordColumns`` (``columns``) writes the records into plain
+    buffers of Arrow's layout: runs of regular v2 batches in C (:meth:`run`, which
+    ``log_reader._scan`` drives), single v2 batches the Python reader framed
+    (``add_v2``), and the records of batches it decoded (``add_batch``). :meth:`flush`
+    makes those buffers a RecordBatch, without a copy; ``full`` says the caller should
+    flush before more is added.
+    """
+
+    __slots__ = ("schema", "columns", "add_v2", "add_batch", "_want_rows", "_max_rows",
+                 "_max_bytes", "_sized")
+
+    def __init__(self, schema: pa.Schema, want_batch_rows: bool, max_rows: int,
+                 max_bytes: int) -> None:
+        self.schema = schema
+        self.columns = _accel._speedups.RecordColumns(
+            pa.types.is_dictionary(schema.field("timestamp_type").type))
+        self.add_v2 = self.columns.add_v2
+        self.add_batch = self.columns.add_batch
+        self._want_rows = want_batch_rows
+        self._max_rows = max_rows
+        self._max_bytes = max_bytes
+        self._sized = False
+
+    @property
+    def full(self) -> bool:
+        c = self.columns
+        return c.rows >= self._max_rows or c.nbytes >= self._max_bytes or c.no_room
+
+    def run(self, buf, pos, base, verify_crc, limits, prev_last):
+        if not self._sized:  # a chunk holds at most max_bytes (plus a batch) of input
+            self.columns.expect(min(len(buf) - pos, self._max_bytes) + (1 << 16), self._max_rows)
+            self._sized = True
+        rows = [] if self._want_rows else None
+        new_pos, prev_last = self.columns.scan_run(
+            buf, buf, pos, base, verify_crc, limits, prev_last, codecs.decompress, rows,
+            batch_row, self._max_rows, self._max_bytes,
+        )
+        return new_pos, prev_last, rows
+
+    def flush(self) -> pa.RecordBatch:
+        """The records held so far as one RecordBatch (``columns.flush``'s buffers,
+        wrapped as they are); starts afresh."""
+        n, columns = self.columns.flush()
+        arrays = []
+        for field in self.schema:
+            buffers = columns[field.name]
+            if field.type == HEADERS:
+                offsets, (nkeys, *keys), (nvalues, *values) = buffers
+                items = pa.StructArray.from_arrays(
+                    [_array(pa.string(), nkeys, keys), _array(pa.binary(), nvalues, values)],
+                    fields=list(HEADERS.value_type))
+                arrays.append(pa.ListArray.from_arrays(
+                    _array(pa.int32(), n + 1, (None, offsets)), items, type=HEADERS))
+            elif pa.types.is_dictionary(field.type):
+                arrays.append(dictionary_column(field.name, _array(pa.int8(), n, buffers)))
+            else:
+                arrays.append(_array(field.type, n, buffers))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _array(type_: pa.DataType, n: int, buffers) -> pa.Array:
+    """``n`` values of ``type_`` over plain buffers (None: absent), without a copy."""
+    return pa.Array.from_buffers(type_, n, [None if b is None else pa.py_buffer(b)
+                                            for b in buffers])
+
+
 def _add_markers(c: _Columns, b: Batch) -> None:
     for r in b.records:
         ctl = r.control
@@ -564,17 +632,20 @@ def stream(
         raise ValueError(f"unknown tables {sorted(unknown)}; known: {sorted(SCHEMAS)}")
     schemas = _schemas(dictionary)
     wanted = {name: _Columns(schemas[name]) for name in tables}
+    flush = {name: cols.flush for name, cols in wanted.items()}
     sink = None
     if "records" in wanted and _accel.active():
-        # compiled: runs of regular v2 batches go from the bytes into Arrow
-        # buffers; the entries it leaves are read in Python and added as objects
-        sink = _accel.FastSink(schemas["records"], "batches" in wanted, max_rows, max_bytes)
-        wanted["records"] = sink.columns
-        add_records = sink.columns.add_batch
+        # compiled: runs of regular v2 batches go from the bytes into buffers of
+        # Arrow's layout; the entries it leaves are read in Python and added as objects
+        sink = FastSink(schemas["records"], "batches" in wanted, max_rows, max_bytes)
+        wanted["records"] = sink.columns  # (its rows, nbytes and no_room, read directly)
+        flush["records"] = sink.flush
+        add_records = sink.add_batch
     elif "records" in wanted:
         # pure Python: v2 batches go from their bytes into columns, the same way
         sink = wanted["records"] = _RecordColumns(schemas["records"], max_rows, max_bytes,
                                                   "batches" in wanted)
+        flush["records"] = sink.flush
         add_records = sink.add_batch
     else:
         add_records = None
@@ -602,10 +673,10 @@ def stream(
         for name, cols in wanted.items():
             if cols.rows >= max_rows or cols.nbytes >= max_bytes or cols.no_room:
                 emitted.add(name)
-                yield name, cols.flush()
+                yield name, flush[name]()
     for name, cols in wanted.items():
         if cols.rows or name not in emitted:
-            yield name, cols.flush()
+            yield name, flush[name]()
 
 
 def iter_record_batches(source, **options) -> Iterator[pa.RecordBatch]:

@@ -1,6 +1,6 @@
 """Hand-built Kafka log bytes for the tests, independent of ``kafkalog``.
 
-Everything here is written from the wire grammar in ``/work/shared/FORMAT.md``
+Everything here is written from Kafka's wire grammar (below)
 with ``struct`` + ``crc32c`` + ``zlib`` (and the codec libraries for payloads),
 so that a bug in kafkalog's own encoder or decoder cannot cancel itself out.
 Nothing is imported from ``kafkalog``. kafka-python's builders, a second
@@ -12,19 +12,22 @@ independent encoder, are wrapped at the bottom.
                baseSequence i | recordCount i | records
     v0/v1:     offset q | size i | crc I | magic b | attributes b |
                [timestamp q] | keyLength i | key | valueLength i | value
+
+The real broker-written segments (``CORPUS``) are in the repository, under
+``tests/data/real/``; where each comes from, and its sha256, is in the README.md there.
 """
 
 from __future__ import annotations
 
-import glob
-import os
 import struct
 import zlib
+from pathlib import Path
 
 from crc32c import crc32c
 
-CORPUS_DIR = "/work/shared/corpus/real"
-CORPUS = sorted(glob.glob(os.path.join(CORPUS_DIR, "**", "*.log"), recursive=True))
+#: the real broker-written segments (tests/data/real/README.md: where each comes from)
+CORPUS_DIR = Path(__file__).resolve().parent / "data" / "real"
+CORPUS = sorted(str(p) for p in CORPUS_DIR.rglob("*.log"))
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 

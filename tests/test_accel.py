@@ -9,6 +9,7 @@ shape, damaged files, tiny flush sizes — and compare all four tables whole.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import struct
@@ -246,6 +247,43 @@ def _big_segment(seed: int) -> bytes:
                                              headers=(("h", b"%d" % seed),))
                                  for j in range(20)], codec=("none", "lz4", "zstd")[i % 3])
         for i in range(30))
+
+
+@needs_compiled
+def test_compiled_module_decodes_into_plain_buffers_without_pyarrow():
+    # _speedups writes the columns into buffers of its own; making them Arrow arrays is
+    # kafkalog.arrow's (FastSink.flush). With pyarrow unimportable the module loads and
+    # decodes. (`import kafkalog` itself imports kafkalog.arrow, so the package is stood
+    # in for by its folder: only the compiled module and what it imports run.)
+    code = """
+import json, sys, types
+sys.modules["pyarrow"] = None  # every import of it fails
+package = types.ModuleType("kafkalog")
+package.__path__ = [sys.argv[1]]
+sys.modules["kafkalog"] = package
+from kafkalog import _speedups
+from kafkalog.default_records import encode_varint as v
+
+body = bytes(1) + v(0) + v(0) + v(-1) + v(3) + b"abc" + v(0)  # one record: no key, "abc"
+records = v(len(body)) + body
+columns = _speedups.RecordColumns(False)
+assert columns.add_v2(records, 1, 40, 40, 1000, 1000, False, 0, 61 + len(records), "none",
+                      -1, -1, -1, 0, False, True) == 1
+n, out = columns.flush()
+key_validity, _, _ = out["key"]
+_, value_offsets, value_data = out["value"]
+print(json.dumps({
+    "rows": n, "offsets": memoryview(out["offset"][1]).cast("q").tolist(),
+    "key_valid_bits": memoryview(key_validity)[0], "value_ends": memoryview(value_offsets).cast("i").tolist(),
+    "values": bytes(value_data).decode(), "read_only": memoryview(value_data).readonly,
+    "pyarrow": sys.modules.get("pyarrow") is not None}))
+"""
+    p = subprocess.run([sys.executable, "-c", code, os.path.dirname(kafkalog.__file__)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {  # row 0's key bit clear: null
+        "rows": 1, "offsets": [40], "key_valid_bits": 0xFE, "value_ends": [0, 3], "values": "abc",
+        "read_only": True, "pyarrow": False}
 
 
 @needs_compiled

@@ -1,15 +1,17 @@
-"""Every real broker-written segment in ../shared/corpus/real decodes exactly as
-kafka-python reads it, through the API, the Arrow tables and the CLI's JSON."""
+"""Every real broker-written segment in tests/data/real decodes exactly as
+kafka-python reads it, through the API, the Arrow tables and the CLI's JSON; and
+those files are the bytes their README says (repository, commit, path, sha256)."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -17,11 +19,10 @@ import kafkalog
 from kafkalog.cli import main
 
 from reference import ours, theirs
+import segments
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
-if not CORPUS.is_dir():  # a checkout beside shared/ (CI) or inside the work tree
-    CORPUS = Path(os.environ.get("KAFKALOG_CORPUS", "/work/shared/corpus/real"))
-FILES = sorted(CORPUS.rglob("*.log"))
+CORPUS = segments.CORPUS_DIR
+FILES = [Path(p) for p in segments.CORPUS]
 IDS = [str(p.relative_to(CORPUS)) for p in FILES]
 
 
@@ -29,18 +30,44 @@ def test_corpus_is_there():
     assert len(FILES) >= 18, f"expected the real corpus under {CORPUS}"
 
 
-def _readme_facts() -> dict[str, tuple[int, int, int, int]]:
-    """(batches, records, first offset, last offset) per file, from the corpus README."""
-    facts = {}
+class Listed(NamedTuple):
+    """A file's line of the corpus README."""
+
+    source: str  # owner/repo@commit:path
+    size: int
+    sha256: str
+    batches: int
+    records: int  # control records included
+    first: int  # offsets
+    last: int
+
+
+def _readme() -> dict[str, Listed]:
+    """The README's line of each file, by its path here (each listed once)."""
     line_re = re.compile(
-        r"^- `(?P<path>[^`]+)` .*\| (?P<batches>\d+) batches, (?P<records>\d+) records, "
-        r"offsets (?P<first>\d+)\.\.(?P<last>\d+)"
+        r"^- `(?P<path>[^`]+)` <- `(?P<source>[\w.-]+/[\w.-]+@[0-9a-f]{40}:[^`]+)` "
+        r"\| (?P<size>\d+) B \| (?P<sha256>[0-9a-f]{64}) \| (?P<batches>\d+) batches, "
+        r"(?P<records>\d+) records, offsets (?P<first>\d+)\.\.(?P<last>\d+)"
     )
+    listed = {}
     for line in (CORPUS / "README.md").read_text().splitlines():
         m = line_re.match(line)
         if m:
-            facts[m["path"]] = tuple(int(m[k]) for k in ("batches", "records", "first", "last"))
-    return facts
+            assert m["path"] not in listed, f"{m['path']} is listed twice"
+            listed[m["path"]] = Listed(**{k: m[k] if k in ("source", "sha256") else int(m[k])
+                                          for k in Listed._fields})
+    return listed
+
+
+def test_every_file_is_the_one_its_readme_names():
+    # the vendored files, byte for byte: each listed with its size and sha256, and
+    # nothing here that the README does not list
+    listed = _readme()
+    here = {str(p.relative_to(CORPUS)) for p in CORPUS.rglob("*") if p.is_file()} - {"README.md"}
+    assert here == set(listed)
+    for path, f in listed.items():
+        data = (CORPUS / path).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (f.size, f.sha256), (path, f.source)
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
@@ -53,12 +80,12 @@ def test_decodes_like_kafka_python(path):
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
 def test_matches_corpus_readme(path):
-    batches, records, first, last = _readme_facts()[str(path.relative_to(CORPUS))]
+    f = _readme()[str(path.relative_to(CORPUS))]
     got = list(kafkalog.iter_batches(path))
     # README counts control records among records; so do we here
-    assert (len(got), sum(len(b.records) for b in got)) == (batches, records)
+    assert (len(got), sum(len(b.records) for b in got)) == (f.batches, f.records)
     offsets = [r.offset for b in got for r in b.records]
-    assert (offsets[0], offsets[-1]) == (first, last)
+    assert (offsets[0], offsets[-1]) == (f.first, f.last)
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)

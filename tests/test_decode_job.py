@@ -448,6 +448,42 @@ def test_a_task_reads_on_to_the_next_tasks_first_batch_for_its_time_index_share(
     assert sum(".timeindex: " in f["message"] for f in got) >= 1
 
 
+def test_a_resume_finds_the_last_ingested_entry_by_its_stored_crc_whatever_its_magic(tmp_path):
+    # before resuming, a task reads the fixed header at the last ingested batch's position
+    # (kafkalog.read_batch_head): the same stored CRC there, v2 or v0/v1, is the same
+    # prefix; another CRC, or bytes where no entry's header can be, are not
+    from types import SimpleNamespace
+
+    from segments import batch_v2, message, record
+    from spark_jobs.decode import executor
+
+    v2_a, v1, v2_b = batch_v2([record(0), record(1)]), message(2, b"x", magic=1), \
+        batch_v2([record(0)], base_offset=3)
+    short_v2 = bytes(16) + b"\x02" + bytes(10)  # magic 2, 27 of a header's 61 bytes
+    no_magic = bytes(16) + b"\x09" + bytes(60)
+    log = tmp_path / "orders-0" / f"{0:020d}.log"
+    log.parent.mkdir()
+
+    def still_there(data: bytes, position: int, crc: int) -> bool:
+        log.write_bytes(data)
+        task = job.Task(task=0, uri=str(log), topic="orders", partition=0, base_offset=0,
+                        size=len(data), etag=None, mtime=None, start=len(data), end=len(data),
+                        mode="resume", verify_position=position, verify_crc=crc)
+        return executor._prefix_still_there(task, SimpleNamespace(s3=None))
+
+    data = v2_a + v1 + v2_b
+    crc = {"v2_a": struct.unpack_from(">I", v2_a, 17)[0],  # after offset, length, epoch, magic
+           "v1": struct.unpack_from(">I", v1, 12)[0],  # after offset, size
+           "v2_b": struct.unpack_from(">I", v2_b, 17)[0]}
+    assert still_there(data, 0, crc["v2_a"])
+    assert still_there(data, len(v2_a), crc["v1"])
+    assert still_there(data, len(v2_a) + len(v1), crc["v2_b"])
+    assert not still_there(data, 0, crc["v2_b"])
+    assert not still_there(data, len(v2_a), crc["v2_a"])
+    assert not still_there(v2_a + short_v2, len(v2_a), 0)
+    assert not still_there(v2_a + no_magic, len(v2_a), 0)
+
+
 def test_a_resumed_segment_checks_the_time_index_entries_of_its_new_bytes_only(tmp_path):
     """An active segment that grew resumes after what an earlier run ingested: it checks
     the .timeindex entries naming offsets from its first new batch on (the earlier

@@ -10,6 +10,7 @@ topic, so one audit run shows which check caught which fault.
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import io
 import json
 import os
@@ -25,6 +26,8 @@ from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import iceberg, schemas, storage, tables
 from spark_jobs.quality import checks as qc
 from spark_jobs.quality.policy import Policy
+
+from segments import CORPUS, CORPUS_DIR
 
 pytestmark = pytest.mark.pipeline
 
@@ -770,20 +773,15 @@ def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
 
 
 def test_real_corpus_passes(spark, tmp_path):
-    """Real broker segments (/work/shared/corpus/real, checked with `kafkalog dump`:
+    """Real broker segments (tests/data/real, checked with `kafkalog dump`:
     no findings, no offset gaps, one KRaft control batch, CreateTime only):
     every check passes — no false alarm on data that is intact."""
-    import glob
-    import re
-
     from spark_jobs import check_quality
     from spark_jobs import decode as job
 
-    corpus = "/work/shared/corpus/real"
-    logs = [p for p in glob.glob(f"{corpus}/**/*.log", recursive=True)
-            if re.search(r"/[^/]+-\d+/\d{20}\.log$", p)]
-    if not logs:
-        pytest.skip("no corpus")
+    corpus = str(CORPUS_DIR)
+    logs = [p for p in CORPUS if re.search(r"/[^/]+-\d+/\d{20}\.log$", p)]
+    assert logs
     W = str(tmp_path / "w")
     job.main(["--input", corpus, "--output", W, "--run-id", "corpus", "--no-publish"], spark=spark)
     # the two codecrafters fixtures lie outside any partition folder: graded, not passed

@@ -267,9 +267,9 @@ def test_copies_that_agree_are_decided_on_arrays_as_batch_by_batch():
     assert replicas._copies_agree(segs, framed) is None
 
 
-@pytest.mark.skipif(not kafkalog._accel.ACCELERATED, reason="the compiled path is not built")
+@pytest.mark.skipif(not kafkalog.ACCELERATED, reason="the compiled path is not built")
 def test_compiled_framing_is_the_pure_framing():
-    # runs of v2 batches are framed in C (kafkalog._speedups.frame_v2), the rest in Python:
+    # runs of v2 batches are framed in C (kafkalog.frame, compiled), the rest in Python:
     # the same entries, end and rest on v2 runs around legacy entries, a damaged batch, a
     # batch whose last offset would leave int64 (its base offset is outside the CRC), a
     # torn tail and garbage

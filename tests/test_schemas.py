@@ -457,6 +457,29 @@ def test_live_registry_url(data, registry):
         server.server_close()
 
 
+def test_the_package_modules_import_one_another_without_a_cycle():
+    # live.LiveRegistry is a registry.Registry: live imports registry, and open_source, which
+    # picks a source's reader (a live one among them), is the package's. No import between
+    # the package's modules, at the top of a module or inside a function, closes a cycle.
+    import ast
+    import graphlib
+    import pathlib
+
+    import kafkalog.schemas
+
+    graph = {}
+    for path in pathlib.Path(kafkalog.schemas.__file__).parent.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                imported |= {node.module.split(".")[0]} if node.module else \
+                    {alias.name for alias in node.names}
+        graph[path.stem] = imported
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # CycleError if any
+    assert order.index("registry") < order.index("live") < order.index("__init__")
+    assert graph["live"] == {"registry"} and "live" in graph["__init__"]
+
+
 def test_a_registry_pickles_without_its_compiled_decoders(data, registry):
     """The decode job will ship a registry to executors: it pickles, decoders are rebuilt."""
     import pickle

@@ -19,12 +19,14 @@ document breaks of its schema (validation is reported, not required: the documen
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple, Sequence
 
 from .decoders import decoder_for
+from .live import LiveRegistry
 from .registry import (
     AVRO, FORMATS, JSON, PROTOBUF, Reference, Registry, RegistryError, Schema,
-    from_folder, from_schemas_topic, open_source,
+    from_folder, from_schemas_topic, is_schemas_source,
 )
 from .wire import (
     KEY_SCHEMA_HEADER, VALUE_SCHEMA_HEADER, WireFormatError, read_message_indexes, schema_ref,
@@ -42,6 +44,18 @@ __all__ = [
 FIELDS = ("key_schema_id", "value_schema_id", "key_format", "value_format",
           "key_decoded", "value_decoded", "key_error", "value_error")
 UNKNOWN_SCHEMA_ID, MALFORMED = "unknown_schema_id", "malformed"
+
+
+def open_source(source: str) -> Registry:
+    """``--schemas SOURCE``: a ``_schemas`` segment or folder, a registry URL, or a schema folder.
+
+    (Here, above both kinds of registry: ``live.LiveRegistry`` is a ``registry.Registry``
+    that fetches what it lacks, so ``live`` imports ``registry`` and not the reverse.)"""
+    if source.startswith(("http://", "https://")):
+        return LiveRegistry(source)
+    if not os.path.exists(source):
+        raise RegistryError(f"{source}: no such file or folder")
+    return from_schemas_topic(source) if is_schemas_source(source) else from_folder(source)
 
 
 class Decoded(NamedTuple):

@@ -83,8 +83,10 @@ class Registry:
     """Schemas by id and GUID, subjects' versions, configs and modes.
 
     Build one with :meth:`from_schemas_records`, :func:`from_schemas_topic`,
-    :func:`from_folder` or :func:`open_source`; :mod:`kafkalog.schemas.decoders` compiles
-    and caches a decoder per id on first use (``decoders``).
+    :func:`from_folder` or :func:`kafkalog.schemas.open_source` (which also opens a live
+    registry: :class:`kafkalog.schemas.live.LiveRegistry`, a subclass);
+    :mod:`kafkalog.schemas.decoders` compiles and caches a decoder per id on first use
+    (``decoders``).
     """
 
     schemas: dict[int, Schema] = field(default_factory=dict)
@@ -303,16 +305,6 @@ def is_schemas_source(path: str) -> bool:
         return True
     names = os.listdir(path)
     return any(n.endswith(".log") for n in names) or any(n.startswith("_schemas-") for n in names)
-
-
-def open_source(source: str) -> Registry:
-    """``--schemas SOURCE``: a ``_schemas`` segment or folder, a registry URL, or a schema folder."""
-    if source.startswith(("http://", "https://")):
-        from .live import LiveRegistry
-        return LiveRegistry(source)
-    if not os.path.exists(source):
-        raise RegistryError(f"{source}: no such file or folder")
-    return from_schemas_topic(source) if is_schemas_source(source) else from_folder(source)
 
 
 def decode_descriptor(text: str) -> bytes | None:

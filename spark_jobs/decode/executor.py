@@ -14,7 +14,6 @@ import concurrent.futures
 import contextlib
 import datetime as dt
 import heapq
-import struct
 import time
 from dataclasses import replace
 
@@ -35,8 +34,6 @@ RAW_KINDS = frozenset({"crc_mismatch", "corrupt_batch", "skipped_bytes", "trunca
 #: the columns of a ``value_decode_error`` finding the task fills (lineage comes after)
 _VALUE_FINDINGS = pa.schema([f for f in schemas.FINDINGS if f.name in (
     "kind", "position", "end", "message", "base_offset", "last_offset", "bytes", "raw")])
-
-_OFFSET_SIZE_MAGIC = struct.Struct(">qiiB")  # offset, size, (leader epoch | crc), magic
 
 
 #: a packed Spark task (:func:`pack`) reads its next tasks' objects ahead (``ctx.read_ahead``
@@ -134,15 +131,10 @@ def _prefix_still_there(task: Task, ctx: Context) -> bool:
     """Whether the last batch an earlier run ingested is still at its position, same CRC."""
     store, key = storage.open_object(task.uri, ctx.s3)
     head = store.read_pinned(key, task.pin, task.verify_position,
-                             min(task.size, task.verify_position + 21))
-    if len(head) < 21:
-        return False
-    _offset, _size, epoch_or_crc, magic = _OFFSET_SIZE_MAGIC.unpack_from(head)
-    if magic == 2:
-        stored = struct.unpack_from(">I", head, 17)[0]
-    elif magic in (0, 1):
-        stored = epoch_or_crc & 0xFFFFFFFF
-    else:
+                             min(task.size, task.verify_position + kafkalog.BATCH_HEAD_SIZE))
+    try:
+        stored = kafkalog.read_batch_head(head).crc
+    except kafkalog.CorruptDataError:  # no entry's header there (too short, no known magic)
         return False
     return stored == task.verify_crc
 

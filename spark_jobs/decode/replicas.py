@@ -7,9 +7,9 @@ arrives N times, under different folders (a *copy* is the folder above
 broker rolled them. Followers copy the leader's batches byte for byte, so copies
 agree batch by batch: same base offset, last offset, stored CRC and size.
 
-- :func:`frame` reads a copy's segment by its framing alone (offset, size, magic,
-  then the stored CRC and last offset delta from the header): no record is decoded.
-  It computes each batch's CRC too, so that a damaged copy of a batch is never
+- :func:`frame` reads a copy's segment by its framing alone (:func:`kafkalog.frame`:
+  offset, size, magic, then the stored CRC and offsets from the header): no record is
+  decoded. Each batch's CRC is computed too, so that a damaged copy of a batch is never
   chosen over a sound one.
 - :func:`reconcile` takes, per partition, one *primary* copy (the one reaching the
   highest offset, then the one with most batches) and every batch of it; then from
@@ -36,21 +36,13 @@ from __future__ import annotations
 import bisect
 import functools
 import struct
-import zlib
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-from crc32c import crc32c
 
 import kafkalog
-from kafkalog import _accel
-from kafkalog import default_records as v2
-from kafkalog import legacy_records as legacy
-from kafkalog.log_reader import LOG_OVERHEAD, MAGIC_OFFSET, MIN_SIZE, OFFSET_AND_SIZE
-from kafkalog.model import DEFAULT_LIMITS
-from kafkalog.source import open_source
 from spark_jobs import schemas, storage
 from spark_jobs.decode.planning import Segment, Task, meets
 
@@ -60,10 +52,6 @@ DIVERGENCE_PREFIX = "replica divergence:"
 #: the finding kind of a copy's batch whose CRC fails where another copy's was decoded
 #: (the decoder never reads it; the audit's ``decoder_findings``, policy: warn)
 DAMAGED_COPY = "replica_crc_mismatch"
-
-_U32 = struct.Struct(">I")
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-_I32 = struct.Struct(">i")
 
 
 class Entry(NamedTuple):
@@ -82,9 +70,10 @@ class Entry(NamedTuple):
         return (self.first_offset, self.last_offset, self.crc, self.size)
 
 
-#: a framed entry's columns (:attr:`Framed.cols`; ``has_first`` 0: a legacy wrapper)
-COLUMNS = ("position", "size", "first_offset", "last_offset", "crc", "valid", "has_first")
+#: a framed entry's columns (:attr:`Framed.cols`; ``has_base_offset`` 0: a legacy wrapper)
+COLUMNS = kafkalog.FRAME_COLUMNS
 _FRAMED_HEAD = struct.Struct("<qqB")  # end, entries, rest (Framed.to_bytes)
+_POSITION, _FIRST, _LAST = (COLUMNS.index(c) for c in ("position", "base_offset", "last_offset"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,7 +95,7 @@ class Framed:
     def entries(self) -> tuple:
         """The entries as :class:`Entry` tuples (the general reconciliation path)."""
         return tuple(Entry(p, n, f if h else None, last, crc, bool(v))
-                     for p, n, f, last, crc, v, h in self.cols.tolist())
+                     for p, n, _magic, f, last, crc, v, h in self.cols.tolist())
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Framed) and (self.end, self.rest) == (other.end, other.rest) \
@@ -117,10 +106,10 @@ class Framed:
         first offsets as differences, last offsets relative to the first, zstd-compressed
         (a copy's arrays shrink about 20x; :meth:`from_bytes` reverses it)."""
         d = np.array(self.cols, dtype=np.int64, order="F")
-        d[:, 3] -= d[:, 2]
-        for c in (0, 2):
+        d[:, _LAST] -= d[:, _FIRST]
+        for c in (_POSITION, _FIRST):
             d[1:, c] = np.diff(self.cols[:, c])
-        data = np.ascontiguousarray(d.T, dtype="<i8").tobytes()
+        data = np.ascontiguousarray(d.T, dtype="<i8")  # (d is F-ordered: no copy)
         return _FRAMED_HEAD.pack(self.end, len(self.cols), self.rest) + \
             pa.compress(data, codec="zstd", asbytes=True)
 
@@ -129,57 +118,21 @@ class Framed:
         end, n, rest = _FRAMED_HEAD.unpack_from(data)
         raw = pa.decompress(memoryview(data)[_FRAMED_HEAD.size:], n * len(COLUMNS) * 8,
                             codec="zstd", asbytes=True)
-        cols = np.frombuffer(raw, dtype="<i8").astype(np.int64).reshape(len(COLUMNS), n).T.copy()
-        for c in (0, 2):
+        cols = np.frombuffer(raw, dtype="<i8").reshape(len(COLUMNS), n).T
+        cols = cols.astype(np.int64, order="C")  # the one copy: an entry a row, writable
+        for c in (_POSITION, _FIRST):
             np.cumsum(cols[:, c], out=cols[:, c])
-        cols[:, 3] += cols[:, 2]
+        cols[:, _LAST] += cols[:, _FIRST]
         return cls(cols, end, bool(rest))
 
 
 def frame(source, byte_range=None) -> Framed:
-    """The entries of ``source`` (a path, bytes or :class:`kafkalog.Slice`) by framing:
-    offset, size and magic (``kafkalog.log_reader``'s rules: an implausible size or
-    magic, or an entry past the end, stops it), then the stored CRC and offsets from
-    the header. Records are not decoded."""
-    max_size = DEFAULT_LIMITS.max_entry_size - LOG_OVERHEAD
-    out, runs = [], []
-    fast = _accel.active()
-    with open_source(source, byte_range) as view:
-        buf, base, n = view.buf, view.base, len(view.buf)
-        pos = 0
-        while n - pos > MAGIC_OFFSET:
-            if fast and buf[pos + MAGIC_OFFSET] == 2:  # a run of v2 batches, compiled
-                rows = np.empty((max(1, (n - pos) // (LOG_OVERHEAD + v2.MIN_LENGTH) // 64 + 1024),
-                                 len(COLUMNS)), dtype=np.int64)
-                k, pos = _accel._speedups.frame_v2(buf, pos, base, max_size, rows)
-                if k:
-                    if out:
-                        runs.append(np.array(out, dtype=np.int64))
-                        out = []
-                    runs.append(rows[:k])
-                    continue
-            offset, size = OFFSET_AND_SIZE.unpack_from(buf, pos)
-            magic = buf[pos + MAGIC_OFFSET]
-            min_size = MIN_SIZE.get(magic)
-            end = pos + LOG_OVERHEAD + size
-            if min_size is None or not min_size <= size <= max_size or end > n:
-                break
-            if magic == 2:
-                (crc,) = _U32.unpack_from(buf, pos + v2.CRC_OFFSET)
-                valid = crc32c(buf[pos + v2.ATTRIBUTES_OFFSET:end]) == crc
-                (delta,) = _I32.unpack_from(buf, pos + v2.LAST_OFFSET_DELTA_OFFSET)
-                if not INT64_MIN <= offset + delta <= INT64_MAX:
-                    break  # an offset no log holds (the base offset is outside the CRC)
-                out.append((base + pos, end - pos, offset, offset + delta, crc, valid, True))
-            else:
-                (crc,) = _U32.unpack_from(buf, pos + legacy.CRC_OFFSET)
-                valid = zlib.crc32(buf[pos + legacy.MAGIC_OFFSET:end]) == crc
-                compressed = buf[pos + legacy.ATTRIBUTES_OFFSET] & legacy.CODEC_MASK
-                out.append((base + pos, end - pos, offset, offset, crc, valid, not compressed))
-            pos = end
-        rest = pos < n and kafkalog.first_entry(buf[pos:]) is not None
-        runs.append(np.array(out, dtype=np.int64).reshape(-1, len(COLUMNS)))
-        return Framed(np.concatenate(runs) if len(runs) > 1 else runs[0], base + pos, rest)
+    """The entries of ``source`` (a path, bytes or :class:`kafkalog.Slice`) by framing,
+    as :func:`kafkalog.frame` reads them (an implausible size or magic, or an entry past
+    the end, stops it; every CRC is checked); records are not decoded."""
+    f = kafkalog.frame(source, byte_range=byte_range)
+    cols = np.frombuffer(f.data, dtype=np.int64).reshape(-1, len(COLUMNS))
+    return Framed(cols, f.end, f.next_entry is not None)
 
 
 def frame_segment(seg: Segment, s3) -> Framed:
@@ -277,7 +230,7 @@ def _damaged_copies(segs: list[Segment], framed: dict[str, Framed], ranges: dict
     out = []
     for s in segs:
         f = framed[s.uri]
-        bad = np.flatnonzero(f.col("valid") == 0)
+        bad = np.flatnonzero(f.col("crc_valid") == 0)
         if not len(bad):
             continue
         spans = sorted(ranges.get(s.uri, ()))
@@ -287,7 +240,7 @@ def _damaged_copies(segs: list[Segment], framed: dict[str, Framed], ranges: dict
             k = bisect.bisect_right(starts, pos) - 1
             if k >= 0 and pos + size <= spans[k][1]:
                 continue  # decoded: the decoder reports it (crc_mismatch)
-            first = int(f.col("first_offset")[i]) if f.col("has_first")[i] else None
+            first = int(f.col("base_offset")[i]) if f.col("has_base_offset")[i] else None
             out.append(dict(
                 topic=s.topic, partition=s.partition, kind=DAMAGED_COPY, position=pos,
                 end=pos + size, base_offset=first, last_offset=last, bytes=size, raw=None,
@@ -315,7 +268,7 @@ def _copies_agree(segs: list[Segment], framed: dict[str, Framed]):
         by_copy.setdefault(copy_of(s.uri), []).append(s)
     arrays = {c: np.concatenate([framed[s.uri].cols for s in ss]) for c, ss in by_copy.items()}
     first, last, size, crc, valid, has_first = (COLUMNS.index(n) for n in (
-        "first_offset", "last_offset", "size", "crc", "valid", "has_first"))
+        "base_offset", "last_offset", "size", "crc", "crc_valid", "has_base_offset"))
     if any(len(a) == 0 or not a[:, has_first].all() for a in arrays.values()):
         return None
     primary = min(arrays, key=lambda c: _rank(c, len(arrays[c]), int(arrays[c][:, last].max())))
@@ -469,7 +422,7 @@ def replan(tasks: list[Task], groups: dict[tuple, list[Segment]],
         if any(framed.get(s.uri) is None for s in segs) or any(t.mode != "decode" for t in mine):
             continue
         choice = reconcile(segs, framed)
-        firsts = [f.col("first_offset")[f.col("has_first") == 1]
+        firsts = [f.col("base_offset")[f.col("has_base_offset") == 1]
                   for f in (framed[s.uri] for s in segs)]
         first = min((int(a.min()) for a in firsts if len(a)), default=None)
         # bytes framing could not read that are decoded may hold any offset above
