@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from kafkalog.writer import SegmentWriter, WriteRecord, internal_record
+from kafkalog.writer import SegmentWriter, internal_record
 from spark_jobs import iceberg, tables
 from spark_jobs.quality import results
 
@@ -96,7 +96,21 @@ def lag_rows(W, run_id: str) -> list[tuple]:
                    r["log_end_offset"], r["status"]) for r in rows)
 
 
-def test_a_night_audited_again_after_later_nights_says_the_same(spark, tmp_path):
+@pytest.fixture(scope="module")
+def in_order(spark, tmp_path_factory):
+    """Nights 1 and 2 run in order into one warehouse: ``(W, snapshots, {run: rows},
+    {run: consumer_lag rows})`` as they were right after."""
+    tmp = tmp_path_factory.mktemp("in-order")
+    W = str(tmp / "w")
+    snaps = [night_snapshot(tmp / "s", n) for n in range(3)]
+    rows, lags = {}, {}
+    for n, run in enumerate(("n1", "n2")):
+        assert run_night(spark, W, snaps[n], run, NIGHTS[n]) == 0
+        rows[run], lags[run] = verdict_rows(W, run), lag_rows(W, run)
+    return W, snaps, rows, lags
+
+
+def test_a_night_audited_again_after_later_nights_says_the_same(spark, in_order):
     """Nights 1 and 2 in order, then night 1 rerun (its decode and audit, the same run id,
     as clearing the run in Airflow does) and audited once more: the same rows each time.
     Night 2's commit (offset 15 of orders-0) is past night 1's log end (10): as of night 1
@@ -104,45 +118,40 @@ def test_a_night_audited_again_after_later_nights_says_the_same(spark, tmp_path)
     fix it read main's latest commits and warned committed_offset_beyond_log_end)."""
     from spark_jobs import check_quality
 
-    W = str(tmp_path / "w")
-    snaps = [night_snapshot(tmp_path / "s", n) for n in range(2)]
-    assert run_night(spark, W, snaps[0], "n1", NIGHTS[0]) == 0
-    first = verdict_rows(W, "n1")
-    first_lag = lag_rows(W, "n1")
-    assert first_lag == [("billing", "orders", 0, 5, 10, "ok")]
-    assert run_night(spark, W, snaps[1], "n2", NIGHTS[1]) == 0
-    assert lag_rows(W, "n2") == [("billing", "orders", 0, 15, 20, "ok")]
-
+    W, snaps, rows, lags = in_order
+    assert lags == {"n1": [("billing", "orders", 0, 5, 10, "ok")],
+                    "n2": [("billing", "orders", 0, 15, 20, "ok")]}
     assert run_night(spark, W, snaps[0], "n1", NIGHTS[0]) == 0  # the rerun, after night 2
-    assert verdict_rows(W, "n1") == first
-    assert lag_rows(W, "n1") == first_lag
+    assert verdict_rows(W, "n1") == rows["n1"]
+    assert lag_rows(W, "n1") == lags["n1"]
     assert check_quality.main(["--warehouse", W, "--run-id", "n1", "--no-docs"], spark=spark) == 0
-    assert verdict_rows(W, "n1") == first
-    assert {r[7] for r in first} == {NIGHTS[0]}  # every row names the night it is about
+    assert verdict_rows(W, "n1") == rows["n1"]
+    assert {r[7] for r in rows["n1"]} == {NIGHTS[0]}  # every row names the night it is about
     # nothing of it is a warning: the night is whole
-    assert [r[:4] for r in first if r[3] != "pass"] == []
+    assert [r[:4] for r in rows["n1"] if r[3] != "pass"] == []
 
 
-def test_a_backfilled_night_says_what_it_would_have_said_in_order(spark, tmp_path):
+def test_a_backfilled_night_says_what_it_would_have_said_in_order(spark, in_order, tmp_path):
     """Night 2 run after night 3 (a backfill: a new run of an older night) gives the rows it
     gives when the nights run in order: what came before it is the nights before it, not
-    the runs that happened to run before it."""
-    in_order, backfilled = str(tmp_path / "in-order"), str(tmp_path / "backfilled")
-    snaps = [night_snapshot(tmp_path / "s", n) for n in range(3)]
-    for n in range(3):
-        assert run_night(spark, in_order, snaps[n], f"n{n + 1}", NIGHTS[n]) == 0
+    the runs that happened to run before it; the later night's rows of night 2's new
+    offsets are audited as night 2's (spark_jobs/quality/as_of.py)."""
+    _, snaps, rows, lags = in_order
+    backfilled = str(tmp_path / "backfilled")
     for n in (0, 2, 1):
         assert run_night(spark, backfilled, snaps[n], f"n{n + 1}", NIGHTS[n]) == 0
-    assert verdict_rows(backfilled, "n2") == verdict_rows(in_order, "n2")
-    assert lag_rows(backfilled, "n2") == lag_rows(in_order, "n2") == [
-        ("billing", "orders", 0, 15, 20, "ok")]
+    assert verdict_rows(backfilled, "n2") == rows["n2"]
+    assert lag_rows(backfilled, "n2") == lags["n2"]
 
 
 def test_a_partition_earlier_nights_held_and_tonight_lacks_is_named(spark, tmp_path):
     """Night 2's copy lacks orders-1's folder, and every partition of payments: orders-1 is a
     missing_partition warning naming its last offset and the night it was last seen;
     payments is one topic_deleted item (an accepted cause: pass); the partitions that are
-    there pass; a third night with orders-1 back finds nothing missing."""
+    there pass; a run that did not ask for payments does not miss it; a third night with
+    orders-1 back finds nothing missing."""
+    from spark_jobs import check_quality
+
     W = str(tmp_path / "w")
     s1 = night_snapshot(tmp_path / "s", 0)
     s2 = night_snapshot(tmp_path / "s", 1, drop=("orders-1", "payments-0"))
@@ -165,28 +174,18 @@ def test_a_partition_earlier_nights_held_and_tonight_lacks_is_named(spark, tmp_p
         == {"missing_partition"}
     assert results.verdict(dq_rows(W, "n2"))["warned"] == {"missing_partition": ["orders-1"]}
 
+    # the run asked for orders* and __* only: payments is not missing (the DAG passes its
+    # `topics`), orders-1 still is
+    assert check_quality.main(["--warehouse", W, "--run-id", "n2", "--no-docs",
+                               "--topics", "orders*, __*"], spark=spark) == 0
+    assert [(r["topic"], r["partition"]) for r in dq_rows(W, "n2")
+            if r["check"] == "missing_partition" and r["topic"] == "payments"] == []
+    assert results.verdict(dq_rows(W, "n2"))["warned"] == {"missing_partition": ["orders-1"]}
+
     s3 = night_snapshot(tmp_path / "s", 2)
     assert run_night(spark, W, s3, "n3", NIGHTS[2]) == 0
     assert [r for r in dq_rows(W, "n3") if r["check"] == "missing_partition" and r["status"] != "pass"] \
         == []
-
-
-def test_the_run_s_topic_filter_is_not_a_missing_partition(spark, tmp_path):
-    """A run asked for orders* only: payments is not missing (the DAG passes its `topics`)."""
-    from spark_jobs import check_quality
-    from spark_jobs import decode as job
-
-    W = str(tmp_path / "w")
-    s1 = night_snapshot(tmp_path / "s", 0)
-    assert run_night(spark, W, s1, "n1", NIGHTS[0]) == 0
-    s2 = night_snapshot(tmp_path / "s", 1, drop=("payments-0", "__consumer_offsets-0"))
-    job.main(["--input", str(s2), "--output", W, "--run-id", "n2", "--night", NIGHTS[1],
-              "--no-publish"], spark=spark)
-    assert check_quality.main(["--warehouse", W, "--run-id", "n2", "--no-docs",
-                               "--topics", "orders*"], spark=spark) == 0
-    bad = [(r["topic"], r["partition"]) for r in dq_rows(W, "n2")
-           if r["check"] == "missing_partition" and r["failed"]]
-    assert bad == []
 
 
 def test_a_log_outside_any_partition_folder_does_not_pass(spark, tmp_path):
