@@ -45,7 +45,7 @@ Four steps per table, in this order (each one's output is what the next one free
    dedupe's scan, bounded to the days of the runs it can overlap, opens a manifest or
    two however long the history, and a full scan ~25 a year. One snapshot that
    changes no data file (an ``append`` of nothing: pyiceberg 0.12 has no
-   rewrite-manifests operation; :func:`_cluster_producer` extends its fast append).
+   rewrite-manifests operation; :func:`_cluster` is what its fast append writes).
    Entries keep their snapshot ids and sequence numbers; a compare-and-swap on
    ``main``, tried again when ``main`` moved.
 3. **Snapshot expiry** (pyiceberg's ``expire_snapshots``): snapshots older than
@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -507,56 +508,49 @@ def plan_manifests(manifests, positions: dict[int, int]) -> ManifestPlan:
                         split=split, newest=newest)
 
 
-def _cluster_producer():
-    """A pyiceberg snapshot producer that commits ``main`` again with its data
-    manifests clustered by :func:`plan_manifests` (an append of no file; entries keep
-    their status, snapshot ids and sequence numbers). pyiceberg 0.12 has no
-    rewrite-manifests operation: this extends its fast append (pinned version)."""
+def _cluster(manifests, entries, new_writer, *, positions: dict[int, int],
+             target_bytes: int) -> list:
+    """``main``'s manifests with its data manifests clustered by :func:`plan_manifests`:
+    the ``rewrite`` of :func:`spark_jobs.warehouse.snapshots.rewrite_manifests` (an
+    append of no file; ``entries(m)``: a manifest's live entries; ``new_writer(spec id)``:
+    a manifest of the new snapshot). Entries keep their status, snapshot ids and sequence
+    numbers; a manifest is split past ``target_bytes``."""
     from pyiceberg.manifest import ManifestContent
-    from pyiceberg.table.update.snapshot import _FastAppendFiles
 
-    class ClusterManifests(_FastAppendFiles):
-        def __init__(self, *args, positions: dict[int, int], target_bytes: int, **kwargs):
-            super().__init__(*args, **kwargs)
-            self._positions = positions
-            self._target_bytes = target_bytes
+    data = [m for m in manifests if m.content == ManifestContent.DATA]
+    other = [m for m in manifests if m.content != ManifestContent.DATA]
+    plan = plan_manifests(data, positions)
 
-        def _key(self, m, entry) -> tuple:
-            pos = self._positions.get(m.partition_spec_id)
-            day = entry.data_file.partition[pos] if pos is not None else None
-            return m.partition_spec_id, ingest_period(day, self._plan.newest)
+    def key_of(m, entry) -> tuple:
+        pos = positions.get(m.partition_spec_id)
+        day = entry.data_file.partition[pos] if pos is not None else None
+        return m.partition_spec_id, ingest_period(day, plan.newest)
 
-        def _process_manifests(self, manifests):
-            data = [m for m in manifests if m.content == ManifestContent.DATA]
-            other = [m for m in manifests if m.content != ManifestContent.DATA]
-            self._plan = plan = plan_manifests(data, self._positions)
-            entries: dict[tuple, list] = {}
-            sizes: dict[tuple, float] = {}
-            keep = dict(plan.keep)
-            todo = [(m, True) for m in plan.split]
-            todo += [(m, False) for ms in plan.groups.values() for m in ms]
-            while todo:
-                m, spans = todo.pop()
-                per_entry = m.manifest_length / max(1, (m.added_files_count or 0)
-                                                    + (m.existing_files_count or 0))
-                for entry in self.fetch_manifest_entry(m, discard_deleted=True):
-                    key = self._key(m, entry)
-                    if spans and key in keep:  # a period's one manifest joins its rewrite
-                        todo.append((keep.pop(key), False))
-                    entries.setdefault(key, []).append(entry)
-                    sizes[key] = sizes.get(key, 0.0) + per_entry
-            written = []
-            for key, group in sorted(entries.items(), key=lambda kv: repr(kv[0])):
-                group.sort(key=lambda e: e.data_file.file_path)
-                step = -(-len(group) // max(1, -(-int(sizes[key]) // self._target_bytes)))
-                for i in range(0, len(group), step):
-                    with self.new_manifest_writer(spec=self.spec(key[0])) as writer:
-                        for entry in group[i:i + step]:
-                            writer.existing(entry)
-                    written.append(writer.to_manifest_file())
-            return written + list(keep.values()) + other
-
-    return ClusterManifests
+    grouped: dict[tuple, list] = {}
+    sizes: dict[tuple, float] = {}
+    keep = dict(plan.keep)
+    todo = [(m, True) for m in plan.split]
+    todo += [(m, False) for ms in plan.groups.values() for m in ms]
+    while todo:
+        m, spans = todo.pop()
+        per_entry = m.manifest_length / max(1, (m.added_files_count or 0)
+                                            + (m.existing_files_count or 0))
+        for entry in entries(m):
+            key = key_of(m, entry)
+            if spans and key in keep:  # a period's one manifest joins its rewrite
+                todo.append((keep.pop(key), False))
+            grouped.setdefault(key, []).append(entry)
+            sizes[key] = sizes.get(key, 0.0) + per_entry
+    written = []
+    for key, group in sorted(grouped.items(), key=lambda kv: repr(kv[0])):
+        group.sort(key=lambda e: e.data_file.file_path)
+        step = -(-len(group) // max(1, -(-int(sizes[key]) // target_bytes)))
+        for i in range(0, len(group), step):
+            with new_writer(key[0]) as writer:
+                for entry in group[i:i + step]:
+                    writer.existing(entry)
+            written.append(writer.to_manifest_file())
+    return written + list(keep.values()) + other
 
 
 def merge_manifests(wh: Warehouse, name: str, *, min_manifests: int = DEFAULT_MIN_MANIFESTS,
@@ -565,7 +559,6 @@ def merge_manifests(wh: Warehouse, name: str, *, min_manifests: int = DEFAULT_MI
     docstring, step 2)."""
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.table import TableProperties as P
-    from pyiceberg.table.snapshots import Operation
 
     out = {"manifests_before": 0, "manifests_after": 0}
     for attempt in range(attempts):
@@ -584,12 +577,9 @@ def merge_manifests(wh: Warehouse, name: str, *, min_manifests: int = DEFAULT_MI
         summary = {STAGE: "maintenance", MAINTENANCE: "manifests",
                    ROWS: "0", **airflow_summary()}
         try:
-            with snapshots.adding_snapshot(), table.transaction() as tx:
-                producer = _cluster_producer()(
-                    operation=Operation.APPEND, transaction=tx, io=table.io,
-                    snapshot_properties=summary, branch=MAIN,
-                    positions=positions, target_bytes=target)
-                producer.commit()
+            snapshots.rewrite_manifests(
+                table, functools.partial(_cluster, positions=positions, target_bytes=target),
+                summary=summary, branch=MAIN)
         except CommitFailedException as err:
             log.info("%s: main moved while clustering manifests (%s); again", name, err)
             snapshots.backoff(attempt)

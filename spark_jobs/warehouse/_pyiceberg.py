@@ -1,6 +1,6 @@
 """Every pyiceberg private the project relies on, in one module, for one pyiceberg release.
 
-A private name (``_do_commit``, ``_convert_schema_if_needed``, ...) or an error text may change in any
+A private name (``_do_commit``, ``_FastAppendFiles``, ...) or an error text may change in any
 release without notice. So, as an Airflow provider keeps every version-dependent import in its
 ``version_compat.py``, no other module of the project imports a pyiceberg private or calls
 one on a pyiceberg object: they call the helpers here. Each says why the private is needed and
@@ -39,6 +39,8 @@ if _release_line(pyiceberg.__version__) != SUPPORTED:
 from pyiceberg.catalog import Catalog  # noqa: E402
 from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible  # noqa: E402  (private)
 from pyiceberg.schema import assign_fresh_schema_ids  # noqa: E402
+from pyiceberg.table.snapshots import Operation  # noqa: E402
+from pyiceberg.table.update.snapshot import _FastAppendFiles  # noqa: E402  (private)
 
 
 def do_commit(table, updates: tuple, requirements: tuple) -> None:
@@ -97,3 +99,32 @@ def is_stale_sequence(err: BaseException) -> bool:
     """Whether ``err`` is the catalog's refusal of a snapshot beaten to its sequence number
     (:data:`STALE_SEQUENCE`)."""
     return STALE_SEQUENCE.search(str(err)) is not None
+
+
+class _RewriteManifests(_FastAppendFiles):
+    """pyiceberg's fast append of no file, whose manifest list is what ``rewrite`` makes of
+    the branch head's manifests (see :func:`rewrite_manifests`)."""
+
+    def __init__(self, *args, rewrite, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kafkalog_rewrite = rewrite  # a name of ours: none of pyiceberg's is taken
+
+    def _process_manifests(self, manifests):
+        return self.kafkalog_rewrite(
+            manifests, lambda m: self.fetch_manifest_entry(m, discard_deleted=True),
+            lambda spec_id: self.new_manifest_writer(spec=self.spec(spec_id)))
+
+
+def rewrite_manifests(transaction, io, rewrite, *, summary: dict, branch: str) -> None:
+    """Stage on ``transaction`` one snapshot of ``branch`` that adds and deletes no data
+    file (an ``append`` of nothing) and whose manifests are ``rewrite(manifests, entries,
+    new_writer)``: ``manifests`` the branch head's, ``entries(m)`` a manifest's live
+    entries, ``new_writer(spec_id)`` a manifest writer of this snapshot (entries written
+    with ``existing`` keep their snapshot ids and sequence numbers).
+
+    Private: subclassing ``table.update.snapshot._FastAppendFiles`` and overriding its
+    ``_process_manifests`` hook (as pyiceberg's own merge append does). pyiceberg 0.12 has
+    no rewrite-manifests operation. Public replacement: one like Java's
+    ``Table.rewriteManifests()`` (``RewriteManifests.clusterBy``), should pyiceberg add it."""
+    _RewriteManifests(operation=Operation.APPEND, transaction=transaction, io=io,
+                      snapshot_properties=summary, branch=branch, rewrite=rewrite).commit()

@@ -5,6 +5,7 @@ rather than through pyiceberg's ``Transaction`` where that costs too much (docs/
 * :class:`SnapshotWriter` (:func:`commit_snapshot`) adds one snapshot to a branch in one
   pass: the files a predicate selects dropped, DataFiles added;
 * :func:`data_files` makes the DataFiles of written Parquet files, as pyiceberg would;
+* :func:`rewrite_manifests` commits a branch again with its manifests rewritten;
 * :func:`adding_snapshot` and :func:`backoff`: a race lost to another writer is a
   ``CommitFailedException``, tried again (up to :data:`COMMIT_ATTEMPTS` times) after a pause.
 
@@ -19,6 +20,7 @@ import random
 import time
 
 from spark_jobs.warehouse.history import data_manifests
+from spark_jobs.warehouse.naming import MAIN
 
 #: tries of a commit that lost a race (each on the table loaded again)
 COMMIT_ATTEMPTS = 8
@@ -297,3 +299,15 @@ def data_files(table, paths: list[str]) -> list:
             sort_order_id=None, spec_id=metadata.default_spec_id, equality_ids=None,
             key_metadata=None, **statistics.to_serialized_dict()))
     return out
+
+
+def rewrite_manifests(table, rewrite, *, summary: dict, branch: str = MAIN) -> None:
+    """One snapshot on ``branch`` of ``table`` that adds and drops no data file, its
+    manifests what ``rewrite(manifests, entries, new_writer)`` makes of the head's
+    (:func:`._pyiceberg.rewrite_manifests`, pyiceberg's own fast append extended). A
+    compare-and-swap on the branch: ``CommitFailedException`` where it moved (a lost race
+    included, :func:`adding_snapshot`)."""
+    from spark_jobs.warehouse import _pyiceberg
+
+    with adding_snapshot(), table.transaction() as tx:
+        _pyiceberg.rewrite_manifests(tx, table.io, rewrite, summary=summary, branch=branch)
