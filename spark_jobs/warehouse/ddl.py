@@ -67,10 +67,14 @@ def create_table(catalog, identifier: tuple[str, str], schema: pa.Schema, *,
         # insert (a SQL catalog raises its database's unique-constraint error)
         if not catalog.namespace_exists(namespace):
             raise
-    ice = _pyiceberg.iceberg_schema(schema)
-    spec = {"partition_spec": partition_spec(identifier[-1], ice)} if partitioned else {}
+    if partitioned:  # the spec names its columns by the field ids they will have
+        ice = _pyiceberg.iceberg_schema(schema)
+        made = {"schema": ice, "partition_spec": partition_spec(identifier[-1], ice)}
+    else:  # create_table converts an Arrow schema itself
+        made = {"schema": schema}
     try:
-        return catalog.create_table(identifier, schema=ice, properties=TABLE_PROPERTIES, **spec)
+        # a copy: pyiceberg's new_table_metadata pops format-version from the dict it gets
+        return catalog.create_table(identifier, properties=dict(TABLE_PROPERTIES), **made)
     except TableAlreadyExistsError:
         return None
 
