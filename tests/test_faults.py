@@ -305,8 +305,11 @@ def test_two_runs_planned_together_publish_once_and_the_second_is_refused(spark,
     decode(spark, src, wh, "scheduled", "--no-publish")
     decode(spark, src, wh, "manual", "--no-publish")
     publish.publish(str(wh), "scheduled")
-    with pytest.raises(ConflictError, match="scheduled"):
+    with pytest.raises(ConflictError, match="scheduled") as refused:
         publish.publish(str(wh), "manual")
+    # what the DAG says of it (kafkalog_pipeline.tasks.conflict_line) without parsing the message
+    assert (refused.value.table, refused.value.runs) == ("records", ("scheduled",))
+    assert refused.value.files >= 1
     assert lost_and_duplicated(want, published(wh)) == (0, 0)
     # run again, the refused run deduplicates against the new main: nothing to add
     s = decode(spark, src, wh, "manual")

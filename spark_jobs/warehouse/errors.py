@@ -10,7 +10,14 @@ class CatalogError(RuntimeError):
 
 
 class ConflictError(RuntimeError):
-    """Another run committed overlapping offsets to ``main`` after this run read it."""
+    """Another run committed overlapping offsets to ``main`` after this run read it.
+
+    ``table``: the table where it was found; ``runs``: the run ids that published them
+    (``?`` where a file's run is unknown); ``files``: how many of their files overlap."""
+
+    def __init__(self, message: str, *, table: str = "", runs=(), files: int = 0):
+        super().__init__(message)
+        self.table, self.runs, self.files = table, tuple(runs), files
 
 
 class NothingStaged(LookupError):

@@ -142,7 +142,8 @@ def check_overlap(table, name: str, run_id: str, fork: int, main: int, head: int
             f"{name}: run(s) {', '.join(sorted(others))} published offsets of the same "
             f"topic-partitions to main after run {run_id!r} read it ({len(clash)} files, e.g. "
             f"{clash[0].file_path}); this run's output may duplicate them. Run {run_id!r} "
-            "again (it deduplicates against the new main), or discard it")
+            "again (it deduplicates against the new main), or discard it",
+            table=name, runs=sorted(others), files=len(clash))
 
 
 def _adding_runs(table, main: int, fork: int) -> dict[str, str]:
