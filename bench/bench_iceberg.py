@@ -1,7 +1,7 @@
 """Iceberg overhead of the warehouse: commits per run, reads, dedupe with history, a year of runs.
 
 A fresh local warehouse (``--out``/iceberg-warehouse) with the embedded SQLite
-catalog, written through the real API (``spark_jobs.iceberg.Warehouse``): every
+catalog, written through the real API (``spark_jobs.warehouse.Warehouse``): every
 simulated night writes the decode job's five tables as the job writes them
 (``decode.write_schema`` / ``parquet_options``, one file per task and
 partition value, named ``<run token>~<attempt>~<part>.parquet``): ``--topics`` x
@@ -54,7 +54,8 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from spark_jobs import decode, iceberg, maintenance, schemas, tables  # noqa: E402
+from spark_jobs import decode, maintenance, schemas, tables  # noqa: E402
+from spark_jobs.warehouse import Warehouse, run_files_prefix  # noqa: E402
 
 DAY0 = dt.date(2026, 1, 1)
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -174,7 +175,7 @@ def fill(name: str, n: int, given: dict) -> pa.Table:
 def write_night(roots: dict[str, str], night: Night, attempt: str) -> tuple[dict, float]:
     """Write the night's files into the tables' data folders as the job does; returns
     ``({table: [uri]}, seconds spent writing Parquet)``."""
-    prefix = iceberg.run_files_prefix(night.run_id) + attempt
+    prefix = run_files_prefix(night.run_id) + attempt
     files, seconds = {}, 0.0
     for name, parts in night.tables().items():
         target = decode.write_schema(name)
@@ -194,7 +195,7 @@ def write_night(roots: dict[str, str], night: Night, attempt: str) -> tuple[dict
     return files, seconds
 
 
-def commit_night(wh: iceberg.Warehouse, night: Night, files: dict) -> float:
+def commit_night(wh: Warehouse, night: Night, files: dict) -> float:
     """begin_run + commit_files per table + publish, as a DAG run; returns seconds."""
     t0 = time.perf_counter()
     wh.begin_run(night.run_id, reset=True)
@@ -226,7 +227,7 @@ def _cold(fn):
     return run
 
 
-def plan_files(wh: iceberg.Warehouse, name: str, row_filter=None) -> list[str]:
+def plan_files(wh: Warehouse, name: str, row_filter=None) -> list[str]:
     table = wh.load(name)
     scan = table.scan(row_filter=row_filter) if row_filter is not None else table.scan()
     return [t.file.file_path for t in scan.plan_files()]
@@ -240,7 +241,7 @@ def read_plain(paths: list[str]) -> pa.Table:
     return pa.concat_tables([pq.read_table(local(p)) for p in paths]) if paths else None
 
 
-def state(wh: iceberg.Warehouse, night: Night) -> dict:
+def state(wh: Warehouse, night: Night) -> dict:
     """Manifests, files, snapshots, metadata size, plan times of the tables now."""
     from pyiceberg.expressions import And, EqualTo
 
@@ -266,7 +267,7 @@ def state(wh: iceberg.Warehouse, night: Night) -> dict:
     return out
 
 
-def dedupe_cost(wh: iceberg.Warehouse, night: Night) -> dict:
+def dedupe_cost(wh: Warehouse, night: Night) -> dict:
     """Plan and read what the dedupe of ``night`` (the next, not yet committed) reads:
     the job's own filter, bounded by the ingest days of the runs whose ledger rows meet
     the night's offsets (the ledger is read by the plan anyway; its read is not counted)."""
@@ -296,7 +297,7 @@ def dedupe_cost(wh: iceberg.Warehouse, night: Night) -> dict:
     return out
 
 
-def read_overhead(wh: iceberg.Warehouse) -> dict:
+def read_overhead(wh: Warehouse) -> dict:
     """``records`` through the catalog vs plain pyarrow on the same files, interleaved."""
     paths = plan_files(wh, "records")
     catalog = plain = float("inf")
@@ -317,7 +318,7 @@ def read_overhead(wh: iceberg.Warehouse) -> dict:
 def simulate(args) -> dict:
     out_dir = args.out / "iceberg-warehouse"
     shutil.rmtree(out_dir, ignore_errors=True)
-    wh = iceberg.Warehouse(str(out_dir))
+    wh = Warehouse(str(out_dir))
     roots = {n: wh.data_root(n) for n in schemas.DECODE_TABLES}
     dedupe_at = sorted({min(10, args.nights), min(300, args.nights)})
     nights, maint = [], []

@@ -238,7 +238,8 @@ def _warm_up(spark, cores: int) -> float:
 
 
 def bench_job(root: Path, wh: Path, cores: int, split_mib: int) -> dict:
-    from spark_jobs import decode, iceberg
+    from spark_jobs import decode
+    from spark_jobs.warehouse import Warehouse
     from spark_jobs.session import build_session
 
     shutil.rmtree(wh, ignore_errors=True)
@@ -250,7 +251,7 @@ def bench_job(root: Path, wh: Path, cores: int, split_mib: int) -> dict:
         # the warehouse's tables exist before the clock, as for every night but the first:
         # making them (and importing pyiceberg) is a fixed cost of a warehouse, ~2-7 s here
         shutil.rmtree(into, ignore_errors=True)
-        iceberg.Warehouse(str(into)).begin_run("bench-tables", reset=True)
+        Warehouse(str(into)).begin_run("bench-tables", reset=True)
         t0 = time.perf_counter()
         summary = decode.main(
             ["--input", str(root), "--output", str(into), "--run-id", "bench",

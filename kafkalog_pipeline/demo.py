@@ -80,18 +80,17 @@ def catalog_config(out: Path) -> Path:
     """``out/.pyiceberg.yaml``: the catalog ``kafkalog`` of the demo's warehouse (the
     embedded SQLite catalog under ``out/warehouse``), so that ``PYICEBERG_HOME=out``
     finds the tables from any shell."""
-    from spark_jobs import iceberg
+    from spark_jobs.warehouse.catalog import DEFAULT_CATALOG, embedded_config, write_config
 
     warehouse = out / "warehouse"
-    return Path(iceberg.write_config(str(out), iceberg.DEFAULT_CATALOG,
-                                     iceberg.embedded_config(str(warehouse))))
+    return Path(write_config(str(out), DEFAULT_CATALOG, embedded_config(str(warehouse))))
 
 
 def warehouse(out: Path):
-    """The demo's tables (an :class:`spark_jobs.iceberg.Warehouse`)."""
-    from spark_jobs import iceberg
+    """The demo's tables (a :class:`spark_jobs.warehouse.Warehouse`)."""
+    from spark_jobs.warehouse import Warehouse
 
-    return iceberg.Warehouse(str(out / "warehouse"))
+    return Warehouse(str(out / "warehouse"))
 
 
 def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dict[str, str]:

@@ -64,7 +64,7 @@ def options(params: dict | None) -> dict:
 
 
 def open_warehouse(warehouse: str | None = None):
-    """The warehouse of the settings (an :class:`spark_jobs.iceberg.Warehouse`)."""
+    """The warehouse of the settings (a :class:`spark_jobs.warehouse.Warehouse`)."""
     from . import tasks
 
     return tasks.open_warehouse(warehouse or settings.get("warehouse", required=True))

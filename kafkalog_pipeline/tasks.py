@@ -49,7 +49,7 @@ def to_decode(wh, run_id: str, segments, *, reprocess: bool = False) -> dict:
     will read of it, and whether it is the very object an earlier run ingested.
 
     The decode job's own rule (:func:`spark_jobs.decode.planning.ingested` over the
-    published ledger of warehouse ``wh``, an :class:`spark_jobs.iceberg.Warehouse`, and
+    published ledger of warehouse ``wh``, a :class:`spark_jobs.warehouse.Warehouse`, and
     :func:`~spark_jobs.decode.planning.resume_from`), so the plan weighs each segment as
     the job will treat it: 0 bytes for one ingested whole with the same size and ETag
     (the job only checks it and writes an ``unchanged`` ledger row), the part past the
@@ -70,12 +70,13 @@ def to_decode(wh, run_id: str, segments, *, reprocess: bool = False) -> dict:
 def open_warehouse(warehouse: str, access: settings.S3Access | None = None, *,
                    catalog: str | None = None, namespace: str | None = None):
     """The warehouse's tables in ``catalog`` and ``namespace`` (default: the settings)."""
-    from spark_jobs import iceberg, storage
+    from spark_jobs import storage
+    from spark_jobs.warehouse import Warehouse
 
     access = access or settings.s3_access()
     config = access.storage_config() if storage.is_s3(warehouse) else None
-    return iceberg.Warehouse(warehouse, catalog or settings.get("catalog"),
-                             namespace or settings.get("namespace"), config)
+    return Warehouse(warehouse, catalog or settings.get("catalog"),
+                     namespace or settings.get("namespace"), config)
 
 
 def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = False,
@@ -377,7 +378,7 @@ def rerun_id(run_id: str) -> str:
 
 
 def conflict_summary(err) -> dict:
-    """What an :class:`spark_jobs.iceberg.ConflictError` says, for XCom and the run's note."""
+    """What a :class:`spark_jobs.warehouse.ConflictError` says, for XCom and the run's note."""
     return {"table": err.table, "runs": list(err.runs), "files": err.files}
 
 
@@ -435,19 +436,19 @@ def publish_from_context(context, assets, derived=None) -> dict:
     warehouse = ti.xcom_pull(task_ids=PLAN_TASK, key="warehouse")
     plan = ti.xcom_pull(task_ids=PLAN_TASK, key="plan") or {}
     run_id = context["run_id"]
-    from spark_jobs import iceberg
+    from spark_jobs.warehouse import ConflictError, NotAudited, NothingStaged
 
     fail, _ = _airflow_errors()
     try:
         result = publish_run(warehouse=warehouse, run_id=run_id,
                              catalog=ti.xcom_pull(task_ids=PLAN_TASK, key="catalog"),
                              namespace=ti.xcom_pull(task_ids=PLAN_TASK, key="namespace"))
-    except iceberg.ConflictError as err:
+    except ConflictError as err:
         conflict = conflict_summary(err)
         ti.xcom_push(key=CONFLICT_KEY, value=conflict)
         raise fail(conflict_line(conflict, run_id, (context.get("params") or {}).get(RERUN_OF))
                    ) from None
-    except (iceberg.NothingStaged, iceberg.NotAudited) as err:
+    except (NothingStaged, NotAudited) as err:
         raise fail(str(err)) from None  # no retry changes it: the run must be run again
     extra = {"warehouse": warehouse, "run_id": run_id, "dates": plan.get("dates", []),
              # the audit's verdict (counts per outcome, checks that failed or warned)

@@ -27,14 +27,15 @@ import json
 import os
 import sys
 
-from spark_jobs import iceberg, layout, storage
+from spark_jobs import layout, schemas, storage
 from spark_jobs.quality import as_of
 from spark_jobs.quality import checks as qc
 from spark_jobs.quality import internal_checks
 from spark_jobs.quality import results
 from spark_jobs.quality.policy import Policy, PolicyError
+from spark_jobs.warehouse import CatalogError, Warehouse, add_catalog_args, branch_name
 
-TABLES = iceberg.DECODE_TABLES
+TABLES = schemas.DECODE_TABLES
 
 #: exit status of an audit that ran and failed a check (not a crash: no retry changes it)
 EXIT_CHECKS_FAILED = 65
@@ -46,7 +47,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="check_quality", description=__doc__.split("\n\n")[0])
     p.add_argument("--warehouse", required=True, help="warehouse root W (local path or s3://bucket/prefix)")
     p.add_argument("--run-id", required=True, help="the run to audit (exact run_id)")
-    iceberg.add_catalog_args(p)
+    add_catalog_args(p)
     p.add_argument("--policy", help="severity policy YAML (default: expectations/policy.yaml)")
     p.add_argument("--s3-endpoint", help="S3 endpoint URL (default: AWS_ENDPOINT_URL)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
@@ -58,18 +59,18 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def audited_snapshots(wh: iceberg.Warehouse, run_id: str) -> dict[str, tuple[str, int]]:
+def audited_snapshots(wh: Warehouse, run_id: str) -> dict[str, tuple[str, int]]:
     """Per table: ``(where, snapshot id)`` the audit reads run ``run_id`` from: the head
     of its branch, or ``main`` where it has none (already published)."""
     out = {}
     for name in wh.run_tables():  # the decode tables and the derived ones the warehouse has
         head = wh.staged_snapshot(name, run_id)
-        out[name] = (iceberg.branch_name(run_id), head) if head is not None \
+        out[name] = (branch_name(run_id), head) if head is not None \
             else ("main", wh.table(name).current_snapshot().snapshot_id)
     return out
 
 
-def load_tables(spark, wh: iceberg.Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]]):
+def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]]):
     """The run's five tables, as of ``snapshots`` (:func:`audited_snapshots`)."""
     from spark_jobs.tables import read_table
 
@@ -77,7 +78,7 @@ def load_tables(spark, wh: iceberg.Warehouse, run_id: str, snapshots: dict[str, 
             for name in TABLES}
 
 
-def audit(spark, wh: iceberg.Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
+def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
           out=None, topics: str | None = None):
     """Run the audit; return the dq_results rows (also committed to ``dq_results``), with the
     run's ``snapshot_missing`` rows (its plan's: kept as they are, counted in the verdict).
@@ -211,7 +212,7 @@ def main(argv=None, spark=None) -> int:
     config = None
     if storage.is_s3(args.warehouse) or args.s3_endpoint:
         config = storage.S3Config.from_env(args.s3_endpoint)
-    wh = iceberg.Warehouse(args.warehouse, args.catalog, args.namespace, config)
+    wh = Warehouse(args.warehouse, args.catalog, args.namespace, config)
     if spark is None:
         from spark_jobs.session import build_session
 
@@ -219,7 +220,7 @@ def main(argv=None, spark=None) -> int:
     try:
         rows = audit(spark, wh, args.run_id, policy=policy, docs=not args.no_docs,
                      topics=args.topics)
-    except (LookupError, storage.StorageError, iceberg.CatalogError) as err:
+    except (LookupError, storage.StorageError, CatalogError) as err:
         print(f"check_quality: {err}", file=sys.stderr)
         return 2
     return report(rows)

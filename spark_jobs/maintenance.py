@@ -32,7 +32,7 @@ Four steps per table, in this order (each one's output is what the next one free
    leaves the new files in place: orphan removal takes them if they are unreferenced.
    A group whose offsets could meet what an open run branch staged is left alone:
    that run's publish would take the rewritten file for another run's output over
-   the same offsets (:func:`spark_jobs.iceberg.check_overlap`).
+   the same offsets (:func:`spark_jobs.warehouse.history.check_overlap`).
 2. **Manifests.** Every nightly commit adds a manifest to ``main``, and planning a
    scan opens every manifest it cannot prune by its partition summary. Where ``main``
    has at least ``--min-manifests`` data manifests, they are clustered by the day their
@@ -45,7 +45,7 @@ Four steps per table, in this order (each one's output is what the next one free
    dedupe's scan, bounded to the days of the runs it can overlap, opens a manifest or
    two however long the history, and a full scan ~25 a year. One snapshot that
    changes no data file (an ``append`` of nothing: pyiceberg 0.12 has no
-   rewrite-manifests operation; :func:`_cluster_producer` extends its fast append).
+   rewrite-manifests operation; :func:`_cluster` is what its fast append writes).
    Entries keep their snapshot ids and sequence numbers; a compare-and-swap on
    ``main``, tried again when ``main`` moved.
 3. **Snapshot expiry** (pyiceberg's ``expire_snapshots``): snapshots older than
@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -79,7 +80,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from spark_jobs import iceberg, layout, schemas, storage
+from spark_jobs import layout, schemas, storage
+from spark_jobs.warehouse import (FILES, MAIN, ROWS, STAGE, CatalogError, Warehouse,
+                                  add_catalog_args, airflow_summary, history, snapshots)
 
 log = logging.getLogger(__name__)
 
@@ -198,25 +201,25 @@ def plan_compaction(name: str, files, *, min_files: int = DEFAULT_MIN_FILES,
 def _staged_ranges(table, name: str) -> list[tuple[str, tuple]]:
     """``(branch, range)`` of what each open run branch staged: its own files added
     since its fork point (what its publish compares with ``main``'s new files)."""
-    if name not in iceberg.OFFSET_COLUMNS:
+    if name not in history.OFFSET_COLUMNS:
         return []
     out = []
     for ref_name, ref in table.refs().items():
-        if ref_name == iceberg.MAIN or not _is_branch(ref):
+        if ref_name == MAIN or not _is_branch(ref):
             continue
         try:
-            fork = iceberg.fork_point(table, ref_name)
-            base = {f.file_path for f in iceberg.live_files(table, fork)}
-        except iceberg.CatalogError:
+            fork = history.fork_point(table, ref_name)
+            base = {f.file_path for f in history.live_files(table, fork)}
+        except CatalogError:
             base = set()
-        staged = [f for f in iceberg.live_files(table, ref.snapshot_id) if f.file_path not in base]
-        out.extend((ref_name, r) for r in iceberg._ranges(table, name, staged))
+        staged = [f for f in history.live_files(table, ref.snapshot_id) if f.file_path not in base]
+        out.extend((ref_name, r) for r in history.offset_ranges(table, name, staged))
     return out
 
 
 def _group_range(table, group: Group) -> tuple:
     """The ``(topic, partition lo, hi, offset lo, hi)`` a group's rewritten file will span."""
-    ranges = iceberg._ranges(table, group.table, group.files)
+    ranges = history.offset_ranges(table, group.table, group.files)
     return (ranges[0][0], min(r[1] for r in ranges), max(r[2] for r in ranges),
             min(r[3] for r in ranges), max(r[4] for r in ranges))
 
@@ -275,8 +278,8 @@ def _commit_replacement(table, old, new, summary: dict) -> None:
     """One overwrite snapshot on ``main``: DataFiles ``old`` out, ``new`` in. A
     compare-and-swap on ``main``'s head as ``table`` has it (CommitFailedException);
     ValidationException where one of ``old`` is not live there."""
-    with iceberg.adding_snapshot(), table.transaction() as tx:
-        with tx.update_snapshot(snapshot_properties=summary, branch=iceberg.MAIN).overwrite() as ow:
+    with snapshots.adding_snapshot(), table.transaction() as tx:
+        with tx.update_snapshot(snapshot_properties=summary, branch=MAIN).overwrite() as ow:
             for f in old:
                 ow.delete_data_file(f)
             for f in new:
@@ -308,7 +311,7 @@ def _commit_batch(wh, name: str, batch: list[_Rewritten], out: dict, attempts: i
         for attempt in range(attempts):
             table = wh.load(name)
             live = {f.file_path: f for f in
-                    iceberg.live_files(table, table.current_snapshot().snapshot_id)}
+                    history.live_files(table, table.current_snapshot().snapshot_id)}
             staged = _staged_ranges(table, name)
             keep = []
             for r in pending:
@@ -325,15 +328,15 @@ def _commit_batch(wh, name: str, batch: list[_Rewritten], out: dict, attempts: i
             if not pending:
                 return
             old = [live[p] for r in pending for p in r.group.paths]
-            summary = {iceberg.STAGE: "maintenance", MAINTENANCE: "compaction",
-                       iceberg.ROWS: str(sum(r.group.rows for r in pending)),
-                       iceberg.FILES: str(len(pending)), COMPACTED_FILES: str(len(old)),
-                       **iceberg.airflow_summary()}
+            summary = {STAGE: "maintenance", MAINTENANCE: "compaction",
+                       ROWS: str(sum(r.group.rows for r in pending)),
+                       FILES: str(len(pending)), COMPACTED_FILES: str(len(old)),
+                       **airflow_summary()}
             try:
                 _commit_replacement(table, old, [r.data_file for r in pending], summary)
             except (CommitFailedException, ValidationException) as err:
                 log.info("%s: main moved while compacting (%s); checking again", name, err)
-                iceberg._backoff(attempt)
+                snapshots.backoff(attempt)
                 continue
             except BaseException:
                 # anything else (a REST catalog's CommitStateUnknownException, a lost
@@ -356,10 +359,10 @@ def _commit_batch(wh, name: str, batch: list[_Rewritten], out: dict, attempts: i
             storage.delete_objects([r.uri for r in pending], wh.s3)
 
 
-def compact_table(wh: iceberg.Warehouse, name: str, *, min_files: int = DEFAULT_MIN_FILES,
+def compact_table(wh: Warehouse, name: str, *, min_files: int = DEFAULT_MIN_FILES,
                   target_bytes: int = DEFAULT_TARGET_FILE_MB << 20, dry_run: bool = False,
                   groups_per_commit: int = DEFAULT_GROUPS_PER_COMMIT,
-                  attempts: int = iceberg.COMMIT_ATTEMPTS) -> dict:
+                  attempts: int = snapshots.COMMIT_ATTEMPTS) -> dict:
     """Compact table ``name``'s small files on ``main`` (module docstring, step 1):
     ``groups_per_commit`` rewritten groups per snapshot."""
     out = {"files_before": 0, "files_after": 0, "groups_compacted": 0, "files_compacted": 0,
@@ -367,10 +370,10 @@ def compact_table(wh: iceberg.Warehouse, name: str, *, min_files: int = DEFAULT_
     table = wh.load(name)
     if table is None or table.current_snapshot() is None:
         return out
-    live = iceberg.live_files(table, table.current_snapshot().snapshot_id)
+    live = history.live_files(table, table.current_snapshot().snapshot_id)
     out["files_before"] = out["files_after"] = len(live)
     kafka_partition = table.schema().find_field("partition").field_id \
-        if name in iceberg.OFFSET_COLUMNS else None
+        if name in history.OFFSET_COLUMNS else None
     groups = plan_compaction(name, live, min_files=min_files, target_bytes=target_bytes,
                              kafka_partition_id=kafka_partition)
     staged = _staged_ranges(table, name)
@@ -391,7 +394,7 @@ def compact_table(wh: iceberg.Warehouse, name: str, *, min_files: int = DEFAULT_
                 continue
             uri = rewrite(group, data_root, wh.s3)
             batch.append(_Rewritten(group, uri, None))
-            [new] = iceberg.data_files(table, [uri])
+            [new] = snapshots.data_files(table, [uri])
             if new.record_count != group.rows or _partition_values(new) != group.partition[1]:
                 raise MaintenanceError(
                     f"{name}: rewriting {len(group.files)} files of {group.prefix}* gave "
@@ -409,7 +412,7 @@ def compact_table(wh: iceberg.Warehouse, name: str, *, min_files: int = DEFAULT_
             storage.delete_objects([r.uri for r in batch], wh.s3)
     if not dry_run:
         table = wh.load(name)
-        out["files_after"] = len(iceberg.live_files(table, table.current_snapshot().snapshot_id))
+        out["files_after"] = len(history.live_files(table, table.current_snapshot().snapshot_id))
     return out
 
 
@@ -505,65 +508,57 @@ def plan_manifests(manifests, positions: dict[int, int]) -> ManifestPlan:
                         split=split, newest=newest)
 
 
-def _cluster_producer():
-    """A pyiceberg snapshot producer that commits ``main`` again with its data
-    manifests clustered by :func:`plan_manifests` (an append of no file; entries keep
-    their status, snapshot ids and sequence numbers). pyiceberg 0.12 has no
-    rewrite-manifests operation: this extends its fast append (pinned version)."""
+def _cluster(manifests, entries, new_writer, *, positions: dict[int, int],
+             target_bytes: int) -> list:
+    """``main``'s manifests with its data manifests clustered by :func:`plan_manifests`:
+    the ``rewrite`` of :func:`spark_jobs.warehouse.snapshots.rewrite_manifests` (an
+    append of no file; ``entries(m)``: a manifest's live entries; ``new_writer(spec id)``:
+    a manifest of the new snapshot). Entries keep their status, snapshot ids and sequence
+    numbers; a manifest is split past ``target_bytes``."""
     from pyiceberg.manifest import ManifestContent
-    from pyiceberg.table.update.snapshot import _FastAppendFiles
 
-    class ClusterManifests(_FastAppendFiles):
-        def __init__(self, *args, positions: dict[int, int], target_bytes: int, **kwargs):
-            super().__init__(*args, **kwargs)
-            self._positions = positions
-            self._target_bytes = target_bytes
+    data = [m for m in manifests if m.content == ManifestContent.DATA]
+    other = [m for m in manifests if m.content != ManifestContent.DATA]
+    plan = plan_manifests(data, positions)
 
-        def _key(self, m, entry) -> tuple:
-            pos = self._positions.get(m.partition_spec_id)
-            day = entry.data_file.partition[pos] if pos is not None else None
-            return m.partition_spec_id, ingest_period(day, self._plan.newest)
+    def key_of(m, entry) -> tuple:
+        pos = positions.get(m.partition_spec_id)
+        day = entry.data_file.partition[pos] if pos is not None else None
+        return m.partition_spec_id, ingest_period(day, plan.newest)
 
-        def _process_manifests(self, manifests):
-            data = [m for m in manifests if m.content == ManifestContent.DATA]
-            other = [m for m in manifests if m.content != ManifestContent.DATA]
-            self._plan = plan = plan_manifests(data, self._positions)
-            entries: dict[tuple, list] = {}
-            sizes: dict[tuple, float] = {}
-            keep = dict(plan.keep)
-            todo = [(m, True) for m in plan.split]
-            todo += [(m, False) for ms in plan.groups.values() for m in ms]
-            while todo:
-                m, spans = todo.pop()
-                per_entry = m.manifest_length / max(1, (m.added_files_count or 0)
-                                                    + (m.existing_files_count or 0))
-                for entry in self.fetch_manifest_entry(m, discard_deleted=True):
-                    key = self._key(m, entry)
-                    if spans and key in keep:  # a period's one manifest joins its rewrite
-                        todo.append((keep.pop(key), False))
-                    entries.setdefault(key, []).append(entry)
-                    sizes[key] = sizes.get(key, 0.0) + per_entry
-            written = []
-            for key, group in sorted(entries.items(), key=lambda kv: repr(kv[0])):
-                group.sort(key=lambda e: e.data_file.file_path)
-                step = -(-len(group) // max(1, -(-int(sizes[key]) // self._target_bytes)))
-                for i in range(0, len(group), step):
-                    with self.new_manifest_writer(spec=self.spec(key[0])) as writer:
-                        for entry in group[i:i + step]:
-                            writer.existing(entry)
-                    written.append(writer.to_manifest_file())
-            return written + list(keep.values()) + other
-
-    return ClusterManifests
+    grouped: dict[tuple, list] = {}
+    sizes: dict[tuple, float] = {}
+    keep = dict(plan.keep)
+    todo = [(m, True) for m in plan.split]
+    todo += [(m, False) for ms in plan.groups.values() for m in ms]
+    while todo:
+        m, spans = todo.pop()
+        per_entry = m.manifest_length / max(1, (m.added_files_count or 0)
+                                            + (m.existing_files_count or 0))
+        for entry in entries(m):
+            key = key_of(m, entry)
+            if spans and key in keep:  # a period's one manifest joins its rewrite
+                todo.append((keep.pop(key), False))
+            grouped.setdefault(key, []).append(entry)
+            sizes[key] = sizes.get(key, 0.0) + per_entry
+    written = []
+    for key, group in sorted(grouped.items(), key=lambda kv: repr(kv[0])):
+        group.sort(key=lambda e: e.data_file.file_path)
+        step = -(-len(group) // max(1, -(-int(sizes[key]) // target_bytes)))
+        for i in range(0, len(group), step):
+            with new_writer(key[0]) as writer:
+                for entry in group[i:i + step]:
+                    writer.existing(entry)
+            written.append(writer.to_manifest_file())
+    return written + list(keep.values()) + other
 
 
-def merge_manifests(wh: iceberg.Warehouse, name: str, *, min_manifests: int = DEFAULT_MIN_MANIFESTS,
-                    dry_run: bool = False, attempts: int = iceberg.COMMIT_ATTEMPTS) -> dict:
+def merge_manifests(wh: Warehouse, name: str, *, min_manifests: int = DEFAULT_MIN_MANIFESTS,
+                    dry_run: bool = False, attempts: int = snapshots.COMMIT_ATTEMPTS) -> dict:
     """Cluster ``main``'s data manifests of table ``name`` by ingest period (module
     docstring, step 2)."""
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.table import TableProperties as P
-    from pyiceberg.table.snapshots import Operation
 
     out = {"manifests_before": 0, "manifests_after": 0}
     for attempt in range(attempts):
@@ -579,22 +574,19 @@ def merge_manifests(wh: iceberg.Warehouse, name: str, *, min_manifests: int = DE
             return out  # (a dry run says how many there are)
         target = int(table.properties.get(P.MANIFEST_TARGET_SIZE_BYTES,
                                           P.MANIFEST_TARGET_SIZE_BYTES_DEFAULT))
-        summary = {iceberg.STAGE: "maintenance", MAINTENANCE: "manifests",
-                   iceberg.ROWS: "0", **iceberg.airflow_summary()}
+        summary = {STAGE: "maintenance", MAINTENANCE: "manifests",
+                   ROWS: "0", **airflow_summary()}
         try:
-            with iceberg.adding_snapshot(), table.transaction() as tx:
-                producer = _cluster_producer()(
-                    operation=Operation.APPEND, transaction=tx, io=table.io,
-                    snapshot_properties=summary, branch=iceberg.MAIN,
-                    positions=positions, target_bytes=target)
-                producer.commit()
+            snapshots.rewrite_manifests(
+                table, functools.partial(_cluster, positions=positions, target_bytes=target),
+                summary=summary, branch=MAIN)
         except CommitFailedException as err:
             log.info("%s: main moved while clustering manifests (%s); again", name, err)
-            iceberg._backoff(attempt)
+            snapshots.backoff(attempt)
             continue
         out["manifests_after"] = len(_data_manifests(wh.load(name)))
         return out
-    raise iceberg.CatalogError(f"{name}: could not merge manifests after {attempts} tries")
+    raise CatalogError(f"{name}: could not merge manifests after {attempts} tries")
 
 
 # ------------------------------------------------------------------ snapshot expiry
@@ -611,14 +603,14 @@ def protected_snapshots(table, retain_last: int) -> set[int]:
     none with ``main``)."""
     if retain_last < 1:
         raise ValueError(f"retain_last must be at least 1, not {retain_last}")
-    main_line = iceberg.ancestry(table, table.current_snapshot().snapshot_id)
+    main_line = history.ancestry(table, table.current_snapshot().snapshot_id)
     position = {sid: i for i, sid in enumerate(main_line)}
     keep = set(main_line[:retain_last])
     for ref_name, ref in table.refs().items():
         keep.add(ref.snapshot_id)
-        if ref_name == iceberg.MAIN or not _is_branch(ref):
+        if ref_name == MAIN or not _is_branch(ref):
             continue
-        for sid in iceberg.ancestry(table, ref.snapshot_id):
+        for sid in history.ancestry(table, ref.snapshot_id):
             keep.add(sid)
             if sid in position:  # the fork point: main down to it stays unbroken
                 keep.update(main_line[:position[sid] + 1])
@@ -635,9 +627,9 @@ def expirable_snapshots(table, *, older_than_ms: int, retain_last: int) -> list[
             if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep]
 
 
-def expire_table(wh: iceberg.Warehouse, name: str, *, older_than: dt.datetime,
+def expire_table(wh: Warehouse, name: str, *, older_than: dt.datetime,
                  retain_last: int = DEFAULT_RETAIN_LAST, dry_run: bool = False,
-                 attempts: int = iceberg.COMMIT_ATTEMPTS) -> dict:
+                 attempts: int = snapshots.COMMIT_ATTEMPTS) -> dict:
     """Expire table ``name``'s old snapshots (module docstring, step 2)."""
     from pyiceberg.exceptions import CommitFailedException
 
@@ -657,12 +649,12 @@ def expire_table(wh: iceberg.Warehouse, name: str, *, older_than: dt.datetime,
             table.maintenance.expire_snapshots().by_ids(ids).commit()
         except (CommitFailedException, ValueError) as err:  # ValueError: one went meanwhile
             log.info("%s: the table changed while expiring snapshots (%s); again", name, err)
-            iceberg._backoff(attempt)
+            snapshots.backoff(attempt)
             continue
         out["expired_snapshots"] = len(ids)
         out["snapshots_after"] = len(wh.load(name).metadata.snapshots)
         return out
-    raise iceberg.CatalogError(f"{name}: could not expire snapshots after {attempts} tries")
+    raise CatalogError(f"{name}: could not expire snapshots after {attempts} tries")
 
 
 # ------------------------------------------------------------------ orphan files
@@ -708,7 +700,7 @@ def _store_and_uri(root: str, config):
     return store, (lambda key: normalize(store.uri(key)))
 
 
-def remove_orphans(wh: iceberg.Warehouse, name: str, *, grace: dt.timedelta,
+def remove_orphans(wh: Warehouse, name: str, *, grace: dt.timedelta,
                    now: dt.datetime | None = None, dry_run: bool = False,
                    clean_metadata: bool = False) -> dict:
     """Delete table ``name``'s orphan files (module docstring, step 3)."""
@@ -768,7 +760,7 @@ def _prune_empty_dirs(store) -> None:
                 pass  # not empty (or gone)
 
 
-def clean_scratch(wh: iceberg.Warehouse, *, grace: dt.timedelta, now: dt.datetime | None = None,
+def clean_scratch(wh: Warehouse, *, grace: dt.timedelta, now: dt.datetime | None = None,
                   dry_run: bool = False) -> dict:
     """Delete ``W/_scratch/<token>/<attempt>/`` folders whose newest file is older than
     ``grace`` (a crashed run's output still to be deduplicated)."""
@@ -800,7 +792,7 @@ TOTALS = ("expired_snapshots", "orphans_deleted", "orphan_bytes", "groups_compac
           "manifests_before", "manifests_after")
 
 
-def existing_tables(wh: iceberg.Warehouse, names=None) -> list[str]:
+def existing_tables(wh: Warehouse, names=None) -> list[str]:
     """The warehouse's tables among ``names`` (default: all, the internal topics' and the
     typed per-topic tables included) that exist (none is created)."""
     if names:
@@ -809,7 +801,7 @@ def existing_tables(wh: iceberg.Warehouse, names=None) -> list[str]:
     return [n for n in schemas.ALL_NAMES if n in existing] + list(wh.typed_tables(existing))
 
 
-def maintain(wh: iceberg.Warehouse, *, names=None,
+def maintain(wh: Warehouse, *, names=None,
              older_than_days: float = DEFAULT_OLDER_THAN_DAYS,
              retain_last: int = DEFAULT_RETAIN_LAST,
              orphan_grace_hours: float = DEFAULT_ORPHAN_GRACE_HOURS,
@@ -856,7 +848,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m spark_jobs.maintenance",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--warehouse", required=True, help="the warehouse root W (local path or s3://)")
-    iceberg.add_catalog_args(p)
+    add_catalog_args(p)
     p.add_argument("--table", action="append", type=table_name, metavar="TABLE",
                    help="only this table: one of %s or a typed table values__<topic> "
                         "(repeatable; default: every table)" % ", ".join(schemas.ALL_NAMES))
@@ -898,7 +890,7 @@ def main(argv=None) -> dict:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     config = storage.S3Config.from_env(args.s3_endpoint) if storage.is_s3(args.warehouse) \
         or args.s3_endpoint else None
-    wh = iceberg.Warehouse(args.warehouse, args.catalog, args.namespace, config)
+    wh = Warehouse(args.warehouse, args.catalog, args.namespace, config)
     try:
         summary = maintain(wh, names=args.table, older_than_days=args.older_than_days,
                            retain_last=args.retain_last,
@@ -907,7 +899,7 @@ def main(argv=None) -> dict:
                            groups_per_commit=args.groups_per_commit,
                            min_manifests=args.min_manifests, dry_run=args.dry_run,
                            clean_metadata=args.clean_metadata)
-    except (MaintenanceError, iceberg.CatalogError) as err:
+    except (MaintenanceError, CatalogError) as err:
         print(f"maintenance: {err}", file=sys.stderr)
         raise SystemExit(1) from err
     print(json.dumps(summary, sort_keys=True))

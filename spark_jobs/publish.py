@@ -6,7 +6,7 @@ Each table's ``main`` moves to the run's branch (``run_<run token>``), table by
 table, ledger last (later runs trust it to skip bytes); then the branches are
 dropped. Publishing again after a crash at any point completes what is left;
 a run whose offsets another run published meanwhile is refused (exit 1, naming
-that run). See :meth:`spark_jobs.iceberg.Warehouse.publish` and docs/tables.md.
+that run). See :meth:`spark_jobs.warehouse.Warehouse.publish` and docs/tables.md.
 No Spark needed: it only moves references in the catalog.
 """
 
@@ -16,20 +16,22 @@ import argparse
 import json
 import sys
 
-from spark_jobs import iceberg, storage
+from spark_jobs import storage
+from spark_jobs.warehouse import (DEFAULT_CATALOG, DEFAULT_NAMESPACE, CatalogError, ConflictError,
+                                  NotAudited, NothingStaged, Warehouse, add_catalog_args)
 
 
-def publish_run(wh: iceberg.Warehouse, run_id: str, *, audited: bool = False) -> dict:
+def publish_run(wh: Warehouse, run_id: str, *, audited: bool = False) -> dict:
     """Publish run ``run_id`` in ``wh``; returns ``{"run_id", "tables": {table: action}}``.
-    ``audited``: only what the run's newest audit read (else :class:`iceberg.NotAudited`)."""
+    ``audited``: only what the run's newest audit read (else :class:`NotAudited`)."""
     return {"run_id": run_id, "tables": wh.publish(run_id, audited=audited)}
 
 
 def publish(warehouse: str, run_id: str, config: storage.S3Config | None = None, *,
-            catalog: str = iceberg.DEFAULT_CATALOG,
-            namespace: str = iceberg.DEFAULT_NAMESPACE, audited: bool = False) -> dict:
+            catalog: str = DEFAULT_CATALOG,
+            namespace: str = DEFAULT_NAMESPACE, audited: bool = False) -> dict:
     """:func:`publish_run` on the warehouse at root ``warehouse``."""
-    return publish_run(iceberg.Warehouse(warehouse, catalog, namespace, config), run_id,
+    return publish_run(Warehouse(warehouse, catalog, namespace, config), run_id,
                        audited=audited)
 
 
@@ -37,7 +39,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m spark_jobs.publish", description=__doc__.split("\n\n")[0])
     p.add_argument("--warehouse", required=True, help="the warehouse root (local path or s3://)")
     p.add_argument("--run-id", required=True)
-    iceberg.add_catalog_args(p)
+    add_catalog_args(p)
     p.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL)")
     p.add_argument("--require-audit", action="store_true",
                    help="publish only the branch heads the run's newest audit read (its "
@@ -48,8 +50,7 @@ def main(argv=None) -> dict:
     try:
         result = publish(args.warehouse, args.run_id, config, catalog=args.catalog,
                          namespace=args.namespace, audited=args.require_audit)
-    except (iceberg.ConflictError, iceberg.NothingStaged, iceberg.CatalogError,
-            iceberg.NotAudited) as err:
+    except (ConflictError, NothingStaged, CatalogError, NotAudited) as err:
         print(f"publish: {err}", file=sys.stderr)
         raise SystemExit(1) from err
     print(json.dumps(result, sort_keys=True))

@@ -6,7 +6,7 @@ read-committed view.
 its own Parquet reader for local files, executors fetching each file with boto3
 on ``s3://`` (no ``s3a://`` jars here). Every data file holds every column of
 the table (partition columns included) and the pipeline never writes delete
-files (checked: :func:`spark_jobs.iceberg.live_files`), so plain Parquet
+files (checked: :func:`spark_jobs.warehouse.history.live_files`), so plain Parquet
 readers see exactly the snapshot's rows.
 """
 
@@ -17,17 +17,19 @@ import io
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import iceberg, schemas, storage
+from . import schemas, storage
+from .warehouse import CatalogError, Warehouse, is_run_file
 
 
-def warehouse_of(warehouse, config: storage.S3Config | None = None) -> iceberg.Warehouse:
-    """An :class:`iceberg.Warehouse` (a root path is opened with the default catalog)."""
-    if isinstance(warehouse, iceberg.Warehouse):
+def warehouse_of(warehouse, config: storage.S3Config | None = None) -> Warehouse:
+    """A :class:`~spark_jobs.warehouse.Warehouse` (a root path is opened with the default
+    catalog)."""
+    if isinstance(warehouse, Warehouse):
         return warehouse
-    return iceberg.Warehouse(warehouse, s3=config)
+    return Warehouse(warehouse, s3=config)
 
 
-def table_paths(wh: iceberg.Warehouse, name: str, *, snapshot: int | None = None,
+def table_paths(wh: Warehouse, name: str, *, snapshot: int | None = None,
                 ref: str | None = None, row_filter=None, run_id: str | None = None) -> list[str]:
     """The data files of table ``name`` at ``snapshot`` (or branch/tag ``ref``; default
     ``main``'s current) that may hold rows matching ``row_filter`` (a pyiceberg
@@ -47,9 +49,9 @@ def table_paths(wh: iceberg.Warehouse, name: str, *, snapshot: int | None = None
     paths = []
     for task in scan.plan_files():
         if task.delete_files:
-            raise iceberg.CatalogError(f"{name}: snapshot {snapshot} has delete files, "
-                                       "which this pipeline never writes and cannot read")
-        if run_id is None or iceberg.is_run_file(task.file.file_path, run_id):
+            raise CatalogError(f"{name}: snapshot {snapshot} has delete files, "
+                               "which this pipeline never writes and cannot read")
+        if run_id is None or is_run_file(task.file.file_path, run_id):
             paths.append(task.file.file_path)
     return paths
 
@@ -87,8 +89,8 @@ def read_files(spark, paths: list[str], name: str, config: storage.S3Config | No
 def read_table(spark, warehouse, name: str, *, snapshot: int | None = None, ref: str | None = None,
                row_filter=None, run_id: str | None = None,
                config: storage.S3Config | None = None):
-    """Table ``name`` of ``warehouse`` (a root, or an :class:`iceberg.Warehouse`) as a
-    DataFrame: ``main``'s current snapshot, or ``snapshot`` / ``ref`` (time travel, a
+    """Table ``name`` of ``warehouse`` (a root, or a :class:`~spark_jobs.warehouse.Warehouse`)
+    as a DataFrame: ``main``'s current snapshot, or ``snapshot`` / ``ref`` (time travel, a
     run's branch); ``row_filter`` prunes files (rows are not filtered by it);
     ``run_id`` keeps that run's rows only."""
     wh = warehouse_of(warehouse, config)

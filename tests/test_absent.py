@@ -15,7 +15,8 @@ import json
 import pytest
 
 from kafkalog.writer import SegmentWriter, internal_record
-from spark_jobs import iceberg, tables
+from spark_jobs import tables
+from spark_jobs.warehouse import Warehouse
 from spark_jobs.quality import results
 
 from test_quality import T0, dq_rows, recs, write_segments
@@ -213,7 +214,7 @@ def test_snapshot_missing_rows_and_a_late_snapshot_replaces_them(tmp_path):
     from kafkalog_pipeline import tasks
     from spark_jobs.quality.policy import Policy
 
-    wh = iceberg.Warehouse(str(tmp_path / "w"))
+    wh = Warehouse(str(tmp_path / "w"))
     where = {NIGHTS[0]: "s3://b/snapshots/2026-11-19/", NIGHTS[1]: "s3://b/snapshots/2026-11-20/"}
     rows = tasks.record_missing_nights(wh, "late", where, {NIGHTS[1]: 3})
     assert [(r["night"], r["status"], r["topic"], r["partition"]) for r in rows] == [

@@ -303,12 +303,13 @@ def check_runs(af: Airflow, runs: list[dict], nights=NIGHTS) -> None:
         dates = {re.search(r"/(\d{4}-\d\d-\d\d)/", x["segment"]).group(1)
                  for x in ledger if x["run_id"] == r["run_id"]}
         assert dates == {night}, (r["run_id"], dates)
-    from spark_jobs import iceberg
+    from spark_jobs.warehouse import Warehouse, branch_name
+    from spark_jobs.warehouse.history import published_snapshot
 
-    ledger_table = iceberg.Warehouse(str(af.warehouse)).table("ledger")
+    ledger_table = Warehouse(str(af.warehouse)).table("ledger")
     for r in runs:
-        assert iceberg.published_snapshot(ledger_table, r["run_id"]) is not None
-        assert iceberg.branch_name(r["run_id"]) not in ledger_table.refs()
+        assert published_snapshot(ledger_table, r["run_id"]) is not None
+        assert branch_name(r["run_id"]) not in ledger_table.refs()
 
 
 # ------------------------------------------------------------------ the test

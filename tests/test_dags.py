@@ -597,10 +597,10 @@ def _ingest_here(warehouse: Path, run_id: str, input_uri: str, s3) -> None:
     """Decode ``input_uri`` in this process (the job's plan and tasks, no Spark) and
     publish it, ledger included, as the decode job does."""
     from spark_jobs import decode as job
-    from spark_jobs import iceberg
+    from spark_jobs.warehouse import Warehouse
     from spark_jobs.decode.writing import write_driver_table
 
-    wh = iceberg.Warehouse(str(warehouse), s3=s3)
+    wh = Warehouse(str(warehouse), s3=s3)
     wh.begin_run(run_id, reset=True)
     ctx = job.make_context(wh, run_id, "t", ingested_at=dt.datetime.now(dt.timezone.utc).isoformat())
     segments, _ = job.discover(input_uri, s3)

@@ -22,7 +22,8 @@ import pytest
 # Airflow reads its configuration at import: airflow_env sets it first.
 from airflow_env import DAG_ID, DAGS  # noqa: E402
 
-from spark_jobs import iceberg  # noqa: E402
+from spark_jobs.warehouse import Warehouse, branch_name  # noqa: E402
+from spark_jobs.warehouse.history import published_snapshot  # noqa: E402
 from spark_jobs.layout import DERIVED_TABLES, TABLE_NAMES  # noqa: E402
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
@@ -203,15 +204,15 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     assert len(keys) == len(set(keys))
     assert {t: {(p, o) for tt, p, o in keys if tt == t} for t in {k[0] for k in keys}} == want
     token1 = run_token(run_id)
-    published = iceberg.Warehouse(str(wh)).table("ledger")
-    assert iceberg.published_snapshot(published, run_id) is not None
-    assert iceberg.branch_name(run_id) not in published.refs()  # publish dropped the branch
+    published = Warehouse(str(wh)).table("ledger")
+    assert published_snapshot(published, run_id) is not None
+    assert branch_name(run_id) not in published.refs()  # publish dropped the branch
     assert (wh / "data_docs" / token1 / "index.html").exists()
     # every table's asset has the run's event; the internal topics' and the typed tables
     # through the alias, each one the publish moved (night 1 brings rows for all of them:
     # Avro, JSON Schema and Protobuf values)
     typed = {"values__clicks", "values__shipments", "values__shop_dot_orders"}
-    assert set(iceberg.Warehouse(str(wh)).typed_tables()) == typed
+    assert set(Warehouse(str(wh)).typed_tables()) == typed
     assert asset_names(run_id) == {f"kafkalog.{n}" for n in
                                    {*TABLE_NAMES, *DERIVED_TABLES, *typed}}
 
@@ -442,11 +443,11 @@ def test_failed_audit_holds_publish_back(dag, pipeline, tmp_path, api):
     assert verdict["failed"]["crc"] == ["audit-0"], verdict
     assert verdict["fail"] == sum(len(parts) for parts in verdict["failed"].values()), verdict
     wh = pipeline["warehouse"]
-    records = iceberg.Warehouse(str(wh)).table("records")
-    assert iceberg.published_snapshot(records, run_id) is None
+    records = Warehouse(str(wh)).table("records")
+    assert published_snapshot(records, run_id) is None
     assert not any(r["run_id"] == run_id for r in warehouse_rows(wh, "records", ["run_id"]))
     # what it decoded waits on its branch, and the audit's results are there for the report
-    assert iceberg.branch_name(run_id) in records.refs()
+    assert branch_name(run_id) in records.refs()
     assert any(r["run_id"] == run_id for r in warehouse_rows(wh, "dq_results", ["run_id"]))
 
 

@@ -21,7 +21,10 @@ import pytest
 import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import decode as job
-from spark_jobs import decode_segments, iceberg, layout, schemas, storage, tables
+from spark_jobs import decode_segments, layout, schemas, storage, tables
+from spark_jobs.warehouse import DEFAULT_CATALOG, RUN_ID, CatalogError, Warehouse, branch_name
+from spark_jobs.warehouse.catalog import CONFIG_FILE, catalog_properties
+from spark_jobs.warehouse.history import snapshot_summary
 
 from spark_settings import FAST_START_JVM
 from test_corpus import CORPUS
@@ -97,7 +100,7 @@ def run_tasks_here(wh: Path, tasks, run_id: str = "r", **kwargs) -> list[dict]:
     then commit and publish what they wrote, as the job does."""
     import datetime as dt
 
-    w = iceberg.Warehouse(str(wh))
+    w = Warehouse(str(wh))
     w.begin_run(run_id, reset=True)
     ctx = job.make_context(w, run_id, "t", ingested_at=dt.datetime.now(dt.timezone.utc).isoformat(),
                            **kwargs)
@@ -152,10 +155,10 @@ def test_snapshot_tables_hold_exactly_what_the_segments_hold(spark, tmp_path):
     assert "2025-11-21" in days and len(days) > 1  # records an hour apart span days
     ledger = read_local(wh, "ledger")
     assert ledger.num_rows == 3 and set(ledger.column("action").to_pylist()) == {"decoded"}
-    w = iceberg.Warehouse(str(wh))
+    w = Warehouse(str(wh))
     for name in ("records", "batches", "markers", "findings", "ledger"):
         t = w.table(name)
-        assert iceberg.snapshot_summary(t, t.current_snapshot().snapshot_id)[iceberg.RUN_ID] \
+        assert snapshot_summary(t, t.current_snapshot().snapshot_id)[RUN_ID] \
             == "night-1"
         assert not [b for b in t.refs() if b != "main"]  # the run's branch is gone
         # every file reads back with its table's documented schema (tasks hand Parquet
@@ -573,7 +576,7 @@ def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint
     s = run(spark, f"s3://{s3_bucket}/snapshots/2026-11-20", wh, "r1", "--catalog", s3_catalog)
     assert s["published"]
     cfg = storage.S3Config.from_env()
-    remote_wh = iceberg.Warehouse(wh, s3_catalog, s3=cfg)
+    remote_wh = Warehouse(wh, s3_catalog, s3=cfg)
     assert all(p.startswith(f"s3://{s3_bucket}/iceberg/")
                for p in tables.table_paths(remote_wh, "records"))
     remote = tables.read_table(spark, remote_wh, "records")
@@ -590,7 +593,7 @@ def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint
     assert s["tasks"] > 3
     local_split = tmp_path / "wh-split"
     run(spark, src, local_split, "r1", "--split-bytes", "2048")
-    split_wh = iceberg.Warehouse(f"{wh}-split", s3_catalog, "split", s3=cfg)
+    split_wh = Warehouse(f"{wh}-split", s3_catalog, "split", s3=cfg)
     remote = tables.read_table(spark, split_wh, "records").collect()
     assert sorted((r.topic, r.partition, r.offset, bytes(r.key), bytes(r.value))
                   for r in remote) == sorted(got_records(local_split)) == got
@@ -608,8 +611,8 @@ def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint
     s = run(spark, f"s3://{s3_bucket}/m/chunk-0.json", wh2, "r2", "--chunk-id", "0", "--no-publish",
             "--catalog", s3_catalog, "--namespace", "chunks")
     assert s["segments"] == 2 and not s["published"]
-    w2 = iceberg.Warehouse(wh2, s3_catalog, "chunks", s3=cfg)
-    staged = tables.table_paths(w2, "records", ref=iceberg.branch_name("r2"))
+    w2 = Warehouse(wh2, s3_catalog, "chunks", s3=cfg)
+    staged = tables.table_paths(w2, "records", ref=branch_name("r2"))
     assert staged and all(os.path.basename(k).startswith("r2~c0~") for k in staged)
     assert tables.table_paths(w2, "records") == []  # main: nothing before publish
 
@@ -848,12 +851,12 @@ def test_a_changed_catalog_file_is_read_again(tmp_path):
     """The warehouse's ``.pyiceberg.yaml`` is parsed once per version of the file (a job
     asks for its catalog dozens of times): a file changed since is read again."""
     root = str(tmp_path / "wh")
-    props = iceberg.catalog_properties(root)  # writes the embedded default down
-    conf = tmp_path / "wh" / iceberg.CONFIG_FILE
-    assert iceberg.catalog_properties(root) == props
+    props = catalog_properties(root)  # writes the embedded default down
+    conf = tmp_path / "wh" / CONFIG_FILE
+    assert catalog_properties(root) == props
     props["uri"] = "changed"  # a caller's copy: the next caller gets the file's values
-    assert iceberg.catalog_properties(root)["uri"] != "changed"
-    conf.write_text(conf.read_text().replace(f"  {iceberg.DEFAULT_CATALOG}:", "  other:"))
-    with pytest.raises(iceberg.CatalogError, match="defines no catalog named"):
-        iceberg.catalog_properties(root)
-    assert iceberg.catalog_properties(root, "other")["type"] == "sql"
+    assert catalog_properties(root)["uri"] != "changed"
+    conf.write_text(conf.read_text().replace(f"  {DEFAULT_CATALOG}:", "  other:"))
+    with pytest.raises(CatalogError, match="defines no catalog named"):
+        catalog_properties(root)
+    assert catalog_properties(root, "other")["type"] == "sql"

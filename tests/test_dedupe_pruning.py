@@ -22,7 +22,9 @@ import pytest
 
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import decode as job
-from spark_jobs import iceberg, maintenance, schemas, tables
+from spark_jobs import maintenance, schemas, tables
+from spark_jobs.warehouse import Warehouse, run_files_prefix
+from spark_jobs.warehouse.ddl import NAME_MAPPING, TABLE_PROPERTIES
 from test_faults import lost_and_duplicated, published, truth
 
 T0 = 1_763_683_200_000
@@ -60,7 +62,7 @@ def test_a_night_overlapping_an_old_run_finds_its_rows_past_clustered_manifests(
                    "orders", 0, 15, 10)
     n3 = write_log(tmp_path / "n3", "orders", 0, 10, 20)
     wh = tmp_path / "wh"
-    w = iceberg.Warehouse(str(wh))
+    w = Warehouse(str(wh))
     for run_id, src in (("night-1", n1), ("night-2", n2)):
         job.main(["--input", str(src), "--output", str(wh), "--run-id", run_id], spark=spark)
     for name in ("records", "batches", "markers"):
@@ -80,7 +82,7 @@ def test_a_night_overlapping_an_old_run_finds_its_rows_past_clustered_manifests(
 
 
 # ------------------------------------------------------------ the catalog alone
-def record_file(wh: iceberg.Warehouse, run_id: str, topic: str, partition: int, offsets,
+def record_file(wh: Warehouse, run_id: str, topic: str, partition: int, offsets,
                 ingest: str | None, name: str, schema: pa.Schema = schemas.RECORDS,
                 root: str | None = None) -> str:
     """A ``records`` data file as the job writes it (``schema``: an older version's,
@@ -99,7 +101,7 @@ def record_file(wh: iceberg.Warehouse, run_id: str, topic: str, partition: int, 
     return uri
 
 
-def nightly(wh: iceberg.Warehouse, nights: range, per_night: int = 10) -> pa.Table:
+def nightly(wh: Warehouse, nights: range, per_night: int = 10) -> pa.Table:
     """One run a night into ``records`` (orders-0, ``per_night`` offsets each,
     ``ingest_dt`` its day), each its own commit to ``main`` (a manifest each, as a
     published run leaves it); returns the ledger rows they would have written."""
@@ -109,7 +111,7 @@ def nightly(wh: iceberg.Warehouse, nights: range, per_night: int = 10) -> pa.Tab
         run_id = f"night-{i}"
         lo = i * per_night
         t.add_files([record_file(wh, run_id, "orders", 0, range(lo, lo + per_night), day(i),
-                                 f"{iceberg.run_files_prefix(run_id)}a~0.parquet",
+                                 f"{run_files_prefix(run_id)}a~0.parquet",
                                  root=t.location() + "/data")])
         ledger.append({"run_id": run_id, "topic": "orders", "partition": 0,
                        "first_offset": lo, "last_offset": lo + per_night - 1,
@@ -135,13 +137,13 @@ class Opened:
         monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", fetch)
 
 
-def plan(wh: iceberg.Warehouse, row_filter) -> list[str]:
+def plan(wh: Warehouse, row_filter) -> list[str]:
     return sorted(tables.table_paths(wh, "records", row_filter=row_filter))
 
 
 def test_clustered_manifests_keep_every_entry_and_a_recent_scan_opens_only_its_days(
         tmp_path, monkeypatch):
-    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    wh = Warehouse(str(tmp_path / "wh"))
     ledger = nightly(wh, range(60))
     t = wh.table("records")
     before = {e.data_file.file_path: (e.snapshot_id, e.sequence_number)
@@ -200,7 +202,7 @@ def test_a_table_from_before_ingest_dt_is_evolved_and_its_old_files_still_match(
     from pyiceberg.schema import assign_fresh_schema_ids
     from pyiceberg.transforms import IdentityTransform
 
-    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    wh = Warehouse(str(tmp_path / "wh"))
     old = pa.schema([f for f in schemas.RECORDS if f.name != schemas.INGEST_DT])
     ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(old))
     wh.catalog.create_namespace_if_not_exists(wh.namespace)
@@ -208,10 +210,10 @@ def test_a_table_from_before_ingest_dt_is_evolved_and_its_old_files_still_match(
                                           transform=IdentityTransform(), name=c)
                            for i, c in enumerate(("topic", "dt"))])
     t = wh.catalog.create_table(wh.identifier("records"), schema=ice, partition_spec=spec,
-                                properties={k: v for k, v in iceberg.TABLE_PROPERTIES.items()
+                                properties={k: v for k, v in TABLE_PROPERTIES.items()
                                             if schemas.INGEST_DT not in k})
     with t.transaction() as tx:
-        tx.set_properties(**{iceberg.NAME_MAPPING: t.schema().name_mapping.model_dump_json()})
+        tx.set_properties(**{NAME_MAPPING: t.schema().name_mapping.model_dump_json()})
     old_file = record_file(wh, "night-0", "orders", 0, range(0, 10), None, "night-0~a~0.parquet",
                            schema=old, root=t.location() + "/data")
     t.add_files([old_file])

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pytest
 
 from kafkalog_pipeline import demo
-from spark_jobs import iceberg, layout, schemas
+from spark_jobs import layout, schemas
+from spark_jobs.warehouse import Warehouse
 
 NIGHT_1 = "manual__2026-11-20T03:00:00+00:00"
 NIGHT_2 = "manual__2026-11-21T03:00:00+00:00"
@@ -117,7 +118,7 @@ def test_progress_before_the_metadata_db_exists_prints_nothing(tmp_path):
 def demo_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo-output")
     demo.catalog_config(out)
-    wh = iceberg.Warehouse(str(out / "warehouse"))
+    wh = Warehouse(str(out / "warehouse"))
     for run_id in (NIGHT_1, NIGHT_2):
         rows = [r for r in RESULTS if r["run_id"] == run_id]
         wh.replace_run_rows("dq_results", run_id, pa.Table.from_pylist(rows, schemas.DQ_RESULTS))

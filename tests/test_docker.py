@@ -628,8 +628,9 @@ def test_airflow_init_creates_the_catalog_role_and_database_on_a_real_postgres(
     code = """
 import datetime as dt, json, os, sys
 import pyarrow as pa
-from spark_jobs import iceberg, schemas, tables
-wh = iceberg.Warehouse(sys.argv[1], os.environ["KAFKALOG_CATALOG"], os.environ["KAFKALOG_NAMESPACE"])
+from spark_jobs import schemas, tables
+from spark_jobs.warehouse import Warehouse
+wh = Warehouse(sys.argv[1], os.environ["KAFKALOG_CATALOG"], os.environ["KAFKALOG_NAMESPACE"])
 row = dict(run_id="r1", check="c", topic="t", partition=0, status="pass", severity="error",
            observed=1, failed=0, details="{}", checked_at=dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc))
 for attempt in (1, 2):

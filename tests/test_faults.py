@@ -25,7 +25,12 @@ from pyiceberg.exceptions import CommitFailedException
 import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import decode as job
-from spark_jobs import iceberg, publish, schemas, tables
+from spark_jobs import publish, schemas, tables
+from spark_jobs.warehouse import ConflictError, NotAudited, Warehouse, branch_name, run_files_prefix
+from spark_jobs.warehouse._pyiceberg import STALE_SEQUENCE
+from spark_jobs.warehouse.history import live_files, main_history
+from spark_jobs.warehouse.naming import PUBLISHING
+from spark_jobs.warehouse.snapshots import adding_snapshot
 
 pytestmark = pytest.mark.pipeline
 
@@ -125,7 +130,7 @@ def test_a_decode_killed_at_any_commit_point_then_rerun_loses_and_duplicates_not
         assert set(published(wh)) == want
 
 
-def staged_run(wh: iceberg.Warehouse, run_id: str, rows_by_partition: dict[int, range]) -> None:
+def staged_run(wh: Warehouse, run_id: str, rows_by_partition: dict[int, range]) -> None:
     """Commit a run's records (and a ledger row per partition) to its branch, as the job
     would, without Spark."""
     import pyarrow.parquet as pq
@@ -147,7 +152,7 @@ def staged_run(wh: iceberg.Warehouse, run_id: str, rows_by_partition: dict[int, 
                             last_offset=pa.array([offsets[-1]], pa.int64()),
                             action=pa.array(["decoded"]))
                 folder = ""
-            uri = f"{wh.data_root(name)}/{folder}{iceberg.run_files_prefix(run_id)}p{p}.parquet"
+            uri = f"{wh.data_root(name)}/{folder}{run_files_prefix(run_id)}p{p}.parquet"
             path = uri[len("file://"):]
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(pa.table(cols, schema=schemas.TABLES[name]), path)
@@ -158,14 +163,14 @@ def staged_run(wh: iceberg.Warehouse, run_id: str, rows_by_partition: dict[int, 
 def test_a_publish_killed_at_any_commit_point_then_retried_converges(tmp_path):
     rows = {0: range(0, 10), 1: range(0, 7)}
     want = {("orders", p, o) for p, r in rows.items() for o in r}
-    probe = iceberg.Warehouse(str(tmp_path / "probe"))
+    probe = Warehouse(str(tmp_path / "probe"))
     staged_run(probe, "r", rows)
     n = commits_of(lambda: probe.publish("r"))
     # one commit per table, its branch dropped (where the run wrote: records, ledger, with
     # main fast-forwarded to its head; the first also sets the marker), the marker gone
     assert n == len(schemas.DECODE_TABLES) + 1
     for k in range(n):
-        wh = iceberg.Warehouse(str(tmp_path / f"wh-{k}"))
+        wh = Warehouse(str(tmp_path / f"wh-{k}"))
         staged_run(wh, "r", rows)
         with pytest.raises(Crash), crash_at_commit(k):
             wh.publish("r")
@@ -177,7 +182,7 @@ def test_a_publish_killed_at_any_commit_point_then_retried_converges(tmp_path):
         for name in schemas.DECODE_TABLES:
             t = wh.table(name)
             assert list(t.refs()) == ["main"], (k, name)  # no branch left behind
-            assert not [p for p in t.properties if p.startswith(iceberg.PUBLISHING)]
+            assert not [p for p in t.properties if p.startswith(PUBLISHING)]
 
 
 def test_publish_with_the_audit_required_takes_only_what_the_audit_read(tmp_path):
@@ -191,13 +196,13 @@ def test_publish_with_the_audit_required_takes_only_what_the_audit_read(tmp_path
         results.write(wh, run_id, [], audited={n: s for n, (_, s) in
                                                audited_snapshots(wh, run_id).items()})
 
-    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    wh = Warehouse(str(tmp_path / "wh"))
     staged_run(wh, "r", {0: range(0, 10)})
-    with pytest.raises(iceberg.NotAudited, match="no audit"):
+    with pytest.raises(NotAudited, match="no audit"):
         wh.publish("r", audited=True)
     audit(wh, "r")
     staged_run(wh, "r", {0: range(0, 12)})  # written again after the audit
-    with pytest.raises(iceberg.NotAudited, match="written again after its audit"):
+    with pytest.raises(NotAudited, match="written again after its audit"):
         publish.publish(str(wh.root), "r", audited=True)
     with pytest.raises(SystemExit):  # the command line says so and exits 1
         publish.main(["--warehouse", str(wh.root), "--run-id", "r", "--require-audit"])
@@ -230,7 +235,7 @@ def test_a_publish_killed_part_way_is_completed_by_the_next_night(spark, tmp_pat
 
 # ------------------------------------------------------------ readers during publish
 def test_a_reader_during_publish_sees_none_or_all_of_the_run(tmp_path):
-    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    wh = Warehouse(str(tmp_path / "wh"))
     staged_run(wh, "night-1", {0: range(0, 50)})
     wh.publish("night-1")
     staged_run(wh, "night-2", {0: range(50, 80), 1: range(0, 40)})
@@ -263,12 +268,12 @@ def test_a_snapshot_beaten_to_its_sequence_number_is_a_lost_race_and_tried_again
     the branch's head when it adds a snapshot, so where the other run's snapshot took the
     table's next sequence number in between, the catalog refuses with a ValueError. That
     is a lost race like any other: tried again on a fresh load, not a crashed run."""
-    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    wh = Warehouse(str(tmp_path / "wh"))
     staged_run(wh, "a", {0: range(0, 5)})
     stale = wh.table("records")  # run a loads the table...
     staged_run(wh, "b", {1: range(0, 5)})  # ...run b's snapshot takes the next number
-    branch = iceberg.branch_name("a")
-    mine = iceberg.live_files(stale, stale.refs()[branch].snapshot_id)
+    branch = branch_name("a")
+    mine = live_files(stale, stale.refs()[branch].snapshot_id)
     assert mine
 
     def delete_mine(table):
@@ -277,18 +282,18 @@ def test_a_snapshot_beaten_to_its_sequence_number_is_a_lost_race_and_tried_again
                 for f in mine:
                     ow.delete_data_file(f)
 
-    with pytest.raises(ValueError, match=iceberg.STALE_SEQUENCE):  # pyiceberg's own word
+    with pytest.raises(ValueError, match=STALE_SEQUENCE):  # pyiceberg's own word
         delete_mine(stale)
-    with pytest.raises(CommitFailedException), iceberg.adding_snapshot():
+    with pytest.raises(CommitFailedException), adding_snapshot():
         delete_mine(stale)
-    loads, table = [], iceberg.Warehouse.table
-    monkeypatch.setattr(iceberg.Warehouse, "table", lambda self, name: stale if name == "records"
+    loads, table = [], Warehouse.table
+    monkeypatch.setattr(Warehouse, "table", lambda self, name: stale if name == "records"
                         and not loads and not loads.append(name) else table(self, name))
     wh.commit_files("records", "a", [])  # the first try on the stale table, then again
     assert loads == ["records"]
     fresh = wh.table("records")
-    assert iceberg.live_files(fresh, fresh.refs()[branch].snapshot_id) == []
-    assert len(iceberg.live_files(fresh, fresh.refs()[iceberg.branch_name("b")].snapshot_id)) == 1
+    assert live_files(fresh, fresh.refs()[branch].snapshot_id) == []
+    assert len(live_files(fresh, fresh.refs()[branch_name("b")].snapshot_id)) == 1
 
 
 def test_two_runs_planned_together_publish_once_and_the_second_is_refused(spark, tmp_path):
@@ -300,7 +305,7 @@ def test_two_runs_planned_together_publish_once_and_the_second_is_refused(spark,
     decode(spark, src, wh, "scheduled", "--no-publish")
     decode(spark, src, wh, "manual", "--no-publish")
     publish.publish(str(wh), "scheduled")
-    with pytest.raises(iceberg.ConflictError, match="scheduled") as refused:
+    with pytest.raises(ConflictError, match="scheduled") as refused:
         publish.publish(str(wh), "manual")
     # what the DAG says of it (kafkalog_pipeline.tasks.conflict_line) without parsing the message
     assert (refused.value.table, refused.value.runs) == ("records", ("scheduled",))
@@ -324,7 +329,7 @@ def test_two_runs_at_the_same_time_never_duplicate(spark, tmp_path):
     def run(run_id):
         try:
             outcomes[run_id] = decode(spark, src, wh, run_id)["published"]
-        except iceberg.ConflictError as err:
+        except ConflictError as err:
             outcomes[run_id] = err
         except Exception as err:  # noqa: BLE001 - any other error is a failure, said below
             outcomes[run_id] = f"crashed: {type(err).__name__}: {err}"
@@ -337,7 +342,7 @@ def test_two_runs_at_the_same_time_never_duplicate(spark, tmp_path):
         t.join()
     assert lost_and_duplicated(want, published(wh)) == (0, 0), outcomes
     assert not [e for e in outcomes.values() if isinstance(e, str)], outcomes
-    refused = [e for e in outcomes.values() if isinstance(e, iceberg.ConflictError)]
+    refused = [e for e in outcomes.values() if isinstance(e, ConflictError)]
     assert len(refused) <= 1 and sum(v is True for v in outcomes.values()) >= 1, outcomes
 
 
@@ -356,7 +361,7 @@ def test_a_rerun_replaces_exactly_that_runs_rows(spark, tmp_path):
     after = tables.read_arrow(str(wh), "records").sort_by([("partition", "ascending"),
                                                             ("offset", "ascending")])
     assert after.drop_columns(["segment"]).equals(before.drop_columns(["segment"]))
-    history = iceberg.main_history(iceberg.Warehouse(str(wh)).table("records"))
+    history = main_history(Warehouse(str(wh)).table("records"))
     assert [h["run_id"] for h in history if h["run_id"]][-1] == "night-1"
 
 

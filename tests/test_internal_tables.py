@@ -21,7 +21,8 @@ import pytest
 from kafkalog.writer import (SegmentWriter, WriteRecord, encode_producer_snapshot,
                              internal_record, leader_epoch_checkpoint_text,
                              partition_metadata_text)
-from spark_jobs import iceberg, layout, tables
+from spark_jobs import layout, tables
+from spark_jobs.warehouse import Warehouse, branch_name
 
 pytestmark = pytest.mark.pipeline
 
@@ -168,7 +169,7 @@ def test_internal_tables_lag_and_checks(spark, tmp_path, capsys):
                      key=lambda r: (r["group"], r["topic"], r["partition"]))
         assert lag == expected_lag(run)
 
-    check_tables(iceberg.branch_name(run))  # staged: the audit read them there
+    check_tables(branch_name(run))  # staged: the audit read them there
     dq = {(r["check"], r["topic"], r["partition"]): r for r in tables.read_arrow(W, "dq_results")
           .to_pylist() if r["check"] in check_quality.qc.INTERNAL_CHECKS}
     assert {k: (r["status"], r["observed"], r["failed"]) for k, r in dq.items()} == {
@@ -200,7 +201,7 @@ def test_internal_tables_lag_and_checks(spark, tmp_path, capsys):
     # deleted as orphans, and every row stays
     from spark_jobs import maintenance
 
-    done = maintenance.maintain(iceberg.Warehouse(W), names=layout.INTERNAL_TABLES,
+    done = maintenance.maintain(Warehouse(W), names=layout.INTERNAL_TABLES,
                                 older_than_days=0, retain_last=1, orphan_grace_hours=0)
     assert set(done["tables"]) == set(layout.INTERNAL_TABLES) - {"cluster_metadata"}  # none here
     assert done["orphans_deleted"] > 0

@@ -3,7 +3,7 @@
 A local warehouse with the embedded catalog; the data files are written here with
 the decode job's own writer (``decode.write_schema`` / ``parquet_options``),
 named as the job names them (``<run token>~[c<chunk>~]<attempt>~<part>.parquet``),
-and committed and published through :class:`spark_jobs.iceberg.Warehouse` as the job
+and committed and published through :class:`spark_jobs.warehouse.Warehouse` as the job
 does. Every record column is filled (nulls, nested headers and timestamps included),
 so "the same rows" means the same full content, not only the same keys.
 """
@@ -24,7 +24,11 @@ from airflow_env import DAGS, parse_dags  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from spark_jobs import decode, iceberg, maintenance, schemas, tables  # noqa: E402
+from spark_jobs import decode, maintenance, schemas, tables  # noqa: E402
+from spark_jobs.warehouse import (Warehouse, branch_name, is_run_file,  # noqa: E402
+                                  run_files_prefix, snapshots)
+from spark_jobs.warehouse.history import (ancestry, fork_point, live_files,  # noqa: E402
+                                          main_history)
 
 pytestmark = pytest.mark.pipeline
 
@@ -70,7 +74,7 @@ def record_rows(run_id: str, topic: str, partition: int, offsets, day: str = DAY
                      else pa.nulls(n, f.type) for f in schemas.RECORDS}, schema=schemas.RECORDS)
 
 
-def write_file(wh: iceberg.Warehouse, rows: pa.Table, name: str) -> str:
+def write_file(wh: Warehouse, rows: pa.Table, name: str) -> str:
     """One data file of ``records`` as the job's PartWriter writes it; returns its URI."""
     topic, day = rows.column("topic")[0].as_py(), rows.column("dt")[0].as_py()
     uri = f"{wh.data_root('records')}/{decode.partition_path(topic, day)}/{name}"
@@ -86,7 +90,7 @@ def stage(wh, run_id: str, layout: dict, *, chunk_id: str | None = None, split: 
           attempt: str = "a1", day: str = DAY) -> list[str]:
     """Write and commit run ``run_id``'s records: ``layout`` = {(topic, partition):
     offsets}, each partition's offsets in ``split`` files; returns the files."""
-    prefix = iceberg.run_files_prefix(run_id, chunk_id) + attempt
+    prefix = run_files_prefix(run_id, chunk_id) + attempt
     files = []
     for (topic, partition), offsets in sorted(layout.items()):
         offsets = list(offsets)
@@ -126,7 +130,7 @@ def expected(*runs) -> list[dict]:
 
 def live_paths(wh, name: str = "records") -> list[str]:
     t = wh.table(name)
-    return [f.file_path for f in iceberg.live_files(t, t.current_snapshot().snapshot_id)]
+    return [f.file_path for f in live_files(t, t.current_snapshot().snapshot_id)]
 
 
 def compact(wh, **kwargs):
@@ -136,7 +140,7 @@ def compact(wh, **kwargs):
 
 @pytest.fixture
 def wh(tmp_path):
-    return iceberg.Warehouse(str(tmp_path / "wh"))
+    return Warehouse(str(tmp_path / "wh"))
 
 
 NIGHT = {("orders", 0): range(0, 40), ("orders", 1): range(0, 25), ("orders", 2): range(0, 30),
@@ -177,11 +181,11 @@ def test_compaction_keeps_every_row_and_reduces_the_files(wh):
     for path in files_after:  # named by the run, beside the files it replaced
         name = os.path.basename(path)
         assert name.split("~")[1].startswith(maintenance.COMPACTED_TAG), name
-        assert any(iceberg.is_run_file(path, run) for run, _ in runs)
+        assert any(is_run_file(path, run) for run, _ in runs)
         assert os.path.dirname(path) in folders
     # one overwrite snapshot on main (the groups share it), marked as maintenance
     t = wh.table("records")
-    history = iceberg.main_history(t)
+    history = main_history(t)
     assert history[-2]["run_id"] == runs[-1][0] and history[-1]["stage"] == "maintenance"
     assert history[-1]["run_id"] is None and history[-1]["rows"] == str(len(before))
     summary = t.current_snapshot().summary
@@ -220,7 +224,7 @@ def test_chunks_are_compacted_apart_and_small_groups_left_alone(wh):
     result = compact(wh)
     assert result["groups_compacted"] == 1 and result["files_compacted"] == 4
     names = sorted(os.path.basename(p) for p in live_paths(wh))
-    token = iceberg.run_files_prefix(run)
+    token = run_files_prefix(run)
     assert sum(n.startswith(f"{token}c0~{maintenance.COMPACTED_TAG}") for n in names) == 1
     assert sum(n.startswith(f"{token}c1~a1~") for n in names) == 2
     assert rows_of(wh) == before
@@ -247,10 +251,10 @@ def test_a_rerun_of_a_compacted_run_still_replaces_exactly_its_rows(wh):
     stage(wh, run, c1, chunk_id="1", split=3)
     wh.publish(run)
     assert compact(wh)["groups_compacted"] == 4
-    mine = [p for p in live_paths(wh) if iceberg.is_run_file(p, run)]
+    mine = [p for p in live_paths(wh) if is_run_file(p, run)]
     assert len(mine) == 4
     for chunk, topic in (("0", "orders"), ("1", "pay")):
-        picked = [p for p in mine if iceberg.is_run_file(p, run, chunk)]
+        picked = [p for p in mine if is_run_file(p, run, chunk)]
         assert len(picked) == 2 and all(f"/topic={topic}/" in p for p in picked)
     # the whole run again, with one chunk: both rewritten files go
     c1b = {("pay", 5): range(0, 10)}
@@ -286,7 +290,7 @@ def test_when_main_moves_under_a_group_it_is_retried_or_skipped_never_lost(wh, m
     monkeypatch.setattr(maintenance, "rewrite", racing_rewrite)
     monkeypatch.setattr(maintenance, "_commit_replacement", racing_commit)
     result = compact(wh, groups_per_commit=2)
-    p1, p2 = iceberg.run_files_prefix(r1), iceberg.run_files_prefix(r2)
+    p1, p2 = run_files_prefix(r1), run_files_prefix(r2)
     assert rewrites == [("orders", p1), ("orders", p2), ("pay", p1), ("pay", p2)]
     # batch 1: run 2's group dropped (the rerun won), run 1's lost the race, then went;
     # batch 2: the same
@@ -455,7 +459,7 @@ def test_manifests_are_merged_without_changing_a_row_or_what_reruns_replace(wh):
     entries = merged.fetch_manifest_entry(t.io)
     assert {e.data_file.file_path: e.snapshot_id for e in entries} == added_by
     assert {e.status.name for e in entries} == {"EXISTING"}
-    assert iceberg.main_history(t)[-1]["stage"] == "maintenance"
+    assert main_history(t)[-1]["stage"] == "maintenance"
     assert t.current_snapshot().summary["total-data-files"] == str(len(files))
     # the table's own settings are as they were, and none of the merge's are left
     assert t.properties["commit.manifest.min-count-to-merge"] == "50"
@@ -476,10 +480,10 @@ def test_manifests_are_merged_without_changing_a_row_or_what_reruns_replace(wh):
 
 
 def pyiceberg_overwrite(table, ref, *, add, remove, summary):
-    """What :func:`iceberg.commit_snapshot` does, through pyiceberg's own ``Transaction``
+    """What :func:`snapshots.commit_snapshot` does, through pyiceberg's own ``Transaction``
     (the job's path until 2026-11): the reference its snapshots are held to."""
     head = table.refs()[ref].snapshot_id if ref in table.refs() else None
-    gone = [f for f in iceberg.live_files(table, head) if remove(f.file_path)]
+    gone = [f for f in live_files(table, head) if remove(f.file_path)]
     if not gone and not add:
         return head
     with table.transaction() as tx:
@@ -492,7 +496,7 @@ def pyiceberg_overwrite(table, ref, *, add, remove, summary):
 
 
 def test_commits_make_the_snapshots_pyiceberg_would(tmp_path, monkeypatch):
-    """The job's commits write their manifests themselves (iceberg.commit_snapshot). The
+    """The job's commits write their manifests themselves (snapshots.commit_snapshot). The
     same nights, a rerun (which drops the run's files, then adds its new ones) and a
     chunk replaced, done once so and once through pyiceberg's own overwrite, give the
     same rows, the same files with the same entries (status and sequence numbers), and
@@ -511,10 +515,10 @@ def test_commits_make_the_snapshots_pyiceberg_would(tmp_path, monkeypatch):
         wh.publish(r1)
         return wh
 
-    ours = build(iceberg.Warehouse(str(tmp_path / "ours")))
+    ours = build(Warehouse(str(tmp_path / "ours")))
     with monkeypatch.context() as m:
-        m.setattr(iceberg, "commit_snapshot", pyiceberg_overwrite)
-        theirs = build(iceberg.Warehouse(str(tmp_path / "theirs")))
+        m.setattr(snapshots, "commit_snapshot", pyiceberg_overwrite)
+        theirs = build(Warehouse(str(tmp_path / "theirs")))
     assert rows_of(ours) == rows_of(theirs)
 
     def relative(wh, path):
@@ -523,7 +527,7 @@ def test_commits_make_the_snapshots_pyiceberg_would(tmp_path, monkeypatch):
     def described(wh):
         t = wh.table("records")
         history = []
-        for sid in reversed(iceberg.ancestry(t, t.current_snapshot().snapshot_id)):
+        for sid in reversed(ancestry(t, t.current_snapshot().snapshot_id)):
             snap = t.metadata.snapshot_by_id(sid)
             totals = {k: v for k, v in snap.summary.additional_properties.items()
                       if not k.startswith(("kafkalog.", "airflow."))}
@@ -551,12 +555,12 @@ def test_commits_make_the_snapshots_pyiceberg_would(tmp_path, monkeypatch):
     stale = ours.table("records")
     stage(ours, run, {("pay", 0): range(500, 510)})  # moves the branch
     uri = write_file(ours, record_rows(run, "pay", 1, range(500, 510)),
-                     f"{iceberg.run_files_prefix(run)}b1~pay-1-0.parquet")
+                     f"{run_files_prefix(run)}b1~pay-1-0.parquet")
     added = [parquet_file_to_data_file(stale.io, stale.metadata, uri)]
     metadata = Path(stale.location()[len("file://"):]) / "metadata"
     before = sorted(metadata.iterdir())
     with pytest.raises(CommitFailedException):
-        iceberg.commit_snapshot(stale, iceberg.branch_name(run), add=added,
+        snapshots.commit_snapshot(stale, branch_name(run), add=added,
                                 remove=lambda p: False, summary={})
     assert sorted(metadata.iterdir()) == before
 
@@ -644,9 +648,9 @@ def test_expiry_keeps_the_last_n_and_what_an_open_branch_needs(wh):
     for run, layout in runs[2:]:
         publish_run(wh, run, layout)
     t = wh.table("records")
-    main_line = iceberg.ancestry(t, t.current_snapshot().snapshot_id)
+    main_line = ancestry(t, t.current_snapshot().snapshot_id)
     assert fork in main_line and main_line.index(fork) == 4  # 4 runs published since
-    branch = t.refs()[iceberg.branch_name(late)].snapshot_id
+    branch = t.refs()[branch_name(late)].snapshot_id
 
     # pyiceberg's own rule would drop the fork point (only ref heads are protected)
     keep = maintenance.protected_snapshots(t, retain_last=2)
@@ -656,8 +660,8 @@ def test_expiry_keeps_the_last_n_and_what_an_open_branch_needs(wh):
                                       retain_last=2)
     assert result["expired_snapshots"] == len(main_line) - 5
     t = wh.table("records")
-    assert iceberg.ancestry(t, t.current_snapshot().snapshot_id) == main_line[:5]
-    assert iceberg.fork_point(t, iceberg.branch_name(late)) == fork
+    assert ancestry(t, t.current_snapshot().snapshot_id) == main_line[:5]
+    assert fork_point(t, branch_name(late)) == fork
     # the open run publishes (its fork point is an ancestor of main: re-applied)
     assert wh.publish(late)["records"] == "re-applied"
     assert rows_of(wh) == expected(*runs, (late, late_layout))
@@ -665,7 +669,7 @@ def test_expiry_keeps_the_last_n_and_what_an_open_branch_needs(wh):
     # with no branch open, only the last N stay (and nothing newer than the cutoff goes)
     maintenance.expire_table(wh, "records", older_than=dt.datetime.now(UTC), retain_last=2)
     t = wh.table("records")
-    assert len(iceberg.ancestry(t, t.current_snapshot().snapshot_id)) == 2
+    assert len(ancestry(t, t.current_snapshot().snapshot_id)) == 2
     assert len(t.metadata.snapshots) == 2
     assert maintenance.expire_table(wh, "records", older_than=dt.datetime.now(UTC) -
                                     dt.timedelta(days=1), retain_last=1)["expired_snapshots"] == 0
@@ -797,7 +801,7 @@ def airflow_db():
 
 
 def test_dag_test_runs_maintenance_end_to_end(dag, airflow_db, tmp_path, monkeypatch):
-    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    wh = Warehouse(str(tmp_path / "wh"))
     for run, layout in nights(2):
         publish_run(wh, run, layout, split=3)
     before = rows_of(wh)
@@ -811,7 +815,7 @@ def test_dag_test_runs_maintenance_end_to_end(dag, airflow_db, tmp_path, monkeyp
     assert rows_of(wh) == before
     assert len(live_paths(wh)) == 10 and len(data_manifests(wh)) == 1
     t = wh.table("records")
-    assert len(iceberg.ancestry(t, t.current_snapshot().snapshot_id)) == 2
+    assert len(ancestry(t, t.current_snapshot().snapshot_id)) == 2
     # clean_metadata (on by default): what the 2 snapshots left do not name is gone
     _, meta = maintenance.referenced_files(t)
     listed = {maintenance.normalize(str(p)) for p in Path(t.location()[len("file://"):], "metadata")
@@ -820,13 +824,13 @@ def test_dag_test_runs_maintenance_end_to_end(dag, airflow_db, tmp_path, monkeyp
 
 
 def test_data_files_are_pyiceberg_s_and_every_schema_is_checked(tmp_path):
-    """iceberg.data_files (the commits' DataFiles, the schema check made once per distinct
+    """snapshots.data_files (the commits' DataFiles, the schema check made once per distinct
     file schema) gives each file exactly what pyiceberg's parquet_file_to_data_file
     gives; a file whose schema the table cannot take is refused as pyiceberg refuses
     it, wherever it comes in the list."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-    wh = iceberg.Warehouse(str(tmp_path / "w"))
+    wh = Warehouse(str(tmp_path / "w"))
     for run_id, layout in nights(2):
         publish_run(wh, run_id, layout, split=2)
 
@@ -837,9 +841,9 @@ def test_data_files_are_pyiceberg_s_and_every_schema_is_checked(tmp_path):
                 f.file_format, f.sort_order_id)
 
     table = wh.table("records")  # the table publish_run writes
-    good = sorted(f.file_path for f in iceberg.live_files(table, table.current_snapshot().snapshot_id))
-    assert len(good) >= 4 and len({tuple(f.partition) for f in iceberg.data_files(table, good)}) >= 2
-    assert [described(f) for f in iceberg.data_files(table, good)] == \
+    good = sorted(f.file_path for f in live_files(table, table.current_snapshot().snapshot_id))
+    assert len(good) >= 4 and len({tuple(f.partition) for f in snapshots.data_files(table, good)}) >= 2
+    assert [described(f) for f in snapshots.data_files(table, good)] == \
         [described(parquet_file_to_data_file(table.io, table.metadata, p)) for p in good]
 
     bad = str(tmp_path / "bad.parquet")
@@ -850,5 +854,5 @@ def test_data_files_are_pyiceberg_s_and_every_schema_is_checked(tmp_path):
         parquet_file_to_data_file(table.io, table.metadata, bad)
     for order in ([bad, *good], [*good, bad]):
         with pytest.raises(ValueError) as ours:
-            iceberg.data_files(table, order)
+            snapshots.data_files(table, order)
         assert str(ours.value) == str(theirs.value)

@@ -2,7 +2,7 @@
 
 Every expectation is computed from the rows the test writes (``scenario``), never typed in.
 The rows are committed to the warehouse's Iceberg table ``dq_results`` as the audit commits
-them (``spark_jobs.iceberg.Warehouse.replace_run_rows``); Data Docs are files under the root.
+them (``spark_jobs.warehouse.Warehouse.replace_run_rows``); Data Docs are files under the root.
 The pages are served by the plugin's own FastAPI app through Starlette's test client, with
 authentication off (the api-server test, test_plugin_ui.py, covers Airflow's auth manager).
 """
@@ -33,7 +33,10 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="kafkalog-plugin-a
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_jobs import iceberg, schemas, storage
+from spark_jobs import schemas, storage
+from spark_jobs.warehouse import (AUDITED, DEFAULT_CATALOG, DEFAULT_NAMESPACE, Warehouse,
+                                  branch_name)
+from spark_jobs.warehouse.catalog import EMBEDDED_DB
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGINS = REPO / "plugins"
@@ -208,7 +211,7 @@ def night_columns(on: bool = True):
         schemas.TABLES.update(saved)
 
 
-def write_ledger(root: str, runs: list[dict], catalog: str = iceberg.DEFAULT_CATALOG,
+def write_ledger(root: str, runs: list[dict], catalog: str = DEFAULT_CATALOG,
                  night: bool = True) -> int:
     """Append the runs' ledger rows to ``main`` in one commit; the new snapshot's id."""
     with night_columns(night):
@@ -218,14 +221,14 @@ def write_ledger(root: str, runs: list[dict], catalog: str = iceberg.DEFAULT_CAT
     return table.refresh().current_snapshot().snapshot_id
 
 
-def iceberg_warehouse(root: str, catalog: str = iceberg.DEFAULT_CATALOG,
-                      namespace: str = iceberg.DEFAULT_NAMESPACE) -> iceberg.Warehouse:
+def iceberg_warehouse(root: str, catalog: str = DEFAULT_CATALOG,
+                      namespace: str = DEFAULT_NAMESPACE) -> Warehouse:
     s3 = storage.S3Config.from_env() if storage.is_s3(root) else None
-    return iceberg.Warehouse(str(root), catalog_name=catalog, namespace=namespace, s3=s3)
+    return Warehouse(str(root), catalog_name=catalog, namespace=namespace, s3=s3)
 
 
-def write_run(root: str, run: dict, *, docs: bool = True, catalog: str = iceberg.DEFAULT_CATALOG,
-              namespace: str = iceberg.DEFAULT_NAMESPACE, night: bool = True,
+def write_run(root: str, run: dict, *, docs: bool = True, catalog: str = DEFAULT_CATALOG,
+              namespace: str = DEFAULT_NAMESPACE, night: bool = True,
               summary: dict | None = None) -> str:
     """Commit one run's rows to dq_results (replacing that run's earlier rows) and write its
     Data Docs with an asset; return its token. ``night=False``: as an audit before the column
@@ -251,7 +254,7 @@ def docs_css(run_id: str) -> str:
     return f"/* {run_id} */ h1 {{ color: #123456; }}"
 
 
-def write_warehouse(root: str, catalog: str = iceberg.DEFAULT_CATALOG) -> list[dict]:
+def write_warehouse(root: str, catalog: str = DEFAULT_CATALOG) -> list[dict]:
     runs = scenario()
     for run in runs:
         run["token"] = write_run(root, run, catalog=catalog)
@@ -259,7 +262,7 @@ def write_warehouse(root: str, catalog: str = iceberg.DEFAULT_CATALOG) -> list[d
     return runs
 
 
-def data_file_of(root: str, run_id: str, catalog: str = iceberg.DEFAULT_CATALOG) -> str:
+def data_file_of(root: str, run_id: str, catalog: str = DEFAULT_CATALOG) -> str:
     """The local path of the data file holding run ``run_id``'s rows on main."""
     table = iceberg_warehouse(root, catalog).load("dq_results")
     [path] = [t.file.file_path for t in table.scan().plan_files()
@@ -502,7 +505,7 @@ def test_unreadable_catalog_is_an_error_page_not_a_crash(own_warehouse, own_clie
     monkeypatch.delenv("KAFKALOG_CATALOG")
     assert own_client.get("/").status_code == 200
     # the embedded catalog's SQLite file, overwritten in place
-    with open(Path(root, iceberg.EMBEDDED_DB), "r+b") as f:
+    with open(Path(root, EMBEDDED_DB), "r+b") as f:
         f.write(b"not a database" * 512)
     for path in ("/", f"/runs/{token}"):
         page = own_client.get(path)
@@ -527,7 +530,7 @@ def test_new_snapshot_is_read_again(own_warehouse):
 def test_a_view_costs_one_catalog_lookup_until_a_new_snapshot(own_warehouse, monkeypatch):
     root, runs = own_warehouse
     lookups, reads = Counter(), Counter()
-    load, scan = iceberg.Warehouse.load, data.scan
+    load, scan = Warehouse.load, data.scan
 
     def counted_load(self, name):
         lookups[name] += 1
@@ -537,7 +540,7 @@ def test_a_view_costs_one_catalog_lookup_until_a_new_snapshot(own_warehouse, mon
         reads[table.name()[-1]] += 1
         return scan(table, *args, **kwargs)
 
-    monkeypatch.setattr(iceberg.Warehouse, "load", counted_load)
+    monkeypatch.setattr(Warehouse, "load", counted_load)
     monkeypatch.setattr(data, "scan", counted_scan)
     assert len(data.Warehouse(root).runs()) == len(runs)
     assert reads == {"dq_results": 1}
@@ -817,7 +820,7 @@ def test_an_unpublished_run_is_placed_by_the_ledger_its_audit_read(tmp_path):
     for run, audited in ((published, None), (failed, {"ledger": sid}), (unknown, None)):
         iceberg_warehouse(root).replace_run_rows(
             "dq_results", run["run_id"], pa.Table.from_pylist(run["rows"], schema=schemas.DQ_RESULTS),
-            {iceberg.AUDITED: json.dumps(audited)} if audited else None)
+            {AUDITED: json.dumps(audited)} if audited else None)
     wh = data.Warehouse(root)
     runs = wh.runs()
     cov = {r.run_id: c for r in runs for t, c in wh.coverage(runs).items() if t == r.token}
@@ -1319,10 +1322,10 @@ def test_a_failed_run_says_it_was_not_published_and_the_ways_forward(tmp_path):
                        row(run_id, "offset_gaps", "payments", 0, night, at, status="fail", items=[hole])]
     sid = write_ledger(root, [failed])  # its ledger rows, as its audit read them on its branch
     ledger = iceberg_warehouse(root).table("ledger")
-    branch = iceberg.branch_name(run_id)
+    branch = branch_name(run_id)
     ledger.manage_snapshots().create_branch(sid, branch).commit()
     ledger.delete(EqualTo("run_id", run_id))  # never published: not on main
-    write_run(root, failed, summary={iceberg.AUDITED: json.dumps({"ledger": sid})})
+    write_run(root, failed, summary={AUDITED: json.dumps({"ledger": sid})})
     client = make_client(root)
     dom = Dom(client.get(f"/runs/{failed['token']}").text)
     section = dom.one("section", id="not-published")
@@ -1409,9 +1412,9 @@ def test_tables_without_the_night_column_are_read(tmp_path):
     # the audit of issue 32 evolves both tables; an older run's rows stay, null
     new["ledger_night"] = "2026-11-21"  # the listing's night, whatever the URI says
     write_ledger(root, [new])
-    write_run(root, new, summary={iceberg.AUDITED: json.dumps({"ledger": old_sid})})
+    write_run(root, new, summary={AUDITED: json.dumps({"ledger": old_sid})})
     iceberg_warehouse(root).table("ledger").delete(EqualTo("run_id", old["run_id"]))
-    write_run(root, old, night=False, summary={iceberg.AUDITED: json.dumps({"ledger": old_sid})})
+    write_run(root, old, night=False, summary={AUDITED: json.dumps({"ledger": old_sid})})
     wh = data.Warehouse(root)
     runs = {r.run_id: r for r in wh.runs()}
     cov = wh.coverage(list(runs.values()))

@@ -23,7 +23,8 @@ import pytest
 
 import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
-from spark_jobs import iceberg, schemas, storage, tables
+from spark_jobs import schemas, storage, tables
+from spark_jobs.warehouse import Warehouse, branch_name, run_files_prefix
 from spark_jobs.quality import checks as qc
 from spark_jobs.quality.policy import Policy
 
@@ -102,12 +103,12 @@ def skipped_segment(part: dict, uri: str, base: int, action: str = "unchanged") 
 
 def stage(root, run_id: str, parts: list[dict], *, published: bool = False) -> None:
     """Commit decoded partitions to run ``run_id``'s branch of the warehouse ``root``
-    (a root path: its embedded catalog; or an iceberg.Warehouse), and publish them
+    (a root path: its embedded catalog; or an Warehouse), and publish them
     with ``published``."""
-    wh = root if isinstance(root, iceberg.Warehouse) else iceberg.Warehouse(str(root))
+    wh = root if isinstance(root, Warehouse) else Warehouse(str(root))
     wh.begin_run(run_id, reset=True)
-    prefix = iceberg.run_files_prefix(run_id)
-    files = {n: [] for n in iceberg.DECODE_TABLES}
+    prefix = run_files_prefix(run_id)
+    files = {n: [] for n in schemas.DECODE_TABLES}
 
     def put(name, i, partition: dict, table):
         schema = schemas.TABLES[name]
@@ -340,7 +341,7 @@ def staged_tables(spark, W, run_id):
     from spark_jobs import check_quality as cq
     from spark_jobs.tables import read_table
 
-    wh = iceberg.Warehouse(W)
+    wh = Warehouse(W)
     tables = cq.load_tables(spark, wh, run_id, cq.audited_snapshots(wh, run_id))
     published = read_table(spark, wh, "ledger")
     prior = qc.prior_ends(published, tables["ledger"], run_id)
@@ -489,7 +490,7 @@ topics:
 
 # --------------------------------------------------------------- the job
 def dq_rows(root, run_id):
-    """Run ``run_id``'s rows of the dq_results table (``root``: a path or an iceberg.Warehouse)."""
+    """Run ``run_id``'s rows of the dq_results table (``root``: a path or an Warehouse)."""
     from pyiceberg.expressions import EqualTo
 
     table = tables.read_arrow(root, "dq_results", row_filter=EqualTo("run_id", run_id))
@@ -686,7 +687,7 @@ def test_job_on_s3_clean_run(spark, s3_bucket, tmp_path, s3_catalog):
 
     W = f"s3://{s3_bucket}/warehouse"
     run_id = "scheduled__2025-11-21T00:00:00+00:00"
-    wh = iceberg.Warehouse(W, s3_catalog, s3=storage.S3Config.from_env())
+    wh = Warehouse(W, s3_catalog, s3=storage.S3Config.from_env())
     stage(wh, run_id, clean_parts(tmp_path, run_id))
     assert check_quality.main(["--warehouse", W, "--run-id", run_id, "--catalog", s3_catalog],
                               spark=spark) == 0
@@ -753,7 +754,7 @@ def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
     assert check_quality.main(["--warehouse", W, "--run-id", "night-2", "--no-docs"],
                               spark=spark) == check_quality.EXIT_CHECKS_FAILED
     assert "FAIL crc orders-0" in capsys.readouterr().err
-    ledger = tables.read_arrow(W, "ledger", ref=iceberg.branch_name("night-2")).to_pylist()
+    ledger = tables.read_arrow(W, "ledger", ref=branch_name("night-2")).to_pylist()
     assert sorted((r["topic"], r["segment_base_offset"], r["action"]) for r in ledger
                   if r["run_id"] == "night-2" and r["topic"] == "payments") == [
         ("payments", 0, "unchanged"), ("payments", 25, "decoded")]
@@ -839,7 +840,7 @@ def corpus_internal_tables(W, run_id, logs):
                 tp = (k["group"], k["topic"], k["partition"])
                 if tp not in latest or (r["timestamp"], r["offset"]) > latest[tp][0]:
                     latest[tp] = ((r["timestamp"], r["offset"]), offset)
-    branch = iceberg.branch_name(run_id)
+    branch = branch_name(run_id)
     staged = lambda name: tables.read_arrow(W, name, ref=branch).to_pylist()
     assert Counter((r["group"], r["topic"], r["partition"], r["committed_offset"],
                     r["source_partition"], r["source_offset"])

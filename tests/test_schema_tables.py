@@ -21,7 +21,9 @@ import pytest
 
 import kafkalog
 from kafkalog.schemas import Registry
-from spark_jobs import iceberg, layout, schemas, tables, typed_tables
+from spark_jobs import layout, schemas, tables, typed_tables
+from spark_jobs.warehouse import Warehouse
+from spark_jobs.warehouse.ddl import TABLE_PROPERTIES, partition_spec
 from spark_jobs.decode import values
 from spark_jobs.decode.planning import discover
 
@@ -365,13 +367,13 @@ def test_an_old_records_table_gains_the_columns_and_old_rows_read_null(tmp_path)
     from pyiceberg.catalog import Catalog
     from pyiceberg.schema import assign_fresh_schema_ids
 
-    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    wh = Warehouse(str(tmp_path / "wh"))
     old = pa.schema([f for f in schemas.RECORDS if f.name not in values.COLUMNS.names])
     ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(old))
     wh.catalog.create_namespace_if_not_exists(wh.namespace)
     t = wh.catalog.create_table(wh.identifier("records"), schema=ice,
-                                partition_spec=iceberg.partition_spec("records", ice),
-                                properties=iceberg.TABLE_PROPERTIES)
+                                partition_spec=partition_spec("records", ice),
+                                properties=TABLE_PROPERTIES)
     row = {f.name: None for f in old}
     row.update(offset=0, topic="t", partition=0, run_id="old", dt="2026-01-01",
                headers=[], value=b"\x00\x00\x00\x00\x01")
@@ -416,7 +418,7 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, ki
     # typed tables (the same run): one per topic with a value subject, rows as the
     # serializer was given them, versions merged; v3 of shop.items is a finding, not rows, as
     # is kinds' Node (not the table's message); payments: only its payments-value version
-    w = iceberg.Warehouse(str(wh))
+    w = Warehouse(str(wh))
     assert summary["typed"] == {"values__kinds": 5, "values__orders": 3, "values__payments": 1,
                                 "values__shop_dot_items": 2}
     assert [n for n in w.run_tables() if layout.typed_topic(n)] == \
@@ -539,7 +541,7 @@ def test_a_typed_table_evolves_by_name_and_old_rows_read_null(data, tmp_path):
     import pyarrow as pa
 
     registry = Registry.from_schemas_records(items(data)[0])
-    wh = iceberg.Warehouse(str(tmp_path / "wh"))
+    wh = Warehouse(str(tmp_path / "wh"))
     name = layout.typed_table_name("shop.items")
     v1 = pa.schema(list(typed_tables.LINEAGE) + list(typed_tables.value_schema(registry, 101)))
     table = wh.typed_table(name, v1)
@@ -662,7 +664,7 @@ def test_protobuf_descriptors_become_arrow_columns_and_versions_merge(kinds, tmp
     assert names[(0, 0)] == "kinds.v1.All.Inner"
     assert {n: d for n, _, d in spec} == KINDS_DEFAULTS
     # the next run plans against the table as Iceberg gives it back (decimal, int map keys)
-    table = iceberg.Warehouse(str(tmp_path / "wh")).typed_table(
+    table = Warehouse(str(tmp_path / "wh")).typed_table(
         "values__kinds", pa.schema(list(typed_tables.LINEAGE) + list(cols)))
     existing = pa.schema([f for f in table.schema().as_arrow()
                           if f.name not in typed_tables.LINEAGE.names])

@@ -1,7 +1,7 @@
 """The "Data quality" view of kafkalog's warehouse in the Airflow 3 UI.
 
 - :mod:`.data`: reads the runs' results from the Iceberg table ``dq_results`` of the warehouse's
-  catalog (pyiceberg and pyarrow through :mod:`spark_jobs.iceberg` / :mod:`spark_jobs.tables`,
+  catalog (pyiceberg and pyarrow through :mod:`spark_jobs.warehouse` / :mod:`spark_jobs.tables`,
   no Spark; catalog and namespace from the ``kafkalog_catalog`` / ``kafkalog_namespace``
   settings) and their Data Docs from ``W/data_docs/<token>/`` (local or S3);
 - :mod:`.calendar`: snapshot nights (of a segment, due by the nightly schedule, as text);

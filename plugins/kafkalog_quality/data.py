@@ -3,9 +3,9 @@
 Two things per run:
 
 - its rows in the Apache Iceberg table ``dq_results`` of the warehouse's catalog
-  (:mod:`spark_jobs.iceberg`; schema :data:`spark_jobs.schemas.DQ_RESULTS`): one row
+  (:mod:`spark_jobs.warehouse`; schema :data:`spark_jobs.schemas.DQ_RESULTS`): one row
   per run x check x topic-partition, all of a run's rows replaced in one snapshot on
-  ``main`` by ``check_quality.py`` (:meth:`spark_jobs.iceberg.Warehouse.replace_run_rows`).
+  ``main`` by ``check_quality.py`` (:meth:`spark_jobs.warehouse.Warehouse.replace_run_rows`).
   A run is the rows of one ``run_id``; its token is :func:`spark_jobs.storage.run_token`
   of that id;
 - ``W/data_docs/<run_token>/index.html`` and whatever sits beside it: that run's Great
@@ -16,9 +16,10 @@ Two things per run:
 ``catalog`` and ``namespace`` of :mod:`kafkalog_pipeline.settings` (Airflow Variables
 ``kafkalog_catalog`` / ``kafkalog_namespace``, else ``$KAFKALOG_CATALOG`` /
 ``$KAFKALOG_NAMESPACE``, else ``kafkalog`` / ``kafka``), read on every request like the
-warehouse root; the catalog itself is found as :func:`spark_jobs.iceberg.catalog_properties`
-says (pyiceberg's configuration, else the embedded SQLite catalog of a local ``W``). S3
-access (an ``s3://`` warehouse, its data files and Data Docs) comes from the environment.
+warehouse root; the catalog itself is found as
+:func:`spark_jobs.warehouse.catalog.catalog_properties` says (pyiceberg's configuration, else
+the embedded SQLite catalog of a local ``W``). S3 access (an ``s3://`` warehouse, its data
+files and Data Docs) comes from the environment.
 
 **Cache**: the table is read with pyarrow through pyiceberg (:func:`scan`: a column a
 snapshot's schema lacks reads null) and its runs are kept in a cache keyed by the table's
@@ -47,7 +48,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafkalog_pipeline.settings import SETTINGS
-from spark_jobs import iceberg, schemas, storage
+from spark_jobs import schemas, storage, warehouse
+from spark_jobs.warehouse.catalog import CONFIG_FILE, mask_password, read_config
+from spark_jobs.warehouse.history import ancestry, main_history, snapshot_summary
 from spark_jobs.quality import checks
 from spark_jobs.quality.policy import RANK, SEVERITIES
 from spark_jobs.quality.results import checked, plural
@@ -377,15 +380,15 @@ class Warehouse:
     def __init__(self, root: str, store=None, *, catalog: str | None = None,
                  namespace: str | None = None, s3: storage.S3Config | None = None):
         self.root = root
-        self.catalog_name = catalog or setting("catalog") or iceberg.DEFAULT_CATALOG
-        self.namespace = namespace or setting("namespace") or iceberg.DEFAULT_NAMESPACE
+        self.catalog_name = catalog or setting("catalog") or warehouse.DEFAULT_CATALOG
+        self.namespace = namespace or setting("namespace") or warehouse.DEFAULT_NAMESPACE
         if s3 is None and storage.is_s3(root):
             try:
                 s3 = storage.S3Config.from_env()
             except Exception as err:  # noqa: BLE001 - shown on the page, never a crash
                 raise self._unavailable(err) from err
         self.store = store if store is not None else storage.open_store(root, s3)
-        self.tables = iceberg.Warehouse(root, self.catalog_name, self.namespace, s3)
+        self.tables = warehouse.Warehouse(root, self.catalog_name, self.namespace, s3)
         self._ledger_refs: set[str] = set()  # the ledger's branches and tags, as last loaded
 
     def runs(self) -> list[Run]:
@@ -446,7 +449,7 @@ class Warehouse:
             if not rows and ids:
                 rows, reason = self._ledger_audited(ids)
                 on_main = False if rows else None
-            branches = [b for b in map(iceberg.branch_name, ids) if b in self._ledger_refs]
+            branches = [b for b in map(warehouse.branch_name, ids) if b in self._ledger_refs]
             out[run.token] = Coverage.of(rows, pattern, template, reason,
                                          missing=tuple(run.missing_nights), published=on_main,
                                          branch=branches[0] if branches else None)
@@ -484,10 +487,10 @@ class Warehouse:
             if hit is not None:
                 return hit[1]
             snapshot_ids = set()
-            for sid in iceberg.ancestry(results, head):
-                summary = iceberg.snapshot_summary(results, sid)
-                if summary.get(iceberg.RUN_ID) in run_ids and summary.get(iceberg.AUDITED):
-                    found = json.loads(summary[iceberg.AUDITED]).get("ledger")
+            for sid in ancestry(results, head):
+                summary = snapshot_summary(results, sid)
+                if summary.get(warehouse.RUN_ID) in run_ids and summary.get(warehouse.AUDITED):
+                    found = json.loads(summary[warehouse.AUDITED]).get("ledger")
                     if found is not None:
                         snapshot_ids.add(int(found))
                     break  # the newest audit of the run
@@ -561,8 +564,8 @@ class Warehouse:
             path = task.file.file_path
             try:
                 if task.delete_files:
-                    raise iceberg.CatalogError("the file has delete files, which this pipeline "
-                                               "never writes")
+                    raise warehouse.CatalogError("the file has delete files, which this "
+                                                 "pipeline never writes")
                 part = reader.to_table([task]).select(present)
                 results += results_from_arrow(part.cast(pa.schema(
                     [RESULT_SCHEMA.field(n) for n in present])))
@@ -586,11 +589,11 @@ class Warehouse:
         except Exception:  # noqa: BLE001 - let the catalog lookup say what is wrong
             return True
         local = self.root[len("file://"):] if self.root.startswith("file://") else self.root
-        conf = os.path.join(local, iceberg.CONFIG_FILE)
+        conf = os.path.join(local, CONFIG_FILE)
         if not os.path.exists(conf):
             return False
         try:
-            names = sorted(iceberg._read_config(conf))
+            names = sorted(read_config(conf))
         except Exception:  # noqa: BLE001 - let the catalog lookup say what is wrong
             return True
         if self.catalog_name.lower() not in names:
@@ -654,7 +657,7 @@ def _adding_runs(table, snapshot_id: int) -> dict[str, str]:
     out = {}
     for manifest in snap.manifests(table.io):
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            run_id = (iceberg.snapshot_summary(table, entry.snapshot_id).get(iceberg.RUN_ID)
+            run_id = (snapshot_summary(table, entry.snapshot_id).get(warehouse.RUN_ID)
                       if entry.snapshot_id is not None else None)
             if run_id:
                 out[entry.data_file.file_path] = run_id
@@ -666,7 +669,7 @@ def _commit_times(table) -> dict[str, dt.datetime]:
     ordering: empty where the history cannot be walked)."""
     out = {}
     try:
-        history = iceberg.main_history(table)
+        history = main_history(table)
     except Exception as err:  # noqa: BLE001
         log.warning("cannot walk the history of %s: %s", table.name(), err)
         return out
@@ -685,7 +688,7 @@ def _file_token(path: str) -> str:
 def _first_line(err: Exception) -> str:
     """An error's message for a page: its first line (SQLAlchemy appends the SQL; the log has
     it all), credentials in URIs masked."""
-    return iceberg.mask_password(str(err).strip().split("\n", 1)[0])
+    return mask_password(str(err).strip().split("\n", 1)[0])
 
 
 def valid_token(token: str) -> bool:

@@ -2,7 +2,7 @@
 
 The DAG publishes a run only after its audit passed (write -> audit -> publish, docs/tables.md):
 a run with a failed check left ``main`` of every table unchanged and its rows on its Iceberg
-branch ``run_<run_token>`` (``spark_jobs.iceberg.branch_name``) until a later plan of the same
+branch ``run_<run_token>`` (``spark_jobs.warehouse.branch_name``) until a later plan of the same
 run makes the branch again. The ways forward are those of dags/README.md, "After a failed audit":
 fix the cause and clear the run, run again without the failing topics (the DAG's ``topics``
 param), or accept the finding for that topic in the policy (expectations/policy.yaml).
@@ -16,7 +16,7 @@ import re
 from html import escape
 
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
-from spark_jobs.iceberg import branch_name
+from spark_jobs.warehouse import branch_name
 
 from .data import Coverage, Run
 

@@ -16,7 +16,7 @@
   Spark against only the files whose statistics can overlap them; two copies of one
   offset with different content give a ``divergence`` finding;
 - main, :mod:`~spark_jobs.decode.cli` — the command line: the driver commits every file to
-  the run's branch (:mod:`spark_jobs.iceberg`) and publishes it unless
+  the run's branch (:mod:`spark_jobs.warehouse`) and publishes it unless
   ``--no-publish`` (the DAG audits the branch first).
 
 ``spark-submit spark_jobs/decode_segments.py ...`` runs :func:`main`. The names below

@@ -18,7 +18,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from kafkalog.schemas import RegistryError
-from spark_jobs import iceberg, layout, schemas, storage, tables
+from spark_jobs import layout, schemas, storage, tables
 from spark_jobs import internal_tables, typed_tables
 from spark_jobs import publish as publishing
 from spark_jobs.decode import replicas, values
@@ -29,6 +29,7 @@ from spark_jobs.decode.executor import run_tasks
 from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_READ_AHEAD, is_pending,
                                      ledger_table, make_context, task_files,
                                      write_driver_table)
+from spark_jobs.warehouse import Warehouse, add_catalog_args, branch_name
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
@@ -51,7 +52,7 @@ def parse_args(argv):
     p.add_argument("--no-publish", action="store_true",
                    help="stop after committing to the run's branch (the DAG audits, then runs "
                         "spark_jobs.publish)")
-    iceberg.add_catalog_args(p)
+    add_catalog_args(p)
     p.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (default: AWS_ENDPOINT_URL)")
     p.add_argument("--reprocess", action="store_true",
                    help="decode every segment from byte 0 even where the ledger proves it "
@@ -81,7 +82,7 @@ def main(argv=None, spark=None) -> dict:
     t0 = time.time()
     needs_s3 = any(storage.is_s3(u) for u in (args.input, args.output)) or args.s3_endpoint
     s3 = storage.S3Config.from_env(args.s3_endpoint) if needs_s3 else None
-    wh = iceberg.Warehouse(args.output, args.catalog, args.namespace, s3)
+    wh = Warehouse(args.output, args.catalog, args.namespace, s3)
     # what main held when the run began is what it deduplicates against (a whole run
     # starts its branch again; a chunk joins the branch its run's plan made)
     bases = wh.begin_run(args.run_id, reset=args.chunk_id is None)
@@ -208,7 +209,7 @@ def main(argv=None, spark=None) -> dict:
         "actions": {a: sum(1 for r in rows if r["action"] == a)
                     for a in sorted({r["action"] for r in rows})},
         "pending_partitions": len(pending), "replicated_partitions": len(reconciled),
-        "branch": iceberg.branch_name(args.run_id),
+        "branch": branch_name(args.run_id),
         "catalog": args.catalog, "published": False, "seconds": None,
     }
     if derived_rows:

@@ -10,9 +10,10 @@ gives a ``divergence`` finding.
 
 from __future__ import annotations
 
-from spark_jobs import iceberg, schemas, storage, tables
+from spark_jobs import schemas, storage, tables
 from spark_jobs.decode.planning import overlap_days
 from spark_jobs.decode.writing import Context, is_pending, task_files, write_frame
+from spark_jobs.warehouse import branch_name, is_run_file
 
 def dedupe(existing, staged, pending, keys: list[str], order: list[str], content: list[str] | None):
     """Rows of ``pending`` to keep, and (if ``content``) its copies that differ from the kept one.
@@ -111,7 +112,7 @@ def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[d
     days = overlap_days(ledger, ctx.run_id, ranges)
     scratch = task_files(pend, pending=True)
     out: dict[str, list[str]] = {}
-    branch = iceberg.branch_name(ctx.run_id)
+    branch = branch_name(ctx.run_id)
 
     def frames(name):
         pending = tables.read_files(spark, scratch.get(name, []), name, ctx.s3)
@@ -127,7 +128,7 @@ def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[d
         others = [] if chunk_id is None else [
             p for p in tables.table_paths(wh, name, ref=branch, run_id=ctx.run_id,
                                           row_filter=overlap_filter(ranges, name))
-            if not iceberg.is_run_file(p, ctx.run_id, chunk_id)]
+            if not is_run_file(p, ctx.run_id, chunk_id)]
         staged = tables.read_files(spark, others, name, ctx.s3)
         return (existing.join(tp, ["topic", "partition"], "left_semi"),
                 staged.join(tp, ["topic", "partition"], "left_semi"), pending)

@@ -23,8 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from spark_jobs import iceberg, schemas, storage
+from spark_jobs import schemas, storage
 from spark_jobs.decode.planning import Task
+from spark_jobs.warehouse import run_files_prefix
 
 DEFAULT_SLACK = 1024 * 1024
 
@@ -109,9 +110,9 @@ class Context:
 def make_context(wh, run_id: str, attempt: str, *, chunk_id: str | None = None,
                  **kwargs) -> Context:
     """The executors' context for one attempt of a submission of run ``run_id`` into
-    warehouse ``wh`` (an :class:`iceberg.Warehouse`)."""
+    warehouse ``wh`` (an :class:`~spark_jobs.warehouse.Warehouse`)."""
     scratch = f"{wh.scratch_root(run_id)}/{attempt}"
-    return Context(run_id=run_id, prefix=iceberg.run_files_prefix(run_id, chunk_id) + attempt,
+    return Context(run_id=run_id, prefix=run_files_prefix(run_id, chunk_id) + attempt,
                    roots={n: wh.data_root(n) for n in schemas.DECODE_TABLES},
                    scratch={n: f"{scratch}/{n}" for n in schemas.DECODE_TABLES},
                    s3=wh.s3, **kwargs)

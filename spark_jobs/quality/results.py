@@ -13,7 +13,7 @@ import json
 import pyarrow as pa
 
 from .. import schemas
-from ..iceberg import AUDITED
+from ..warehouse import AUDITED
 from ..schemas import NIGHT
 from .checks import CHECKS, OPTIONAL_CHECKS, SNAPSHOT_MISSING, SNAPSHOT_MISSING_CLASS
 from .policy import RANK, Policy, worst
@@ -213,7 +213,7 @@ def to_table(rows: list[dict]) -> pa.Table:
 
 def write(wh, run_id: str, rows: list[dict], audited: dict | None = None) -> None:
     """Replace run ``run_id``'s rows of the ``dq_results`` table of ``wh`` (an
-    :class:`spark_jobs.iceberg.Warehouse`) in one snapshot, but for its ``snapshot_missing``
+    :class:`spark_jobs.warehouse.Warehouse`) in one snapshot, but for its ``snapshot_missing``
     rows (the plan's: :func:`write_missing_nights`); the snapshot's summary names the
     snapshots the audit read (``kafkalog.audited``)."""
     from pyiceberg.expressions import And, EqualTo, NotEqualTo
