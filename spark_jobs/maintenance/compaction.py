@@ -33,7 +33,7 @@ from spark_jobs.maintenance.errors import MaintenanceError
 from spark_jobs.maintenance.grouping import (DEFAULT_MIN_FILES, DEFAULT_TARGET_FILE_MB, Group,
                                              partition_values, plan_compaction)
 from spark_jobs.maintenance.naming import (COMPACTED_FILES, COMPACTED_TAG, data_folder,
-                                           snapshot_summary)
+                                           snapshot_summary, submission_branch)
 from spark_jobs.warehouse import FILES, MAIN, Warehouse, history, snapshots
 
 log = logging.getLogger(__name__)
@@ -93,8 +93,7 @@ def _staged_branch_met(table, group: Group, staged) -> str | None:
     ranges = history.offset_ranges(table, group.table, group.files)
     span = (ranges[0][0], min(r[1] for r in ranges), max(r[2] for r in ranges),
             min(r[3] for r in ranges), max(r[4] for r in ranges))
-    token = group.prefix.split("~", 1)[0]
-    return meeting_branch(span, staged, own="run_" + token)
+    return meeting_branch(span, staged, own=submission_branch(group.prefix))
 
 
 def _skip(out: dict, group: Group, why: str) -> None:

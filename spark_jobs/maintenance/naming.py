@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import posixpath
 
-from spark_jobs.warehouse import ROWS, STAGE, airflow_summary
+from spark_jobs.warehouse import ROWS, STAGE, airflow_summary, branch_name
 
 #: the prefix part of a compacted file's name, after the submission prefix
 COMPACTED_TAG = "m-"
@@ -46,6 +46,12 @@ def submission_prefix(path: str) -> str | None:
     if len(parts) >= 3 and parts[1].startswith("c") and len(parts[1]) > 1:
         return f"{parts[0]}~{parts[1]}~"
     return f"{parts[0]}~"
+
+
+def submission_branch(prefix: str) -> str:
+    """The run branch of the run whose files have the submission prefix ``prefix``
+    (:func:`submission_prefix`): ``run_<run token>`` (a run token is its own token)."""
+    return branch_name(prefix.split("~", 1)[0])
 
 
 def snapshot_summary(step: str, rows: int, **more: str) -> dict[str, str]:
