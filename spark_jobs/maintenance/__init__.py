@@ -41,8 +41,8 @@ __all__ = [
     "COMPACTED_TAG", "DEFAULT_GROUPS_PER_COMMIT", "DEFAULT_MIN_FILES", "DEFAULT_MIN_MANIFESTS",
     "DEFAULT_OLDER_THAN_DAYS", "DEFAULT_ORPHAN_GRACE_HOURS", "DEFAULT_RETAIN_LAST",
     "DEFAULT_TARGET_FILE_MB", "SORT_COLUMNS", "TOTALS", "Group", "MaintenanceError",
-    "ManifestPlan", "clean_scratch", "compact_table", "existing_tables", "expirable_snapshots", "expire_table", "ingest_period", "main",
-    "maintain", "merge_manifests", "normalize", "parse_args", "plan_compaction",
-    "plan_manifests", "protected_snapshots", "referenced_files", "remove_orphans", "rewrite",
-    "submission_prefix",
+    "ManifestPlan", "clean_scratch", "compact_table", "existing_tables", "expirable_snapshots",
+    "expire_table", "ingest_period", "main", "maintain", "merge_manifests", "normalize",
+    "parse_args", "plan_compaction", "plan_manifests", "protected_snapshots", "referenced_files",
+    "remove_orphans", "rewrite", "submission_prefix",
 ]

@@ -1,4 +1,5 @@
-"""``python -m spark_jobs.maintenance ...``: the command line of :mod:`spark_jobs.maintenance.job`."""
+"""``python -m spark_jobs.maintenance ...``: the command line of
+:mod:`spark_jobs.maintenance.job`."""
 
 from spark_jobs.maintenance.job import main
 
