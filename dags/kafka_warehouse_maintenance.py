@@ -10,7 +10,7 @@ needs, `remove_orphans` deletes files under the table's `data/` that no snapshot
 references and older than `orphan_grace_hours` (and, with `clean_metadata`, such
 manifests and metadata files under its `metadata/`); `clean_scratch` deletes the scratch
 space crashed runs left; `report` sums it up. Logic: kafkalog_pipeline/maintenance.py
-and spark_jobs/maintenance.py (`python -m spark_jobs.maintenance` does the same by hand).
+and the package spark_jobs/maintenance/ (`python -m spark_jobs.maintenance` does the same by hand).
 
 Warehouse, catalog and namespace: the nightly DAG's settings (dags/README.md).
 Schedule: `KAFKALOG_MAINTENANCE_SCHEDULE` (cron, default Sundays 05:00 UTC).

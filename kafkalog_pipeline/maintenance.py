@@ -143,14 +143,16 @@ def report(compacted, expired, orphans, scratch: dict) -> dict:
 
 
 def nightly_runs_holding(ti) -> list[str]:
-    """The nightly DAG's *running* runs that have planned and not finished publishing."""
+    """The nightly DAG's *running* runs that have planned and not finished publishing.
+    (The Task SDK gives a run's state as a ``DagRunState``, a ``str`` enum: it equals its
+    value.)"""
     from . import tasks
 
     holders = tasks.runs_holding_warehouse(
         ti.get_task_states(dag_id=NIGHTLY_DAG_ID, task_ids=[tasks.PLAN_TASK, tasks.PUBLISH_TASK]),
         run_id="")
     return [r for r in holders
-            if tasks._state(ti.get_dagrun_state(dag_id=NIGHTLY_DAG_ID, run_id=r)) == "running"]
+            if ti.get_dagrun_state(dag_id=NIGHTLY_DAG_ID, run_id=r) == "running"]
 
 
 def wait_for_nightly(context) -> None:

@@ -1,4 +1,4 @@
-"""Warehouse maintenance (spark_jobs/maintenance.py) and its weekly DAG.
+"""Warehouse maintenance (the package spark_jobs/maintenance/) and its weekly DAG.
 
 A local warehouse with the embedded catalog; the data files are written here with
 the decode job's own writer (``decode.write_schema`` / ``parquet_options``),
@@ -25,6 +25,8 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from spark_jobs import decode, maintenance, schemas, tables  # noqa: E402
+from spark_jobs.maintenance import compaction, orphans  # noqa: E402
+from spark_jobs.maintenance.manifests import main_data_manifests  # noqa: E402
 from spark_jobs.warehouse import (Warehouse, branch_name, is_run_file,  # noqa: E402
                                   run_files_prefix, snapshots)
 from spark_jobs.warehouse.history import (ancestry, fork_point, live_files,  # noqa: E402
@@ -272,7 +274,7 @@ def test_when_main_moves_under_a_group_it_is_retried_or_skipped_never_lost(wh, m
     publish_run(wh, r2, l2, split=3)
     l2b = {("orders", 0): range(200, 205)}
     l3 = {("orders", 7): range(0, 20)}
-    real_rewrite, real_commit = maintenance.rewrite, maintenance._commit_replacement
+    real_rewrite, real_commit = compaction.rewrite, compaction.commit_replacement
     rewrites, commits = [], []
 
     def racing_rewrite(group, data_root, config=None):
@@ -287,8 +289,8 @@ def test_when_main_moves_under_a_group_it_is_retried_or_skipped_never_lost(wh, m
             publish_run(wh, r3, l3)
         return real_commit(table, old, new, summary)
 
-    monkeypatch.setattr(maintenance, "rewrite", racing_rewrite)
-    monkeypatch.setattr(maintenance, "_commit_replacement", racing_commit)
+    monkeypatch.setattr(compaction, "rewrite", racing_rewrite)
+    monkeypatch.setattr(compaction, "commit_replacement", racing_commit)
     result = compact(wh, groups_per_commit=2)
     p1, p2 = run_files_prefix(r1), run_files_prefix(r2)
     assert rewrites == [("orders", p1), ("orders", p2), ("pay", p1), ("pay", p2)]
@@ -310,7 +312,7 @@ def test_a_failed_rewrite_commits_nothing_and_leaves_no_file(wh, monkeypatch):
     for run, layout in nights(2):
         publish_run(wh, run, layout, split=3)
     before, files = rows_of(wh), live_paths(wh)
-    real, calls = maintenance.rewrite, []
+    real, calls = compaction.rewrite, []
 
     def failing(group, data_root, config=None):
         calls.append(group)
@@ -318,7 +320,7 @@ def test_a_failed_rewrite_commits_nothing_and_leaves_no_file(wh, monkeypatch):
             raise OSError("disk full")
         return real(group, data_root, config)
 
-    monkeypatch.setattr(maintenance, "rewrite", failing)
+    monkeypatch.setattr(compaction, "rewrite", failing)
     with pytest.raises(OSError, match="disk full"):
         compact(wh)
     assert live_paths(wh) == files and rows_of(wh) == before
@@ -336,14 +338,14 @@ def test_a_commit_of_unknown_outcome_keeps_the_new_files(wh, monkeypatch, commit
     for run, layout in nights(2):
         publish_run(wh, run, layout, split=3)
     before, files = rows_of(wh), live_paths(wh)
-    real = maintenance._commit_replacement
+    real = compaction.commit_replacement
 
     def unknown(table, old, new, summary):
         if committed:
             real(table, old, new, summary)
         raise CommitStateUnknownException("504 from the catalog")
 
-    monkeypatch.setattr(maintenance, "_commit_replacement", unknown)
+    monkeypatch.setattr(compaction, "commit_replacement", unknown)
     with pytest.raises(CommitStateUnknownException):
         compact(wh)
     data = Path(wh.data_root("records")[len("file://"):])
@@ -351,7 +353,7 @@ def test_a_commit_of_unknown_outcome_keeps_the_new_files(wh, monkeypatch, commit
     assert len(written) == 10  # 2 runs x 5 Kafka partitions, none deleted
     assert rows_of(wh) == before  # every file main names is there
     assert (live_paths(wh) == files) is not committed
-    monkeypatch.setattr(maintenance, "_commit_replacement", real)
+    monkeypatch.setattr(compaction, "commit_replacement", real)
     for p in data.rglob("*.parquet"):
         _age(p, 5)
     gone = maintenance.remove_orphans(wh, "records", grace=dt.timedelta(hours=1))
@@ -428,7 +430,7 @@ def test_dry_run_changes_nothing(wh):
 # ------------------------------------------------------------------ manifests
 def data_manifests(wh, name: str = "records") -> list:
     t = wh.table(name)
-    return maintenance._data_manifests(t)
+    return main_data_manifests(t)
 
 
 def test_manifests_are_merged_without_changing_a_row_or_what_reruns_replace(wh):
@@ -625,13 +627,13 @@ def test_paths_that_do_not_match_refuse_to_delete(wh, monkeypatch):
     data = Path(wh.data_root("records")[len("file://"):])
     for p in data.rglob("*.parquet"):
         _age(p, 5)
-    real = maintenance.referenced_files
+    real = orphans.referenced_files
 
     def misspelled(table):  # e.g. a catalog that writes another spelling of the root
         files, meta = real(table)
         return {p.replace("/data/", "/data//x/") for p in files}, meta
 
-    monkeypatch.setattr(maintenance, "referenced_files", misspelled)
+    monkeypatch.setattr(orphans, "referenced_files", misspelled)
     with pytest.raises(maintenance.MaintenanceError, match="no file is deleted"):
         maintenance.remove_orphans(wh, "records", grace=dt.timedelta(hours=1))
     assert list(data.rglob("*.parquet"))
