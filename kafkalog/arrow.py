@@ -515,7 +515,7 @@ class FastSink:
     def __init__(self, schema: pa.Schema, want_batch_rows: bool, max_rows: int,
                  max_bytes: int) -> None:
         self.schema = schema
-        self.columns = _accel._speedups.RecordColumns(
+        self.columns = _accel.RecordColumns(
             pa.types.is_dictionary(schema.field("timestamp_type").type))
         self.add_v2 = self.columns.add_v2
         self.add_batch = self.columns.add_batch

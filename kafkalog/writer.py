@@ -630,14 +630,15 @@ def internal_record(decoder: str, decoded: dict, *, timestamp: int | None = None
     ``remote-log-metadata`` (its ``customMetadata`` is the data's bytes). Fields left out take
     their spec defaults; tagged fields are written when they differ from them."""
     from .internal import remote_log, topics
+    from .internal.framing import METADATA_FRAME_VERSION, record_type_name
     from .internal.schema import write_uvarint
 
     framed = {topics.CLUSTER_METADATA: topics.metadata_records,
               topics.REMOTE_LOG_METADATA: remote_log.remote_log_records}
     if decoder in framed:
-        by_name = {topics.record_type_name(s.name): s for s in framed[decoder]().values()}
+        by_name = {record_type_name(s.name): s for s in framed[decoder]().values()}
         s = by_name[decoded["type"]]
-        value = (write_uvarint(topics.METADATA_FRAME_VERSION) + write_uvarint(s.api_key)
+        value = (write_uvarint(METADATA_FRAME_VERSION) + write_uvarint(s.api_key)
                  + write_uvarint(decoded["version"]) + s.write(decoded["data"], decoded["version"]))
         return WriteRecord(None, value, timestamp=timestamp)
     record_type = decoded["key"]["type"]
