@@ -16,6 +16,13 @@ except ImportError:  # not built (no compiler at install time): pure Python only
 #: Whether the compiled fast path is installed.
 ACCELERATED = _speedups is not None
 
+#: The compiled path's entry points (None where it is not built; callers ask
+#: :func:`active` first): ``frame_v2(buf, pos, base, max_size, rows)`` frames a run of
+#: v2 batches (``log_reader.frames``), ``RecordColumns(dictionary_timestamp_type)`` writes
+#: records into Arrow's buffers (``kafkalog.arrow``'s ``FastSink``).
+frame_v2 = _speedups.frame_v2 if _speedups is not None else None
+RecordColumns = _speedups.RecordColumns if _speedups is not None else None
+
 
 def reuse_limit(limit: int | None = None) -> int:
     """The most bytes of freed tables' buffers the compiled path keeps to decode into

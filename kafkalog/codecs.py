@@ -70,8 +70,9 @@ def codec_name(codec_id: int, magic: int = 2) -> str:
 
 
 @functools.cache
-def _require(module: str, package: str):
-    """Import a codec library once (a failed import is retried next time)."""
+def require_module(module: str, package: str):
+    """Import a codec library once (a failed import is retried next time); a missing one
+    is a :class:`CodecUnavailableError` naming the package to install."""
     try:
         return importlib.import_module(module)
     except ImportError as err:  # pragma: no cover - depends on the environment
@@ -136,7 +137,7 @@ def _raw_snappy_length(payload) -> int:
 
 
 def _unsnappy_block(block, limit: int) -> bytes:
-    snappy = _require("cramjam", "cramjam").snappy
+    snappy = require_module("cramjam", "cramjam").snappy
     if _raw_snappy_length(block) > limit:
         raise _too_big(limit)
     try:
@@ -171,7 +172,7 @@ def _unsnappy(payload, magic: int, limit: int) -> bytes:
 
 def _snappy(data: bytes, magic: int) -> bytes:
     """Xerial framing, as the Java client writes it (32 KiB blocks)."""
-    snappy = _require("cramjam", "cramjam").snappy
+    snappy = require_module("cramjam", "cramjam").snappy
     parts = [XERIAL_MAGIC, struct.pack(">ii", 1, 1)]
     for i in range(0, max(len(data), 1), 32 * 1024):
         block = bytes(snappy.compress_raw(data[i : i + 32 * 1024]))
@@ -257,7 +258,7 @@ _LZ4_MAX_RATIO = 256
 
 
 def _unlz4(payload, magic: int, limit: int) -> bytes:
-    frame = _require("lz4.frame", "lz4")
+    frame = require_module("lz4.frame", "lz4")
     if magic != 0 and len(payload) * _LZ4_MAX_RATIO + (1 << 16) <= limit:
         # one call (a batch holds one frame); anything else is left to the loop
         try:
@@ -294,7 +295,7 @@ def _unlz4(payload, magic: int, limit: int) -> bytes:
 
 
 def _lz4(data: bytes, magic: int) -> bytes:
-    frame = _require("lz4.frame", "lz4")
+    frame = require_module("lz4.frame", "lz4")
     if magic == 0:
         # Old brokers did not accept the content-size field.
         out = frame.compress(data, store_size=False, block_linked=False)
@@ -305,12 +306,12 @@ def _lz4(data: bytes, magic: int) -> bytes:
 # --------------------------------------------------------------------- zstd
 def _unzstd(payload, magic: int, limit: int) -> bytes:
     step = _step(payload)
-    zstandard = _require("zstandard", "zstandard")
+    zstandard = require_module("zstandard", "zstandard")
     data = bytes(payload)
     out: list[bytes] = []
     size = 0
     try:
-        reader = _zstd_context().stream_reader(data, read_across_frames=True)
+        reader = zstd_decompressor().stream_reader(data, read_across_frames=True)
         with reader:
             while True:
                 chunk = reader.read(min(step, limit - size + 1))
@@ -328,16 +329,16 @@ def _unzstd(payload, magic: int, limit: int) -> bytes:
 _local = threading.local()
 
 
-def _zstd_context():
+def zstd_decompressor():
     """This thread's ZstdDecompressor: making one costs more than a small batch."""
     dctx = getattr(_local, "zstd", None)
     if dctx is None:
-        dctx = _local.zstd = _require("zstandard", "zstandard").ZstdDecompressor()
+        dctx = _local.zstd = require_module("zstandard", "zstandard").ZstdDecompressor()
     return dctx
 
 
 def _zstd(data: bytes, magic: int) -> bytes:
-    zstandard = _require("zstandard", "zstandard")
+    zstandard = require_module("zstandard", "zstandard")
     return zstandard.ZstdCompressor(level=3).compress(data)
 
 

@@ -200,7 +200,7 @@ def frame(source, *, limits: Limits | None = None,
         pos = 0
         while n - pos > MAGIC_OFFSET:
             if fast and buf[pos + MAGIC_OFFSET] == 2:
-                new_pos = _accel._speedups.frame_v2(buf, pos, base, max_size, rows)
+                new_pos = _accel.frame_v2(buf, pos, base, max_size, rows)
                 if new_pos != pos:
                     pos = new_pos
                     continue

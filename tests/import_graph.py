@@ -196,8 +196,7 @@ def private_imports(known: dict[str, Path] | None = None) -> list[str]:
                 continue
             target = bound[node.value.id]
             sub = f"{target}.{node.attr}"
-            is_module = sub in known or _compiled(sub, known)
-            if target == module or (is_module and sub.startswith(package + ".")):
+            if target == module or (sub in known and sub.startswith(package + ".")):
                 continue  # its own name, or a private module of its own package
             out.append(f"{module}:{node.lineno}: uses {node.value.id}.{node.attr} of {target}")
     return sorted(set(out))

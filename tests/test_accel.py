@@ -455,7 +455,7 @@ def test_pure_runs_of_regular_batches_equal_the_reader_batch_by_batch(tmp_path, 
     objects (``_RecordColumns.run``, the compiled scan_run's twin): the four
     tables are the ones the reader builds batch by batch, on real segments,
     writer output and damaged input (what a run does not take, the reader does)."""
-    from kafkalog.arrow import _RecordColumns
+    from kafkalog.arrow import PureRecordColumns as _RecordColumns
 
     regular = _segment(tmp_path)
     recs = _records(4)

@@ -2,7 +2,8 @@
 
 :mod:`.schema` interprets the JSON specs shipped in ``specs/`` (Apache Kafka's, unchanged);
 :mod:`.topics` frames the records of ``__consumer_offsets``, ``__transaction_state``,
-``__cluster_metadata`` and ``__share_group_state`` with them; :mod:`.share_group_state`
+``__cluster_metadata`` and ``__share_group_state`` with them (:mod:`.framing`: the frame of
+the metadata topics' values); :mod:`.share_group_state`
 turns the last into rows; :mod:`.remote_log` reads those of ``__remote_log_metadata`` (tiered
 storage), with rows of its segments and their live set. The partition directory's state files are
 :mod:`kafkalog.state_files`.

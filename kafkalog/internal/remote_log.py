@@ -46,7 +46,7 @@ from ..default_records import read_varint
 from ..log_reader import scan
 from ..model import Batch, Finding
 from .schema import MessageError, MessageSpec, read_uvarint, spec
-from .topics import REMOTE_LOG_SPECS, decode_framed
+from .framing import decode_framed
 
 #: RemoteLogSegmentState ids
 SEGMENT_STATES = {0: "COPY_SEGMENT_STARTED", 1: "COPY_SEGMENT_FINISHED",
@@ -68,6 +68,13 @@ PARTITION_DELETE = "REMOTE_PARTITION_DELETE_METADATA_RECORD"
 
 #: Aiven's custom metadata fields, by tag (SegmentCustomMetadataField)
 CUSTOM_FIELDS = {0: "remote_size", 1: "object_prefix", 2: "object_key"}
+
+
+#: The specs of ``__remote_log_metadata``'s records: their api keys are their own, not
+#: ``__cluster_metadata``'s (:func:`.topics.metadata_records` leaves them out).
+REMOTE_LOG_SPECS = ("RemoteLogSegmentMetadataRecord", "RemoteLogSegmentMetadataUpdateRecord",
+                    "RemotePartitionDeleteMetadataRecord",
+                    "RemoteLogSegmentMetadataSnapshotRecord")
 
 
 @cache

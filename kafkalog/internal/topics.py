@@ -10,18 +10,16 @@ transaction and share coordinators' logs; Kafka's ``CoordinatorRecordSerde``)::
     value = int16 version, then the value struct of the spec named like the key with
             "Value" for "Key"; a null value is a tombstone (the key was deleted)
 
-``__cluster_metadata`` (KRaft; Kafka's ``MetadataRecordSerde``), key null::
-
-    value = unsigned varint frame version (1), unsigned varint api key (the spec's
-            "apiKey"), unsigned varint record version, then the record (flexible from v0)
+``__cluster_metadata`` (KRaft; Kafka's ``MetadataRecordSerde``), key null, the value
+framed as :mod:`.framing` says (frame version, api key, record version, record).
 
 KRaft's control records (snapshot header and footer, kraft.version, voters) carry a
 message spec as their value, read as the version Kafka's ``ControlRecordUtils`` reads
 (0): :func:`decode_kraft_control`.
 
 ``__remote_log_metadata`` (tiered storage; Kafka's ``RemoteLogMetadataSerde``) frames its
-records the same way, with api keys of its own (0-3: :data:`REMOTE_LOG_SPECS`), key null;
-:mod:`.remote_log` decodes them and the custom metadata inside.
+records the same way, with api keys of its own (0-3: :data:`.remote_log.REMOTE_LOG_SPECS`),
+key null; :mod:`.remote_log` decodes them and the custom metadata inside.
 
 Every decoder returns the JSON shape ``kafka-dump-log.sh`` prints (``{"key": {"type",
 "data"}, "value": {"version", "data"} | None}`` and ``{"type": "PARTITION_RECORD",
@@ -38,7 +36,9 @@ from functools import cache
 
 from ..folders import parse_partition_folder
 from ..model import CONTROL_TYPES
-from .schema import MessageError, MessageSpec, read_uvarint, snake_name, spec, spec_names
+from .framing import decode_framed
+from .remote_log import REMOTE_LOG_SPECS, decode_remote_log_metadata
+from .schema import MessageError, MessageSpec, spec, spec_names
 
 _INT16 = struct.Struct(">h")
 
@@ -59,12 +59,6 @@ TOPIC_DECODERS = {
     "__remote_log_metadata": REMOTE_LOG_METADATA,
 }
 
-#: The specs of ``__remote_log_metadata``'s records: their api keys are their own, not
-#: ``__cluster_metadata``'s.
-REMOTE_LOG_SPECS = ("RemoteLogSegmentMetadataRecord", "RemoteLogSegmentMetadataUpdateRecord",
-                    "RemotePartitionDeleteMetadataRecord",
-                    "RemoteLogSegmentMetadataSnapshotRecord")
-
 #: The spec-name prefixes of each coordinator's keys and values.
 _COORDINATOR_SPECS = {
     OFFSETS: ("OffsetCommit", "GroupMetadata", "ConsumerGroup", "ShareGroup"),
@@ -74,9 +68,6 @@ _COORDINATOR_SPECS = {
 #: how messages name each coordinator's log
 _COORDINATOR_WHAT = {OFFSETS: "offsets", TRANSACTION_LOG: "transaction log",
                      SHARE_GROUP_STATE: "share group state"}
-
-#: KRaft's frame version (MetadataRecordSerde.DEFAULT_FRAME_VERSION).
-METADATA_FRAME_VERSION = 1
 
 
 def _int16(buf, what: str) -> tuple[int, int]:
@@ -142,29 +133,6 @@ def metadata_records() -> dict[int, MessageSpec]:
         if s.api_key is not None and name.endswith("Record") and name not in REMOTE_LOG_SPECS:
             out[s.api_key] = s
     return out
-
-
-def record_type_name(spec_name: str) -> str:
-    """``PartitionRecord`` -> ``PARTITION_RECORD`` (Kafka's MetadataRecordType names)."""
-    return snake_name(spec_name).upper()
-
-
-def decode_framed(value: bytes | None, records: dict[int, MessageSpec], what: str) -> dict:
-    """A value framed as Kafka's AbstractApiMessageSerde frames it (frame version, api key,
-    record version, record), read with ``records`` (api key -> spec)."""
-    if value is None:
-        raise MessageError(f"{what} with a null value", 0)
-    frame, pos = read_uvarint(value, 0, len(value), "frame version")
-    if frame != METADATA_FRAME_VERSION:
-        raise MessageError(f"{what}: frame version {frame}, expected "
-                           f"{METADATA_FRAME_VERSION}", 0)
-    api_key, pos = read_uvarint(value, pos, len(value), "api key")
-    version, pos = read_uvarint(value, pos, len(value), "record version")
-    record_spec = records.get(api_key)
-    if record_spec is None:
-        raise MessageError(f"{what}: unknown api key {api_key}", 0)
-    return {"type": record_type_name(record_spec.name), "version": version,
-            "data": record_spec.read_exactly(value, version, pos)}
 
 
 def decode_cluster_metadata(key: bytes | None, value: bytes | None) -> dict:
@@ -246,8 +214,6 @@ def decode(decoder: str, key: bytes | None, value: bytes | None, *,
     if decoder == CLUSTER_METADATA:
         return decode_cluster_metadata(key, value)
     if decoder == REMOTE_LOG_METADATA:
-        from .remote_log import decode_remote_log_metadata  # it builds on this module
-
         return decode_remote_log_metadata(key, value)
     if decoder not in _COORDINATOR_SPECS:
         raise ValueError(f"unknown decoder {decoder!r} (known: {', '.join(DECODERS)})")

@@ -33,7 +33,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..codecs import _require
+from ..codecs import require_module
 from ..errors import ManifestError
 
 FIXED = "fixed"
@@ -159,7 +159,7 @@ def decode_transformed_chunks(text, where: str) -> list[int]:
         compressed = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as err:
         raise ManifestError(f"{what} is not base64: {err}") from err
-    zstandard = _require("zstandard", "zstandard")
+    zstandard = require_module("zstandard", "zstandard")
     try:
         size = zstandard.frame_content_size(compressed)
     except zstandard.ZstdError as err:

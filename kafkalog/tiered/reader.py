@@ -34,7 +34,7 @@ import os
 import threading
 from typing import BinaryIO, Iterator
 
-from ..codecs import _require, _zstd_context
+from ..codecs import require_module, zstd_decompressor
 from ..errors import ChunkError, KeyRingError, ManifestError, SourceError
 from .chunks import Chunk
 from .crypto import ChunkCipher, KeyRing
@@ -273,7 +273,7 @@ class RemoteSegment:
 
 def _unzstd(data: bytes, size: int) -> bytes:
     """One zstd frame that says its content size, ``size``, and nothing after it."""
-    zstandard = _require("zstandard", "zstandard")
+    zstandard = require_module("zstandard", "zstandard")
     try:
         declared = zstandard.frame_content_size(data)
     except zstandard.ZstdError as err:
@@ -283,6 +283,6 @@ def _unzstd(data: bytes, size: int) -> bytes:
                          if declared >= 0 else "zstd frame does not declare its content size "
                          "(the plugin's frames do)")
     try:  # one shot: twice as fast as a decompressobj on 4 MiB chunks
-        return _zstd_context().decompress(data, max_output_size=size, allow_extra_data=False)
+        return zstd_decompressor().decompress(data, max_output_size=size, allow_extra_data=False)
     except zstandard.ZstdError as err:
         raise ChunkError(f"zstd: {err}") from err

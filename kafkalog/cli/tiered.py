@@ -5,13 +5,14 @@ its ``.log`` and ``.indexes`` are the objects beside it) byte for byte, a chunk 
 temporary file beside OUT that replaces OUT only when every chunk has been checked; ``-o -``
 streams to stdout (bytes already written stay written if a later chunk fails: the exit status
 says so). A plain ``.log`` object (mgoblin/minio-rsm, a copied partition folder) is copied as it
-is. ``--private-key`` loads the key ring (:mod:`.crypto`); ``--indexes DIR`` also writes the
+is. ``--private-key`` loads the key ring (:mod:`..tiered.crypto`); ``--indexes DIR`` also writes the
 segment's index files under Kafka's names.
 
 ``ls PREFIX`` lists the segments under a prefix (a local folder or ``s3://bucket/prefix``),
-grouped from the object keys (:mod:`.layout`); with ``--metadata`` (``__remote_log_metadata``
-segments, or folders holding ``__remote_log_metadata-N``) each gets its state from Kafka's own
-record, and live segments of the listed partitions whose objects are not there are listed too.
+grouped from the object keys (:mod:`..tiered.layout`); with ``--metadata``
+(``__remote_log_metadata`` segments, or folders holding ``__remote_log_metadata-N``) each gets
+its state from Kafka's own record, and live segments of the listed partitions whose objects are
+not there are listed too.
 
 Errors are one line on stderr. Exit status: 0 done; 1 the objects are wrong (a malformed
 manifest, a chunk that does not give its bytes back; ``ls``: a segment with objects missing, or
@@ -31,10 +32,11 @@ import tempfile
 from collections import Counter
 
 from ..errors import CorruptDataError, KafkaLogError, SourceError
-from .crypto import KeyRing
-from .layout import AIVEN, LOG, MANIFEST, group_segments
-from .objects import open_prefix, open_uri
-from .reader import RemoteSegment
+from ..tiered.crypto import KeyRing
+from ..tiered.layout import AIVEN, LOG, MANIFEST, group_segments
+from ..tiered.objects import open_prefix, open_uri
+from ..tiered.reader import RemoteSegment
+from .output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, count, finding_text
 
 #: bytes per read when copying a plain object
 COPY_STEP = 8 * 1024 * 1024
@@ -52,14 +54,21 @@ Exit status:
 
 def exit_status(err: KafkaLogError) -> int:
     """1 for objects that are wrong, 2 for what kept the command from running."""
-    from ..cli import EXIT_ERROR, EXIT_FINDINGS
-
     return EXIT_FINDINGS if isinstance(err, CorruptDataError) else EXIT_ERROR
 
 
 def key_ring(paths) -> KeyRing | None:
     """The key ring of ``--private-key`` files, or None without any."""
     return KeyRing.from_pem_files(paths) if paths else None
+
+
+def read_key_ring(args):
+    """``--private-key``'s key ring (None without keys), or False after saying why not."""
+    try:
+        return key_ring(args.private_key)
+    except KafkaLogError as err:
+        print(f"kafkalog: {err}", file=sys.stderr)
+        return False
 
 
 def is_manifest(uri: str) -> bool:
@@ -165,8 +174,6 @@ def _write(args, out) -> None:
 
 
 def cmd_cat(args, stdout) -> int:
-    from ..cli import EXIT_ERROR, EXIT_OK
-
     if args.start < 0 or (args.end is not None and args.end < args.start):
         print(f"kafkalog: bad byte range --start {args.start} --end {args.end}: need "
               "0 <= start <= end", file=sys.stderr)
@@ -263,8 +270,6 @@ def _row_text(row: dict) -> str:
 
 
 def cmd_ls(args, stdout) -> int:
-    from ..cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, _count, finding_text
-
     try:
         rows, findings = _metadata_rows(args.metadata) if args.metadata else ([], [])
         store, prefix = open_prefix(args.prefix)
@@ -298,12 +303,12 @@ def cmd_ls(args, stdout) -> int:
     layouts = Counter(r["layout"] for r in out_rows if r["layout"])
     incomplete = sum(1 for r in out_rows if not r["complete"])
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(layouts.items())) or "none"
-    summary = (f"{_count(len(segments), 'segment', 'segments')} ({kinds}), {incomplete} "
-               f"incomplete, {_count(other, 'other object', 'other objects')}")
+    summary = (f"{count(len(segments), 'segment', 'segments')} ({kinds}), {incomplete} "
+               f"incomplete, {count(other, 'other object', 'other objects')}")
     if args.metadata:
         live = sum(1 for r in rows if r["state"] == "COPY_SEGMENT_FINISHED")
-        summary += (f"; metadata: {_count(len(rows), 'segment', 'segments')}, {live} live, "
-                    f"{_count(len(findings), 'finding', 'findings')}")
+        summary += (f"; metadata: {count(len(rows), 'segment', 'segments')}, {live} live, "
+                    f"{count(len(findings), 'finding', 'findings')}")
     if args.json:  # stdout stays JSON objects only
         print(f"kafkalog: {store.uri(prefix)}: {summary}", file=sys.stderr)
     else:
