@@ -152,27 +152,3 @@ def write(out: Path, night: int, t0: int, hour: int) -> None:
         with SegmentWriter(out / f"{topic}-0", 0) as w:
             for n, batch in enumerate(batches):
                 w.append(records(batch, t0 + 3 * hour + n * 24 * hour), codec="lz4")
-
-
-def value_lines(wh) -> list[str]:
-    """What ``make demo`` says of ``records.value_json``: per topic with values in the wire
-    format, how many decoded (and their format), how many did not (why), the last one decoded."""
-    from spark_jobs.tables import read_arrow
-
-    rows = read_arrow(wh, "records", row_filter="value_schema_id IS NOT NULL",
-                      columns=("topic", "offset", "value_format", "value_json", "value_error"))
-    by_topic: dict[str, list[dict]] = {}
-    for r in sorted(rows.to_pylist(), key=lambda r: (r["topic"], r["offset"])):
-        by_topic.setdefault(r["topic"], []).append(r)
-    lines = []
-    for topic, rs in by_topic.items():
-        good = [r for r in rs if r["value_json"] is not None]
-        errors = sorted({r["value_error"] for r in rs if r["value_error"]})
-        formats = ", ".join(sorted({r["value_format"] for r in good}))
-        line = f"{topic}: {len(good)} decoded ({formats})"
-        if len(good) < len(rs):
-            line += f", {len(rs) - len(good)} not ({', '.join(errors)})"
-        if good:
-            line += f"; last: {good[-1]['value_json']}"
-        lines.append(line)
-    return lines
