@@ -76,19 +76,11 @@ def fail_abandoned_runs(dag_id: str) -> None:
     plan would wait for it forever (kafkalog_pipeline.tasks.wait_for_warehouse).
     Not for a metadata DB that a scheduler serves (``make ui``): stop that first.
     """
-    from sqlalchemy import select
+    from kafkalog_pipeline._airflow import fail_unfinished_runs
 
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-
-    with create_session() as session:
-        for dr in session.scalars(select(DagRun).where(
-                DagRun.dag_id == dag_id,
-                DagRun.state.in_((DagRunState.RUNNING, DagRunState.QUEUED)))):
-            print(f"run {dr.run_id} was left {dr.state} by an interrupted demo: marking it failed",
-                  file=sys.stderr)
-            dr.set_state(DagRunState.FAILED)
+    for run_id, state in fail_unfinished_runs(dag_id):
+        print(f"run {run_id} was left {state} by an interrupted demo: marking it failed",
+              file=sys.stderr)
 
 
 class TaskLogFiles:
@@ -110,10 +102,9 @@ class TaskLogFiles:
 
     # ---- where
     def open(self, ti) -> Path:
-        from airflow.sdk.log import init_log_file
-        from airflow.utils.helpers import log_filename_template_renderer
+        from kafkalog_pipeline._airflow import task_log_path
 
-        path = init_log_file(log_filename_template_renderer()(ti=ti))
+        path = task_log_path(ti)
         self.close()
         self.file = open(path, "a" if str(path) in self.started else "w", encoding="utf-8")
         self.started.add(str(path))
@@ -178,34 +169,17 @@ def dag_test_like_a_worker():
 
     import structlog
 
-    from airflow.models import dagrun as dagrun_module
-    from airflow.sdk.execution_time import supervisor
+    from kafkalog_pipeline._airflow import dag_test_hooks
 
     files = TaskLogFiles()
-    run_in_process, get_or_create = supervisor.run_task_in_process, dagrun_module.get_or_create_dagrun
-
-    def run_task_in_process(ti, task, *args, **kwargs):
-        files.open(ti)
-        try:
-            return run_in_process(ti, task, *args, **kwargs)
-        finally:
-            files.close()
-
-    def get_or_create_dagrun(**kwargs):
-        kwargs["start_date"] = dt.datetime.now(dt.timezone.utc)
-        return get_or_create(**kwargs)
-
     processors = structlog.get_config()["processors"]
     processors.insert(len(processors) - 1, files.processor)  # before the renderer
     handler = files.handler()
     logging.getLogger().addHandler(handler)
-    supervisor.run_task_in_process = run_task_in_process
-    dagrun_module.get_or_create_dagrun = get_or_create_dagrun
     try:
-        yield files
+        with dag_test_hooks(files.open, files.close):
+            yield files
     finally:
-        supervisor.run_task_in_process = run_in_process
-        dagrun_module.get_or_create_dagrun = get_or_create
         logging.getLogger().removeHandler(handler)
         processors.remove(files.processor)
         files.close()
@@ -213,9 +187,9 @@ def dag_test_like_a_worker():
 
 def dagtest(date: str) -> int:
     """Run the nightly DAG for snapshot ``date`` with ``dag.test()``; exit 0 iff it succeeded."""
-    from airflow.dag_processing.dagbag import DagBag
+    from kafkalog_pipeline._airflow import dag_bag
 
-    bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    bag = dag_bag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     if bag.import_errors:
         print(f"DAG import errors: {bag.import_errors}", file=sys.stderr)
         return 2

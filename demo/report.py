@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from spark_jobs.layout import typed_topic
+from spark_jobs.quality.policy import RANK
 from spark_jobs.quality.results import place
 from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES
 
@@ -38,12 +39,10 @@ def table_counts(out: Path) -> dict:
     return counts
 
 
-#: outcomes of a check, worst first (a row's ``status``; anything else sorts after them)
-OUTCOMES = ("fail", "warn", "pass")
-
-
-def _rank(status: str) -> int:
-    return OUTCOMES.index(status) if status in OUTCOMES else len(OUTCOMES)
+def _rank(status: str) -> tuple[int, int]:
+    """Sort key of a row's ``status``: the policy's severities worst first, anything else
+    after them."""
+    return (0, -RANK[status]) if status in RANK else (1, 0)
 
 
 def _causes(details: str | None) -> str:

@@ -20,10 +20,10 @@ Deterministic: the same night writes the same bytes.
 from __future__ import annotations
 
 import json
-import struct
 import warnings
 from pathlib import Path
 
+from kafkalog.schemas.wire import MAGIC_ID, PREFIX
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs.decode.values import SCHEMAS_TOPIC
 ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
@@ -141,7 +141,7 @@ def write(out: Path, night: int, t0: int, hour: int) -> None:
         orders.append([(f"o{i}".encode(), ser["order_v2"](order(i, 2), _ctx("shop.orders")))
                        for i in range(6, 10)])
         clicks.append([(None, ser["click"](click(i), _ctx("clicks"))) for i in range(100, 250)]
-                      + [(None, b"\x00" + struct.pack(">I", UNKNOWN_ID) + b'{"page":"/x"}')])
+                      + [(None, PREFIX.pack(MAGIC_ID, UNKNOWN_ID) + b'{"page":"/x"}')])
     # _schemas: night 1's records (every first version), then (night 2) the versions since
     versions = schemas_records(client, SUBJECTS)
     registered = [PREAMBLE + [r for r in versions if json.loads(r[0])["version"] == 1]]

@@ -235,11 +235,29 @@ def _airflow_errors():
 PLAN_TASK, PUBLISH_TASK = "plan", "publish"
 #: the audit task (the UI plugin links this task id to the run's report)
 QUALITY_TASK = "check_quality"
-_DONE = {"success", "failed", "upstream_failed", "skipped", "removed"}
+#: task states (Airflow's, as text): a task in one of these has finished ...
+FINISHED = {"success", "failed", "upstream_failed", "skipped", "removed"}
+#: ... in one of these it has not (None, "none": no state yet)
+UNFINISHED = {None, "none", "scheduled", "queued", "running", "up_for_retry",
+              "up_for_reschedule", "deferred", "restarting", "awaiting_input"}
+#: a mapped task's instances summed up as one state: the first of these any of them has
+WORST_FIRST = ("failed", "upstream_failed", "up_for_retry", "up_for_reschedule", "running",
+               "queued", "scheduled", "deferred", "success", "skipped", "removed")
 
 
 def _state(value) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
+
+
+def summed_states(pairs) -> dict[str, str]:
+    """``{task_id: state}`` of ``(task_id, state)`` pairs, a mapped task's worst first."""
+    out: dict[str, str] = {}
+    rank = {s: i for i, s in enumerate(WORST_FIRST)}
+    for task_id, state in pairs:
+        state = str(getattr(state, "value", state)) if state is not None else "none"
+        if task_id not in out or rank.get(state, len(rank)) < rank.get(out[task_id], len(rank)):
+            out[task_id] = state
+    return out
 
 
 def runs_holding_warehouse(task_states: dict, run_id: str) -> list[str]:
@@ -253,7 +271,7 @@ def runs_holding_warehouse(task_states: dict, run_id: str) -> list[str]:
     return sorted(other for other, states in task_states.items()
                   if other != run_id
                   and _state(states.get(PLAN_TASK)) == "success"
-                  and _state(states.get(PUBLISH_TASK)) not in _DONE)
+                  and _state(states.get(PUBLISH_TASK)) not in FINISHED)
 
 
 def wait_for_warehouse(context) -> None:

@@ -428,7 +428,7 @@ def test_audit_output_levels_verdict_and_one_line_failure(caplog):
 
 def test_data_quality_tab_says_why_a_run_has_no_report():
     sys.path.insert(0, str(DAGS.parent / "plugins"))  # as Airflow puts its plugins folder
-    from kafkalog_quality.links import no_report_reason
+    from kafkalog_quality.dag_runs import no_report_reason
 
     skipped = {"plan": "skipped", "decode_chunk": "skipped", "check_quality": "skipped"}
     assert no_report_reason(skipped, "nothing to decode for 2026-11-25: 0 segments") == \

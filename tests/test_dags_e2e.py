@@ -276,7 +276,8 @@ def test_a_night_without_a_snapshot_is_a_warned_skip(dag, pipeline, api):
     import sys
 
     sys.path.insert(0, str(DAGS.parent / "plugins"))  # as Airflow puts its plugins folder
-    from kafkalog_quality.links import report_url, run_states
+    from kafkalog_quality.dag_runs import run_states
+    from kafkalog_quality.links import report_url
 
     began = dt.datetime.now(dt.timezone.utc)
     run_id, state, tasks = run(dag, "2026-11-25")  # nothing was copied that night
