@@ -727,3 +727,29 @@ def test_a_night_without_a_snapshot_is_a_result_and_a_stray_log_is_decoded(
                                      tasks.settings.s3_access().storage_config())
     assert [e["uri"] for e in layout.read_manifest(store.read(key), uri)] == [
         f"s3://{s3_bucket}/{stray}"]
+
+
+def test_a_chunk_spec_renders_the_decode_jobs_arguments_and_names_its_task():
+    """The planner's decode arguments are ChunkSpec's, which the decode job parses back; the
+    mapped task is named ``chunk K`` from them, by the flag (the DAG indexes no argv)."""
+    from jinja2.sandbox import SandboxedEnvironment
+
+    from spark_jobs.decode.cli import parse_args
+    from spark_jobs.layout import ChunkSpec
+
+    spec = ChunkSpec(input="s3://b/_staging/t/_manifests/chunk-3.json", output="s3://w/h",
+                     run_id="manual__2026-11-25", chunk_id=3, catalog="c", namespace="n",
+                     reprocess=True, s3_endpoint="http://127.0.0.1:9",
+                     more=("--schema-registry", "s3://b/_schemas.json"))
+    args = parse_args(spec.argv())
+    assert (args.input, args.output, args.run_id, args.chunk_id, args.no_publish, args.catalog,
+            args.namespace, args.reprocess, args.s3_endpoint, args.schema_registry) == (
+        spec.input, spec.output, spec.run_id, "3", True, "c", "n", True, spec.s3_endpoint,
+        "s3://b/_schemas.json")
+    assert "--reprocess" not in ChunkSpec(**{**vars(spec), "reprocess": False}).argv()
+
+    class Task:
+        application_args = ["spark_jobs.decode_segments", *spec.argv()]
+
+    assert SandboxedEnvironment().from_string(ChunkSpec.map_index_template()).render(
+        task=Task()) == "chunk 3"
