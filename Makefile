@@ -29,13 +29,14 @@ spark-env:
 		&& printf 'export PYSPARK_PYTHON="$${PYSPARK_PYTHON:-%s/python}"\n' "$(abspath $(BIN))" \
 		> "$$conf/spark-env.sh"
 
+# demo/ runs from this checkout (it is not installed): `python -m demo` finds it in the current folder
 demo: venv
 	$(BIN)/python -m kafkalog.demo demo-output
-	$(BIN)/python -m kafkalog_pipeline.demo run --out demo-output
+	$(BIN)/python -m demo run --out demo-output
 
 # Airflow (api-server, scheduler, dag-processor) on 127.0.0.1 over the demo's data; Ctrl-C stops it.
 ui: venv
-	$(BIN)/python -m kafkalog_pipeline.demo ui --out demo-output
+	$(BIN)/python -m demo ui --out demo-output
 
 # The suite runs twice: on the compiled fast path (which the install must have
 # built) and on the pure-Python reference (KAFKALOG_PURE_PYTHON=1); the pipeline

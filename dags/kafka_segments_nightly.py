@@ -113,7 +113,7 @@ default_args = {
 def kafka_segments_nightly():
     # one plan at a time across all runs (backfill runs included): a plan first waits
     # while another run holds the warehouse (kafkalog_pipeline.tasks.wait_for_warehouse)
-    @task(retries=3, max_active_tis_per_dag=1)
+    @task(task_id=tasks.PLAN_TASK, retries=3, max_active_tis_per_dag=1)
     def plan(**context) -> list[list[str]]:
         return tasks.plan_task(context)
 
@@ -124,21 +124,14 @@ def kafka_segments_nightly():
         application=settings.spark_entry(),  # runs spark_jobs.decode_segments (first arg)
         name="kafkalog-decode",
         retries=3,
-        map_index_template="chunk {{ task.application_args[8] }}",
+        map_index_template=tasks.DECODE_MAP_INDEX_TEMPLATE,  # "chunk K"
     ).expand(application_args=decode_args)
 
     check_quality = KafkalogSparkSubmitOperator(
         task_id=tasks.QUALITY_TASK,  # the UI plugin links this task id to the run's report
         application=settings.spark_entry(),
         name="kafkalog-check-quality",
-        application_args=[
-            tasks.QUALITY_JOB,
-            "--warehouse", "{{ ti.xcom_pull(task_ids='plan', key='warehouse') }}",
-            "--run-id", "{{ run_id }}",
-            "--catalog", "{{ ti.xcom_pull(task_ids='plan', key='catalog') }}",
-            "--namespace", "{{ ti.xcom_pull(task_ids='plan', key='namespace') }}",
-            "--topics", "{{ params.topics }}",  # a partition the run left out is not missing
-        ],
+        application_args=tasks.quality_args(),
         # a failed check fails the task at once (AirflowFailException, no retry: the verdict
         # cannot change); one retry covers a crash (a Spark hiccup). Returns the verdict.
         retries=1,

@@ -33,7 +33,7 @@ from airflow.listeners import hookimpl
 
 from . import settings
 from .tasks import (CONFLICT_KEY, DECODE_TASK, PLAN_TASK, PUBLISH_TASK, QUALITY_TASK, RERUN_OF,
-                    RERUN_TASK, SKIP_REASON_KEY, VERDICT_KEY, rerun_id)
+                    RERUN_TASK, SKIP_REASON_KEY, VERDICT_KEY, rerun_id, summed_states)
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,6 @@ MAX_ITEMS = 6
 MAX_NOTE = 1000
 #: the tasks before the audit, in order: the first that failed is why there is no verdict
 BEFORE_AUDIT = (PLAN_TASK, DECODE_TASK)
-#: a mapped task's instances summed up as one state: the first of these any of them has
-WORST_FIRST = ("failed", "upstream_failed", "up_for_retry", "up_for_reschedule", "running",
-               "queued", "scheduled", "deferred", "success", "skipped", "removed")
 
 
 # ------------------------------------------------------------------ what it says (pure)
@@ -98,7 +95,7 @@ def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: di
              rerun_of: str | None = None) -> str | None:
     """The paragraphs this module writes on run ``run_id`` (None: none).
 
-    ``states``: task id -> state (:data:`WORST_FIRST` of a mapped task's); ``finished``:
+    ``states``: task id -> state (:data:`.tasks.WORST_FIRST` of a mapped task's); ``finished``:
     the run has ended (else only the ``Rerun of`` paragraph, which stays true while it
     runs); ``verdict``: the audit's (or the plan's); ``conflict``: what publish met
     (``tasks.conflict_summary``); ``skip_reason``: why the plan skipped the night;
@@ -134,31 +131,18 @@ def merge(existing: str | None, ours: str | None) -> str | None:
     return text or None
 
 
-def summed_states(pairs) -> dict[str, str]:
-    """``{task_id: state}`` of ``(task_id, state)`` pairs, a mapped task's worst first."""
-    out: dict[str, str] = {}
-    rank = {s: i for i, s in enumerate(WORST_FIRST)}
-    for task_id, state in pairs:
-        state = str(getattr(state, "value", state)) if state is not None else "none"
-        if task_id not in out or rank.get(state, len(rank)) < rank.get(out[task_id], len(rank)):
-            out[task_id] = state
-    return out
-
-
 # ------------------------------------------------------------------ reading and writing the run
 def gather(dag_run, session) -> dict:
     """What :func:`run_note` needs, read from the metadata DB in the caller's ``session``:
     the run's task states, and the XComs its tasks pushed (only of tasks that ran this
     time: a task cleared and then skipped keeps its earlier XComs)."""
-    from airflow.models.xcom import XComModel
+    from ._airflow import xcom_value
 
     states = summed_states((ti.task_id, ti.state)
                            for ti in dag_run.get_task_instances(session=session))
 
     def xcom(task_id: str, key: str):
-        row = session.scalars(XComModel.get_many(run_id=dag_run.run_id, dag_ids=dag_run.dag_id,
-                                                 task_ids=task_id, key=key, limit=1)).first()
-        return None if row is None else XComModel.deserialize_value(row)
+        return xcom_value(session, dag_run.dag_id, dag_run.run_id, task_id, key)
 
     verdict = xcom(QUALITY_TASK, "return_value") \
         if states.get(QUALITY_TASK) in ("success", "failed") else None
@@ -194,20 +178,11 @@ def annotate(dag_run, *, finished: bool) -> None:
     if dag_run.dag_id != settings.NIGHTLY_DAG_ID:
         return
     try:
-        from sqlalchemy import inspect
-        from sqlalchemy.orm import object_session
+        from ._airflow import attached_dag_run
 
-        session = object_session(dag_run)
-        if session is None:
-            # dag.test(): by the time its run ends, the run object is detached (each task it
-            # runs in process closes the thread's scoped session), and update_state merges
-            # it back into that same thread-local session, settings.Session(), which
-            # dag.test() then commits. Write the note there, on the run's persistent copy.
-            from airflow import settings as airflow_settings
-            from airflow.models.dagrun import DagRun
-
-            session = airflow_settings.Session()
-            dag_run = session.get(DagRun, inspect(dag_run).identity[0])
+        # the run's session; under dag.test() the run's persistent copy in the session
+        # dag.test() commits (the object it hands listeners is detached by then)
+        session, dag_run = attached_dag_run(dag_run)
         # a run that starts (again) keeps only its "Rerun of": no need to read its tasks
         facts = gather(dag_run, session) if finished else {
             "run_id": dag_run.run_id, "states": {}, "rerun_of": (dag_run.conf or {}).get(RERUN_OF)}

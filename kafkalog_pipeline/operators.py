@@ -31,6 +31,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import BaseOperatorLink
 
 from . import settings
+from ._airflow import dag_run_url, filter_submit_log, submit_returncode
 from .tasks import QUALITY_JOB
 
 
@@ -93,8 +94,7 @@ class KafkalogSparkSubmitOperator(SparkSubmitOperator):
         if self._is_audit():
             from spark_jobs.check_quality import VERDICT_PREFIX as prefix
         self.job_output = JobOutput(hook.log, prefix)
-        provider = hook._process_spark_submit_log
-        hook._process_spark_submit_log = lambda itr: provider(self.job_output.lines(itr))
+        filter_submit_log(hook, self.job_output.lines)
         return hook
 
     def execute(self, context):
@@ -114,8 +114,7 @@ class KafkalogSparkSubmitOperator(SparkSubmitOperator):
         try:
             super().execute(context)
         except AirflowException:
-            submitted = getattr(self._hook, "_submit_sp", None)  # the spark-submit Popen
-            if submitted is not None and submitted.returncode == EXIT_CHECKS_FAILED:
+            if submit_returncode(self._hook) == EXIT_CHECKS_FAILED:
                 verdict = self.job_output.verdict
                 if verdict is not None:
                     context["ti"].xcom_push(key="return_value", value=verdict)
@@ -141,9 +140,7 @@ class RerunLink(BaseOperatorLink):
         run_id = getattr(operator, "trigger_run_id", None)
         if not run_id:
             return ""
-        from airflow.utils.helpers import build_airflow_dagrun_url
-
-        return build_airflow_dagrun_url(dag_id=operator.trigger_dag_id, run_id=run_id)
+        return dag_run_url(operator.trigger_dag_id, run_id)
 
 
 class RerunOnConflictOperator(TriggerDagRunOperator):

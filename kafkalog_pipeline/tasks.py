@@ -154,13 +154,11 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     for chunk in chunks:
         key = manifest_key(token, chunk.chunk_id)
         store.write(key, chunk.manifest())
-        args = [DECODE_JOB, "--input", store.uri(key), "--output", warehouse, "--run-id", run_id,
-                "--chunk-id", str(chunk.chunk_id), "--no-publish",
-                "--catalog", wh.catalog_name, "--namespace", wh.namespace] \
-            + (["--reprocess"] if reprocess else [])
-        if access.endpoint_url:
-            args += ["--s3-endpoint", access.endpoint_url]
-        decode_args.append(args + registry_args)
+        spec = layout.ChunkSpec(
+            input=store.uri(key), output=warehouse, run_id=run_id, chunk_id=chunk.chunk_id,
+            catalog=wh.catalog_name, namespace=wh.namespace, reprocess=bool(reprocess),
+            s3_endpoint=access.endpoint_url, more=tuple(registry_args))
+        decode_args.append([DECODE_JOB, *spec.argv()])
         log.info("chunk %d: %d segments, %d bytes, partitions %s", chunk.chunk_id,
                  len(chunk.segments), chunk.bytes, ", ".join(chunk.summary()["partitions"]))
     return {
@@ -235,11 +233,50 @@ def _airflow_errors():
 PLAN_TASK, PUBLISH_TASK = "plan", "publish"
 #: the audit task (the UI plugin links this task id to the run's report)
 QUALITY_TASK = "check_quality"
-_DONE = {"success", "failed", "upstream_failed", "skipped", "removed"}
+#: the plan's XComs naming where the run writes (the decode chunks carry them in their argv;
+#: the audit's argv pulls them, :func:`quality_args`)
+WHERE_KEYS = WAREHOUSE_KEY, CATALOG_KEY, NAMESPACE_KEY = "warehouse", "catalog", "namespace"
+#: the plan's XCom summing up what it planned (its summary without the decode arguments)
+PLAN_KEY = "plan"
+#: a mapped decode task's name: ``chunk <K>``, read from its argv
+DECODE_MAP_INDEX_TEMPLATE = layout.ChunkSpec.map_index_template()
+
+
+def quality_args() -> list[str]:
+    """The audit task's spark-submit arguments (templated): the run's warehouse, catalog and
+    namespace as the plan pushed them, the run id, and the run's topics (a partition the run
+    left out is not missing)."""
+    def plan(key: str) -> str:
+        return f"{{{{ ti.xcom_pull(task_ids='{PLAN_TASK}', key='{key}') }}}}"
+
+    return [QUALITY_JOB, "--warehouse", plan(WAREHOUSE_KEY), "--run-id", "{{ run_id }}",
+            "--catalog", plan(CATALOG_KEY), "--namespace", plan(NAMESPACE_KEY),
+            "--topics", "{{ params.topics }}"]
+
+
+#: task states (Airflow's, as text): a task in one of these has finished ...
+FINISHED = {"success", "failed", "upstream_failed", "skipped", "removed"}
+#: ... in one of these it has not (None, "none": no state yet)
+UNFINISHED = {None, "none", "scheduled", "queued", "running", "up_for_retry",
+              "up_for_reschedule", "deferred", "restarting", "awaiting_input"}
+#: a mapped task's instances summed up as one state: the first of these any of them has
+WORST_FIRST = ("failed", "upstream_failed", "up_for_retry", "up_for_reschedule", "running",
+               "queued", "scheduled", "deferred", "success", "skipped", "removed")
 
 
 def _state(value) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
+
+
+def summed_states(pairs) -> dict[str, str]:
+    """``{task_id: state}`` of ``(task_id, state)`` pairs, a mapped task's worst first."""
+    out: dict[str, str] = {}
+    rank = {s: i for i, s in enumerate(WORST_FIRST)}
+    for task_id, state in pairs:
+        state = str(getattr(state, "value", state)) if state is not None else "none"
+        if task_id not in out or rank.get(state, len(rank)) < rank.get(out[task_id], len(rank)):
+            out[task_id] = state
+    return out
 
 
 def runs_holding_warehouse(task_states: dict, run_id: str) -> list[str]:
@@ -253,7 +290,7 @@ def runs_holding_warehouse(task_states: dict, run_id: str) -> list[str]:
     return sorted(other for other, states in task_states.items()
                   if other != run_id
                   and _state(states.get(PLAN_TASK)) == "success"
-                  and _state(states.get(PUBLISH_TASK)) not in _DONE)
+                  and _state(states.get(PUBLISH_TASK)) not in FINISHED)
 
 
 def wait_for_warehouse(context) -> None:
@@ -313,10 +350,9 @@ def plan_from_context(context) -> list[list[str]]:
     except (settings.SettingError, snapshots.PermanentS3Error, ValueError) as err:
         raise fail(str(err)) from err
     ti = context["ti"]
-    ti.xcom_push(key="warehouse", value=summary["warehouse"])
-    ti.xcom_push(key="catalog", value=summary["catalog"])
-    ti.xcom_push(key="namespace", value=summary["namespace"])
-    ti.xcom_push(key="plan", value={k: v for k, v in summary.items() if k != "decode_args"})
+    for key in WHERE_KEYS:
+        ti.xcom_push(key=key, value=summary[key])
+    ti.xcom_push(key=PLAN_KEY, value={k: v for k, v in summary.items() if k != "decode_args"})
     if not summary["decode_args"]:
         verdict = summary["verdict"]
         if verdict is not None and len(summary["missing_nights"]) == len(dates):
@@ -413,7 +449,7 @@ def rerun_request(context) -> tuple[str, dict]:
                    "or did not run)")
     if params.get(RERUN_OF):  # publish's failure said so too
         raise skip(f"not rerun again: this run is already the rerun of {params[RERUN_OF]}")
-    dates = (ti.xcom_pull(task_ids=PLAN_TASK, key="plan") or {}).get("dates") or []
+    dates = (ti.xcom_pull(task_ids=PLAN_TASK, key=PLAN_KEY) or {}).get("dates") or []
     if not dates:
         raise RuntimeError("no dates in the plan's XCom: cannot tell which nights to rerun")
     conf = {**params, "date_from": dates[0], "date_to": dates[-1], RERUN_OF: run_id}
@@ -433,16 +469,16 @@ def publish_from_context(context, assets, derived=None) -> dict:
     A conflict (another run published the same offsets first) fails the task at once,
     its summary pushed under ``CONFLICT_KEY`` for the ``rerun_on_conflict`` task."""
     ti = context["ti"]
-    warehouse = ti.xcom_pull(task_ids=PLAN_TASK, key="warehouse")
-    plan = ti.xcom_pull(task_ids=PLAN_TASK, key="plan") or {}
+    warehouse = ti.xcom_pull(task_ids=PLAN_TASK, key=WAREHOUSE_KEY)
+    plan = ti.xcom_pull(task_ids=PLAN_TASK, key=PLAN_KEY) or {}
     run_id = context["run_id"]
     from spark_jobs.warehouse import ConflictError, NotAudited, NothingStaged
 
     fail, _ = _airflow_errors()
     try:
         result = publish_run(warehouse=warehouse, run_id=run_id,
-                             catalog=ti.xcom_pull(task_ids=PLAN_TASK, key="catalog"),
-                             namespace=ti.xcom_pull(task_ids=PLAN_TASK, key="namespace"))
+                             catalog=ti.xcom_pull(task_ids=PLAN_TASK, key=CATALOG_KEY),
+                             namespace=ti.xcom_pull(task_ids=PLAN_TASK, key=NAMESPACE_KEY))
     except ConflictError as err:
         conflict = conflict_summary(err)
         ti.xcom_push(key=CONFLICT_KEY, value=conflict)

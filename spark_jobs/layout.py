@@ -27,6 +27,7 @@ import fnmatch
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 _TOPIC = r"(?P<topic>[A-Za-z0-9._-]{1,249})-(?P<partition>\d+)"
 #: a partition folder's name
@@ -136,6 +137,48 @@ def manifest(entries: list[dict], chunk_id: int | None = None,
     if state_files:
         doc["state_files"] = list(state_files)
     return json.dumps(doc, indent=1).encode()
+
+
+#: the decode job's flag naming a submission's chunk (spark_jobs/decode/cli.py)
+CHUNK_ID_FLAG = "--chunk-id"
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """One decode submission of a run: one chunk's manifest, decoded into the run's branch.
+
+    :meth:`argv` renders the arguments ``spark_jobs.decode_segments`` parses
+    (spark_jobs/decode/cli.py) in one order, so the planner never spells them by hand;
+    :meth:`map_index_template` names a mapped decode task by its chunk, reading the chunk id
+    from those arguments by its flag (not by a position)."""
+
+    input: str  # the chunk's manifest URI
+    output: str  # the warehouse root
+    run_id: str
+    chunk_id: int
+    catalog: str
+    namespace: str
+    reprocess: bool = False
+    s3_endpoint: str | None = None
+    more: tuple[str, ...] = ()  # further arguments (the Schema Registry's)
+
+    def argv(self) -> list[str]:
+        """The job's arguments: the chunk, decoded into the run's branch (``--no-publish``:
+        the DAG audits, then publishes)."""
+        args = ["--input", self.input, "--output", self.output, "--run-id", self.run_id,
+                CHUNK_ID_FLAG, str(self.chunk_id), "--no-publish",
+                "--catalog", self.catalog, "--namespace", self.namespace]
+        if self.reprocess:
+            args.append("--reprocess")
+        if self.s3_endpoint:
+            args += ["--s3-endpoint", self.s3_endpoint]
+        return args + list(self.more)
+
+    @staticmethod
+    def map_index_template(args: str = "task.application_args") -> str:
+        """An Airflow ``map_index_template`` naming a decode task ``chunk <id>``: ``args`` is
+        the Jinja expression of the task's argv, which holds :meth:`argv`."""
+        return f"chunk {{{{ {args}[{args}.index('{CHUNK_ID_FLAG}') + 1] }}}}"
 
 
 def read_manifest_state_files(data: bytes, where: str) -> list[str]:

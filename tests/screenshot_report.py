@@ -101,14 +101,14 @@ def main(argv=None) -> int:
     p.add_argument("--prefix", default="", help="before each file's name (make screenshots: report-)")
     args = p.parse_args(argv)
 
-    from kafkalog_quality import data
+    from kafkalog_quality import repository
     from test_plugin_ui import DevTools
 
     chromium = shutil.which("chromium")
     if chromium is None:
         print("screenshot_report: Debian's `chromium` is not installed (make browser)", file=sys.stderr)
         return 2
-    token = args.run or worst_run(data.Warehouse(args.warehouse).runs())
+    token = args.run or worst_run(repository.Warehouse(args.warehouse).runs())
     if token is None:
         print(f"screenshot_report: no data-quality results in {args.warehouse}", file=sys.stderr)
         return 1

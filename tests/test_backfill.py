@@ -2,7 +2,7 @@
 the real scheduler, no mocks.
 
 The demo's two nights of snapshots are served from a moto S3 server on 127.0.0.1;
-Airflow runs as in ``make ui`` (kafkalog_pipeline.demo): SQLite metadata DB in a
+Airflow runs as in ``make ui`` (demo.servers): SQLite metadata DB in a
 temporary AIRFLOW_HOME, ``dag-processor``, ``api-server`` (127.0.0.1, a free port)
 and ``scheduler`` as subprocesses in their own sessions, LocalExecutor with
 parallelism 2, local Spark. Then, with the CLI:
@@ -41,12 +41,12 @@ import pytest
 # from the snapshot files with kafkalog; warehouse_rows / record_keys read the published tables
 from test_dags_e2e import expected_records, record_keys, warehouse_rows  # noqa: E402
 
-from kafkalog_pipeline import demo, demo_data  # noqa: E402
+from demo import data as demo_data, servers  # noqa: E402
+from kafkalog_pipeline.settings import NIGHTLY_DAG_ID as DAG_ID  # noqa: E402
 from spark_settings import SUBMIT_CONF  # noqa: E402
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
-DAG_ID = demo.DAG_ID
 NIGHTS = demo_data.NIGHTS
 
 
@@ -75,7 +75,7 @@ class Airflow:
 
     def cli(self, *args: str, check: bool = True, returncode: bool = False):
         """The command's output; with ``returncode``, (exit code, output)."""
-        proc = demo.airflow(self.env, *args, capture_output=True, text=True, timeout=300)
+        proc = servers.airflow(self.env, *args, capture_output=True, text=True, timeout=300)
         if check and proc.returncode:
             raise AssertionError(f"airflow {' '.join(args)} exited {proc.returncode}:\n"
                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -83,7 +83,7 @@ class Airflow:
         return (proc.returncode, out) if returncode else out
 
     def query(self, sql: str, *args) -> list[tuple]:
-        return demo.metadata_query(self.env, sql, *args)
+        return servers.metadata_query(self.env, sql, *args)
 
     def api(self, method: str, path: str, body: dict | None = None) -> dict:
         """Airflow's REST API (the api-server on 127.0.0.1), as ``admin``; the JSON answer."""
@@ -93,7 +93,7 @@ class Airflow:
 
         base = self.env["AIRFLOW__API__BASE_URL"]
         if not getattr(self, "_token", None):
-            _, password = demo.password_file(Path(self.env["AIRFLOW_HOME"]))
+            _, password = servers.password_file(Path(self.env["AIRFLOW_HOME"]))
             req = urllib.request.Request(f"{base}/auth/token", method="POST",
                                          data=json.dumps({"username": "admin",
                                                           "password": password}).encode(),
@@ -140,11 +140,11 @@ def airflow(tmp_path_factory):
     logs = out / "pipeline-logs"
     logs.mkdir()
     demo_data.write_nights(out / "snapshots")
-    server, endpoint = demo.start_s3(out / "snapshots")
-    port = demo.free_port()
-    env = demo.airflow_env(out, endpoint, api_port=port)
+    server, endpoint = servers.start_s3(out / "snapshots")
+    port = servers.free_port()
+    env = servers.airflow_env(out, endpoint, api_port=port)
     env.update({
-        # two task slots (demo.airflow_env's, as `make ui` runs): a run's decode chunks run
+        # two task slots (servers.airflow_env's, as `make ui` runs): a run's decode chunks run
         # side by side, and the other night's plan waits for the warehouse while they do
         "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
@@ -159,22 +159,22 @@ def airflow(tmp_path_factory):
         "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "2",
         "KAFKALOG_SPARK_CONF": SUBMIT_CONF,  # JVMs that start fast (spark_settings)
     })
-    demo.migrate(env, logs)
+    servers.migrate(env, logs)
     procs = []
     af = Airflow(out, env, procs, logs)
     try:
         # the dag-processor first: the scheduler starts once the DAG is in the DB
-        procs.append(demo.start_component(env, logs, "dag-processor"))
-        procs.append(demo.start_component(env, logs, *demo.api_server_args(port)))
-        demo.wait_for_dag(env, procs)
-        demo.wait_for_api(port, procs)  # task workers report to its execution API
-        procs.append(demo.start_component(env, logs, "scheduler"))
+        procs.append(servers.start_component(env, logs, "dag-processor"))
+        procs.append(servers.start_component(env, logs, *servers.api_server_args(port)))
+        servers.wait_for_dag(env, procs)
+        servers.wait_for_api(port, procs)  # task workers report to its execution API
+        procs.append(servers.start_component(env, logs, "scheduler"))
         yield af
     except BaseException:
         af.dump_logs()
         raise
     finally:
-        demo.stop_components(procs)
+        servers.stop_components(procs)
         server.stop()
 
 
@@ -433,7 +433,7 @@ def test_a_publish_refused_for_a_conflict_is_rerun_by_the_dag(airflow):
         root = af.out / "conflict-snapshots"
         write_conflict_nights(root)
         conn = json.loads(af.env["AIRFLOW_CONN_AWS_DEFAULT"])
-        demo_data.upload(root, demo.BUCKET, demo.PREFIX, boto3.client(
+        demo_data.upload(root, servers.BUCKET, servers.PREFIX, boto3.client(
             "s3", endpoint_url=conn["extra"]["endpoint_url"], region_name="us-east-1",
             aws_access_key_id=conn["login"], aws_secret_access_key=conn["password"]))
         af.cli("dags", "unpause", DAG_ID)

@@ -2,7 +2,7 @@
 
 Real pieces only: a temporary Airflow home with a SQLite metadata DB, the moto S3
 server of conftest (127.0.0.1), sample snapshots written with kafkalog.writer
-(kafkalog_pipeline.demo_data), local Spark through spark-submit (``local[2]``).
+(demo.data), local Spark through spark-submit (``local[2]``).
 Expected counts are computed here from the snapshot files with the decoder
 itself (``kafkalog.decode``), never typed in.
 """
@@ -13,7 +13,6 @@ import datetime as dt
 import os
 import random
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -351,9 +350,9 @@ def test_a_persons_note_is_kept(nightly_in_db):
                      {("check_quality", "return_value"): PASSED}, note="Checked by Ana")
     assert got == ("success", "DQ: passed\n\nChecked by Ana")
     # what `make demo` prints of it, read from the metadata DB's own tables
-    from kafkalog_pipeline import demo
+    from demo.nights import run_note
 
-    assert demo.run_note({"AIRFLOW_HOME": os.environ["AIRFLOW_HOME"]}, "noted") == got[1]
+    assert run_note({"AIRFLOW_HOME": os.environ["AIRFLOW_HOME"]}, "noted") == got[1]
 
 
 def test_a_run_that_runs_again_keeps_only_what_stays_true(nightly_in_db):
@@ -375,20 +374,6 @@ def test_a_run_that_runs_again_keeps_only_what_stays_true(nightly_in_db):
     with create_session() as session:
         dr = session.query(DagRun).filter_by(dag_id=DAG_ID, run_id="again").one()
         assert dr.note == "Rerun of n1, whose publish met a conflict\n\nChecked by Ana"
-
-
-def test_the_demo_secret_is_masked_in_task_logs():
-    """A connection secret shorter than Airflow's masking minimum is left in the logs, and
-    every task warned "Skipping masking for a secret as it's too short"."""
-    import json
-
-    from airflow.configuration import conf
-
-    from kafkalog_pipeline import demo
-
-    secret = json.loads(demo.local_connections("http://x", demo.DEMO_KEY)[
-        "AIRFLOW_CONN_AWS_DEFAULT"])["password"]
-    assert len(secret) >= conf.getint("logging", "min_length_masked_secret")
 
 
 # ------------------------------------------------------------------ planning (pure)
@@ -443,7 +428,7 @@ def test_audit_output_levels_verdict_and_one_line_failure(caplog):
 
 def test_data_quality_tab_says_why_a_run_has_no_report():
     sys.path.insert(0, str(DAGS.parent / "plugins"))  # as Airflow puts its plugins folder
-    from kafkalog_quality.links import no_report_reason
+    from kafkalog_quality.dag_runs import no_report_reason
 
     skipped = {"plan": "skipped", "decode_chunk": "skipped", "check_quality": "skipped"}
     assert no_report_reason(skipped, "nothing to decode for 2026-11-25: 0 segments") == \
@@ -527,7 +512,7 @@ def _expected_segments(root: Path, date: str) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def snapshot_root(tmp_path_factory):
-    from kafkalog_pipeline import demo_data
+    from demo import data as demo_data
 
     root = tmp_path_factory.mktemp("snapshots")
     demo_data.write_nights(root)
@@ -541,7 +526,8 @@ def _client(endpoint):
 
 
 def test_list_segments_with_paginator(s3_endpoint, s3_bucket, snapshot_root):
-    from kafkalog_pipeline import demo_data, settings
+    from demo import data as demo_data
+    from kafkalog_pipeline import settings
 
     demo_data.upload(snapshot_root, s3_bucket, "snaps", _client(s3_endpoint))
     access = settings.S3Access(endpoint_url=s3_endpoint)
@@ -620,7 +606,8 @@ def test_plan_run_lists_every_segment_and_weighs_only_bytes_to_decode(
     the job will decode; a night where nothing changed plans no chunk (a clean skip)."""
     import math
 
-    from kafkalog_pipeline import demo_data, settings, tasks
+    from demo import data as demo_data
+    from kafkalog_pipeline import settings, tasks
     from spark_jobs import layout, storage
 
     demo_data.upload(snapshot_root, s3_bucket, "snaps", _client(s3_endpoint))
@@ -742,25 +729,27 @@ def test_a_night_without_a_snapshot_is_a_result_and_a_stray_log_is_decoded(
         f"s3://{s3_bucket}/{stray}"]
 
 
-# ------------------------------------------------------------------ make demo / make ui
-def test_demo_and_ui_do_not_run_over_one_directory_at_once(tmp_path):
-    """`make demo` while `make ui` serves the same directory (or the other way round)
-    stops at once, naming who holds it, and writes nothing; a holder that exited,
-    however it exited, leaves no lock behind."""
-    from kafkalog_pipeline import demo
+def test_a_chunk_spec_renders_the_decode_jobs_arguments_and_names_its_task():
+    """The planner's decode arguments are ChunkSpec's, which the decode job parses back; the
+    mapped task is named ``chunk K`` from them, by the flag (the DAG indexes no argv)."""
+    from jinja2.sandbox import SandboxedEnvironment
 
-    out = tmp_path / "demo-output"
-    run = [sys.executable, "-m", "kafkalog_pipeline.demo", "run", "--out", str(out)]
-    with demo.exclusive(out, "make ui"):
-        p = subprocess.run(run, capture_output=True, text=True, timeout=120)
-        assert p.returncode == 1
-        assert f"{out} is in use by make ui (pid {os.getpid()})" in p.stderr, p.stderr
-        assert sorted(x.name for x in out.iterdir()) == [".demo.lock"]
-    # a holder killed without cleaning up: its lock goes with it
-    code = ("import os, sys, pathlib; from kafkalog_pipeline import demo\n"
-            "with demo.exclusive(pathlib.Path(sys.argv[1]), 'make demo'):\n"
-            "    os.kill(os.getpid(), 9)\n")
-    p = subprocess.run([sys.executable, "-c", code, str(out)], timeout=120)
-    assert p.returncode == -9
-    with demo.exclusive(out, "make demo"):
-        assert (out / ".demo.lock").read_text().strip() == f"make demo (pid {os.getpid()})"
+    from spark_jobs.decode.cli import parse_args
+    from spark_jobs.layout import ChunkSpec
+
+    spec = ChunkSpec(input="s3://b/_staging/t/_manifests/chunk-3.json", output="s3://w/h",
+                     run_id="manual__2026-11-25", chunk_id=3, catalog="c", namespace="n",
+                     reprocess=True, s3_endpoint="http://127.0.0.1:9",
+                     more=("--schema-registry", "s3://b/_schemas.json"))
+    args = parse_args(spec.argv())
+    assert (args.input, args.output, args.run_id, args.chunk_id, args.no_publish, args.catalog,
+            args.namespace, args.reprocess, args.s3_endpoint, args.schema_registry) == (
+        spec.input, spec.output, spec.run_id, "3", True, "c", "n", True, spec.s3_endpoint,
+        "s3://b/_schemas.json")
+    assert "--reprocess" not in ChunkSpec(**{**vars(spec), "reprocess": False}).argv()
+
+    class Task:
+        application_args = ["spark_jobs.decode_segments", *spec.argv()]
+
+    assert SandboxedEnvironment().from_string(ChunkSpec.map_index_template()).render(
+        task=Task()) == "chunk 3"

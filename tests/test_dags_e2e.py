@@ -1,6 +1,6 @@
 """``dag.test()`` of the nightly DAG end to end: moto S3 on 127.0.0.1, local Spark, SQLite.
 
-Two nights of snapshots (kafkalog_pipeline.demo_data) are uploaded to the moto
+Two nights of snapshots (demo.data) are uploaded to the moto
 server; the DAG runs for each night, then as a manual run over both dates with
 ``reprocess`` (a new run id: deduplicated). A rerun of a night (same run id) is
 tests/test_backfill.py's step 3, through the scheduler.
@@ -80,7 +80,7 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
 
     import boto3
 
-    from kafkalog_pipeline import demo, demo_data
+    from demo import data as demo_data, servers
 
     root = tmp_path_factory.mktemp("snapshots")
     demo_data.write_nights(root)
@@ -93,7 +93,7 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
         "KAFKALOG_SNAPSHOT_PREFIX": "nightly",
         "KAFKALOG_CHUNK_BYTES": "3000",
         "KAFKALOG_MAX_CHUNKS": "2",
-        **demo.local_connections(s3_endpoint, "testing"),
+        **servers.local_connections(s3_endpoint, "testing"),
     }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -121,8 +121,8 @@ DEFAULT_CONF = {"date_from": None, "date_to": None, "topics": "*", "reprocess": 
 
 def run(dag, date=None, conf=None):
     """One dag.test() run, as `make demo` runs it (task logs where the UI reads them, real
-    start time: kafkalog_pipeline.demo.dag_test_like_a_worker); (run_id, state, {task: state})."""
-    from kafkalog_pipeline.demo import dag_test_like_a_worker
+    start time: demo.nights.dag_test_like_a_worker); (run_id, state, {task: state})."""
+    from demo.nights import dag_test_like_a_worker
 
     conf = {**DEFAULT_CONF, **(conf or {})}
     with dag_test_like_a_worker():
@@ -276,7 +276,8 @@ def test_a_night_without_a_snapshot_is_a_warned_skip(dag, pipeline, api):
     import sys
 
     sys.path.insert(0, str(DAGS.parent / "plugins"))  # as Airflow puts its plugins folder
-    from kafkalog_quality.links import report_url, run_states
+    from kafkalog_quality.dag_runs import run_states
+    from kafkalog_quality.links import report_url
 
     began = dt.datetime.now(dt.timezone.utc)
     run_id, state, tasks = run(dag, "2026-11-25")  # nothing was copied that night

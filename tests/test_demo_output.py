@@ -1,4 +1,4 @@
-"""What ``make demo`` prints (kafkalog_pipeline.demo): a line per task as a night runs, read
+"""What ``make demo`` prints (demo.nights, demo.report): a line per task as a night runs, read
 from the metadata DB; the summary's checks that warned or failed; its one query, run as printed.
 
 No Airflow and no Spark: a SQLite file with the columns of Airflow's ``task_instance`` that
@@ -12,17 +12,20 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import os
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from kafkalog_pipeline import demo
+from demo import nights, report, servers
 from spark_jobs import layout, schemas
 from spark_jobs.warehouse import Warehouse
 
+REPO = Path(__file__).resolve().parents[1]
 NIGHT_1 = "manual__2026-11-20T03:00:00+00:00"
 NIGHT_2 = "manual__2026-11-21T03:00:00+00:00"
 
@@ -52,17 +55,17 @@ RESULTS = [
 
 
 def test_problem_lines_name_each_check_that_did_not_pass_worst_first():
-    lines = demo.problem_lines([r for r in RESULTS if r["run_id"] == NIGHT_2])
+    lines = report.problem_lines([r for r in RESULTS if r["run_id"] == NIGHT_2])
     assert lines == [
         "fail crc: orders-1 (crc_mismatch 3)",
         "warn decoder_findings: orders-0 (index_mismatch 2), payments-0 (invalid_header_key 1)",
         "warn offset_gaps: payments-1 (missing_segment 1)",  # retention passed: not a cause
     ]
-    assert demo.problem_lines([r for r in RESULTS if r["run_id"] == NIGHT_1]) == []
+    assert report.problem_lines([r for r in RESULTS if r["run_id"] == NIGHT_1]) == []
 
 
 def test_a_result_without_readable_details_is_named_without_causes():
-    assert demo.problem_lines([row(NIGHT_1, "crc", "orders", 0, "warn", "not json")]) == [
+    assert report.problem_lines([row(NIGHT_1, "crc", "orders", 0, "warn", "not json")]) == [
         "warn crc: orders-0"]
 
 
@@ -79,7 +82,7 @@ def test_progress_prints_each_try_once_as_it_starts_and_ends(tmp_path):
     home = tmp_path / "airflow"
     conn = metadata_db(home)
     since = dt.datetime(2026, 11, 25, 22, 0, tzinfo=dt.timezone.utc)
-    at = lambda s: demo.db_time(since + dt.timedelta(seconds=s))  # noqa: E731
+    at = lambda s: nights.db_time(since + dt.timedelta(seconds=s))  # noqa: E731
     ti = "INSERT INTO task_instance VALUES ('kafka_segments_nightly', ?, 'r', ?, ?, ?, ?, ?, ?)"
     # the previous demo run's instances (and another DAG's): not this night's
     conn.execute(ti, ("plan", -1, 1, "success", at(-900), at(-860), 40.0))
@@ -89,7 +92,7 @@ def test_progress_prints_each_try_once_as_it_starts_and_ends(tmp_path):
     conn.execute(ti, ("decode_chunk", 0, 1, "running", at(43), None, None))
     conn.commit()
     out = io.StringIO()
-    progress = demo.Progress({"AIRFLOW_HOME": str(home)}, since, file=out)
+    progress = nights.Progress({"AIRFLOW_HOME": str(home)}, since, file=out)
     progress.poll()
     conn.execute("UPDATE task_instance SET state = 'up_for_retry', end_date = ?, duration = 7 "
                  "WHERE task_id = 'decode_chunk'", (at(50),))
@@ -108,7 +111,7 @@ def test_progress_prints_each_try_once_as_it_starts_and_ends(tmp_path):
 
 def test_progress_before_the_metadata_db_exists_prints_nothing(tmp_path):
     out = io.StringIO()
-    demo.Progress({"AIRFLOW_HOME": str(tmp_path / "none")}, dt.datetime.now(dt.timezone.utc),
+    nights.Progress({"AIRFLOW_HOME": str(tmp_path / "none")}, dt.datetime.now(dt.timezone.utc),
                   file=out).poll()
     assert out.getvalue() == ""
 
@@ -117,7 +120,7 @@ def test_progress_before_the_metadata_db_exists_prints_nothing(tmp_path):
 @pytest.fixture(scope="module")
 def demo_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo-output")
-    demo.catalog_config(out)
+    servers.catalog_config(out)
     wh = Warehouse(str(out / "warehouse"))
     for run_id in (NIGHT_1, NIGHT_2):
         rows = [r for r in RESULTS if r["run_id"] == run_id]
@@ -135,7 +138,7 @@ def shipments_table(snapshot: Path, wh):
     decoded as a decode task does, the table planned and the rows converted by typed_tables;
     the rows are the demo's shipments, ``weight_g`` 0 (absent from value_json) included."""
     import kafkalog
-    from kafkalog_pipeline import demo_schemas
+    from demo import schemas as demo_schemas
     from spark_jobs import typed_tables
     from spark_jobs.decode import values
     from spark_jobs.decode.planning import discover
@@ -161,7 +164,7 @@ def shipments_table(snapshot: Path, wh):
 def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
     results = [{"run_id": r, "ok": True, "state": "success", "tasks": {}, "seconds": 1.0}
                for r in (NIGHT_1, NIGHT_2)]
-    assert demo.report(demo_out, results) == 0
+    assert report.report(demo_out, results) == 0
     text = capsys.readouterr().out
     night_1 = text[text.index(f"Data quality of {NIGHT_1}"):text.index(f"Data quality of {NIGHT_2}")]
     assert night_1.splitlines()[0] == f"Data quality of {NIGHT_1}: 1 pass"
@@ -186,3 +189,38 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
     listed = proc.stdout.splitlines()[1:]
     assert len(listed) == 4 and all(" pass " not in ln for ln in listed)
     assert sum("offset_gaps" in ln and "payments" in ln for ln in listed) == 1
+
+
+# ------------------------------------------------------------------ make demo / make ui
+@pytest.mark.pipeline
+def test_the_demo_secret_is_masked_in_task_logs():
+    """A connection secret shorter than Airflow's masking minimum is left in the logs, and
+    every task warned "Skipping masking for a secret as it's too short"."""
+    import airflow_env  # noqa: F401  (Airflow's settings, before airflow is imported)
+    from airflow.configuration import conf
+
+    secret = json.loads(servers.local_connections("http://x", servers.DEMO_KEY)[
+        "AIRFLOW_CONN_AWS_DEFAULT"])["password"]
+    assert len(secret) >= conf.getint("logging", "min_length_masked_secret")
+
+
+@pytest.mark.pipeline
+def test_demo_and_ui_do_not_run_over_one_directory_at_once(tmp_path):
+    """`make demo` while `make ui` serves the same directory (or the other way round)
+    stops at once, naming who holds it, and writes nothing; a holder that exited,
+    however it exited, leaves no lock behind."""
+    out = tmp_path / "demo-output"
+    run = [sys.executable, "-m", "demo", "run", "--out", str(out)]
+    with servers.exclusive(out, "make ui"):
+        p = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert p.returncode == 1
+        assert f"{out} is in use by make ui (pid {os.getpid()})" in p.stderr, p.stderr
+        assert sorted(x.name for x in out.iterdir()) == [".demo.lock"]
+    # a holder killed without cleaning up: its lock goes with it
+    code = ("import os, sys, pathlib; from demo import servers\n"
+            "with servers.exclusive(pathlib.Path(sys.argv[1]), 'make demo'):\n"
+            "    os.kill(os.getpid(), 9)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(out)], timeout=120, cwd=REPO)
+    assert p.returncode == -9
+    with servers.exclusive(out, "make demo"):
+        assert (out / ".demo.lock").read_text().strip() == f"make demo (pid {os.getpid()})"

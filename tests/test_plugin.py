@@ -42,7 +42,9 @@ REPO = Path(__file__).resolve().parent.parent
 PLUGINS = REPO / "plugins"
 sys.path.insert(0, str(PLUGINS))
 
-from kafkalog_quality import calendar, data, nights, pages, svg  # noqa: E402
+from kafkalog_quality import (calendar, model, nights, pages, repository, series, svg,  # noqa: E402
+                              words)
+
 from kafkalog_quality.app import URL_PREFIX, create_app  # noqa: E402
 
 pytestmark = pytest.mark.pipeline
@@ -204,7 +206,7 @@ def night_columns(on: bool = True):
     saved = dict(schemas.TABLES)
     for name in ("dq_results", "ledger"):
         if not on:
-            schemas.TABLES[name] = pa.schema([f for f in saved[name] if f.name != data.NIGHT])
+            schemas.TABLES[name] = pa.schema([f for f in saved[name] if f.name != repository.NIGHT])
     try:
         yield
     finally:
@@ -405,7 +407,7 @@ def own_client(own_warehouse):
 
 def test_runs_newest_first_with_counts_and_verdicts(warehouse):
     root, runs = warehouse
-    loaded = data.Warehouse(root).runs()
+    loaded = repository.Warehouse(root).runs()
     newest_first = sorted(runs, key=lambda r: r["checked_at"], reverse=True)
     assert [r.token for r in loaded] == [r["token"] for r in newest_first]
     for got, want in zip(loaded, newest_first):
@@ -421,7 +423,7 @@ def test_runs_newest_first_with_counts_and_verdicts(warehouse):
 def test_one_run_keeps_every_row_and_parses_details(warehouse):
     root, runs = warehouse
     want = runs[1]
-    run = data.Warehouse(root).run(want["token"])
+    run = repository.Warehouse(root).run(want["token"])
     got = sorted((r.check, r.topic, r.partition, r.status, r.failed, r.observed, json.dumps(r.details))
                  for r in run.results)
     assert got == sorted((r["check"], r["topic"], r["partition"], r["status"], r["failed"],
@@ -437,7 +439,7 @@ def test_one_run_keeps_every_row_and_parses_details(warehouse):
 
 def test_unknown_or_unsafe_tokens_are_not_runs(warehouse):
     root, _ = warehouse
-    wh = data.Warehouse(root)
+    wh = repository.Warehouse(root)
     assert wh.run("no-such-run") is None
     for token in ["..", ".", "a/b", "../warehouse", ""]:
         assert wh.run(token) is None
@@ -445,7 +447,7 @@ def test_unknown_or_unsafe_tokens_are_not_runs(warehouse):
 
 def test_series_are_the_sums_of_the_rows(warehouse):
     root, runs = warehouse
-    s = data.series(data.Warehouse(root).runs())
+    s = series.series(repository.Warehouse(root).runs())
     want = expected_series(runs)
     assert [r["run_id"] for r in s["runs"]] == [r["run_id"] for r in sorted(runs, key=lambda r: r["checked_at"])]
     assert s["crc_failures"] == want["crc"]
@@ -456,19 +458,19 @@ def test_series_are_the_sums_of_the_rows(warehouse):
 
 def test_gap_causes_from_classes_else_by_cause_else_failed():
     def row(details, failed=4):
-        return data.Result("r", "offset_gaps", "t", 0, "warn", "warning", 10, failed, details, None)
+        return model.Result("r", "offset_gaps", "t", 0, "warn", "warning", 10, failed, details, None)
 
     classes = {"compaction": {"status": "pass", "items": 5, "offsets": 9},
                "missing_segment": {"status": "warn", "items": 2, "offsets": 3},
                "retention": {"status": "pass", "items": 0, "offsets": 0}}
-    assert data.gap_causes(row({"classes": classes})) == {"compaction": 5, "missing_segment": 2}
-    assert data.gap_causes(row({"by_cause": {"a": "2", "b": None}})) == {"a": 2}
-    assert data.gap_causes(row({"other": 1})) == {data.UNSPECIFIED_CAUSE: 4}
-    assert data.gap_causes(row("not json", failed=0)) == {}
-    ts = data.Result("r", "create_time", "t", 0, "warn", "warning", 10, 0, {"regressions": 6}, None)
-    assert data.timestamp_regressions(ts) == 6
-    assert data.timestamp_regressions(dataclasses.replace(ts, details=None, failed=3)) == 3
-    assert [data.check_kind(n) for n in ["crc", "offset_gaps", "record_gaps", "create_time",
+    assert series.gap_causes(row({"classes": classes})) == {"compaction": 5, "missing_segment": 2}
+    assert series.gap_causes(row({"by_cause": {"a": "2", "b": None}})) == {"a": 2}
+    assert series.gap_causes(row({"other": 1})) == {series.UNSPECIFIED_CAUSE: 4}
+    assert series.gap_causes(row("not json", failed=0)) == {}
+    ts = model.Result("r", "create_time", "t", 0, "warn", "warning", 10, 0, {"regressions": 6}, None)
+    assert series.timestamp_regressions(ts) == 6
+    assert series.timestamp_regressions(dataclasses.replace(ts, details=None, failed=3)) == 3
+    assert [series.check_kind(n) for n in ["crc", "offset_gaps", "record_gaps", "create_time",
                                          "log_append_time", "max_timestamp", "record_count"]] == \
         ["crc", "gaps", None, "timestamps", "timestamps", None, None]
 
@@ -480,7 +482,7 @@ def test_unreadable_data_file_is_an_error_run_not_a_broken_page(own_warehouse, o
     broken = {"run_id": "broken", "rows": [dict(r, run_id="broken") for r in scenario()[0]["rows"]]}
     write_run(root, broken, docs=False)
     Path(data_file_of(root, "broken")).write_bytes(b"not parquet at all")
-    loaded = {r.token: r for r in data.Warehouse(root).runs()}
+    loaded = {r.token: r for r in repository.Warehouse(root).runs()}
     assert loaded["broken"].verdict == "error" and loaded["broken"].error
     assert len(loaded) == len(runs) + 1
     assert {t: r.verdict for t, r in loaded.items() if t != "broken"} == \
@@ -518,7 +520,7 @@ def test_unreadable_catalog_is_an_error_page_not_a_crash(own_warehouse, own_clie
 
 def test_new_snapshot_is_read_again(own_warehouse):
     root, runs = own_warehouse
-    wh = data.Warehouse(root)
+    wh = repository.Warehouse(root)
     before = wh.run(runs[0]["token"])
     changed = dict(runs[0], rows=[dict(r, status="fail", failed=1) for r in runs[0]["rows"]])
     write_run(root, changed, docs=False)
@@ -530,7 +532,7 @@ def test_new_snapshot_is_read_again(own_warehouse):
 def test_a_view_costs_one_catalog_lookup_until_a_new_snapshot(own_warehouse, monkeypatch):
     root, runs = own_warehouse
     lookups, reads = Counter(), Counter()
-    load, scan = Warehouse.load, data.scan
+    load, scan = Warehouse.load, repository.scan
 
     def counted_load(self, name):
         lookups[name] += 1
@@ -541,26 +543,26 @@ def test_a_view_costs_one_catalog_lookup_until_a_new_snapshot(own_warehouse, mon
         return scan(table, *args, **kwargs)
 
     monkeypatch.setattr(Warehouse, "load", counted_load)
-    monkeypatch.setattr(data, "scan", counted_scan)
-    assert len(data.Warehouse(root).runs()) == len(runs)
+    monkeypatch.setattr(repository, "scan", counted_scan)
+    assert len(repository.Warehouse(root).runs()) == len(runs)
     assert reads == {"dq_results": 1}
     for view in (lambda wh: wh.runs(), lambda wh: wh.run(runs[1]["token"])):
         lookups.clear()
         reads.clear()
-        assert view(data.Warehouse(root))  # a new Warehouse per request, as the app makes
+        assert view(repository.Warehouse(root))  # a new Warehouse per request, as the app makes
         assert lookups == {"dq_results": 1} and not reads
     # the overview's nights: main's ledger read once, then one lookup per view
-    wh = data.Warehouse(root)
+    wh = repository.Warehouse(root)
     assert {c.nights[0] for c in wh.coverage(wh.runs()).values()} == {r["nights"][0] for r in runs}
     assert reads["ledger"] == 1
     lookups.clear()
     reads.clear()
-    wh = data.Warehouse(root)
+    wh = repository.Warehouse(root)
     assert len(wh.coverage(wh.runs())) == len(runs)
     assert lookups == {"dq_results": 1, "ledger": 1} and not reads
     write_run(root, dict(runs[0], rows=runs[0]["rows"][:3]), docs=False)
     reads.clear()
-    assert len(data.Warehouse(root).run(runs[0]["token"]).results) == 3
+    assert len(repository.Warehouse(root).run(runs[0]["token"]).results) == 3
     assert reads == {"dq_results": 1}
 
 
@@ -571,15 +573,15 @@ def test_catalog_and_namespace_come_from_the_settings(tmp_path, monkeypatch):
     for name in ("CATALOG", "NAMESPACE"):
         monkeypatch.delenv(f"KAFKALOG_{name}", raising=False)
         monkeypatch.delenv(f"AIRFLOW_VAR_KAFKALOG_{name}", raising=False)
-    wh = data.Warehouse(root)
+    wh = repository.Warehouse(root)
     assert (wh.catalog_name, wh.namespace) == ("kafkalog", "kafka") and wh.runs() == []
     monkeypatch.setenv("KAFKALOG_NAMESPACE", "quality")
-    assert [r.run_id for r in data.Warehouse(root).runs()] == [run["run_id"]]
+    assert [r.run_id for r in repository.Warehouse(root).runs()] == [run["run_id"]]
     # the Airflow Variable wins over the environment variable
     monkeypatch.setenv("KAFKALOG_NAMESPACE", "kafka")
     monkeypatch.setenv("AIRFLOW_VAR_KAFKALOG_NAMESPACE", "quality")
-    assert [r.run_id for r in data.Warehouse(root).runs()] == [run["run_id"]]
-    assert data.Warehouse(root, namespace="kafka").runs() == []
+    assert [r.run_id for r in repository.Warehouse(root).runs()] == [run["run_id"]]
+    assert repository.Warehouse(root, namespace="kafka").runs() == []
 
 
 # ---- charts --------------------------------------------------------------------------------
@@ -755,19 +757,19 @@ def test_night_of_a_segment_follows_the_snapshot_template():
         "nightly/{compact_date}/{prefix}": "nightly/20261119/snapshots",
     }
     for template, directory in cases.items():
-        pattern = data.night_pattern(template)
-        assert data.night_of(uri.format(directory), pattern) == "2026-11-19", template
-        assert data.night_of(uri.format("2026-11-19").replace("orders-3/", ""), pattern) is None
-    default = data.night_pattern("{prefix}/{snapshot_date}/")
-    assert data.night_of("s3://b/2026-11-19/orders-3/00000000000000000042.log", default) == "2026-11-19"
-    assert data.night_of(uri.format("snapshots/2026-13-40"), default) is None  # no such day
-    assert data.night_of(uri.format("snapshots/latest"), default) is None
+        pattern = calendar.night_pattern(template)
+        assert calendar.night_of(uri.format(directory), pattern) == "2026-11-19", template
+        assert calendar.night_of(uri.format("2026-11-19").replace("orders-3/", ""), pattern) is None
+    default = calendar.night_pattern("{prefix}/{snapshot_date}/")
+    assert calendar.night_of("s3://b/2026-11-19/orders-3/00000000000000000042.log", default) == "2026-11-19"
+    assert calendar.night_of(uri.format("snapshots/2026-13-40"), default) is None  # no such day
+    assert calendar.night_of(uri.format("snapshots/latest"), default) is None
     with pytest.raises(ValueError):
-        data.night_pattern("{prefix}/static/")  # a template must use the date
+        calendar.night_pattern("{prefix}/static/")  # a template must use the date
 
 
 def _result(run_id, check, status, items, more=0, tp=("orders", 0)):
-    return data.Result(run_id, check, tp[0], tp[1], status, status, 10, len(items),
+    return model.Result(run_id, check, tp[0], tp[1], status, status, 10, len(items),
                        {"unit": "batches", "classes": {}, "items": items, "more_items": more},
                        dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc))
 
@@ -776,16 +778,16 @@ def test_a_range_runs_items_are_placed_on_their_nights():
     """A run that read two nights: a problem item whose segment lies in one night marks that
     night only; where an item is not stored (more_items) the row's outcome holds on both. A
     row of the snapshot itself (no topic) is the grid's "snapshot" row, on every night read."""
-    pattern = data.night_pattern("{prefix}/{snapshot_date}/")
+    pattern = calendar.night_pattern("{prefix}/{snapshot_date}/")
     seg = "s3://b/snapshots/{}/orders-0/00000000000000000000.log"
     item = {"class": "crc_mismatch", "status": "fail", "first_offset": 5, "last_offset": 9,
             "segment": seg.format("2026-11-19"), "position": 120, "message": "stored crc ..."}
-    cov = data.Coverage.of([("orders", 0, seg.format(n), None) for n in ("2026-11-19", "2026-11-20")],
+    cov = model.Coverage.of([("orders", 0, seg.format(n), None) for n in ("2026-11-19", "2026-11-20")],
                            pattern, "{prefix}/{snapshot_date}/")
     assert cov.partitions == {("orders", 0): ("2026-11-19", "2026-11-20")}
     for more, want in ((0, {"2026-11-19": "fail", "2026-11-20": "pass"}),
                        (3, {"2026-11-19": "fail", "2026-11-20": "fail"})):
-        run = data.Run("t", "range", None, [_result("range", "crc", "fail", [item], more),
+        run = model.Run("t", "range", None, [_result("range", "crc", "fail", [item], more),
                                             _result("range", "record_count", "pass", []),
                                             _result("range", "run_level", "warn", [], tp=(None, None))])
         ov = nights.overview([run], {"t": cov}, pattern)
@@ -796,11 +798,11 @@ def test_a_range_runs_items_are_placed_on_their_nights():
         assert ov.cells[("orders", 0, "2026-11-19")].anchor == "r-crc-orders-0"
         assert ov.cells[(None, None, "2026-11-19")].anchor == "r-run_level-snapshot"
     # paths the template does not match: no night, and the reason says so
-    odd = data.Coverage.of([("orders", 0, "s3://b/elsewhere/orders-0/00000000000000000000.log", None)],
+    odd = model.Coverage.of([("orders", 0, "s3://b/elsewhere/orders-0/00000000000000000000.log", None)],
                            pattern, "{prefix}/{snapshot_date}/")
     assert not odd.nights and "{prefix}/{snapshot_date}/" in odd.reason
     # the ledger's night, where it has one, over the URI's
-    told = data.Coverage.of([("orders", 0, seg.format("2026-11-19"), "2026-11-21")], pattern, "t")
+    told = model.Coverage.of([("orders", 0, seg.format("2026-11-19"), "2026-11-21")], pattern, "t")
     assert told.partitions == {("orders", 0): ("2026-11-21",)}
 
 
@@ -816,12 +818,12 @@ def test_an_unpublished_run_is_placed_by_the_ledger_its_audit_read(tmp_path):
     iceberg_warehouse(root).table("ledger").delete(EqualTo("run_id", failed["run_id"]))
     write_ledger(root, [published])
     # the unknown run's rows name no night either (as an audit before the column wrote them)
-    unknown["rows"] = [{**r, data.NIGHT: None} for r in unknown["rows"]]
+    unknown["rows"] = [{**r, repository.NIGHT: None} for r in unknown["rows"]]
     for run, audited in ((published, None), (failed, {"ledger": sid}), (unknown, None)):
         iceberg_warehouse(root).replace_run_rows(
             "dq_results", run["run_id"], pa.Table.from_pylist(run["rows"], schema=schemas.DQ_RESULTS),
             {AUDITED: json.dumps(audited)} if audited else None)
-    wh = data.Warehouse(root)
+    wh = repository.Warehouse(root)
     runs = wh.runs()
     cov = {r.run_id: c for r in runs for t, c in wh.coverage(runs).items() if t == r.token}
     assert cov[published["run_id"]].nights == published["nights"]
@@ -848,10 +850,10 @@ def test_run_page_lists_problems_first_then_collapsed_passes(warehouse, client):
         assert dom.one(id="verdict").text == expected_verdict(run)
         want = expected_counts(run)
         # one count vocabulary: results (a check on a topic-partition) fail, warn or pass
-        words = {"fail": ("failure", "failures"), "warn": ("warning", "warnings"),
+        nouns = {"fail": ("failure", "failures"), "warn": ("warning", "warnings"),
                  "pass": ("pass", "passes")}
         assert dom.one(id="counts").text == " · ".join(
-            f"{want[s]} {words[s][want[s] != 1]}" for s in words if want[s]) + \
+            f"{want[s]} {nouns[s][want[s] != 1]}" for s in nouns if want[s]) + \
             ", counted per check × topic-partition"
         # the Data Docs' unit: one suite per check, its status the check's worst
         worst: dict = {}
@@ -895,7 +897,7 @@ def test_run_page_lists_problems_first_then_collapsed_passes(warehouse, client):
                                                    "× topic-partition)")
         # never a severity column: the configured severity is a label of passing rows only
         assert "Severity" not in [th.text for th in dom.find("th")]
-        assert all(c.text in data.SEVERITY_LABELS.values() for c in dom.find("td", cls="if-found"))
+        assert all(c.text in words.SEVERITY_LABELS.values() for c in dom.find("td", cls="if-found"))
         assert len(dom.find("td", cls="if-found")) == want["pass"]
 
 
@@ -919,7 +921,7 @@ def test_run_page_says_each_problem_in_one_plain_line(warehouse, client):
     for row, line in zip(rows, lines):
         want = by_key[(row.attrs["data-check"], row.attrs["data-topic"], int(row.attrs["data-partition"]))]
         first = json.loads(want["details"])["items"][0]
-        full = f"{row.attrs['data-topic']}-{row.attrs['data-partition']}: " + data.describe_item(first)
+        full = f"{row.attrs['data-topic']}-{row.attrs['data-partition']}: " + words.describe_item(first)
         assert first["segment"].startswith("s3://") and first["segment"] in full
         assert line == SEGMENT_URI.sub(lambda m: short(m.group(0)), full)
         assert f"{first['first_offset']}..{first['last_offset']}" in line or \
@@ -946,25 +948,25 @@ def test_item_lines_name_the_partition_offsets_segment_and_bytes():
            "message": f"batch at position 4096 of {seg} (offsets 10..14): stored crc 0x00000001, "
                       "computed 0x00000002"}
     # the audit's message already names all of it: nothing is added
-    assert data.item_line("payments", 1, crc) == f"payments-1: {crc['message']}"
+    assert words.item_line("payments", 1, crc) == f"payments-1: {crc['message']}"
     gap = {"class": "missing_segment", "status": "warn", "first_offset": 15, "last_offset": 24,
            "segment": seg, "position": 0,
            "message": f"offsets 15..24: 00000000000000000000.log ends at 14 but the next segment "
                       f"file {seg} starts at 25: a segment based at 15 is missing from the snapshot"}
-    assert data.item_line("payments", 1, gap) == f"payments-1: {gap['message']} (segment {seg} at byte 0)"
+    assert words.item_line("payments", 1, gap) == f"payments-1: {gap['message']} (segment {seg} at byte 0)"
     count = {"class": "records_missing", "status": "fail", "first_offset": 40, "last_offset": 44,
              "segment": seg, "position": 812, "message": "batch 40..44 declares 5 records; the records table holds 3"}
-    assert data.describe_item(count) == f"{count['message']} (segment {seg} at byte 812)"
+    assert words.describe_item(count) == f"{count['message']} (segment {seg} at byte 812)"
     one = {"class": "regression", "first_offset": 7, "last_offset": 7, "segment": seg, "position": 9,
            "message": "CreateTime went back 5 ms at offset 7 (…)"}
-    assert data.describe_item(one) == f"{one['message']} (segment {seg} at byte 9)"
+    assert words.describe_item(one) == f"{one['message']} (segment {seg} at byte 9)"
     bare = {"class": "unexplained", "first_offset": 3, "last_offset": 5}
-    assert data.describe_item(bare) == "unexplained at offsets 3..5"
-    assert data.describe_item({"class": "duplicate", "first_offset": 8, "last_offset": 8,
+    assert words.describe_item(bare) == "unexplained at offsets 3..5"
+    assert words.describe_item({"class": "duplicate", "first_offset": 8, "last_offset": 8,
                                "message": ""}) == "duplicate at offset 8"
     finding = {"class": "corrupt_batch", "first_offset": None, "last_offset": None, "segment": seg,
                "position": 100, "message": f"corrupt_batch in {seg} at 100..160: impossible magic 7"}
-    assert data.describe_item(finding) == finding["message"]
+    assert words.describe_item(finding) == finding["message"]
 
 
 def test_problem_line_is_the_audits_log_line_in_the_reports_words():
@@ -977,9 +979,9 @@ def test_problem_line_is_the_audits_log_line_in_the_reports_words():
                   {"class": "compaction", "status": "pass", "first_offset": 30, "last_offset": 31,
                    "segment": "b.log", "position": 640, "message": "offsets 30..31: removed by log compaction"}],
         "more_items": 0}
-    line = data.problem_line("offset_gaps", "payments", 1, "warn", json.dumps(details), failed=1, observed=1204)
+    line = words.problem_line("offset_gaps", "payments", 1, "warn", json.dumps(details), failed=1, observed=1204)
     assert line == ("WARN offset_gaps payments-1: 1 item, 1,204 batches checked; first: "
-                    + data.describe_item(details["items"][0]))
+                    + words.describe_item(details["items"][0]))
     # the audit's own log line (check_quality.report) counts in the same words
     from spark_jobs import check_quality
 
@@ -989,25 +991,25 @@ def test_problem_line_is_the_audits_log_line_in_the_reports_words():
                            "details": json.dumps(details)}], out)
     assert out.getvalue().splitlines()[0] == ("WARN offset_gaps payments-1: 1 item, 1,204 batches "
                                               "checked; first: " + details["items"][0]["message"])
-    assert data.first_problem("payments", 1, details) == "payments-1: " + data.describe_item(details["items"][0])
-    assert data.problem_items(details) == details["items"][:1]
-    assert data.accepted_items(details) == details["items"][1:]
-    assert data.accepted_classes(details) == {"compaction": {"items": 2, "offsets": 4}}
+    assert words.first_problem("payments", 1, details) == "payments-1: " + words.describe_item(details["items"][0])
+    assert words.problem_items(details) == details["items"][:1]
+    assert words.accepted_items(details) == details["items"][1:]
+    assert words.accepted_classes(details) == {"compaction": {"items": 2, "offsets": 4}}
     # no stored items: the classes' counts; no details at all: the row's count
     no_items = dict(details, items=[])
-    assert data.first_problem("payments", 1, no_items) == \
+    assert words.first_problem("payments", 1, no_items) == \
         "payments-1: missing_segment: 1 item (10 offsets) (no item details recorded)"
-    assert data.first_problem("orders", 0, None, failed=3) == "orders-0: 3 items found (no details recorded)"
-    assert data.first_problem("orders", 0, "not json\nsecond line") == "orders-0: not json"
-    assert data.problem_line("crc", "orders", 0, "fail", None) == \
+    assert words.first_problem("orders", 0, None, failed=3) == "orders-0: 3 items found (no details recorded)"
+    assert words.first_problem("orders", 0, "not json\nsecond line") == "orders-0: not json"
+    assert words.problem_line("crc", "orders", 0, "fail", None) == \
         "FAIL crc orders-0: 0 items found (no details recorded)"
-    assert data.checked_text(5, {"unit": "segments"}) == "5 segments checked"
-    assert data.checked_text(1, {"unit": "segments"}) == "1 segment checked"
-    assert data.checked_text(1, {"unit": "batches"}) == "1 batch checked"
-    assert data.checked_text(None, details) is None
-    assert [data.severity_label(s) for s in ("fail", "warn", "pass", None, "odd")] == \
+    assert words.checked_text(5, {"unit": "segments"}) == "5 segments checked"
+    assert words.checked_text(1, {"unit": "segments"}) == "1 segment checked"
+    assert words.checked_text(1, {"unit": "batches"}) == "1 batch checked"
+    assert words.checked_text(None, details) is None
+    assert [words.severity_label(s) for s in ("fail", "warn", "pass", None, "odd")] == \
         ["would fail", "warn-only", "report-only", None, "severity odd"]
-    assert data.topic_partition("orders", None) == "orders-?"
+    assert words.topic_partition("orders", None) == "orders-?"
 
 
 def test_unknown_run_is_404_page(client):
@@ -1057,17 +1059,17 @@ def test_empty_and_unconfigured_warehouse(tmp_path, monkeypatch):
     dom = Dom(empty.get("/").text)
     assert dom.one(id="no-runs") and not dom.find("tr", cls="run")
     assert not (tmp_path / "empty").exists()  # viewing makes no catalog
-    monkeypatch.delenv(data.ENV, raising=False)
+    monkeypatch.delenv(repository.ENV, raising=False)
     monkeypatch.delenv("AIRFLOW_VAR_KAFKALOG_WAREHOUSE", raising=False)
     unset = TestClient(create_app(authenticate=False))
-    assert unset.get("/").status_code == 503 and data.ENV in unset.get("/").text
+    assert unset.get("/").status_code == 503 and repository.ENV in unset.get("/").text
     assert unset.get("/api/runs").status_code == 503
-    monkeypatch.setenv(data.ENV, str(tmp_path / "from-env"))
+    monkeypatch.setenv(repository.ENV, str(tmp_path / "from-env"))
     write_run(str(tmp_path / "from-env"), scenario()[0])
     assert [r["run_id"] for r in unset.get("/api/runs").json()["runs"]] == [scenario()[0]["run_id"]]
     # the Airflow Variable wins over the environment variable
     monkeypatch.setenv("AIRFLOW_VAR_KAFKALOG_WAREHOUSE", str(tmp_path / "from-variable"))
-    assert data.warehouse_root() == str(tmp_path / "from-variable")
+    assert repository.warehouse_root() == str(tmp_path / "from-variable")
     assert unset.get("/api/runs").json()["runs"] == []
 
 
@@ -1188,9 +1190,9 @@ def test_a_night_without_a_snapshot_is_on_the_page(tmp_path, monkeypatch, status
     assert f"no snapshot: {skipped}" in runs[gone["run_id"]].text
     # its page: the verdict, the night without a snapshot, the row labelled as the snapshot;
     # the reason Airflow skipped the rest of the run beside it
-    from kafkalog_quality import links
+    from kafkalog_quality import app
 
-    monkeypatch.setattr(links, "skip_reason", lambda run_id: f"nothing to decode for {skipped}"
+    monkeypatch.setattr(app, "skip_reason", lambda run_id: f"nothing to decode for {skipped}"
                         if run_id == gone["run_id"] else None)
     page = Dom(client.get(f"/runs/{gone['token']}").text)
     assert page.one(id="verdict").text == status
@@ -1205,7 +1207,7 @@ def test_a_night_without_a_snapshot_is_on_the_page(tmp_path, monkeypatch, status
     from kafkalog_quality.links import create_view_app
     from fastapi.testclient import TestClient
 
-    monkeypatch.setenv(data.ENV, root)
+    monkeypatch.setenv(repository.ENV, root)
     monkeypatch.delenv("AIRFLOW_VAR_KAFKALOG_WAREHOUSE", raising=False)
     tab = TestClient(create_view_app(authenticate=False)).get(
         f"/kafka_segments_nightly/{gone['run_id']}", follow_redirects=False)
@@ -1405,7 +1407,7 @@ def test_tables_without_the_night_column_are_read(tmp_path):
         del r["night"]
     old_sid = write_ledger(root, [old], night=False)
     write_run(root, old, night=False)
-    wh = data.Warehouse(root)
+    wh = repository.Warehouse(root)
     [run] = wh.runs()
     assert {r.night for r in run.results} == {None}
     assert wh.coverage([run])[run.token].nights == old["nights"]
@@ -1415,7 +1417,7 @@ def test_tables_without_the_night_column_are_read(tmp_path):
     write_run(root, new, summary={AUDITED: json.dumps({"ledger": old_sid})})
     iceberg_warehouse(root).table("ledger").delete(EqualTo("run_id", old["run_id"]))
     write_run(root, old, night=False, summary={AUDITED: json.dumps({"ledger": old_sid})})
-    wh = data.Warehouse(root)
+    wh = repository.Warehouse(root)
     runs = {r.run_id: r for r in wh.runs()}
     cov = wh.coverage(list(runs.values()))
     assert {r.night for r in runs[new["run_id"]].results} == set(new["nights"])

@@ -195,7 +195,7 @@ def legit_parts(tmp, run_id):
         (40, lambda w: w.append(recs(5, T0 + 40000))),             # 40..44: segment 30 not copied
     ]), "boundary", 0, run_id))
 
-    # the demo's night 2 (kafkalog_pipeline/demo_data.py): segment 0 of payments-0/-1 is
+    # the demo's night 2 (demo/data.py): segment 0 of payments-0/-1 is
     # unchanged since the previous run (skipped: no batches in this run); payments-1's
     # copy misses the segment 15..24 (planted), payments-0's next segment is adjacent
     for partition, bases in ((0, [15]), (1, [25])):

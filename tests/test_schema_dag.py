@@ -41,7 +41,7 @@ def test_the_plan_hands_every_chunk_the_snapshots_schemas_or_the_connections_url
         s3_endpoint, s3_bucket, night, tmp_path):
     import boto3
 
-    from kafkalog_pipeline import demo_data
+    from demo import data as demo_data
 
     demo_data.upload(night, s3_bucket, "snaps", boto3.client("s3", endpoint_url=s3_endpoint))
     access = settings.S3Access(endpoint_url=s3_endpoint)

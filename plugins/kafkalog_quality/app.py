@@ -28,13 +28,12 @@ import mimetypes
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
-
-from . import data, nights, pages
+from . import nights, pages, repository
+from .dag_runs import DAG_IDS, skip_reason
+from .model import Run
+from .series import series
 
 URL_PREFIX = "/kafkalog-quality"
-#: the DAGs whose quality task writes dq_results (see plugins/README.md)
-DAG_IDS = (NIGHTLY_DAG_ID,)
 
 
 class LoginRequired(Exception):
@@ -78,7 +77,8 @@ def _wants_html(request: Request) -> bool:
 
 
 def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI:
-    """The app. ``root`` fixes the warehouse (else it is resolved per request, see data.warehouse_root).
+    """The app. ``root`` fixes the warehouse (else it is resolved per request,
+    see repository.warehouse_root).
 
     ``authenticate=False`` serves without asking Airflow (only for use outside an api-server,
     e.g. embedding the views elsewhere behind another gate); the plugin always authenticates.
@@ -91,15 +91,15 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
     async def _login(request: Request, exc: LoginRequired):
         return RedirectResponse(exc.login_url, status_code=307)
 
-    @app.exception_handler(data.WarehouseNotConfigured)
-    async def _unconfigured(request: Request, exc: data.WarehouseNotConfigured):
+    @app.exception_handler(repository.WarehouseNotConfigured)
+    async def _unconfigured(request: Request, exc: repository.WarehouseNotConfigured):
         if _wants_html(request):
             return HTMLResponse(pages.message_page("Data quality", str(exc), _base(request)),
                                 status_code=503)
         return JSONResponse({"detail": str(exc)}, status_code=503)
 
-    def warehouse() -> data.Warehouse:
-        return data.Warehouse(root or data.warehouse_root())
+    def warehouse() -> repository.Warehouse:
+        return repository.Warehouse(root or repository.warehouse_root())
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request):
@@ -117,8 +117,6 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
                 _base(request)), status_code=404)
         skipped = None
         if run.missing_nights:  # Airflow skipped the rest of such a run: say why, beside it
-            from .links import skip_reason
-
             skipped = skip_reason(run.run_id)
         return HTMLResponse(pages.run_page(
             run, _base(request), wh.coverage([run]).get(run.token), root=wh.root,
@@ -160,12 +158,12 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
 
     @app.get("/api/series")
     def api_series():
-        return data.series(warehouse().runs())
+        return series(warehouse().runs())
 
     return app
 
 
-def _overview(wh: data.Warehouse, runs: list[data.Run]) -> nights.Overview:
+def _overview(wh: repository.Warehouse, runs: list[Run]) -> nights.Overview:
     return nights.overview(runs, wh.coverage(runs), wh.night_pattern())
 
 

@@ -26,10 +26,13 @@ from dataclasses import dataclass, field
 from dataclasses import replace as dataclass_replace
 from typing import NamedTuple
 
+from spark_jobs.quality.checks import SNAPSHOT_MISSING
+from spark_jobs.quality.results import plural
+
 from . import calendar
-from .data import (NOTHING_NEW, OUTCOME_WORDS, SNAPSHOT_MISSING, Coverage, Result, Run,
-                   accepted_classes, counts_text, more_items, ordered_counts, plural,
-                   problem_items, where, worst_rank, worst_status)
+from .model import Coverage, Result, Run, worst_rank, worst_status
+from .words import (NOTHING_NEW, OUTCOME_WORDS, accepted_classes, counts_text, more_items,
+                    ordered_counts, problem_items, where)
 
 #: a cell's outcome when every check passed and some found items the policy accepts
 ACCEPTED = "accepted"
@@ -227,7 +230,7 @@ def _row_key(topic, partition) -> tuple:
 def overview(runs: list[Run], coverage: dict, pattern: re.Pattern | None = None, *,
              cron: str | None = None, now: dt.datetime | None = None) -> Overview:
     """The nights-at-a-glance grid of ``runs`` read with ``coverage`` ({token: Coverage},
-    :meth:`.data.Warehouse.coverage`); ``pattern`` (:func:`.calendar.night_pattern`) places a
+    :meth:`.repository.Warehouse.coverage`); ``pattern`` (:func:`.calendar.night_pattern`) places a
     range run's items on their nights (:func:`status_on_night`); ``cron`` (default: the nightly
     DAG's schedule) and ``now`` (default: the clock) give the nights that were due."""
     now = now or calendar.utcnow()

@@ -13,7 +13,9 @@ from collections import Counter
 from html import escape
 from urllib.parse import quote
 
-from . import data, nights, remedies, svg
+from spark_jobs.quality.results import plural
+
+from . import model, nights, remedies, series, svg, words
 from .calendar import nights_text
 
 STYLE = """
@@ -72,7 +74,7 @@ def _short_when(value: dt.datetime | None, fallback: str) -> str:
 
 
 def _status_class(status: str) -> str:
-    return f"status-{status}" if status in data.STATUSES else "status-other"
+    return f"status-{status}" if status in words.STATUSES else "status-other"
 
 
 #: a URI or absolute path in an audit message (trailing punctuation is left outside)
@@ -110,7 +112,7 @@ def docs_href(token: str) -> str:
     return f"runs/{quote(token)}/docs/index.html"
 
 
-def _night_label(run: data.Run, coverage: dict) -> str:
+def _night_label(run: model.Run, coverage: dict) -> str:
     """A chart's axis label of a run: the nights it read (``11-19``, ``11-18..11-20``)."""
     cov = coverage.get(run.token)
     nights = cov.nights if cov is not None else []
@@ -120,9 +122,9 @@ def _night_label(run: data.Run, coverage: dict) -> str:
     return first if first == last else f"{first}..{last}"
 
 
-def _by_night(runs: list[data.Run], coverage: dict) -> list[data.Run]:
+def _by_night(runs: list[model.Run], coverage: dict) -> list[model.Run]:
     """Runs newest first by the first night they read (runs of no known night last), then by
-    when they were checked: the order :func:`data.series` expects."""
+    when they were checked: the order :func:`series.series` expects."""
     epoch = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
 
     def key(run):
@@ -146,12 +148,12 @@ def cause_colors(statuses: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def charts(runs: list[data.Run], coverage: dict | None = None) -> str:
+def charts(runs: list[model.Run], coverage: dict | None = None) -> str:
     """The three charts over runs, as inline SVG: one bar per run, labelled by the snapshot
     nights it read (oldest left)."""
     coverage = coverage or {}
     runs = _by_night(runs, coverage)
-    s = data.series(runs)
+    s = series.series(runs)
     ordered = list(reversed(runs))
     labels = [_night_label(r, coverage) for r in ordered]
     names = [f"{r.run_id} (nights {nights_text(coverage[r.token].nights)})"
@@ -171,10 +173,10 @@ def charts(runs: list[data.Run], coverage: dict | None = None) -> str:
 
 _OUTCOME_LABELS = {"fail": "failed", "warn": "warned", "pass": "passed",
                    nights.ACCEPTED: "passed, accepted items (retention, compaction, ...)",
-                   data.NOTHING_NEW: "nothing new (nothing to check)", nights.NO_RUN: "no run"}
+                   words.NOTHING_NEW: "nothing new (nothing to check)", nights.NO_RUN: "no run"}
 
 #: the glyph of each outcome in a grid cell (colour is not the only sign)
-_MARKS = {"fail": "✕", "warn": "!", "pass": "✓", nights.ACCEPTED: "~", data.NOTHING_NEW: "=",
+_MARKS = {"fail": "✕", "warn": "!", "pass": "✓", nights.ACCEPTED: "~", words.NOTHING_NEW: "=",
           nights.NO_RUN: "–"}
 #: the glyph of a night without a snapshot (its colour: that finding's status)
 NO_SNAPSHOT_MARK = "∅"
@@ -203,7 +205,7 @@ def night_grid(ov: nights.Overview) -> str:
     long = len(ov.nights) > 31
     labels = [n[5:] if long else n for n in ov.nights]
     col = {n: j for j, n in enumerate(ov.nights)}
-    rows = [NIGHT_ROW] + [data.where(t, p) for t, p in ov.partitions]
+    rows = [NIGHT_ROW] + [words.where(t, p) for t, p in ov.partitions]
     cells = {}
     for j, night in enumerate(ov.nights):
         outcome = ov.night_outcome(night)
@@ -239,25 +241,25 @@ def night_grid(ov: nights.Overview) -> str:
                                            "data-checks": " ".join(r.check for r, _ in c.problems)}}
     lanes, unplaced = [], {r.token for r in ov.unplaced}
     for run in ov.runs:
-        cov = ov.coverage.get(run.token) or data.Coverage()
+        cov = ov.coverage.get(run.token) or model.Coverage()
         spans = sorted({n for n in cov.nights + ([run.as_of] if run.as_of else []) if n in col})
         if not spans or run.token in unplaced:
             continue
-        topics = (f" of {', '.join(cov.topics)} ({data.plural(len(cov.partitions), 'topic-partition')})"
+        topics = (f" of {', '.join(cov.topics)} ({plural(len(cov.partitions), 'topic-partition')})"
                   if cov.partitions else "")
         lanes.append({"first": col[spans[0]], "last": col[spans[-1]], "label": run.run_id,
                       "href": run_href(run.token),
                       "fill": _fill(run.verdict if run.verdict in svg.OUTCOME_FILLS else "other"),
                       "title": f"run {run.run_id}: {run.verdict}; "
-                               f"{data.plural(len(spans), 'night')} ({nights_text(spans)}){topics}",
+                               f"{plural(len(spans), 'night')} ({nights_text(spans)}){topics}",
                       "attrs": {"data-token": run.token, "data-nights": " ".join(spans)}})
     legend = [(_OUTCOME_LABELS[k].split(" (")[0], svg.OUTCOME_FILLS[k])
               for k in ("fail", "warn", "pass")]
     legend += [("accepted (retention, compaction, ...)", svg.OUTCOME_FILLS[nights.ACCEPTED]),
-               ("= nothing new", svg.OUTCOME_FILLS[data.NOTHING_NEW])]
+               ("= nothing new", svg.OUTCOME_FILLS[words.NOTHING_NEW])]
     if ov.no_snapshot:
         legend.append((f"{NO_SNAPSHOT_MARK} no snapshot", _fill(max(
-            (g.status for g in ov.no_snapshot.values()), key=lambda s: -data.worst_rank(s)))))
+            (g.status for g in ov.no_snapshot.values()), key=lambda s: -model.worst_rank(s)))))
     if ov.no_run:
         legend.append(("– no run", svg.OUTCOME_FILLS[nights.NO_RUN]))
     legend.append(("not read", svg.OUTCOME_FILLS["none"]))
@@ -293,7 +295,7 @@ def night_problems(ov: nights.Overview) -> str:
         runs = sorted({p.run.token: p.run for p in problems}.values(), key=lambda r: r.run_id)
         links = ", ".join(f'<a href="{escape(run_href(r.token))}">{escape(r.run_id)}</a>' for r in runs)
         more_text = f'<li class="muted">{more} more: see {links}</li>' if more > 0 else ""
-        counts = data.counts_text(data.ordered_counts(Counter(p.status for p in problems)))
+        counts = words.counts_text(words.ordered_counts(Counter(p.status for p in problems)))
         what = "no snapshot · found by" if night in ov.no_snapshot else "read by"
         out.append(
             f'<div class="night" id="night-{escape(night)}" data-night="{escape(night)}" '
@@ -305,7 +307,7 @@ def night_problems(ov: nights.Overview) -> str:
     return "".join(out)
 
 
-def _partitions_text(cov: data.Coverage) -> str:
+def _partitions_text(cov: model.Coverage) -> str:
     """``orders 0, 1 · payments 0``: the topic-partitions a run read, by topic."""
     by_topic: dict[str, list[int]] = {}
     for t, p in cov.partitions:
@@ -313,15 +315,15 @@ def _partitions_text(cov: data.Coverage) -> str:
     return " · ".join(f"{t} {', '.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items()))
 
 
-def topics_folded(cov: data.Coverage | None) -> str:
+def topics_folded(cov: model.Coverage | None) -> str:
     """``12 topic-partitions`` (of 8 topics), the list behind it (a disclosure)."""
     if cov is None or not cov.partitions:
         return '<span class="muted">—</span>'
-    return (f'<details class="topics"><summary>{data.plural(len(cov.partitions), "topic-partition")}'
+    return (f'<details class="topics"><summary>{plural(len(cov.partitions), "topic-partition")}'
             f'</summary><div class="tp-list">{escape(_partitions_text(cov))}</div></details>')
 
 
-def _nights_cell(cov: data.Coverage | None) -> str:
+def _nights_cell(cov: model.Coverage | None) -> str:
     if cov is None or not cov.nights:
         reason = cov.reason if cov is not None and cov.reason else "no ledger rows"
         return f'<td class="nights muted" title="{escape(reason)}">unknown</td>'
@@ -331,7 +333,7 @@ def _nights_cell(cov: data.Coverage | None) -> str:
             f"{escape(nights_text(cov.read))}{gone}</td>")
 
 
-def _unplaced_reason(run: data.Run, ov: nights.Overview) -> str:
+def _unplaced_reason(run: model.Run, ov: nights.Overview) -> str:
     if run.error:
         return run.error
     if not run.results:
@@ -340,11 +342,11 @@ def _unplaced_reason(run: data.Run, ov: nights.Overview) -> str:
     return (cov.reason if cov is not None and cov.reason else "no ledger rows of this run")
 
 
-def _suites_title(run: data.Run) -> str:
-    return f"The Data Docs count {data.suites_text(run.suites())}"
+def _suites_title(run: model.Run) -> str:
+    return f"The Data Docs count {words.suites_text(run.suites())}"
 
 
-def index_page(runs: list[data.Run], base: str, root: str, ov: nights.Overview | None = None) -> str:
+def index_page(runs: list[model.Run], base: str, root: str, ov: nights.Overview | None = None) -> str:
     ov = ov or nights.overview(runs, {})
     rows = []
     for run in runs:
@@ -366,14 +368,14 @@ def index_page(runs: list[data.Run], base: str, root: str, ov: nights.Overview |
             f"{escape(run.run_id)}</a>{note}</td>"
             f"{_nights_cell(cov)}<td class=\"read\">{topics_folded(cov)}</td>"
             + "".join(f'<td class="num count-{k}">{tally[k]}</td>'
-                      for k in ("fail", "warn", "pass", data.NOTHING_NEW))
+                      for k in ("fail", "warn", "pass", words.NOTHING_NEW))
             + f'<td class="when" title="{_when(run.checked_at)}">{_when(run.checked_at, "%Y-%m-%d %H:%M")}</td>'
             f'<td class="docs">{docs}</td></tr>')
     table = (
         '<div class="scroll"><table id="runs"><thead><tr><th>Verdict</th><th>Run</th>'
         '<th>Snapshot nights</th><th>Read</th>'
-        + "".join(f'<th class="num" title="results, {data.COUNTED}">{data.COUNT_NOUNS[k][1]}</th>'
-                  for k in ("fail", "warn", "pass", data.NOTHING_NEW))
+        + "".join(f'<th class="num" title="results, {words.COUNTED}">{words.COUNT_NOUNS[k][1]}</th>'
+                  for k in ("fail", "warn", "pass", words.NOTHING_NEW))
         + '<th>Checked at (UTC)</th><th>Data Docs</th>'
         f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
         if runs else '<p id="no-runs" class="muted">No data-quality results in this warehouse yet.</p>')
@@ -402,7 +404,7 @@ def index_page(runs: list[data.Run], base: str, root: str, ov: nights.Overview |
     body = (
         "<h1>Data quality</h1>"
         f'<p class="muted">Warehouse <code>{escape(root)}</code> · {len(runs)} run(s) · '
-        f'<a href="api/nights">JSON</a> · results are {data.COUNTED}; the Data Docs count '
+        f'<a href="api/nights">JSON</a> · results are {words.COUNTED}; the Data Docs count '
         "suites (one per check)</p>"
         f'<section id="nights"><h2>Nights at a glance</h2>'
         f'<p id="headline">{headline}</p>{no_run}{night_grid(ov)}{unplaced}{night_problems(ov)}</section>'
@@ -421,49 +423,49 @@ def _raw_details(details) -> str:
             f"<pre>{escape(text)}</pre></details>")
 
 
-def _more_items(r: data.Result) -> str:
+def _more_items(r: model.Result) -> str:
     """Every other stored item of a result, one plain line each (the first is already shown)."""
-    problems = data.problem_items(r.details)
+    problems = words.problem_items(r.details)
     lines = [f'<li class="item item-{escape(str(i.get("status") or "other"))}">'
-             f'{line_html(data.item_line(r.topic, r.partition, i, r.night))}</li>'
+             f'{line_html(words.item_line(r.topic, r.partition, i, r.night))}</li>'
              for i in problems[1:]]
     lines += [f'<li class="item item-pass"><span class="muted">accepted:</span> '
-              f'{line_html(data.item_line(r.topic, r.partition, i, r.night))}</li>'
-              for i in data.accepted_items(r.details)]
+              f'{line_html(words.item_line(r.topic, r.partition, i, r.night))}</li>'
+              for i in words.accepted_items(r.details)]
     shown = len(lines)
-    more = data.more_items(r.details)
+    more = words.more_items(r.details)
     if more:
-        lines.append(f'<li class="muted">{data.plural(more, "more item")} not stored '
+        lines.append(f'<li class="muted">{plural(more, "more item")} not stored '
                      "(the audit keeps the first 20 per check and topic-partition)</li>")
     if not lines:
         return ""
-    summary = data.plural(shown, "more item") if shown else "more"
+    summary = plural(shown, "more item") if shown else "more"
     return f'<details class="more-items"><summary>{summary}</summary><ul>{"".join(lines)}</ul></details>'
 
 
 def _accepted_text(details) -> str:
-    acc = data.accepted_classes(details)
-    return ", ".join(f"{k}: {data.plural(v['items'], 'item')}" for k, v in acc.items())
+    acc = words.accepted_classes(details)
+    return ", ".join(f"{k}: {plural(v['items'], 'item')}" for k, v in acc.items())
 
 
-def _row_attrs(r: data.Result) -> str:
+def _row_attrs(r: model.Result) -> str:
     return (f'id="{escape(r.anchor)}" class="result row-{escape(r.outcome.replace("_", "-"))}" '
             f'data-check="{escape(r.check)}" data-topic="{escape(r.topic or "")}" '
             f'data-partition="{"" if r.partition is None else r.partition}" '
             f'data-night="{escape(r.night or "")}" data-status="{escape(r.status)}"')
 
 
-def _checked(r: data.Result) -> str:
-    if r.outcome == data.NOTHING_NEW:
-        return (f'<span class="nothing-new" title="{escape(data.checked_text(r.observed, r.details) or "")}">'
+def _checked(r: model.Result) -> str:
+    if r.outcome == words.NOTHING_NEW:
+        return (f'<span class="nothing-new" title="{escape(words.checked_text(r.observed, r.details) or "")}">'
                 "nothing new</span>")
-    return escape(data.checked_text(r.observed, r.details) or "—")
+    return escape(words.checked_text(r.observed, r.details) or "—")
 
 
-def _problem_row(r: data.Result) -> str:
+def _problem_row(r: model.Result) -> str:
     accepted = _accepted_text(r.details)
     also = f'<div class="muted">also accepted: {escape(accepted)}</div>' if accepted else ""
-    items = "—" if r.failed is None else data.plural(r.failed, "item")
+    items = "—" if r.failed is None else plural(r.failed, "item")
     return (
         f"<tr {_row_attrs(r)}>"
         f'<td class="check-name">{escape(r.check)}</td><td class="tp">{escape(r.label)}</td>'
@@ -473,9 +475,9 @@ def _problem_row(r: data.Result) -> str:
         f'<td class="num checked">{_checked(r)}</td></tr>')
 
 
-def _pass_row(r: data.Result) -> str:
+def _pass_row(r: model.Result) -> str:
     accepted = _accepted_text(r.details)
-    label = data.severity_label(r.severity)
+    label = words.severity_label(r.severity)
     return (
         f"<tr {_row_attrs(r)}>"
         f'<td class="check-name">{escape(r.check)}</td><td class="tp">{escape(r.label)}</td>'
@@ -488,7 +490,7 @@ def _pass_row(r: data.Result) -> str:
 _GROUP_TITLES = {"fail": "Failed", "warn": "Warned"}
 
 
-def _run_nights(cov: data.Coverage | None) -> str:
+def _run_nights(cov: model.Coverage | None) -> str:
     """``Snapshot nights read: 2026-11-18..2026-11-20 (3 nights) · 12 topic-partitions of 8
     topics`` (folded); the nights without a snapshot; a range run's nights per topic-partition
     where they differ."""
@@ -498,35 +500,35 @@ def _run_nights(cov: data.Coverage | None) -> str:
         return (f'<div id="nights" class="muted">Snapshot nights read: unknown '
                 f'({escape(cov.reason or "no ledger rows")})</div>')
     read = (f"Snapshot nights read: {escape(nights_text(cov.read))} "
-            f"({data.plural(len(cov.read), 'night')}) · {topics_folded(cov)}" if cov.read else "")
+            f"({plural(len(cov.read), 'night')}) · {topics_folded(cov)}" if cov.read else "")
     gone = (f'<div class="no-snapshot">No snapshot: {escape(nights_text(list(cov.missing)))}</div>'
             if cov.missing else "")
     differ = len({n for n in cov.partitions.values()}) > 1
     extra = ""
     if differ:
         extra = ('<details class="tp-nights"><summary>nights per topic-partition</summary><ul>'
-                 + "".join(f"<li>{escape(data.topic_partition(t, p))}: {escape(nights_text(list(n)))}</li>"
+                 + "".join(f"<li>{escape(words.topic_partition(t, p))}: {escape(nights_text(list(n)))}</li>"
                            for (t, p), n in cov.partitions.items()) + "</ul></details>")
     return (f'<div id="nights" data-nights="{escape(" ".join(cov.nights))}">{read}{gone}</div>'
             f"{extra}")
 
 
-def counts_line(run: data.Run) -> str:
+def counts_line(run: model.Run) -> str:
     """``6 warnings · 158 passes · 4 nothing new, counted per check × topic-partition`` (the
     pages' one count of results: a check on one topic-partition fails, warns, passes or has
     nothing new to check; it finds items)."""
-    parts = [f'<span class="count-{escape(k)}">{escape(data.counts_text({k: v}))}</span>'
+    parts = [f'<span class="count-{escape(k)}">{escape(words.counts_text({k: v}))}</span>'
              for k, v in run.tally.items() if v]
-    return (f'<p id="counts">{" · ".join(parts) or "no results"}, {data.COUNTED}</p>')
+    return (f'<p id="counts">{" · ".join(parts) or "no results"}, {words.COUNTED}</p>')
 
 
-def run_page(run: data.Run, base: str, coverage: data.Coverage | None = None, *,
+def run_page(run: model.Run, base: str, coverage: model.Coverage | None = None, *,
              root: str = "W", catalog: str = "kafkalog", namespace: str = "kafka",
              skip_reason: str | None = None) -> str:
     """One run, problems first; a failed run not published opens with what that means and
     the ways forward (:mod:`.remedies`); ``skip_reason``: why Airflow's plan task skipped it."""
     docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}">Data Docs of this run</a> '
-            f'<span class="muted" id="suites">(they count {escape(data.suites_text(run.suites()))})</span>'
+            f'<span class="muted" id="suites">(they count {escape(words.suites_text(run.suites()))})</span>'
             if run.has_docs else '<span class="muted">no Data Docs for this run</span>')
     parts = [
         '<nav><a href="./">← all runs</a>'
@@ -543,17 +545,17 @@ def run_page(run: data.Run, base: str, coverage: data.Coverage | None = None, *,
     if run.error:
         parts.append(f'<p class="error">This run\'s results could not be read: {escape(run.error)}</p>')
     groups = run.by_outcome()
-    if run.results and not any(s not in ("pass", data.NOTHING_NEW) for s, _ in groups):
+    if run.results and not any(s not in ("pass", words.NOTHING_NEW) for s, _ in groups):
         parts.append('<p id="no-problems">No check failed or warned.</p>')
     for outcome, rows in groups:
         n = f"{len(rows):,}"
-        if outcome in ("pass", data.NOTHING_NEW):
+        if outcome in ("pass", words.NOTHING_NEW):
             body = "".join(_pass_row(r) for r in rows)
             title, note, anchor = (
-                (f"Passed: {n}", f"({data.COUNTED}; items the policy accepts are listed; "
+                (f"Passed: {n}", f"({words.COUNTED}; items the policy accepts are listed; "
                                  "“would fail” is what a check does if it finds something)", "passes")
                 if outcome == "pass" else
-                (f"Nothing new: {n}", f"({data.COUNTED}; nothing to check, e.g. every segment "
+                (f"Nothing new: {n}", f"({words.COUNTED}; nothing to check, e.g. every segment "
                                       "unchanged since an earlier night: not a pass)", "nothing-new"))
             parts.append(
                 f'<details id="{anchor}" class="outcome" data-status="{escape(outcome)}">'
@@ -567,7 +569,7 @@ def run_page(run: data.Run, base: str, coverage: data.Coverage | None = None, *,
         body = "".join(_problem_row(r) for r in rows)
         parts.append(
             f'<section id="outcome-{escape(outcome)}" class="outcome" data-status="{escape(outcome)}">'
-            f'<h2>{escape(title)}: {n} <span class="muted group-unit">({data.COUNTED})</span></h2>'
+            f'<h2>{escape(title)}: {n} <span class="muted group-unit">({words.COUNTED})</span></h2>'
             '<div class="scroll"><table><thead><tr><th>Check</th><th>Where</th><th>Problem</th>'
             '<th class="num">Items</th><th class="num">Checked</th></tr></thead>'
             f"<tbody>{body}</tbody></table></div></section>")

@@ -18,7 +18,7 @@ from html import escape
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
 from spark_jobs.warehouse import branch_name
 
-from .data import Coverage, Run
+from .model import Coverage, Run
 
 log = logging.getLogger(__name__)
 

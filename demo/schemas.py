@@ -20,10 +20,10 @@ Deterministic: the same night writes the same bytes.
 from __future__ import annotations
 
 import json
-import struct
 import warnings
 from pathlib import Path
 
+from kafkalog.schemas.wire import MAGIC_ID, PREFIX
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs.decode.values import SCHEMAS_TOPIC
 ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
@@ -141,7 +141,7 @@ def write(out: Path, night: int, t0: int, hour: int) -> None:
         orders.append([(f"o{i}".encode(), ser["order_v2"](order(i, 2), _ctx("shop.orders")))
                        for i in range(6, 10)])
         clicks.append([(None, ser["click"](click(i), _ctx("clicks"))) for i in range(100, 250)]
-                      + [(None, b"\x00" + struct.pack(">I", UNKNOWN_ID) + b'{"page":"/x"}')])
+                      + [(None, PREFIX.pack(MAGIC_ID, UNKNOWN_ID) + b'{"page":"/x"}')])
     # _schemas: night 1's records (every first version), then (night 2) the versions since
     versions = schemas_records(client, SUBJECTS)
     registered = [PREAMBLE + [r for r in versions if json.loads(r[0])["version"] == 1]]
@@ -152,27 +152,3 @@ def write(out: Path, night: int, t0: int, hour: int) -> None:
         with SegmentWriter(out / f"{topic}-0", 0) as w:
             for n, batch in enumerate(batches):
                 w.append(records(batch, t0 + 3 * hour + n * 24 * hour), codec="lz4")
-
-
-def value_lines(wh) -> list[str]:
-    """What ``make demo`` says of ``records.value_json``: per topic with values in the wire
-    format, how many decoded (and their format), how many did not (why), the last one decoded."""
-    from spark_jobs.tables import read_arrow
-
-    rows = read_arrow(wh, "records", row_filter="value_schema_id IS NOT NULL",
-                      columns=("topic", "offset", "value_format", "value_json", "value_error"))
-    by_topic: dict[str, list[dict]] = {}
-    for r in sorted(rows.to_pylist(), key=lambda r: (r["topic"], r["offset"])):
-        by_topic.setdefault(r["topic"], []).append(r)
-    lines = []
-    for topic, rs in by_topic.items():
-        good = [r for r in rs if r["value_json"] is not None]
-        errors = sorted({r["value_error"] for r in rs if r["value_error"]})
-        formats = ", ".join(sorted({r["value_format"] for r in good}))
-        line = f"{topic}: {len(good)} decoded ({formats})"
-        if len(good) < len(rs):
-            line += f", {len(rs) - len(good)} not ({', '.join(errors)})"
-        if good:
-            line += f"; last: {good[-1]['value_json']}"
-        lines.append(line)
-    return lines

@@ -36,7 +36,7 @@ misses a segment between two others (an offset gap at a segment boundary:
 UTF-8 (``invalid_header_key``).
 * ``_schemas-0``, ``shop.orders-0`` (Avro), ``clicks-0`` (JSON Schema), ``shipments-0``
   (Protobuf): values in Schema Registry's wire format and the registry's own topic
-  (:mod:`kafkalog_pipeline.demo_schemas`; on night 2, one click whose schema id no
+  (:mod:`demo.schemas`; on night 2, one click whose schema id no
   registry holds: ``schema_decode`` warns).
 * a ``_SUCCESS`` marker and a ``README.txt`` beside the partitions (not segments:
   the planner ignores them).
@@ -56,7 +56,8 @@ from kafkalog.demo import write_legacy
 from kafkalog.writer import (SegmentWriter, WriteRecord, encode_producer_snapshot,
                              internal_record, leader_epoch_checkpoint_text,
                              partition_metadata_text)
-from kafkalog_pipeline import demo_schemas
+
+from . import schemas
 
 NIGHTS = ("2026-11-20", "2026-11-21")
 T0 = 1_795_132_800_000  # 2026-11-20T00:00:00Z
@@ -268,7 +269,7 @@ def write_night(root: Path, night: int) -> Path:
     _consumer_offsets(out / "__consumer_offsets-0", night)
     _transaction_state(out / "__transaction_state-0", night)
     _cluster_metadata(out / "__cluster_metadata-0")
-    demo_schemas.write(out, night, T0, HOUR)
+    schemas.write(out, night, T0, HOUR)
     (out / "_SUCCESS").write_bytes(b"")
     (out / "README.txt").write_text("nightly copy of the broker log directories\n")
     return out

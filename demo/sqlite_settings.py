@@ -3,7 +3,7 @@
 Every Airflow process of the demo and the pipeline tests (scheduler, dag-processor,
 API server, task runners, the ``airflow`` CLI) writes to one SQLite file. pysqlite
 gives up on a locked database after 5 s: wait up to a minute instead.
-``demo.airflow_env`` points ``[database] sql_alchemy_connect_args`` here.
+``demo.servers.airflow_env`` points ``[database] sql_alchemy_connect_args`` here.
 
 No timeout helps where a transaction that has read wants to write after another
 process wrote (Airflow runs SQLite in WAL mode): SQLite answers ``database is

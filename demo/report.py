@@ -1,0 +1,168 @@
+"""What ``make demo`` prints at the end: the tables and their row counts, the values decoded
+from Schema Registry's wire format, each night's data-quality results (the checks that warned
+or failed, with their causes) and report, one query to copy, and whether the counts changed
+since the previous ``make demo``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from spark_jobs.layout import typed_topic
+from spark_jobs.quality.policy import RANK
+from spark_jobs.quality.results import place
+from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES
+
+from .servers import warehouse
+
+
+def table_counts(out: Path) -> dict:
+    """Row counts per table on ``main`` (and records per topic), read through the catalog."""
+    import pyarrow.compute as pc
+
+    from spark_jobs.tables import read_arrow
+
+    wh = warehouse(out)
+    counts: dict = {}
+    # the six tables, and those of Kafka's internal topics and state files the runs made
+    for name in (n for n in ALL_NAMES if n in TABLES or wh.load(n) is not None):
+        counts[name] = read_arrow(wh, name, columns=("run_id",)).num_rows
+    # the typed per-topic tables (docs/tables.md): their columns are the topics' own
+    for name in wh.typed_tables():
+        counts[name] = len(wh.table(name).scan(selected_fields=("run_id",)).to_arrow())
+    topics = read_arrow(wh, "records", columns=("topic",)).column("topic")
+    counts["records_by_topic"] = {r["values"]: r["counts"]
+                                  for r in pc.value_counts(topics).to_pylist()} if len(topics) else {}
+    counts["records_by_topic"] = dict(sorted(counts["records_by_topic"].items()))
+    return counts
+
+
+def _rank(status: str) -> tuple[int, int]:
+    """Sort key of a row's ``status``: the policy's severities worst first, anything else
+    after them."""
+    return (0, -RANK[status]) if status in RANK else (1, 0)
+
+
+def _causes(details: str | None) -> str:
+    """The classes a result's ``details`` graded not ``pass``, with their items:
+    ``"missing_segment 1, index_mismatch 2"`` ("" where there are none or no JSON)."""
+    try:
+        classes = json.loads(details or "{}").get("classes") or {}
+        return ", ".join(f"{name} {c.get('items', '?')}" for name, c in classes.items()
+                         if isinstance(c, dict) and c.get("status") != "pass")
+    except (ValueError, AttributeError):
+        return ""
+
+
+def problem_lines(rows: list[dict]) -> list[str]:
+    """One line per check that did not pass, worst outcome first: the outcome, the check
+    and its topic-partitions, each with its causes (``rows``: dq_results rows)."""
+    problems: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        if row["status"] != "pass":
+            problems.setdefault((row["status"], row["check"]), []).append(row)
+    lines = []
+    for status, check in sorted(problems, key=lambda k: (_rank(k[0]), k)):
+        parts = []
+        for row in sorted(problems[status, check], key=place):
+            causes = _causes(row.get("details"))
+            parts.append(place(row) + (f" ({causes})" if causes else ""))
+        lines.append(f"{status} {check}: {', '.join(parts)}")
+    return lines
+
+
+def dq_summary(out: Path, run_id: str) -> dict:
+    """Run ``run_id``'s data quality: its report's path (None if missing), the count of
+    its results per status (worst first) and :func:`problem_lines`."""
+    from pyiceberg.expressions import EqualTo
+
+    from spark_jobs.storage import run_token
+    from spark_jobs.tables import read_arrow
+
+    html = out / "warehouse" / "data_docs" / run_token(run_id) / "index.html"
+    rows = read_arrow(warehouse(out), "dq_results", row_filter=EqualTo("run_id", run_id),
+                      columns=("check", "topic", "partition", "status", "details",
+                               "night")).to_pylist()
+    statuses: dict[str, int] = {}
+    for row in sorted(rows, key=lambda r: _rank(r["status"])):
+        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    return {"report": str(html) if html.exists() else None, "statuses": statuses,
+            "problems": problem_lines(rows)}
+
+
+def problems_query(out: Path, wh) -> str:
+    """A shell command that prints the warn and fail rows of dq_results (every run's)."""
+    return (f"PYICEBERG_HOME={out} {sys.executable} -c \"from pyiceberg.catalog import load_catalog; "
+            f"t = load_catalog('{wh.catalog_name}').load_table('{wh.namespace}.dq_results'); "
+            "print(t.scan(row_filter=\\\"status != 'pass'\\\", selected_fields=('run_id', 'check', "
+            "'topic', 'partition', 'status', 'failed')).to_pandas().to_string())\"")
+
+
+
+def value_lines(wh) -> list[str]:
+    """What ``make demo`` says of ``records.value_json``: per topic with values in the wire
+    format, how many decoded (and their format), how many did not (why), the last one decoded."""
+    from spark_jobs.tables import read_arrow
+
+    rows = read_arrow(wh, "records", row_filter="value_schema_id IS NOT NULL",
+                      columns=("topic", "offset", "value_format", "value_json", "value_error"))
+    by_topic: dict[str, list[dict]] = {}
+    for r in sorted(rows.to_pylist(), key=lambda r: (r["topic"], r["offset"])):
+        by_topic.setdefault(r["topic"], []).append(r)
+    lines = []
+    for topic, rs in by_topic.items():
+        good = [r for r in rs if r["value_json"] is not None]
+        errors = sorted({r["value_error"] for r in rs if r["value_error"]})
+        formats = ", ".join(sorted({r["value_format"] for r in good}))
+        line = f"{topic}: {len(good)} decoded ({formats})"
+        if len(good) < len(rs):
+            line += f", {len(rs) - len(good)} not ({', '.join(errors)})"
+        if good:
+            line += f"; last: {good[-1]['value_json']}"
+        lines.append(line)
+    return lines
+
+
+def report(out: Path, results: list[dict]) -> int:
+    counts = table_counts(out)
+    wh = warehouse(out)
+    print(f"\nIceberg tables (catalog {wh.catalog_name!r}, namespace {wh.namespace!r}; "
+          f"configuration {out / '.pyiceberg.yaml'}):")
+    fixed = [n for n in ALL_NAMES if n in counts]
+    typed = sorted(n for n in counts if typed_topic(n) is not None)
+    width = max(map(len, fixed + typed))
+    for name in fixed:
+        print(f"  {wh.namespace}.{name:<{width}} {counts[name]:>6} rows")
+    for name in typed:
+        print(f"  {wh.namespace}.{name:<{width}} {counts[name]:>6} rows  "
+              f"(typed: {typed_topic(name)}'s values)")
+    print("  records by topic: " + ", ".join(f"{t}={n}" for t, n in counts["records_by_topic"].items()))
+    print("  values in Schema Registry's wire format (records.value_json; docs/schemas.md):")
+    for line in value_lines(wh):
+        print(f"    {line}")
+    for r in results:
+        if r.get("run_id"):
+            dq = dq_summary(out, r["run_id"])
+            counts_ = ", ".join(f"{n} {status}" for status, n in dq["statuses"].items())
+            print(f"Data quality of {r['run_id']}: {counts_ or 'no results'}")
+            for line in dq["problems"]:
+                print(f"  {line}")
+            print(f"  report:  {dq['report'] or '(missing)'}")
+    print("Query the tables, e.g. the checks that warned or failed, every run's:\n"
+          f"  {problems_query(out, wh)}")
+    previous_path = out / "demo-counts.json"
+    if previous_path.exists():
+        previous = json.loads(previous_path.read_text())
+        same = {k: previous.get(k) == counts[k] for k in ("records", "batches", "markers")}
+        print("Compared with the previous demo run: "
+              + ", ".join(f"{k} {'unchanged' if v else 'CHANGED'}" for k, v in same.items()))
+    ok = all(r["ok"] for r in results)
+    if ok:
+        previous_path.write_text(json.dumps(counts, indent=1))
+    print(f"Airflow home (SQLite metadata DB, task logs): {out / 'airflow'};  `make ui` to browse it")
+    if not ok:
+        print("A DAG run failed: see the logs above.", file=sys.stderr)
+    return 0 if ok else 1
+
