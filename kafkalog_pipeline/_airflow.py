@@ -168,6 +168,27 @@ def dag_run_url(dag_id: str, run_id: str) -> str:
 # verdict) and its exit status (checks failed vs crashed). Public replacement: an output
 # callback or the return code on the hook (not in apache-airflow-providers-apache-spark yet).
 
+class AdjustedHook:
+    """A mixin before ``SparkSubmitOperator`` in a subclass's bases: the operator builds its
+    hook in the private ``_get_hook`` and caches it in ``_hook``; a subclass adjusts the new
+    hook in :meth:`adjust_hook`, has the next ``execute`` build a fresh one
+    (:meth:`forget_hook`: the environment changed) and reads the one it ran
+    (:attr:`submitted_hook`). Public replacement: a hook factory argument on the operator."""
+
+    def _get_hook(self):
+        return self.adjust_hook(super()._get_hook())
+
+    def adjust_hook(self, hook):
+        return hook
+
+    def forget_hook(self) -> None:
+        self._hook = None
+
+    @property
+    def submitted_hook(self):
+        return self._hook
+
+
 def filter_submit_log(hook, lines) -> None:
     """Make ``hook`` pass spark-submit's output through ``lines(iterable) -> iterable`` before
     its own log processing (which tracks the driver and the exit)."""

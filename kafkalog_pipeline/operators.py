@@ -31,7 +31,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import BaseOperatorLink
 
 from . import settings
-from ._airflow import dag_run_url, filter_submit_log, submit_returncode
+from ._airflow import AdjustedHook, dag_run_url, filter_submit_log, submit_returncode
 from .tasks import QUALITY_JOB
 
 
@@ -75,7 +75,7 @@ def failed_checks_line(verdict: dict | None) -> str:
             f"{verdict.get('pass', 0)} passed; the run is not published")
 
 
-class KafkalogSparkSubmitOperator(SparkSubmitOperator):
+class KafkalogSparkSubmitOperator(AdjustedHook, SparkSubmitOperator):
     ui_color = "#e8f1fa"
 
     def __init__(self, *, aws_conn_id: str = settings.AWS_CONN_ID, **kwargs) -> None:
@@ -87,9 +87,8 @@ class KafkalogSparkSubmitOperator(SparkSubmitOperator):
     def _is_audit(self) -> bool:
         return bool(self.application_args) and self.application_args[0] == QUALITY_JOB
 
-    def _get_hook(self) -> SparkSubmitHook:
+    def adjust_hook(self, hook: SparkSubmitHook) -> SparkSubmitHook:
         """The provider's hook, its output read through :class:`JobOutput` first."""
-        hook = super()._get_hook()
         prefix = None
         if self._is_audit():
             from spark_jobs.check_quality import VERDICT_PREFIX as prefix
@@ -104,7 +103,7 @@ class KafkalogSparkSubmitOperator(SparkSubmitOperator):
             from .schema_registry import PARAM, auth_env
 
             self.env_vars.update(auth_env((context.get("params") or {}).get(PARAM)))
-        self._hook = None  # built from the environment above
+        self.forget_hook()  # built from the environment above
         if not self._is_audit():
             return super().execute(context)
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -114,7 +113,7 @@ class KafkalogSparkSubmitOperator(SparkSubmitOperator):
         try:
             super().execute(context)
         except AirflowException:
-            if submit_returncode(self._hook) == EXIT_CHECKS_FAILED:
+            if submit_returncode(self.submitted_hook) == EXIT_CHECKS_FAILED:
                 verdict = self.job_output.verdict
                 if verdict is not None:
                     context["ti"].xcom_push(key="return_value", value=verdict)
