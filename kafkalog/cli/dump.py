@@ -175,35 +175,42 @@ def _dump_log(args, path: str, out: TextIO, name: str | None = None) -> int:
             if isinstance(item, Finding):
                 kinds[item.kind] += 1
                 emit(out, args.json, {**item.to_dict(), "file": shown},
-                      lambda: finding_text(item))
+                     lambda: finding_text(item))
                 continue
             batches += 1
             records += len(item.records)
             emit(out, args.json, batch_json(item, shown), lambda: batch_text(item))
             if args.records:
-                for r in item.records:
-                    obj = record_json(item, r, shown)
-                    decoded = why = fields = None
-                    found = []
-                    if decoder is not None and not item.is_control:
-                        decoded, why = decode_record(decoder, r, args.expand_consumer_protocol)
-                        obj["decoded"] = decoded
-                    if args.registry is not None and not item.is_control:
-                        fields, found = schema_decode_findings(item, r, args.registry)
-                        obj.update(fields)
-                    emit(out, args.json, obj,
-                          lambda: record_text(item, r, args.print_data, decoded, fields))
-                    if why is not None:
-                        found.insert(0, internal_record_finding(item, r, why))
-                    for f in found:
-                        kinds[f.kind] += 1
-                        emit(out, args.json, {**f.to_dict(), "file": shown},
-                              lambda: finding_text(f))
+                _dump_records(args, item, shown, decoder, out, kinds)
     finally:
         items.close()
     write_summary(args, out, shown, summary_text(
-        [count(batches, "batch", "batches"), count(records, "record", "records")], kinds, stop - start))
+        [count(batches, "batch", "batches"), count(records, "record", "records")], kinds,
+        stop - start))
     return EXIT_FINDINGS if kinds else EXIT_OK
+
+
+def _dump_records(args, b: Batch, shown: str, decoder: str | None, out: TextIO,
+                  kinds: Counter) -> None:
+    """Print the records of ``b`` (``--records``), each followed by its findings (a record of
+    an internal topic that does not decode; with ``--schemas``, a key or value that does not
+    decode or validate), counted into ``kinds``."""
+    for r in b.records:
+        obj = record_json(b, r, shown)
+        decoded = why = fields = None
+        found = []
+        if decoder is not None and not b.is_control:
+            decoded, why = decode_record(decoder, r, args.expand_consumer_protocol)
+            obj["decoded"] = decoded
+        if args.registry is not None and not b.is_control:
+            fields, found = schema_decode_findings(b, r, args.registry)
+            obj.update(fields)
+        emit(out, args.json, obj, lambda: record_text(b, r, args.print_data, decoded, fields))
+        if why is not None:
+            found.insert(0, internal_record_finding(b, r, why))
+        for f in found:
+            kinds[f.kind] += 1
+            emit(out, args.json, {**f.to_dict(), "file": shown}, lambda: finding_text(f))
 
 
 def _dump_remote_log(args, path: str, out: TextIO) -> int:
@@ -245,10 +252,10 @@ def _dump_state(args, path: str, kind: str, out: TextIO) -> int:
     if not args.json:
         out.write(f"Dumping {path}\n")
     emit(out, args.json, {"type": kind, "file": path, **state.header},
-          lambda: _fields_text(state.header))
+         lambda: _fields_text(state.header))
     for row in state.rows:
         emit(out, args.json, {"type": _STATE_ROW_TYPES[kind][0], "file": path, **row},
-              lambda: _fields_text(row))
+             lambda: _fields_text(row))
     for f in state.findings:
         emit(out, args.json, {**f.to_dict(), "file": path}, lambda: finding_text(f))
     counts = [] if kind not in _STATE_ROW_TYPES else [count(len(state.rows),

@@ -37,8 +37,8 @@ def _index_entry_text(e) -> str:
 
 
 def dump_index(args, path: str, ext: str, log: str | None, out: TextIO, *,
-                data: bytes | None = None, base_offset: int | None = None,
-                log_name: str | None = None) -> int:
+               data: bytes | None = None, base_offset: int | None = None,
+               log_name: str | None = None) -> int:
     """Print one index file's entries (and, with ``log``, its check against that .log).
     ``data``: the index's bytes, when ``path`` only names them (a remote segment's index)."""
     read, verify = INDEX_READERS[ext]
@@ -53,7 +53,7 @@ def dump_index(args, path: str, ext: str, log: str | None, out: TextIO, *,
         out.write(f"Dumping {path}\n")
     for e in index.entries:
         emit(out, args.json, {**_index_entry_json(index.kind, e), "file": path},
-              lambda: _index_entry_text(e))
+             lambda: _index_entry_text(e))
     for f in found:
         emit(out, args.json, {**f.to_dict(), "file": path}, lambda: finding_text(f))
     verdict = "" if log is None else \
