@@ -10,7 +10,7 @@
 - task, :mod:`~spark_jobs.decode.executor` — executors fetch segment bytes themselves (local
   files, or boto3 ranged GETs), decode them with ``kafkalog`` into Arrow and ...
 - write, :mod:`~spark_jobs.decode.writing` — ... write Parquet data files into the tables' data
-  folders, partition columns inside;
+  folders, partition columns inside (with :mod:`spark_jobs.parquet`'s writer, re-exported here);
 - dedupe, :mod:`~spark_jobs.decode.deduplication` — partitions whose offsets may
   already be published (or appear twice in this run) go to the run's scratch first and are deduplicated in
   Spark against only the files whose statistics can overlap them; two copies of one
@@ -31,10 +31,9 @@ from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, Coverage, Segment, 
                                     plan, read_index_positions, resume_from, split_points,
                                     trusted_runs)
 from spark_jobs.decode.executor import RAW_KINDS, run_task, run_tasks
-from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_SLACK, Context, PartWriter,
-                                     day_partitions, ledger_table, make_context,
-                                     parquet_options, partition_path, task_files, write_frame,
-                                     write_schema)
+from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_SLACK, Context, day_partitions,
+                                     ledger_table, make_context, task_files, write_frame)
+from spark_jobs.parquet import PartWriter, parquet_options, partition_path, write_schema
 
 __all__ = [
     "DEFAULT_MAX_RAW", "DEFAULT_SLACK", "DEFAULT_SPLIT_BYTES", "RAW_KINDS", "Context",

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from kafkalog.schemas import RegistryError
 from spark_jobs import layout, schemas, storage, tables
-from spark_jobs import internal_tables, typed_tables
+from spark_jobs.derive import internal, typed
 from spark_jobs import publish as publishing
 from spark_jobs.decode import replicas, values
 from spark_jobs.decode.deduplication import resolve_pending
@@ -91,7 +91,7 @@ def main(argv=None, spark=None) -> dict:
                        max_raw=args.max_raw_bytes, read_ahead=max(0, args.read_ahead),
                        ingested_at=first_ingested(ledger, args.run_id))
 
-    state_uris: list[str] = []  # the partitions' state files (spark_jobs.internal_tables)
+    state_uris: list[str] = []  # the partitions' state files (spark_jobs.derive.internal)
     try:
         segments, unparsable = discover(args.input, s3, state_files=state_uris, night=args.night)
     except layout.ManifestError as err:
@@ -155,14 +155,14 @@ def main(argv=None, spark=None) -> dict:
         timings["deduplicate"] = time.time() - t1
         # internal topics and state files -> their tables (nothing at all where there are none)
         t1 = time.time()
-        derived, derived_rows = internal_tables.derive(spark, ctx, wh, files["records"],
-                                                       state_uris, args.run_id)
+        derived, derived_rows = internal.derive(spark, ctx, wh, files["records"],
+                                                state_uris, args.run_id)
         if derived_rows:
             timings["internal"] = time.time() - t1
         # values with an Avro schema -> a typed table per topic (nothing where none has one)
         t1 = time.time()
-        typed, typed_rows = typed_tables.derive(spark, ctx, wh, files["records"], registry)
-        if typed_rows or typed:
+        typed_files, typed_rows = typed.derive(spark, ctx, wh, files["records"], registry)
+        if typed_rows or typed_files:
             timings["typed"] = time.time() - t1
     finally:
         if own_session and args.master is not None:
@@ -186,17 +186,17 @@ def main(argv=None, spark=None) -> dict:
               + len(unparsable)
               + derived_rows.pop("findings", 0) + typed_rows.pop("findings", 0)}
     files["findings"].extend(derived.pop("findings", []))
-    files["findings"].extend(typed.pop("findings", []))
+    files["findings"].extend(typed_files.pop("findings", []))
     for name in schemas.DERIVED_TABLES:
         if name in derived and name not in bases:  # the table's first rows: made just now
             bases[name] = wh.begin_table(name, args.run_id)
         if name in bases:
             wh.commit_files(name, args.run_id, derived.get(name, []), chunk_id=args.chunk_id)
     made = wh.typed_tables() if registry is not None else ()  # with those made just now
-    for name in sorted({n for n in (*typed, *bases, *made) if layout.typed_topic(n) is not None}):
+    for name in sorted({n for n in (*typed_files, *bases, *made) if layout.typed_topic(n) is not None}):
         if name not in bases:  # made (or first written) by this run
             bases[name] = wh.begin_table(name, args.run_id)
-        wh.commit_files(name, args.run_id, typed.get(name, []), chunk_id=args.chunk_id)
+        wh.commit_files(name, args.run_id, typed_files.get(name, []), chunk_id=args.chunk_id)
     for name in schemas.DECODE_TABLES:
         wh.commit_files(name, args.run_id, files[name], chunk_id=args.chunk_id,
                         summary={"kafkalog.segments": len(segments), "kafkalog.tasks": len(tasks)})

@@ -24,7 +24,8 @@ import kafkalog
 from spark_jobs import schemas, storage
 from spark_jobs.decode import values
 from spark_jobs.decode.planning import DEFAULT_SPLIT_BYTES, Task
-from spark_jobs.decode.writing import Context, PartWriter, lineage, partition_path, records_out
+from spark_jobs.decode.writing import Context, lineage, records_out
+from spark_jobs.parquet import PartWriter, partition_path
 
 #: findings whose byte range is kept verbatim in ``findings.raw``
 RAW_KINDS = frozenset({"crc_mismatch", "corrupt_batch", "skipped_bytes", "truncated_tail",
