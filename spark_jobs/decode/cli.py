@@ -20,6 +20,8 @@ import pyarrow as pa
 from kafkalog.schemas import RegistryError
 from spark_jobs import layout, schemas, storage, tables
 from spark_jobs.derive import internal, typed
+from spark_jobs.findings import REPLICA_DIVERGENCE, Finding
+from spark_jobs.findings import table as findings_table
 from spark_jobs import publish as publishing
 from spark_jobs.decode import replicas, values
 from spark_jobs.decode.deduplication import resolve_pending
@@ -170,7 +172,7 @@ def main(argv=None, spark=None) -> dict:
     damaged_copies = 0  # the replicas' findings: divergences, and damaged copies not decoded
     if replica_findings is not None and replica_findings.num_rows:
         kinds = replica_findings.column("kind").to_pylist()
-        divergences += kinds.count("divergence")
+        divergences += kinds.count(REPLICA_DIVERGENCE)
         damaged_copies = kinds.count(replicas.DAMAGED_COPY)
         files["findings"].extend(write_driver_table(ctx, "findings", replica_findings,
                                                     "replicas"))
@@ -233,10 +235,8 @@ def unparsable_findings(uris: list[str], run_id: str) -> pa.Table:
     for uri in uris:
         parent = uri.rstrip("/").rsplit("/", 2)[-2] if "/" in uri else ""
         topic, partition = layout.parse_partition_dir(parent) or (None, None)
-        rows.append(dict(
-            partition=partition, kind="unparsable_name", position=0,
-            end=0, message=f"{uri}: the name is not {layout.GRAMMAR}, so the object was "
-                           "not decoded",
-            base_offset=None, last_offset=None, bytes=None, raw=None, segment=uri,
-            segment_base_offset=None, run_id=run_id, topic=topic))
-    return pa.Table.from_pylist(rows, schema=schemas.FINDINGS)
+        rows.append(Finding(
+            kind="unparsable_name", position=0, end=0,
+            message=f"{uri}: the name is not {layout.GRAMMAR}, so the object was not decoded",
+            topic=topic, partition=partition, segment=uri, run_id=run_id))
+    return findings_table(rows)

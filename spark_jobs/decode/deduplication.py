@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from spark_jobs import schemas, storage, tables
 from spark_jobs.decode.planning import overlap_days
+from spark_jobs.findings import DIVERGENCE
 from spark_jobs.decode.writing import Context, is_pending, task_files, write_frame
 from spark_jobs.warehouse import branch_name, is_run_file
 
@@ -56,7 +57,7 @@ def divergence_findings(diverging, run_id: str):
         F.col("offset"), F.col("topic"), F.col("partition"), F.col("segment"),
         F.col("batch_position"), F.col("_win_segment"), F.col("_win_position"))
     return diverging.select(
-        "topic", "partition", F.lit("divergence").alias("kind"),
+        "topic", "partition", F.lit(DIVERGENCE).alias("kind"),
         F.col("batch_position").alias("position"), F.col("batch_position").alias("end"),
         msg.alias("message"), F.col("offset").alias("base_offset"),
         F.col("offset").alias("last_offset"), F.lit(None).cast("long").alias("bytes"),

@@ -21,20 +21,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import kafkalog
-from spark_jobs import schemas, storage
+from spark_jobs import storage
 from spark_jobs.decode import values
 from spark_jobs.decode.planning import DEFAULT_SPLIT_BYTES, Task
 from spark_jobs.decode.writing import Context, lineage, records_out
+from spark_jobs.findings import TASK_COLUMNS, Finding, task_batch
 from spark_jobs.parquet import PartWriter, partition_path
 
 #: findings whose byte range is kept verbatim in ``findings.raw``
 RAW_KINDS = frozenset({"crc_mismatch", "corrupt_batch", "skipped_bytes", "truncated_tail",
                        "decompression_error", "unknown_codec", "limit_exceeded"})
-
-
-#: the columns of a ``value_decode_error`` finding the task fills (lineage comes after)
-_VALUE_FINDINGS = pa.schema([f for f in schemas.FINDINGS if f.name in (
-    "kind", "position", "end", "message", "base_offset", "last_offset", "bytes", "raw")])
 
 
 #: a packed Spark task (:func:`pack`) reads its next tasks' objects ahead (``ctx.read_ahead``
@@ -166,13 +162,12 @@ def run_task(task: Task, ctx: Context) -> dict:
         else:
             start = 0
             row.update(action="redecoded", byte_start=0, pending=True)
-            extra_findings.append(dict(
+            extra_findings.append(Finding(
                 kind="segment_changed", position=task.verify_position,
                 end=task.verify_position, message=(
                     f"the batch an earlier run ingested at position {task.verify_position} "
                     f"(crc {task.verify_crc:#010x}) is no longer there: the segment was "
-                    "rewritten (compaction, truncation); decoded again from the start"),
-                base_offset=None, last_offset=None, bytes=None, raw=None))
+                    "rewritten (compaction, truncation); decoded again from the start")))
     part = f"t{task.task:05d}"
     writer = PartWriter(ctx, part, ctx.scratch if row["pending"] else ctx.roots)
     fetch, check = _object_source(task, ctx)
@@ -254,7 +249,7 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
             stats["records"] += rows.num_rows
             found = value_decoder.take_findings()
             if found:
-                fb = pa.RecordBatch.from_pylist(found, schema=_VALUE_FINDINGS)
+                fb = pa.RecordBatch.from_pylist(found, schema=TASK_COLUMNS)
                 stats["findings"] += fb.num_rows
                 writer.write("findings", partition_path(topic), lineage(fb, "findings", task, ctx))
         elif name == "batches":
@@ -330,8 +325,7 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
         if controls is not None:
             extra_findings = extra_findings + _txn_index_findings(task, ctx, owned, controls)
     if extra_findings:
-        fb = pa.RecordBatch.from_pylist(extra_findings, schema=pa.schema(
-            [f for f in schemas.FINDINGS if f.name in extra_findings[0]]))
+        fb = task_batch(extra_findings)
         stats["findings"] += fb.num_rows
         writer.write("findings", partition_path(topic), lineage(fb, "findings", task, ctx))
     if last_batch is not None:
@@ -353,7 +347,7 @@ def _offset_at(source, byte_range, position: int) -> int:
 
 
 def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
-                    share: bool) -> list[dict]:
+                    share: bool) -> list[Finding]:
     """The segment's ``.index`` entries that point into ``owned`` (``[start, end)``
     positions, end None: past the segment's end too; None: no entries), checked
     against the entries this task decoded (``kafkalog.check_offset_index``); the
@@ -377,7 +371,7 @@ def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
                           else kafkalog.check_offset_index(index, last_offsets, owned))
 
 
-def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list[dict]:
+def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list[Finding]:
     """The segment's ``.timeindex`` entries whose offsets are in ``owned`` (``[lo, hi)``,
     None: unbounded; ``owned`` None: no entries), checked against this task's batches
     (``kafkalog.check_time_index``); the task that reads to the end of the segment also
@@ -390,7 +384,7 @@ def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list
         lambda index: [] if owned is None else kafkalog.check_time_index(index, by_last, owned))
 
 
-def _txn_index_findings(task: Task, ctx: Context, owned, controls: dict) -> list[dict]:
+def _txn_index_findings(task: Task, ctx: Context, owned, controls: dict) -> list[Finding]:
     """The segment's ``.txnindex`` entries whose last offsets are in ``owned`` (as
     for the ``.timeindex``), checked against this task's control records
     (``kafkalog.check_txn_index``): together a segment's tasks report what
@@ -401,7 +395,7 @@ def _txn_index_findings(task: Task, ctx: Context, owned, controls: dict) -> list
         lambda index: [] if owned is None else kafkalog.check_txn_index(index, controls, owned))
 
 
-def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[dict]:
+def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[Finding]:
     """Findings rows of an index file: ``check(read(fetch))``, and for the task
     that reads to the end of the segment the file's own findings, or that it could
     not be read. ``fetch(start=0, end=None)`` reads the file as it was listed: where it
@@ -420,14 +414,13 @@ def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[dict
     except storage.ChangedObject:
         raise
     except (storage.StorageError, OSError, kafkalog.KafkaLogError) as err:
-        return [dict(kind="index_mismatch", position=0, end=0, base_offset=None,
-                     last_offset=None, bytes=None, raw=None,
-                     message=f"cannot read {uri} ({err}): its entries were not "
-                     "checked")] if last else []
+        return [Finding(kind="index_mismatch", position=0, end=0,
+                        message=f"cannot read {uri} ({err}): its entries were not "
+                        "checked")] if last else []
     found = (list(index.findings) if last else []) + check(index)
-    return [dict(kind=f.kind, position=f.position, end=f.end,
-                 message=f"{uri}: {f.message}", base_offset=f.base_offset,
-                 last_offset=f.last_offset, bytes=f.bytes, raw=None) for f in found]
+    return [Finding(kind=f.kind, position=f.position, end=f.end,
+                    message=f"{uri}: {f.message}", base_offset=f.base_offset,
+                    last_offset=f.last_offset, bytes=f.bytes) for f in found]
 
 
 def _empty_stats(task: Task) -> dict:
@@ -449,10 +442,10 @@ def _raw(source, byte_range, position: int, end: int, max_raw: int) -> bytes | N
 def _failed(row: dict, task: Task, ctx: Context, why: str) -> dict:
     """A segment that cannot be read: a ``fetch_error`` finding, and a ledger row that proves nothing."""
     writer = PartWriter(ctx, f"t{task.task:05d}", ctx.roots)
-    fb = pa.RecordBatch.from_pylist([dict(
+    fb = task_batch([Finding(
         kind="fetch_error", position=task.start, end=task.end,
         message=f"cannot read {task.uri} [{task.start}, {task.end}): {why}",
-        base_offset=None, last_offset=None, bytes=task.end - task.start, raw=None)])
+        bytes=task.end - task.start)])
     writer.write("findings", partition_path(task.topic), lineage(fb, "findings", task, ctx))
     row.update(action="failed", findings=1, files=writer.commit())
     return row

@@ -31,6 +31,7 @@ from kafkalog.internal import (CLUSTER_METADATA, OFFSETS, TOPIC_DECODERS, TRANSA
 from kafkalog.internal.topics import coordinator_keys
 from spark_jobs import layout, schemas, storage
 from spark_jobs.derive.files import FILE_ROWS, map_files
+from spark_jobs.findings import Finding
 from spark_jobs.parquet import PartWriter, partition_path, topic_of
 
 #: decoder -> the tables its records go to
@@ -151,13 +152,13 @@ def rows_of_file(records: pa.Table) -> tuple[dict[str, list[dict]], list[dict]]:
             table, row = derived_row(decoder, cols["key"][i], cols["value"][i])
         except MessageError as err:
             offset, position = cols["offset"][i], cols["batch_position"][i]
-            findings.append(dict(
+            findings.append(Finding(
                 topic=topic, partition=cols["partition"][i], kind=RECORD_ERROR,
                 position=position, end=position, base_offset=offset, last_offset=offset,
                 message=f"{decoder} record at offset {offset} (batch at position {position}) "
                         f"does not decode: {err}",
-                bytes=None, raw=None, segment=cols["segment"][i],
-                segment_base_offset=cols["segment_base_offset"][i], run_id=cols["run_id"][i]))
+                segment=cols["segment"][i], segment_base_offset=cols["segment_base_offset"][i],
+                run_id=cols["run_id"][i]).row())
             continue
         out.setdefault(table, []).append({**row, **source})
     return out, findings
@@ -270,9 +271,8 @@ def state_tables(uris: list[str], s3, run_id: str) -> dict[str, pa.Table]:
 
 def _finding(topic, partition, uri, run_id, position, end, message,
              kind="state_file_corrupt") -> dict:
-    return dict(topic=topic, partition=partition, kind=kind, position=position, end=end,
-                message=message, base_offset=None, last_offset=None, bytes=None, raw=None,
-                segment=uri, segment_base_offset=None, run_id=run_id)
+    return Finding(topic=topic, partition=partition, kind=kind, position=position, end=end,
+                   message=message, segment=uri, run_id=run_id).row()
 
 
 def write_state_tables(ctx, roots: dict, found: dict[str, pa.Table]) -> dict[str, list[str]]:

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from kafkalog.schemas.registry import PROTOBUF
 from spark_jobs import layout, schemas, storage
 from spark_jobs.derive.files import FILE_ROWS, map_files
+from spark_jobs.findings import Finding
 from spark_jobs.derive.value_types import (LINEAGE, TABLE_MESSAGE, TYPED_FORMATS, Untyped,
                                            converter, merge, message_indexes, protobuf_converter,
                                            protobuf_plan, subject, value_schema)
@@ -210,13 +211,13 @@ def rows_of(records: pa.Table, plan: TopicPlan) -> tuple[pa.Table | None, dict]:
 def _findings(topic: str, plan: TopicPlan, bad: dict, run_id: str) -> list[dict]:
     out = []
     for (partition, sid), (first, last, n, segment, base, position, why) in sorted(bad.items()):
-        out.append(dict(
+        out.append(Finding(
             topic=topic, partition=partition, kind=INCOMPATIBLE, position=position,
-            end=position, base_offset=first, last_offset=last, bytes=None, raw=None,
+            end=position, base_offset=first, last_offset=last,
             message=f"{n} value(s) at offsets {first}..{last} carry schema id {sid}, a version "
                     f"of {subject(topic)} that does not fit {plan.table}: {why}; "
                     "they are not in the typed table (records.value_json holds them)",
-            segment=segment, segment_base_offset=base, run_id=run_id))
+            segment=segment, segment_base_offset=base, run_id=run_id).row())
     return out
 
 
