@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from spark_jobs.decode import cli
+from spark_jobs.decode import job
 from spark_jobs import storage, tables
 from test_faults import decode, lost_and_duplicated, published, truth, write_snapshot
 
@@ -68,14 +68,14 @@ def _upload(s3, bucket: str, root: Path, prefix: str) -> dict[str, bytes]:
 
 def _after_listing(monkeypatch, action):
     """Run ``action()`` once, right after the job listed its input."""
-    real = cli.discover
+    real = job.discover
 
     def discover(*args, **kwargs):
         found = real(*args, **kwargs)
         action()
         return found
-    monkeypatch.setattr(cli, "discover", discover)
-    return lambda: monkeypatch.setattr(cli, "discover", real)
+    monkeypatch.setattr(job, "discover", discover)
+    return lambda: monkeypatch.setattr(job, "discover", real)
 
 
 def _ledger(wh) -> list[dict]:

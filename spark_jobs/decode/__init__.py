@@ -1,5 +1,5 @@
 """The decode job: Kafka segment snapshots into the warehouse's Iceberg tables
-(docs/tables.md), one module per stage (plan, task, write, dedupe, main).
+(docs/tables.md), one module per stage (plan, replicas, task, write, dedupe, job, main).
 
 - plan, :mod:`~spark_jobs.decode.planning` — the driver lists the segments (reads are pinned to
   what the listing saw), reads the ledger as ``main`` held it when the run began and,
@@ -15,16 +15,20 @@
   already be published (or appear twice in this run) go to the run's scratch first and are deduplicated in
   Spark against only the files whose statistics can overlap them; two copies of one
   offset with different content give a ``divergence`` finding;
-- main, :mod:`~spark_jobs.decode.cli` — the command line: the driver commits every file to
-  the run's branch (:mod:`spark_jobs.warehouse`) and publishes it unless
-  ``--no-publish`` (the DAG audits the branch first).
+- job, :mod:`~spark_jobs.decode.job` — the job as a page of named steps (list, plan, frame
+  replicas, run the tasks, dedupe, derive: :mod:`spark_jobs.derive`, commit): the driver
+  commits every file to the run's branch (:mod:`spark_jobs.warehouse`) and publishes it
+  unless ``--no-publish`` (the DAG audits the branch first);
+- main, :mod:`~spark_jobs.decode.cli` — the command line, parsed for :func:`job.run
+  <spark_jobs.decode.job.run>`.
 
 ``spark-submit spark_jobs/decode_segments.py ...`` runs :func:`main`. The names below
 are the package's public API.
 """
 
 from spark_jobs.decode.deduplication import dedupe, divergence_findings, overlap_filter, resolve_pending
-from spark_jobs.decode.cli import main, parse_args, unparsable_findings
+from spark_jobs.decode.cli import main, parse_args
+from spark_jobs.decode.job import unparsable_findings
 from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, Coverage, Segment, Task,
                                     coverage_from_ledger, discover, first_ingested,
                                     index_positions, ingested, ledger_ranges, overlap_days,
