@@ -1,5 +1,5 @@
 """The decode job: Kafka segment snapshots into the warehouse's Iceberg tables
-(docs/tables.md), one module per stage (plan, replicas, task, write, dedupe, job, main).
+(docs/tables.md), one module per stage (plan, replicas, task, write, results, dedupe, job, main).
 
 - plan, :mod:`~spark_jobs.decode.planning` — the driver lists the segments (reads are pinned to
   what the listing saw), reads the ledger as ``main`` held it when the run began and,
@@ -10,7 +10,8 @@
 - task, :mod:`~spark_jobs.decode.executor` — executors fetch segment bytes themselves (local
   files, or boto3 ranged GETs), decode them with ``kafkalog`` into Arrow and ...
 - write, :mod:`~spark_jobs.decode.writing` — ... write Parquet data files into the tables' data
-  folders, partition columns inside (with :mod:`spark_jobs.parquet`'s writer, re-exported here);
+  folders, partition columns inside (with :mod:`spark_jobs.parquet`'s writer, re-exported here),
+  and hand back a :class:`~spark_jobs.decode.results.TaskResult` each (ledger row, files);
 - dedupe, :mod:`~spark_jobs.decode.deduplication` — partitions whose offsets may
   already be published (or appear twice in this run) go to the run's scratch first and are deduplicated in
   Spark against only the files whose statistics can overlap them; two copies of one
@@ -35,8 +36,9 @@ from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, Coverage, Segment, 
                                     plan, read_index_positions, resume_from, split_points,
                                     trusted_runs)
 from spark_jobs.decode.executor import RAW_KINDS, run_task, run_tasks
+from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_SLACK, Context, day_partitions,
-                                     ledger_table, make_context, task_files, write_frame)
+                                     make_context, write_frame)
 from spark_jobs.parquet import PartWriter, parquet_options, partition_path, write_schema
 
 __all__ = [
@@ -46,5 +48,6 @@ __all__ = [
     "ingested", "ledger_ranges", "ledger_table", "main", "make_context", "overlap_filter",
     "overlap_days", "parquet_options", "parse_args", "partition_path", "plan", "read_index_positions",
     "resolve_pending", "resume_from", "run_task", "run_tasks", "split_points", "task_files",
+    "TaskResult",
     "trusted_runs", "unparsable_findings", "write_frame", "write_schema",
 ]

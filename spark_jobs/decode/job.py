@@ -24,8 +24,8 @@ from spark_jobs.decode.deduplication import resolve_pending
 from spark_jobs.decode.executor import run_tasks
 from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested, ingested,
                                         ledger_ranges, plan, read_index_positions)
-from spark_jobs.decode.writing import (Context, is_pending, ledger_table, make_context,
-                                       task_files, write_driver_table)
+from spark_jobs.decode.results import TaskResult, ledger_table, task_files
+from spark_jobs.decode.writing import Context, make_context, write_driver_table
 from spark_jobs.derive import internal, typed
 from spark_jobs.findings import REPLICA_DIVERGENCE, Finding
 from spark_jobs.findings import table as findings_table
@@ -61,11 +61,11 @@ class Listing:
 
 @dataclass
 class Decoded:
-    """The tasks run and their output: ledger rows, data files by table, the partitions
+    """The tasks run and their output: their results, data files by table, the partitions
     that went through the dedupe, and the replicas' findings."""
 
     tasks: list[Task]
-    rows: list[dict]
+    results: list[TaskResult]
     files: dict[str, list[str]]
     pending: set = field(default_factory=set)
     reconciled: set = field(default_factory=set)  # replicated partitions
@@ -182,20 +182,20 @@ def frame_replicas(spark, job: Run, listing: Listing, tasks: list[Task]) -> Deco
 
 
 def run_decode_tasks(spark, job: Run, decoded: Decoded) -> None:
-    """Run the tasks on the executors: their ledger rows, data files and pending partitions."""
+    """Run the tasks on the executors: their results, data files and pending partitions."""
     t1 = time.time()
-    rows = decoded.rows = run_tasks(spark, decoded.tasks, job.ctx, job.args.split_bytes)
+    results = decoded.results = run_tasks(spark, decoded.tasks, job.ctx, job.args.split_bytes)
     job.timings["decode"] = time.time() - t1
     # the tasks' own wall time (the rest of "decode" is Spark's: scheduling, workers)
-    job.timings["tasks_sum"] = sum(r.get("task_seconds", 0.0) for r in rows)
-    job.timings["task_max"] = max((r.get("task_seconds", 0.0) for r in rows), default=0.0)
-    job.timings["tasks_cpu_sum"] = sum(r.get("task_cpu_seconds", 0.0) for r in rows)
-    decoded.files = task_files(rows)
+    job.timings["tasks_sum"] = sum(r.seconds for r in results)
+    job.timings["task_max"] = max((r.seconds for r in results), default=0.0)
+    job.timings["tasks_cpu_sum"] = sum(r.cpu_seconds for r in results)
+    decoded.files = task_files(results)
     # the partitions whose output went to the scratch. A pending partition whose tasks
     # wrote nothing (its segments all unchanged: a backfill of what is published) has
     # nothing to deduplicate, and a Spark dedupe of nothing costs seconds
-    decoded.pending = {(r["topic"], r["partition"]) for r in rows
-                       if is_pending(r) and any((r.get("files") or {}).values())}
+    decoded.pending = {(r.ledger["topic"], r.ledger["partition"]) for r in results
+                       if r.is_pending and any(r.files.values())}
 
 
 def dedupe(spark, job: Run, decoded: Decoded) -> None:
@@ -203,7 +203,7 @@ def dedupe(spark, job: Run, decoded: Decoded) -> None:
     t1 = time.time()
     if decoded.pending:
         decoded.divergences, deduped = resolve_pending(
-            spark, job.ctx, job.wh, job.bases, decoded.rows, job.args.chunk_id, job.ledger,
+            spark, job.ctx, job.wh, job.bases, decoded.results, job.args.chunk_id, job.ledger,
             reported=decoded.reconciled)
         for name, fs in deduped.items():
             decoded.files[name].extend(fs)
@@ -242,10 +242,10 @@ def write_driver_tables(job: Run, listing: Listing, decoded: Decoded,
     if listing.unparsable:
         files["findings"].extend(write_driver_table(ctx, "findings", unparsable_findings(
             listing.unparsable, job.args.run_id), "names"))
-    ledger_out = ledger_table(decoded.rows)
+    ledger_out = ledger_table(decoded.results)
     if ledger_out.num_rows:
         files["ledger"].extend(write_driver_table(ctx, "ledger", ledger_out, "ledger"))
-    rows = decoded.rows
+    rows = [r.ledger for r in decoded.results]
     counts = {"records": sum(r["records"] for r in rows),
               "batches": sum(r["batches"] for r in rows),
               "findings": sum(r["findings"] for r in rows) + decoded.divergences
@@ -284,7 +284,7 @@ def commit(job: Run, listing: Listing, decoded: Decoded, derived: Derived) -> No
 def summary(job: Run, listing: Listing, decoded: Decoded, derived: Derived,
             counts: dict[str, int]) -> dict:
     """The summary the job prints (before publishing: ``published`` False, no timings)."""
-    args, rows = job.args, decoded.rows
+    args, rows = job.args, [r.ledger for r in decoded.results]
     out = {
         "run_id": args.run_id, "chunk_id": args.chunk_id, "segments": len(listing.segments),
         "tasks": len(decoded.tasks), "bytes": sum(t.end - t.start for t in decoded.tasks),

@@ -63,23 +63,6 @@ def make_context(wh, run_id: str, attempt: str, *, chunk_id: str | None = None,
                    s3=wh.s3, **kwargs)
 
 
-def is_pending(row: dict) -> bool:
-    """Whether a task's ledger ``row`` wrote its output to the scratch, to be deduplicated
-    (a failed task's finding is never pending)."""
-    return bool(row["pending"]) and row["action"] != "failed"
-
-
-def task_files(rows: list[dict], *, pending: bool = False) -> dict[str, list[str]]:
-    """The data files of the tasks' ``rows``: those in the scratch, to be deduplicated
-    (``pending``, :func:`is_pending`), or the others."""
-    files: dict[str, list[str]] = {n: [] for n in schemas.DECODE_TABLES}
-    for r in rows:
-        if is_pending(r) == pending:
-            for name, fs in (r.get("files") or {}).items():
-                files[name].extend(fs)
-    return files
-
-
 def lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.Table:
     """``batch`` (a kafkalog table's rows) with the warehouse table's lineage and
     partition columns (records: all but ``dt``, which :func:`records_out` adds)."""
@@ -181,11 +164,3 @@ def write_driver_table(ctx: Context, name: str, rows: pa.Table, part: str) -> li
             mask = pc.is_null(topics) if topic is None else pc.fill_null(pc.equal(topics, topic), False)
             writer.write(name, partition_path(topic), rows.filter(mask).cast(target))
     return writer.commit().get(name, [])
-
-
-def ledger_table(rows: list[dict]) -> pa.Table:
-    def ts(v):
-        return dt.datetime.fromisoformat(v) if isinstance(v, str) else v
-    clean = [{**{k: r.get(k) for k in schemas.LEDGER.names},
-              "mtime": ts(r.get("mtime")), "ingested_at": ts(r.get("ingested_at"))} for r in rows]
-    return pa.Table.from_pylist(clean, schema=schemas.LEDGER)
