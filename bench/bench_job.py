@@ -152,12 +152,13 @@ def _decode_and_write_piece(spec: tuple[str, str]) -> int:
     PartWriter (its encoding thread) into local data folders. No index checks, no
     ledger row, no Spark: the floor of what a task must do."""
     import kafkalog
+    from spark_jobs import parquet
     from spark_jobs.decode import values, writing
     from spark_jobs.decode.planning import Task
 
     task_json, out = spec
     task, ctx = Task.from_json(task_json), _peer_context(out)
-    writer = writing.PartWriter(ctx, f"p{task.task:05d}", ctx.roots)
+    writer = parquet.PartWriter(ctx, f"p{task.task:05d}", ctx.roots)
     # the records table's value columns (issue 20): the job adds them to every batch; the
     # bench snapshot has no _schemas, so they are the byte test and null columns
     value_decoder = values.ValueDecoder(ctx.registry, ctx.max_raw, task.topic)
@@ -170,7 +171,7 @@ def _decode_and_write_piece(spec: tuple[str, str]) -> int:
             writing.records_out(writer, out_rows, task.topic)
             rows += out_rows.num_rows
         elif name in ("batches", "markers"):
-            writer.write(name, writing.partition_path(task.topic),
+            writer.write(name, parquet.partition_path(task.topic),
                          writing.lineage(batch, name, task, ctx))
         elif batch.num_rows:
             raise SystemExit(f"findings in the generated snapshot: {batch.to_pylist()[:3]}")
@@ -185,7 +186,7 @@ def _run_task_piece(spec: tuple[str, str]) -> int:
     from spark_jobs.decode.planning import Task
 
     task_json, out = spec
-    return run_task(Task.from_json(task_json), _peer_context(out))["records"]
+    return run_task(Task.from_json(task_json), _peer_context(out)).ledger["records"]
 
 
 def _parquet_bytes(root: Path) -> int:

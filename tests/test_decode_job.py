@@ -95,7 +95,7 @@ def got_records(wh: Path) -> list[tuple]:
     return [(r["topic"], r["partition"], r["offset"], r["key"], r["value"]) for r in t.to_pylist()]
 
 
-def run_tasks_here(wh: Path, tasks, run_id: str = "r", **kwargs) -> list[dict]:
+def run_tasks_here(wh: Path, tasks, run_id: str = "r", **kwargs) -> list[job.TaskResult]:
     """Run ``tasks`` in this process (no Spark) into the embedded catalog under ``wh``,
     then commit and publish what they wrote, as the job does."""
     import datetime as dt
@@ -399,7 +399,7 @@ def test_damage_past_a_task_read_window_is_read_further_and_nothing_is_lost(tmp_
         [False] * (len(tasks) - 1) + [True]
     wh = tmp_path / "wh"
     rows = run_tasks_here(wh, tasks, slack=512)
-    assert {r["action"] for r in rows} == {"decoded"}
+    assert {r.ledger["action"] for r in rows} == {"decoded"}
     want = kafkalog.decode(str(seg))
     ok = want.records.filter(want.records.column("crc_valid"))
     assert sorted(got_records(wh)) == sorted(
@@ -513,7 +513,7 @@ def test_a_resumed_segment_checks_the_time_index_entries_of_its_new_bytes_only(t
                         covered_end=start, timeindex_uri=s.timeindex_uri)
         wh = tmp_path / f"wh-{start}"
         (row,) = run_tasks_here(wh, [task])
-        assert row["action"] == "resumed"
+        assert row.ledger["action"] == "resumed"
         found = [f for f in read_local(wh, "findings").to_pylist()
                  if ".timeindex: " in f["message"]]
         assert [f["base_offset"] for f in found] == want, start

@@ -55,7 +55,7 @@ def test_a_night_overlapping_an_old_run_finds_its_rows_past_clustered_manifests(
     night 3 (day 30) holds a segment of orders-0 from offset 10. Its dedupe must reach
     back to days 0 and 20: 0 lost, 0 duplicated, and ``ingest_dt`` is each run's day."""
     ingested = {"night-1": day(0), "night-2": day(20), "night-3": day(30)}
-    monkeypatch.setattr("spark_jobs.decode.cli.first_ingested",
+    monkeypatch.setattr("spark_jobs.decode.job.first_ingested",
                         lambda ledger, run_id: f"{ingested[run_id]}T03:00:00+00:00")
     n1 = write_log(tmp_path / "n1", "orders", 0, 0, 20)
     n2 = write_log(write_log(write_log(tmp_path / "n2", "orders", 1, 0, 20), "audit", 0, 0, 10),

@@ -139,7 +139,7 @@ def shipments_table(snapshot: Path, wh):
     the rows are the demo's shipments, ``weight_g`` 0 (absent from value_json) included."""
     import kafkalog
     from demo import schemas as demo_schemas
-    from spark_jobs import typed_tables
+    from spark_jobs.derive import typed as typed_tables
     from spark_jobs.decode import values
     from spark_jobs.decode.planning import discover
 

@@ -212,7 +212,7 @@ def test_state_files_that_cannot_be_read_are_findings_and_the_others_are_kept(tm
     """state_tables on the driver: a state file listed and then gone, and one that is not
     what its name says, are each a ``state_file_corrupt`` finding naming the file; every
     other file's rows are kept, in the damaged file's own folder too."""
-    from spark_jobs import internal_tables
+    from spark_jobs.derive import internal
 
     state = write_snapshot(tmp_path)
     d0, d1 = tmp_path / "orders-0", tmp_path / "orders-1"
@@ -225,7 +225,7 @@ def test_state_files_that_cannot_be_read_are_findings_and_the_others_are_kept(tm
         "current_txn_first_offset": -1}]))
     state = [*state, later]
     (d0 / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n")  # declares 2 entries, holds 1
-    whole = internal_tables.state_tables([str(p) for p in state], None, "r1")
+    whole = internal.state_tables([str(p) for p in state], None, "r1")
 
     findings = {(f["partition"], f["segment"], f["kind"]): f["message"]
                 for f in whole["findings"].to_pylist()}
@@ -253,7 +253,8 @@ def test_state_files_under_an_s3_prefix(tmp_path, s3_endpoint, s3_bucket):
     is a finding naming its s3:// URI."""
     import boto3
 
-    from spark_jobs import internal_tables, storage
+    from spark_jobs import storage
+    from spark_jobs.derive import internal
     from spark_jobs.decode import discover
 
     local = write_snapshot(tmp_path)
@@ -274,13 +275,13 @@ def test_state_files_under_an_s3_prefix(tmp_path, s3_endpoint, s3_bucket):
                            for r in t.to_pylist()), key=str)
                 for n, t in found.items() if n != "findings"}
 
-    assert rows(internal_tables.state_tables(listed, config, "r1")) == \
-        rows(internal_tables.state_tables([str(p) for p in local], None, "r1"),
+    assert rows(internal.state_tables(listed, config, "r1")) == \
+        rows(internal.state_tables([str(p) for p in local], None, "r1"),
              rename=lambda f: uri.get(f, f))
 
     gone = uri[str(tmp_path / "orders-1" / "leader-epoch-checkpoint")]
     client.delete_object(Bucket=s3_bucket, Key=gone.split("/", 3)[3])
-    after = internal_tables.state_tables(listed, config, "r1")
+    after = internal.state_tables(listed, config, "r1")
     assert [(f["segment"], f["kind"]) for f in after["findings"].to_pylist()] == \
         [(gone, "state_file_corrupt")]
     assert gone not in {r["file"] for r in after["leader_epochs"].to_pylist()}
@@ -293,13 +294,14 @@ def test_internal_topics_without_a_table_stay_records():
     no derived row (before, the job's derive step raised KeyError on such a run)."""
     import pyarrow as pa
 
-    from spark_jobs import internal_tables, schemas
+    from spark_jobs import schemas
+    from spark_jobs.derive import internal
 
     files = [f"/w/records/data/topic={t}/dt=2026-11-20/x.parquet"
              for t in ("__share_group_state", "__remote_log_metadata", "__consumer_offsets")]
-    assert internal_tables.internal_files(files) == {"__consumer_offsets": files[2:]}
+    assert internal.internal_files(files) == {"__consumer_offsets": files[2:]}
     row = {name: None for name in schemas.RECORDS.names}
     row.update(topic="__share_group_state", partition=0, offset=0, key=b"\x00\x00",
                value=b"\x00\x00", segment="s", segment_base_offset=0, run_id="r")
-    assert internal_tables.rows_of_file(pa.Table.from_pylist([row], schema=schemas.RECORDS)) \
+    assert internal.rows_of_file(pa.Table.from_pylist([row], schema=schemas.RECORDS)) \
         == ({}, [])

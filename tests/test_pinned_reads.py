@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from spark_jobs.decode import cli
+from spark_jobs.decode import job
 from spark_jobs import storage, tables
 from test_faults import decode, lost_and_duplicated, published, truth, write_snapshot
 
@@ -68,14 +68,14 @@ def _upload(s3, bucket: str, root: Path, prefix: str) -> dict[str, bytes]:
 
 def _after_listing(monkeypatch, action):
     """Run ``action()`` once, right after the job listed its input."""
-    real = cli.discover
+    real = job.discover
 
     def discover(*args, **kwargs):
         found = real(*args, **kwargs)
         action()
         return found
-    monkeypatch.setattr(cli, "discover", discover)
-    return lambda: monkeypatch.setattr(cli, "discover", real)
+    monkeypatch.setattr(job, "discover", discover)
+    return lambda: monkeypatch.setattr(job, "discover", real)
 
 
 def _ledger(wh) -> list[dict]:
@@ -219,13 +219,13 @@ def test_a_packed_spark_task_reads_its_next_tasks_ahead_once_each(
     def summary(rows):
         keep = ("segment", "action", "records", "batches", "findings", "first_offset",
                 "last_offset", "end_position")
-        return sorted(tuple(r[k] for k in keep) for r in rows)
+        return sorted(tuple(r.ledger[k] for k in keep) for r in rows)
 
     one_by_one = [executor.run_task(t, context("alone")) for t in tasks]
     alone_reads, reads[:] = list(reads), []
     grouped = list(executor.run_group(tasks, context("group")))
     assert summary(grouped) == summary(one_by_one)
-    assert {r["action"] for r in grouped} == {"decoded"}
+    assert {r.ledger["action"] for r in grouped} == {"decoded"}
     assert records("group") == records("alone") and len(records("group")) == 8 * 20
     # each object (segment, .index, .timeindex) read once, the reads the tasks make alone,
     # and every one on the read-ahead's threads
@@ -241,7 +241,7 @@ def test_a_packed_spark_task_reads_its_next_tasks_ahead_once_each(
     # the last task's segment cut short after the listing: that task fails, the others not
     victim = tasks[-1].uri.split("/", 3)[3]
     s3.put_object(Bucket=s3_bucket, Key=victim, Body=objects[victim][:len(objects[victim]) // 3])
-    rows = {r["segment"]: r for r in executor.run_group(tasks, context("changed"))}
+    rows = {r.ledger["segment"]: r.ledger for r in executor.run_group(tasks, context("changed"))}
     assert (rows[tasks[-1].uri]["action"], rows[tasks[-1].uri]["findings"]) == ("failed", 1)
     assert {rows[t.uri]["action"] for t in tasks[:-1]} == {"decoded"}
     [finding] = [r for f in (tmp_path / "changed" / "findings").rglob("*.parquet")

@@ -26,6 +26,7 @@ from spark_jobs import decode as job
 from spark_jobs import tables
 from spark_jobs.decode import replicas
 from spark_jobs.decode.planning import Segment
+from spark_jobs.findings import REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 PER = 3  # records per batch
@@ -147,11 +148,12 @@ def test_replicas_are_decoded_once_and_match_the_expected_tables(spark, tmp_path
     # divergences: one finding per diverged batch, naming both copies, no record-level ones
     findings = tables.read_arrow(str(wh), "findings").to_pylist()
     div = sorted((f["topic"], f["base_offset"], f["last_offset"]) for f in findings
-                 if f["kind"] == "divergence")
+                 if f["kind"] == REPLICA_DIVERGENCE)
     assert div == [("diverged", 12, 14), ("diverged", 12, 15)]
+    assert not [f for f in findings if f["kind"] == "divergence"]  # no record-level ones
     for f in findings:
-        if f["kind"] == "divergence":
-            assert f["message"].startswith(replicas.DIVERGENCE_PREFIX)
+        if f["kind"] == REPLICA_DIVERGENCE:
+            assert f["message"].startswith(REPLICA_DIVERGENCE_PREFIX)
             assert "/b2/" in f["segment"] and "/b1/" + f["topic"] in f["message"]
     assert s["divergences"] == 2
     # the primary copy's torn tail is reported (its bytes are decoded); a framed copy's
@@ -294,3 +296,28 @@ def test_compiled_framing_is_the_pure_framing():
     assert len(replicas.frame(inputs[1]).entries) == 2 + 3 + 1
     assert [e.valid for e in replicas.frame(inputs[2]).entries] == [False, True, True, True]
     assert len(replicas.frame(inputs[3]).entries) == 2  # framing stops at the impossible batch
+
+
+@pytest.mark.pipeline
+def test_the_audit_tells_replica_divergences_by_kind_and_older_rows_by_their_message(spark):
+    """A ``replica_divergence`` finding, and one a run wrote before the kind existed (kind
+    ``divergence``, message starting ``replica divergence:``; old warehouses keep them), are
+    the ``replica_divergence`` check's; a record-level ``divergence`` stays ``divergence``'s,
+    and neither replica row is counted again by ``finding_checks``."""
+    import pyarrow as pa
+
+    from spark_jobs import schemas
+    from spark_jobs.quality import checks
+
+    base = dict(topic="t", partition=0, position=0, end=10, base_offset=5, last_offset=6,
+                bytes=10, raw=None, segment="s", segment_base_offset=0, run_id="r")
+    rows = [dict(base, kind=REPLICA_DIVERGENCE, message=f"{REPLICA_DIVERGENCE_PREFIX} new"),
+            dict(base, kind="divergence", message=f"{REPLICA_DIVERGENCE_PREFIX} old"),
+            dict(base, kind="divergence", message="offset 5 of t-0 has two different contents")]
+    findings = spark.createDataFrame(
+        pa.Table.from_pylist(rows, schema=schemas.FINDINGS).to_pandas(),
+        schema=schemas.spark_schema("findings"))
+    newest = spark.createDataFrame([], "topic string, partition int, segment string")
+    assert sorted(r.message for r in checks.replica_divergences(findings).collect()) == [
+        f"{REPLICA_DIVERGENCE_PREFIX} new", f"{REPLICA_DIVERGENCE_PREFIX} old"]
+    assert [r.check for r in checks.finding_checks(findings, newest).collect()] == ["divergence"]

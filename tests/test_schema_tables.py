@@ -21,7 +21,8 @@ import pytest
 
 import kafkalog
 from kafkalog.schemas import Registry
-from spark_jobs import layout, schemas, tables, typed_tables
+from spark_jobs import layout, schemas, tables
+from spark_jobs.derive import typed as typed_tables, value_types
 from spark_jobs.warehouse import Warehouse
 from spark_jobs.warehouse.ddl import TABLE_PROPERTIES, partition_spec
 from spark_jobs.decode import values
@@ -474,7 +475,7 @@ def test_avro_types_become_arrow_columns_and_versions_merge(data):
     import pyarrow as pa
 
     registry = Registry.from_schemas_records(items(data)[0])
-    v1 = typed_tables.value_schema(registry, 101)
+    v1 = value_types.value_schema(registry, 101)
     assert v1 == pa.schema([
         ("id", pa.int64()), ("name", pa.string()), ("price", pa.float32()),
         ("ok", pa.bool_()), ("n", pa.int32()), ("at", pa.timestamp("us", tz="UTC")),
@@ -486,7 +487,7 @@ def test_avro_types_become_arrow_columns_and_versions_merge(data):
     assert cols.field("dims").type == pa.struct([("w", pa.float64()), ("h", pa.float64())])
     assert cols.names[-1] == "color"
     named: dict = {}
-    assert typed_tables.arrow_type(
+    assert value_types.arrow_type(
         {"type": "record", "name": "R", "fields": [
             {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A"]}},
             {"name": "m", "type": {"type": "map", "values": ["null", "E"]}},
@@ -495,8 +496,8 @@ def test_avro_types_become_arrow_columns_and_versions_merge(data):
                    ("f", pa.binary())])
     for untyped in (["null", "int", "string"],
                     {"type": "record", "name": "L", "fields": [{"name": "next", "type": "L"}]}):
-        with pytest.raises(typed_tables.Untyped):
-            typed_tables.arrow_type(untyped, {})
+        with pytest.raises(value_types.Untyped):
+            value_types.arrow_type(untyped, {})
     # a field named like a lineage column cannot be typed
     clash = Registry.from_schemas_records([(b'{"keytype":"SCHEMA","subject":"t-value",'
                                             b'"version":1,"magic":1}', json.dumps(
@@ -543,22 +544,22 @@ def test_a_typed_table_evolves_by_name_and_old_rows_read_null(data, tmp_path):
     registry = Registry.from_schemas_records(items(data)[0])
     wh = Warehouse(str(tmp_path / "wh"))
     name = layout.typed_table_name("shop.items")
-    v1 = pa.schema(list(typed_tables.LINEAGE) + list(typed_tables.value_schema(registry, 101)))
+    v1 = pa.schema(list(value_types.LINEAGE) + list(value_types.value_schema(registry, 101)))
     table = wh.typed_table(name, v1)
     assert name in wh.run_tables() and wh.run_tables()[-1] == "ledger"
     row = {**items(data)[2][0], "kafka_offset": 0, "run_id": "n1"}
     table.append(pa.Table.from_pylist([row], schema=v1))
-    old = typed_tables.value_schema(registry, 101)
+    old = value_types.value_schema(registry, 101)
     cols, ok, bad = typed_tables.plan_schemas(
         registry, "shop.items", pa.schema([f for f in table.schema().as_arrow()
-                                           if f.name not in typed_tables.LINEAGE.names]))
+                                           if f.name not in value_types.LINEAGE.names]))
     assert ok == {101, 102} and list(bad) == [103] and cols.names[:len(old)] == old.names
-    evolved = wh.typed_table(name, pa.schema(list(typed_tables.LINEAGE) + list(cols)))
+    evolved = wh.typed_table(name, pa.schema(list(value_types.LINEAGE) + list(cols)))
     assert not evolved.schema().find_field("color").required
     assert not evolved.schema().find_field("dims.h").required
     got = evolved.scan().to_arrow().to_pylist()
     assert [(r["id"], r["color"], r["dims"]) for r in got] == [(1, None, {"w": 2.0, "h": None})]
-    again = wh.typed_table(name, pa.schema(list(typed_tables.LINEAGE) + list(cols)))
+    again = wh.typed_table(name, pa.schema(list(value_types.LINEAGE) + list(cols)))
     assert again.metadata.last_updated_ms == evolved.metadata.last_updated_ms
     with pytest.raises(KeyError):
         wh.table(layout.typed_table_name("nothing.here"))
@@ -573,7 +574,7 @@ def test_rows_that_do_not_fit_are_counted_never_raised(data):
     registry = Registry.from_schemas_records(items(data)[0])
     cols, ok, bad = typed_tables.plan_schemas(registry, "shop.items", None)
     plan = typed_tables.TopicPlan("values__shop_dot_items", "", pa.schema(
-        list(typed_tables.LINEAGE) + list(cols)), ok, bad)
+        list(value_types.LINEAGE) + list(cols)), ok, bad)
     good, wrong = (json.dumps(items_json(d)) for d in items(data)[2][:2])
     wrong = wrong.replace('"n": -1', '"n": "minus one"')
     records = pa.Table.from_pylist([
@@ -621,10 +622,10 @@ def test_json_schema_values_get_columns_too():
         ("geo", pa.struct([("lat", pa.float64())])), ("ok", pa.bool_()), ("ref", pa.string())])
     for untyped in ({"oneOf": [{"type": "string"}]}, {"$ref": "#/x"}, {"type": ["string", "integer"]},
                     {}):
-        with pytest.raises(typed_tables.Untyped):
-            typed_tables.json_schema_type(untyped)
+        with pytest.raises(value_types.Untyped):
+            value_types.json_schema_type(untyped)
     plan = typed_tables.TopicPlan("values__clicks", "", pa.schema(
-        list(typed_tables.LINEAGE) + list(cols)), ok, bad)
+        list(value_types.LINEAGE) + list(cols)), ok, bad)
     doc = {"page": "/", "ms": 3, "at": "2026-11-25T22:00:01.250Z", "day": None,
            "tags": ["a"], "geo": {"lat": 1.5}, "ok": True}
     records = pa.Table.from_pylist([
@@ -652,27 +653,27 @@ def test_protobuf_descriptors_become_arrow_columns_and_versions_merge(kinds, tmp
                         "schemaType": "PROTOBUF", "schema": v3, "deleted": False}).encode())
     registry = kinds_registry(kinds, text)
     v1, v2 = kinds.ids
-    assert typed_tables.value_schema(registry, v1) == pa.schema(list(KINDS_COLUMNS))
+    assert value_types.value_schema(registry, v1) == pa.schema(list(KINDS_COLUMNS))
     cols, ok, bad = typed_tables.plan_schemas(registry, "kinds", None)
     assert ok == {v1, v2} and list(bad) == [150]
     assert "value.i32 changes type from int32 to string" in bad[150]
     assert cols.names == KINDS_COLUMNS.names + ["added"]
     assert cols.field("inner").type == pa.struct(list(INNER) + [("flag", pa.bool_())])
     assert cols.field("by_id").type.item_type == cols.field("inner").type
-    _, spec, names = typed_tables.protobuf_plan(registry, v1)
-    assert names[typed_tables.TABLE_MESSAGE] == "kinds.v1.All" and names[(1,)] == "kinds.v1.Node"
+    _, spec, names = value_types.protobuf_plan(registry, v1)
+    assert names[value_types.TABLE_MESSAGE] == "kinds.v1.All" and names[(1,)] == "kinds.v1.Node"
     assert names[(0, 0)] == "kinds.v1.All.Inner"
     assert {n: d for n, _, d in spec} == KINDS_DEFAULTS
     # the next run plans against the table as Iceberg gives it back (decimal, int map keys)
     table = Warehouse(str(tmp_path / "wh")).typed_table(
-        "values__kinds", pa.schema(list(typed_tables.LINEAGE) + list(cols)))
+        "values__kinds", pa.schema(list(value_types.LINEAGE) + list(cols)))
     existing = pa.schema([f for f in table.schema().as_arrow()
-                          if f.name not in typed_tables.LINEAGE.names])
+                          if f.name not in value_types.LINEAGE.names])
     assert typed_tables.plan_schemas(registry, "kinds", existing) == (cols, ok, bad)
-    with pytest.raises(typed_tables.Untyped, match="recursive message kinds.v1.Node"):
-        typed_tables.protobuf_type(kinds.messages[3].DESCRIPTOR)
-    with pytest.raises(typed_tables.Untyped, match="map keys"):
-        typed_tables.merge(pa.map_(pa.int32(), pa.string()), pa.map_(pa.string(), pa.string()))
+    with pytest.raises(value_types.Untyped, match="recursive message kinds.v1.Node"):
+        value_types.protobuf_type(kinds.messages[3].DESCRIPTOR)
+    with pytest.raises(value_types.Untyped, match="map keys"):
+        value_types.merge(pa.map_(pa.int32(), pa.string()), pa.map_(pa.string(), pa.string()))
 
 
 def kinds_records(registry, log) -> pa.Table:
@@ -699,14 +700,14 @@ def test_protobuf_rows_are_the_messages_serialized(kinds, snapshot):
     registry = values.registry_for_run(None, discover(str(snapshot))[0])
     cols, ok, bad = typed_tables.plan_schemas(registry, "kinds", None)
     plan = typed_tables.TopicPlan("values__kinds", "", pa.schema(
-        list(typed_tables.LINEAGE) + list(cols)), ok, bad,
+        list(value_types.LINEAGE) + list(cols)), ok, bad,
         typed_tables.protobuf_specs(registry, ok))
     assert plan.columns()[-2:] == ("value", "headers")
     records = kinds_records(registry, snapshot / "kinds-0" / "00000000000000000000.log")
     typed, refused = typed_tables.rows_of(records, plan)
     got = {}
     for r in typed.to_pylist():
-        lineage = {n: r.pop(n) for n in typed_tables.LINEAGE.names}
+        lineage = {n: r.pop(n) for n in value_types.LINEAGE.names}
         got[lineage["kafka_offset"]] = (lineage["kafka_schema_id"], comparable(r))
     assert got == {o: (sid, comparable(row)) for o, (sid, row) in kinds.rows.items()}
     node = refused[(0, kinds.ids[0])]

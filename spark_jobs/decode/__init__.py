@@ -1,5 +1,5 @@
 """The decode job: Kafka segment snapshots into the warehouse's Iceberg tables
-(docs/tables.md), one module per stage (plan, task, write, dedupe, main).
+(docs/tables.md), one module per stage (plan, replicas, task, write, results, dedupe, job, main).
 
 - plan, :mod:`~spark_jobs.decode.planning` — the driver lists the segments (reads are pinned to
   what the listing saw), reads the ledger as ``main`` held it when the run began and,
@@ -10,31 +10,36 @@
 - task, :mod:`~spark_jobs.decode.executor` — executors fetch segment bytes themselves (local
   files, or boto3 ranged GETs), decode them with ``kafkalog`` into Arrow and ...
 - write, :mod:`~spark_jobs.decode.writing` — ... write Parquet data files into the tables' data
-  folders, partition columns inside;
+  folders, partition columns inside (with :mod:`spark_jobs.parquet`'s writer, re-exported here),
+  and hand back a :class:`~spark_jobs.decode.results.TaskResult` each (ledger row, files);
 - dedupe, :mod:`~spark_jobs.decode.deduplication` — partitions whose offsets may
   already be published (or appear twice in this run) go to the run's scratch first and are deduplicated in
   Spark against only the files whose statistics can overlap them; two copies of one
   offset with different content give a ``divergence`` finding;
-- main, :mod:`~spark_jobs.decode.cli` — the command line: the driver commits every file to
-  the run's branch (:mod:`spark_jobs.warehouse`) and publishes it unless
-  ``--no-publish`` (the DAG audits the branch first).
+- job, :mod:`~spark_jobs.decode.job` — the job as a page of named steps (list, plan, frame
+  replicas, run the tasks, dedupe, derive: :mod:`spark_jobs.derive`, commit): the driver
+  commits every file to the run's branch (:mod:`spark_jobs.warehouse`) and publishes it
+  unless ``--no-publish`` (the DAG audits the branch first);
+- main, :mod:`~spark_jobs.decode.cli` — the command line, parsed for :func:`job.run
+  <spark_jobs.decode.job.run>`.
 
 ``spark-submit spark_jobs/decode_segments.py ...`` runs :func:`main`. The names below
 are the package's public API.
 """
 
 from spark_jobs.decode.deduplication import dedupe, divergence_findings, overlap_filter, resolve_pending
-from spark_jobs.decode.cli import main, parse_args, unparsable_findings
+from spark_jobs.decode.cli import main, parse_args
+from spark_jobs.decode.job import unparsable_findings
 from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, Coverage, Segment, Task,
                                     coverage_from_ledger, discover, first_ingested,
                                     index_positions, ingested, ledger_ranges, overlap_days,
                                     plan, read_index_positions, resume_from, split_points,
                                     trusted_runs)
 from spark_jobs.decode.executor import RAW_KINDS, run_task, run_tasks
-from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_SLACK, Context, PartWriter,
-                                     day_partitions, ledger_table, make_context,
-                                     parquet_options, partition_path, task_files, write_frame,
-                                     write_schema)
+from spark_jobs.decode.results import TaskResult, ledger_table, task_files
+from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_SLACK, Context, day_partitions,
+                                     make_context, write_frame)
+from spark_jobs.parquet import PartWriter, parquet_options, partition_path, write_schema
 
 __all__ = [
     "DEFAULT_MAX_RAW", "DEFAULT_SLACK", "DEFAULT_SPLIT_BYTES", "RAW_KINDS", "Context",
@@ -43,5 +48,6 @@ __all__ = [
     "ingested", "ledger_ranges", "ledger_table", "main", "make_context", "overlap_filter",
     "overlap_days", "parquet_options", "parse_args", "partition_path", "plan", "read_index_positions",
     "resolve_pending", "resume_from", "run_task", "run_tasks", "split_points", "task_files",
+    "TaskResult",
     "trusted_runs", "unparsable_findings", "write_frame", "write_schema",
 ]

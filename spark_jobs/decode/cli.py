@@ -1,4 +1,5 @@
-"""The decode job's command line: plan, run the tasks, dedupe, commit, publish.
+"""The decode job's command line: its arguments, parsed into what :func:`spark_jobs.decode.job.run`
+takes.
 
     spark-submit spark_jobs/decode_segments.py --input URI --output W --run-id ID [--no-publish]
 
@@ -9,27 +10,15 @@ turns an error into an exit status.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
-import uuid
-from dataclasses import replace
 
-import pyarrow as pa
+from spark_jobs import layout
+from spark_jobs.decode import values
+from spark_jobs.decode.job import run
+from spark_jobs.decode.planning import DEFAULT_SPLIT_BYTES
+from spark_jobs.decode.writing import DEFAULT_MAX_RAW, DEFAULT_READ_AHEAD
+from spark_jobs.warehouse import add_catalog_args
 
-from kafkalog.schemas import RegistryError
-from spark_jobs import layout, schemas, storage, tables
-from spark_jobs import internal_tables, typed_tables
-from spark_jobs import publish as publishing
-from spark_jobs.decode import replicas, values
-from spark_jobs.decode.deduplication import resolve_pending
-from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, discover, first_ingested, ingested,
-                                    ledger_ranges, plan, read_index_positions)
-from spark_jobs.decode.executor import run_tasks
-from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_READ_AHEAD, is_pending,
-                                     ledger_table, make_context, task_files,
-                                     write_driver_table)
-from spark_jobs.warehouse import Warehouse, add_catalog_args, branch_name
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
@@ -78,165 +67,8 @@ def parse_args(argv):
 
 
 def main(argv=None, spark=None) -> dict:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    t0 = time.time()
-    needs_s3 = any(storage.is_s3(u) for u in (args.input, args.output)) or args.s3_endpoint
-    s3 = storage.S3Config.from_env(args.s3_endpoint) if needs_s3 else None
-    wh = Warehouse(args.output, args.catalog, args.namespace, s3)
-    # what main held when the run began is what it deduplicates against (a whole run
-    # starts its branch again; a chunk joins the branch its run's plan made)
-    bases = wh.begin_run(args.run_id, reset=args.chunk_id is None)
-    ledger = tables.read_arrow(wh, "ledger", snapshot=bases["ledger"])
-    ctx = make_context(wh, args.run_id, uuid.uuid4().hex[:8], chunk_id=args.chunk_id,
-                       max_raw=args.max_raw_bytes, read_ahead=max(0, args.read_ahead),
-                       ingested_at=first_ingested(ledger, args.run_id))
-
-    state_uris: list[str] = []  # the partitions' state files (spark_jobs.internal_tables)
-    try:
-        segments, unparsable = discover(args.input, s3, state_files=state_uris, night=args.night)
-    except layout.ManifestError as err:
-        raise SystemExit(f"decode_segments: {err}") from err
-    try:
-        registry = values.registry_for_run(args.schema_registry, segments, s3,
-                                           auth=values.auth_from_env())
-    except RegistryError as err:
-        raise SystemExit(f"decode_segments: --schema-registry: {err}") from err
-    ctx = replace(ctx, registry=registry)
-    for uri in unparsable:
-        print(f"decode_segments: {uri} is not {layout.GRAMMAR}: not decoded "
-              "(an unparsable_name finding)", file=sys.stderr)
-    coverage = ingested(ledger, args.run_id, reprocess=args.reprocess)
-    published = ledger_ranges(ledger, args.run_id)
-    to_split = [s for s in segments
-                if s.index_uri and s.size > args.split_bytes and s.key not in coverage]
-    index_positions = read_index_positions(
-        [s.index_uri for s in to_split], s3,
-        pins={s.index_uri: s.index_pin(s.index_uri) for s in to_split})
-    tasks = plan(segments, coverage, published, index_positions, args.split_bytes)
-
-    own_session = spark is None
-    if own_session:
-        from spark_jobs.session import build_session
-
-        spark = build_session("kafkalog-decode-segments", master=args.master)
-    timings = {"plan": time.time() - t0}
-    try:
-        # copies of one partition under several brokers' folders: framed, each batch
-        # decoded once (replicas.py)
-        t1 = time.time()
-        groups = replicas.replicated(segments)
-        reconciled, replica_findings = set(), None
-        if groups:
-            framed = replicas.frame_all(spark, [s for g in groups.values() for s in g], s3)
-            tasks, replica_findings, reconciled = replicas.replan(tasks, groups, framed,
-                                                                  published, args.run_id,
-                                                                  args.split_bytes)
-        timings["frame"] = time.time() - t1
-        t1 = time.time()
-        rows = run_tasks(spark, tasks, ctx, args.split_bytes)
-        timings["decode"] = time.time() - t1
-        # the tasks' own wall time (the rest of "decode" is Spark's: scheduling, workers)
-        timings["tasks_sum"] = sum(r.get("task_seconds", 0.0) for r in rows)
-        timings["task_max"] = max((r.get("task_seconds", 0.0) for r in rows), default=0.0)
-        timings["tasks_cpu_sum"] = sum(r.get("task_cpu_seconds", 0.0) for r in rows)
-        files = task_files(rows)
-        # the partitions whose output went to the scratch. A pending partition whose tasks
-        # wrote nothing (its segments all unchanged: a backfill of what is published) has
-        # nothing to deduplicate, and a Spark dedupe of nothing costs seconds
-        pending = {(r["topic"], r["partition"]) for r in rows
-                   if is_pending(r) and any((r.get("files") or {}).values())}
-        t1 = time.time()
-        divergences = 0
-        if pending:
-            divergences, deduped = resolve_pending(spark, ctx, wh, bases, rows, args.chunk_id,
-                                                      ledger, reported=reconciled)
-            for name, fs in deduped.items():
-                files[name].extend(fs)
-        timings["deduplicate"] = time.time() - t1
-        # internal topics and state files -> their tables (nothing at all where there are none)
-        t1 = time.time()
-        derived, derived_rows = internal_tables.derive(spark, ctx, wh, files["records"],
-                                                       state_uris, args.run_id)
-        if derived_rows:
-            timings["internal"] = time.time() - t1
-        # values with an Avro schema -> a typed table per topic (nothing where none has one)
-        t1 = time.time()
-        typed, typed_rows = typed_tables.derive(spark, ctx, wh, files["records"], registry)
-        if typed_rows or typed:
-            timings["typed"] = time.time() - t1
-    finally:
-        if own_session and args.master is not None:
-            spark.stop()
-    damaged_copies = 0  # the replicas' findings: divergences, and damaged copies not decoded
-    if replica_findings is not None and replica_findings.num_rows:
-        kinds = replica_findings.column("kind").to_pylist()
-        divergences += kinds.count("divergence")
-        damaged_copies = kinds.count(replicas.DAMAGED_COPY)
-        files["findings"].extend(write_driver_table(ctx, "findings", replica_findings,
-                                                    "replicas"))
-    if unparsable:
-        files["findings"].extend(write_driver_table(ctx, "findings", unparsable_findings(
-            unparsable, args.run_id), "names"))
-    ledger_out = ledger_table(rows)
-    if ledger_out.num_rows:
-        files["ledger"].extend(write_driver_table(ctx, "ledger", ledger_out, "ledger"))
-    t1 = time.time()
-    counts = {"records": sum(r["records"] for r in rows), "batches": sum(r["batches"] for r in rows),
-              "findings": sum(r["findings"] for r in rows) + divergences + damaged_copies
-              + len(unparsable)
-              + derived_rows.pop("findings", 0) + typed_rows.pop("findings", 0)}
-    files["findings"].extend(derived.pop("findings", []))
-    files["findings"].extend(typed.pop("findings", []))
-    for name in schemas.DERIVED_TABLES:
-        if name in derived and name not in bases:  # the table's first rows: made just now
-            bases[name] = wh.begin_table(name, args.run_id)
-        if name in bases:
-            wh.commit_files(name, args.run_id, derived.get(name, []), chunk_id=args.chunk_id)
-    made = wh.typed_tables() if registry is not None else ()  # with those made just now
-    for name in sorted({n for n in (*typed, *bases, *made) if layout.typed_topic(n) is not None}):
-        if name not in bases:  # made (or first written) by this run
-            bases[name] = wh.begin_table(name, args.run_id)
-        wh.commit_files(name, args.run_id, typed.get(name, []), chunk_id=args.chunk_id)
-    for name in schemas.DECODE_TABLES:
-        wh.commit_files(name, args.run_id, files[name], chunk_id=args.chunk_id,
-                        summary={"kafkalog.segments": len(segments), "kafkalog.tasks": len(tasks)})
-    timings["commit"] = time.time() - t1
-    summary = {
-        "run_id": args.run_id, "chunk_id": args.chunk_id, "segments": len(segments),
-        "tasks": len(tasks), "bytes": sum(t.end - t.start for t in tasks),
-        "schemas": values.describe(registry),
-        **counts, "divergences": divergences, "unparsable": len(unparsable),
-        "actions": {a: sum(1 for r in rows if r["action"] == a)
-                    for a in sorted({r["action"] for r in rows})},
-        "pending_partitions": len(pending), "replicated_partitions": len(reconciled),
-        "branch": branch_name(args.run_id),
-        "catalog": args.catalog, "published": False, "seconds": None,
-    }
-    if derived_rows:
-        summary["internal"] = dict(sorted(derived_rows.items()))
-    if typed_rows:
-        summary["typed"] = dict(sorted(typed_rows.items()))
-    if not args.no_publish:
-        t1 = time.time()
-        publishing.publish_run(wh, args.run_id)
-        timings["publish"] = time.time() - t1
-        summary["published"] = True
-    summary["seconds"] = round(time.time() - t0, 3)
-    summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    print(json.dumps(summary, sort_keys=True))
-    return summary
+    """Run the job on ``argv`` (default: the process's arguments); its summary."""
+    return run(parse_args(sys.argv[1:] if argv is None else argv), spark)
 
 
-def unparsable_findings(uris: list[str], run_id: str) -> pa.Table:
-    """An ``unparsable_name`` finding per listed ``.log`` object the job cannot place."""
-    rows = []
-    for uri in uris:
-        parent = uri.rstrip("/").rsplit("/", 2)[-2] if "/" in uri else ""
-        topic, partition = layout.parse_partition_dir(parent) or (None, None)
-        rows.append(dict(
-            partition=partition, kind="unparsable_name", position=0,
-            end=0, message=f"{uri}: the name is not {layout.GRAMMAR}, so the object was "
-                           "not decoded",
-            base_offset=None, last_offset=None, bytes=None, raw=None, segment=uri,
-            segment_base_offset=None, run_id=run_id, topic=topic))
-    return pa.Table.from_pylist(rows, schema=schemas.FINDINGS)
+__all__ = ["main", "parse_args"]

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from spark_jobs import schemas, storage, tables
 from spark_jobs.decode.planning import overlap_days
-from spark_jobs.decode.writing import Context, is_pending, task_files, write_frame
+from spark_jobs.findings import DIVERGENCE
+from spark_jobs.decode.results import TaskResult, task_files
+from spark_jobs.decode.writing import Context, write_frame
 from spark_jobs.warehouse import branch_name, is_run_file
 
 def dedupe(existing, staged, pending, keys: list[str], order: list[str], content: list[str] | None):
@@ -56,7 +58,7 @@ def divergence_findings(diverging, run_id: str):
         F.col("offset"), F.col("topic"), F.col("partition"), F.col("segment"),
         F.col("batch_position"), F.col("_win_segment"), F.col("_win_position"))
     return diverging.select(
-        "topic", "partition", F.lit("divergence").alias("kind"),
+        "topic", "partition", F.lit(DIVERGENCE).alias("kind"),
         F.col("batch_position").alias("position"), F.col("batch_position").alias("end"),
         msg.alias("message"), F.col("offset").alias("base_offset"),
         F.col("offset").alias("last_offset"), F.lit(None).cast("long").alias("bytes"),
@@ -89,7 +91,7 @@ def overlap_filter(ranges: dict[tuple[str, int], tuple[int, int]], table: str,
     return out
 
 
-def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[dict],
+def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], results: list[TaskResult],
                     chunk_id: str | None, ledger,
                     reported=frozenset()) -> tuple[int, dict[str, list[str]]]:
     """Deduplicate the pending output (in the run's scratch) against what ``main`` held
@@ -101,9 +103,9 @@ def resolve_pending(spark, ctx: Context, wh, bases: dict[str, int], rows: list[d
     Returns ``(divergences, {table: files})``."""
     from pyspark.sql import functions as F
 
-    pend = [r for r in rows if is_pending(r)]
+    pend = [r for r in results if r.is_pending]
     ranges: dict[tuple, tuple[int, int]] = {}
-    for r in pend:
+    for r in (p.ledger for p in pend):
         if r["first_offset"] is None:
             continue
         key = (r["topic"], r["partition"])

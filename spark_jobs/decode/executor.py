@@ -3,9 +3,11 @@
 It fetches the bytes itself (a local file, or boto3 ranged GETs pinned to the
 listed ETag), decodes them with ``kafkalog`` into Arrow, writes the rows with their
 lineage columns (:mod:`spark_jobs.decode.writing`), checks the segment's index files
-against what it decoded, and returns its ledger row. A segment that cannot be read,
-or changed since it was listed, gives a ``fetch_error`` finding and a ``failed``
-ledger row, never ``decoded``.
+against what it decoded, and returns its :class:`~spark_jobs.decode.results.TaskResult`
+(ledger row, files). :func:`run_task` reads as its steps; a window's decode hands each of
+``kafkalog.stream``'s tables to a handler of its own (:data:`_TABLE_HANDLERS`). A segment
+that cannot be read, or changed since it was listed, gives a ``fetch_error`` finding and a
+``failed`` ledger row, never ``decoded``.
 """
 
 from __future__ import annotations
@@ -21,19 +23,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import kafkalog
-from spark_jobs import schemas, storage
+from spark_jobs import storage
 from spark_jobs.decode import values
 from spark_jobs.decode.planning import DEFAULT_SPLIT_BYTES, Task
-from spark_jobs.decode.writing import Context, PartWriter, lineage, partition_path, records_out
+from spark_jobs.decode.results import TaskResult
+from spark_jobs.decode.writing import Context, lineage, records_out
+from spark_jobs.findings import TASK_COLUMNS, Finding, task_batch
+from spark_jobs.parquet import PartWriter, partition_path
 
 #: findings whose byte range is kept verbatim in ``findings.raw``
 RAW_KINDS = frozenset({"crc_mismatch", "corrupt_batch", "skipped_bytes", "truncated_tail",
                        "decompression_error", "unknown_codec", "limit_exceeded"})
-
-
-#: the columns of a ``value_decode_error`` finding the task fills (lineage comes after)
-_VALUE_FINDINGS = pa.schema([f for f in schemas.FINDINGS if f.name in (
-    "kind", "position", "end", "message", "base_offset", "last_offset", "bytes", "raw")])
 
 
 #: a packed Spark task (:func:`pack`) reads its next tasks' objects ahead (``ctx.read_ahead``
@@ -139,60 +139,74 @@ def _prefix_still_there(task: Task, ctx: Context) -> bool:
     return stored == task.verify_crc
 
 
-def run_task(task: Task, ctx: Context) -> dict:
-    """Decode one task into staged Parquet; return its ledger row (plus ``pending``)."""
-    row = dict(run_id=ctx.run_id, segment=task.uri, topic=task.topic, partition=task.partition,
-               segment_base_offset=task.base_offset, object_size=task.size, etag=task.etag,
-               mtime=dt.datetime.fromisoformat(task.mtime) if task.mtime else None,
-               byte_start=task.start, byte_end=task.end, end_position=task.start,
-               first_offset=None, last_offset=None, last_batch_position=None,
-               last_batch_crc=None, records=0, batches=0, findings=0, action="decoded",
-               ingested_at=dt.datetime.fromisoformat(ctx.ingested_at), night=task.night,
-               pending=task.pending)
-    extra_findings = []
+def run_task(task: Task, ctx: Context) -> TaskResult:
+    """Decode one task into staged Parquet: its ledger row, files and whether they wait
+    in the scratch (:class:`~spark_jobs.decode.results.TaskResult`)."""
+    ledger, pending = _ledger_row(task, ctx), task.pending
+    found: list[Finding] = []  # the task's own findings (beside the decoder's)
     start = task.start
     if task.mode == "resume":
         try:
             same = _prefix_still_there(task, ctx)
         except (storage.StorageError, OSError) as err:
-            return _failed(row, task, ctx, str(err))
+            return _failed(ledger, pending, task, ctx, str(err))
         if same and task.same_object:
-            row.update(action="unchanged", byte_start=0, end_position=task.covered_end,
-                       last_batch_position=task.verify_position, last_batch_crc=task.verify_crc)
-            return row
+            ledger.update(action="unchanged", byte_start=0, end_position=task.covered_end,
+                          last_batch_position=task.verify_position,
+                          last_batch_crc=task.verify_crc)
+            return TaskResult(ledger, pending=pending)
         if same:
-            row["action"] = "resumed"
+            ledger["action"] = "resumed"
         else:
-            start = 0
-            row.update(action="redecoded", byte_start=0, pending=True)
-            extra_findings.append(dict(
-                kind="segment_changed", position=task.verify_position,
-                end=task.verify_position, message=(
-                    f"the batch an earlier run ingested at position {task.verify_position} "
-                    f"(crc {task.verify_crc:#010x}) is no longer there: the segment was "
-                    "rewritten (compaction, truncation); decoded again from the start"),
-                base_offset=None, last_offset=None, bytes=None, raw=None))
-    part = f"t{task.task:05d}"
-    writer = PartWriter(ctx, part, ctx.scratch if row["pending"] else ctx.roots)
+            start, pending = 0, True
+            ledger.update(action="redecoded", byte_start=0)
+            found.append(_segment_changed(task))
+    writer = PartWriter(ctx, f"t{task.task:05d}", ctx.scratch if pending else ctx.roots)
     fetch, check = _object_source(task, ctx)
-    slack = ctx.slack
     try:
-        while True:
-            lo = start
-            hi = min(task.size, task.end + slack) if task.split or task.end < task.size \
-                else task.size
-            stats = _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings)
-            if stats is None:  # a finding reaches the window's end: read further and redo
-                writer.abort()
-                slack *= 4
-                continue
-            break
+        stats = _decode(task, writer, fetch, start, found, ctx)
         check()  # the file the decoder read was the listed one all along
     except (storage.StorageError, kafkalog.SourceError, OSError) as err:
         writer.abort()
-        return _failed(row, task, ctx, str(err))
-    row.update(stats, files=writer.commit())
-    return row
+        return _failed(ledger, pending, task, ctx, str(err))
+    ledger.update(stats)
+    return TaskResult(ledger, writer.commit(), pending)
+
+
+def _ledger_row(task: Task, ctx: Context) -> dict:
+    """The task's ledger row before it runs: nothing decoded yet."""
+    return dict(run_id=ctx.run_id, segment=task.uri, topic=task.topic, partition=task.partition,
+                segment_base_offset=task.base_offset, object_size=task.size, etag=task.etag,
+                mtime=dt.datetime.fromisoformat(task.mtime) if task.mtime else None,
+                byte_start=task.start, byte_end=task.end, end_position=task.start,
+                first_offset=None, last_offset=None, last_batch_position=None,
+                last_batch_crc=None, records=0, batches=0, findings=0, action="decoded",
+                ingested_at=dt.datetime.fromisoformat(ctx.ingested_at), night=task.night)
+
+
+def _segment_changed(task: Task) -> Finding:
+    return Finding(
+        kind="segment_changed", position=task.verify_position, end=task.verify_position,
+        message=(f"the batch an earlier run ingested at position {task.verify_position} "
+                 f"(crc {task.verify_crc:#010x}) is no longer there: the segment was "
+                 "rewritten (compaction, truncation); decoded again from the start"))
+
+
+def _decode(task: Task, writer: PartWriter, fetch, start: int, found: list[Finding],
+            ctx: Context) -> dict:
+    """Decode the task from ``start`` in windows (:func:`_decode_window`), each next one
+    reaching further where a finding or the next task's first entry lies past the last;
+    its stats."""
+    slack = ctx.slack
+    while True:
+        hi = min(task.size, task.end + slack) if task.split or task.end < task.size \
+            else task.size
+        stats = _decode_window(task, ctx, writer, fetch, start, hi, found)
+        if stats is not None:
+            break
+        writer.abort()  # a finding reaches the window's end: read further and redo
+        slack *= 4
+    return stats
 
 
 def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
@@ -210,132 +224,191 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
     however it is split.
     """
     source, byte_range = fetch(lo, hi)
-    owned_start, owned_end = lo, task.end
-    last = task.end >= task.size
-    entries = True
-    if task.split and lo > 0 and not task.framed:
-        first = kafkalog.first_entry(source, byte_range=byte_range)
-        if first is None or first >= owned_end:
-            entries = False  # every entry here starts in the previous task's range
-        elif first != lo:
-            lo = first
-            if byte_range is None:  # a Slice: drop the bytes before the first entry
-                source = kafkalog.Slice(memoryview(source.data)[first - source.base:], first)
-            else:
-                byte_range = (first, hi)
+    owned_start = lo
+    source, byte_range, lo, entries = _first_owned_entry(task, source, byte_range, lo, hi)
     cut = None  # where the next task's first entry starts: this task's rows end there
-    if entries and not last:
+    if entries and task.end < task.size:
         # a framed task ends where the entry after its last one starts
-        cut = owned_end if task.framed else _first_entry_at(source, byte_range, owned_end, hi)
+        cut = task.end if task.framed else _first_entry_at(source, byte_range, task.end, hi)
         if cut is None and hi < task.size:
             return None  # the next task's first entry lies past this window: read further
-    stats = _empty_stats(task)
-    value_decoder = values.ValueDecoder(ctx.registry, ctx.max_raw, task.topic)
-    raw_source = source
-    topic = task.topic
-    last_batch = None
-    last_offsets: dict[int, int] | None = {} if task.index_uri else None  # position -> last offset
-    # last offset -> (max timestamp, position), for the .timeindex check
-    by_last: dict[int, tuple] | None = {} if task.timeindex_uri else None
-    # offset -> (producer id, control type, batch position), for the .txnindex check
-    controls: dict[int, tuple] | None = {} if task.txnindex_uri else None
+    window = _Window(task, ctx, writer, source, byte_range, hi, cut)
     for name, batch in kafkalog.stream(source, byte_range=byte_range, dictionary=True) \
             if entries else ():
+        if _TABLE_HANDLERS[name](window, window.before_cut(name, batch)):
+            return None  # a finding of this task's runs to the window's end: read further
+    extra_findings = extra_findings + _index_checks(window, lo, owned_start, entries)
+    if extra_findings:
+        window.write_findings(task_batch(extra_findings))
+    return window.final_stats()
+
+
+def _first_owned_entry(task: Task, source, byte_range, lo: int, hi: int):
+    """``(source, byte_range, lo, entries)``: a split task's window from its first entry
+    that verifies (``entries`` False: every entry here starts in the previous task's range)."""
+    if not (task.split and lo > 0 and not task.framed):
+        return source, byte_range, lo, True
+    first = kafkalog.first_entry(source, byte_range=byte_range)
+    if first is None or first >= task.end:
+        return source, byte_range, lo, False
+    if first != lo:
+        if byte_range is None:  # a Slice: drop the bytes before the first entry
+            source = kafkalog.Slice(memoryview(source.data)[first - source.base:], first)
+        else:
+            byte_range = (first, hi)
+    return source, byte_range, first, True
+
+
+class _Window:
+    """One window's decode as it goes: the task's writer and stats, and what the index
+    checks need of the batches and markers decoded (the per-table handlers' state)."""
+
+    def __init__(self, task: Task, ctx: Context, writer: PartWriter, source, byte_range,
+                 hi: int, cut: int | None):
+        self.task, self.ctx, self.writer = task, ctx, writer
+        self.source, self.byte_range, self.hi, self.cut = source, byte_range, hi, cut
+        self.stats = _empty_stats(task)
+        self.values = values.ValueDecoder(ctx.registry, ctx.max_raw, task.topic)
+        self.last_batch = None
+        # position -> last offset, for the .index check
+        self.last_offsets: dict[int, int] | None = {} if task.index_uri else None
+        # last offset -> (max timestamp, position), for the .timeindex check
+        self.by_last: dict[int, tuple] | None = {} if task.timeindex_uri else None
+        # offset -> (producer id, control type, batch position), for the .txnindex check
+        self.controls: dict[int, tuple] | None = {} if task.txnindex_uri else None
+
+    def before_cut(self, name: str, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch``'s rows of entries before :attr:`cut` (the next task's)."""
         pos_col = {"records": "batch_position", "markers": "batch_position"}.get(name, "position")
-        if cut is not None and batch.num_rows and pc.max(batch.column(pos_col)).as_py() >= cut:
-            batch = batch.filter(pc.less(batch.column(pos_col), cut))
-        if name == "records":
-            good = batch.filter(batch.column("crc_valid")) \
-                if not pc.all(batch.column("crc_valid")).as_py() else batch
-            good = values.with_columns(good, value_decoder.columns(good))
-            rows = lineage(good, "records", task, ctx)  # crc_valid is not a records column
-            records_out(writer, rows, topic)
-            stats["records"] += rows.num_rows
-            found = value_decoder.take_findings()
-            if found:
-                fb = pa.RecordBatch.from_pylist(found, schema=_VALUE_FINDINGS)
-                stats["findings"] += fb.num_rows
-                writer.write("findings", partition_path(topic), lineage(fb, "findings", task, ctx))
-        elif name == "batches":
-            if batch.num_rows == 0:
-                continue
-            ends = pc.add(batch.column("position"), batch.column("size").cast(pa.int64()))
-            stats["batches"] += batch.num_rows
-            stats["end_position"] = max(stats["end_position"], pc.max(ends).as_py())
-            last_i = batch.num_rows - 1
-            if last_offsets is not None:
-                last_offsets.update(zip(batch.column("position").to_pylist(),
-                                        batch.column("last_offset").to_pylist()))
-            if by_last is not None:
-                by_last.update(zip(batch.column("last_offset").to_pylist(), zip(
-                    batch.column("max_timestamp").cast(pa.int64()).to_pylist(),
-                    batch.column("position").to_pylist())))
-            last_batch = (batch.column("position")[last_i].as_py(), batch.column("crc")[last_i].as_py())
-            offs = batch.column("base_offset")
-            lows = pc.min(offs).as_py()
-            highs = pc.max(batch.column("last_offset")).as_py()
-            stats["first_offset"] = lows if stats["first_offset"] is None \
-                else min(stats["first_offset"], lows)
-            stats["last_offset"] = highs if stats["last_offset"] is None \
-                else max(stats["last_offset"], highs)
-            writer.write("batches", partition_path(topic), lineage(batch, "batches", task, ctx))
-        elif name == "markers":
-            if controls is not None:
-                controls.update(zip(batch.column("offset").to_pylist(), zip(
-                    batch.column("producer_id").to_pylist(),
-                    batch.column("control_type").to_pylist(),
-                    batch.column("batch_position").to_pylist())))
-            writer.write("markers", partition_path(topic), lineage(batch, "markers", task, ctx))
-        else:  # findings
-            if batch.num_rows == 0:
-                continue
-            ends = batch.column("end").to_pylist()
-            starts = batch.column("position").to_pylist()
-            if hi < task.size and any(e >= hi for e in ends):
-                return None  # a finding of this task's runs to the window's end: read further
-            raws = [_raw(raw_source, byte_range, p, e, ctx.max_raw) if k in RAW_KINDS else None
-                    for k, p, e in zip(batch.column("kind").to_pylist(), starts, ends)]
-            messages = [m if r is not None or k not in RAW_KINDS else
-                        f"{m} (raw bytes not kept: {e - p} bytes exceed --max-raw-bytes)"
-                        for m, r, k, p, e in zip(batch.column("message").to_pylist(), raws,
-                                                 batch.column("kind").to_pylist(), starts, ends)]
-            batch = pa.RecordBatch.from_arrays(
-                [batch.column(n) if n != "message" else pa.array(messages, pa.string())
-                 for n in batch.schema.names] + [pa.array(raws, pa.binary())],
-                names=batch.schema.names + ["raw"])
-            stats["findings"] += batch.num_rows
-            writer.write("findings", partition_path(topic), lineage(batch, "findings", task, ctx))
-    if last_offsets is not None:
+        if self.cut is not None and batch.num_rows \
+                and pc.max(batch.column(pos_col)).as_py() >= self.cut:
+            return batch.filter(pc.less(batch.column(pos_col), self.cut))
+        return batch
+
+    def write(self, table: str, rows) -> None:
+        self.writer.write(table, partition_path(self.task.topic),
+                          lineage(rows, table, self.task, self.ctx))
+
+    def write_findings(self, batch: pa.RecordBatch) -> None:
+        self.stats["findings"] += batch.num_rows
+        self.write("findings", batch)
+
+    def final_stats(self) -> dict:
+        if self.last_batch is not None:
+            self.stats["last_batch_position"], self.stats["last_batch_crc"] = self.last_batch
+        return self.stats
+
+
+def _records(w: _Window, batch: pa.RecordBatch) -> bool:
+    """Records whose batch's CRC verifies, with their value columns, into one file per
+    day; the values that did not decode as findings."""
+    good = batch.filter(batch.column("crc_valid")) \
+        if not pc.all(batch.column("crc_valid")).as_py() else batch
+    good = values.with_columns(good, w.values.columns(good))
+    rows = lineage(good, "records", w.task, w.ctx)  # crc_valid is not a records column
+    records_out(w.writer, rows, w.task.topic)
+    w.stats["records"] += rows.num_rows
+    found = w.values.take_findings()
+    if found:
+        w.write_findings(pa.RecordBatch.from_pylist(found, schema=TASK_COLUMNS))
+    return False
+
+
+def _batches(w: _Window, batch: pa.RecordBatch) -> bool:
+    """Batch headers: the task's offsets, end and last batch, and the index checks' facts."""
+    if batch.num_rows == 0:
+        return False
+    stats = w.stats
+    ends = pc.add(batch.column("position"), batch.column("size").cast(pa.int64()))
+    stats["batches"] += batch.num_rows
+    stats["end_position"] = max(stats["end_position"], pc.max(ends).as_py())
+    last_i = batch.num_rows - 1
+    if w.last_offsets is not None:
+        w.last_offsets.update(zip(batch.column("position").to_pylist(),
+                                  batch.column("last_offset").to_pylist()))
+    if w.by_last is not None:
+        w.by_last.update(zip(batch.column("last_offset").to_pylist(), zip(
+            batch.column("max_timestamp").cast(pa.int64()).to_pylist(),
+            batch.column("position").to_pylist())))
+    w.last_batch = (batch.column("position")[last_i].as_py(), batch.column("crc")[last_i].as_py())
+    lows = pc.min(batch.column("base_offset")).as_py()
+    highs = pc.max(batch.column("last_offset")).as_py()
+    stats["first_offset"] = lows if stats["first_offset"] is None \
+        else min(stats["first_offset"], lows)
+    stats["last_offset"] = highs if stats["last_offset"] is None \
+        else max(stats["last_offset"], highs)
+    w.write("batches", batch)
+    return False
+
+
+def _markers(w: _Window, batch: pa.RecordBatch) -> bool:
+    """Control records, kept for the ``.txnindex`` check."""
+    if w.controls is not None:
+        w.controls.update(zip(batch.column("offset").to_pylist(), zip(
+            batch.column("producer_id").to_pylist(),
+            batch.column("control_type").to_pylist(),
+            batch.column("batch_position").to_pylist())))
+    w.write("markers", batch)
+    return False
+
+
+def _decoder_findings(w: _Window, batch: pa.RecordBatch) -> bool:
+    """The decoder's findings with their raw bytes (:data:`RAW_KINDS`, up to
+    ``--max-raw-bytes``); True where one runs to the window's end (read further)."""
+    if batch.num_rows == 0:
+        return False
+    ends = batch.column("end").to_pylist()
+    starts = batch.column("position").to_pylist()
+    if w.hi < w.task.size and any(e >= w.hi for e in ends):
+        return True
+    kinds = batch.column("kind").to_pylist()
+    raws = [_raw(w.source, w.byte_range, p, e, w.ctx.max_raw) if k in RAW_KINDS else None
+            for k, p, e in zip(kinds, starts, ends)]
+    messages = [m if r is not None or k not in RAW_KINDS else
+                f"{m} (raw bytes not kept: {e - p} bytes exceed --max-raw-bytes)"
+                for m, r, k, p, e in zip(batch.column("message").to_pylist(), raws,
+                                         kinds, starts, ends)]
+    w.write_findings(pa.RecordBatch.from_arrays(
+        [batch.column(n) if n != "message" else pa.array(messages, pa.string())
+         for n in batch.schema.names] + [pa.array(raws, pa.binary())],
+        names=batch.schema.names + ["raw"]))
+    return False
+
+
+#: what a window does with each of ``kafkalog.stream``'s tables; True: read further
+_TABLE_HANDLERS = {"records": _records, "batches": _batches, "markers": _markers,
+                   "findings": _decoder_findings}
+
+
+def _index_checks(w: _Window, lo: int, owned_start: int, entries: bool) -> list[Finding]:
+    """The segment's index files checked against what the window decoded, each entry by
+    the task that owns it (see :func:`_decode_window`)."""
+    task, cut, last = w.task, w.cut, w.task.end >= w.task.size
+    out: list[Finding] = []
+    if w.last_offsets is not None:
         # .index entries by the position they point at: [lo, cut) (the last task also
         # past the end; a task with no entry of its own: none, or the last one's)
         owned = (lo, None if last else (cut if cut is not None else task.size)) if entries \
             else ((task.size, None) if last else None)
-        extra_findings = extra_findings + _index_findings(
-            task, ctx, owned, last_offsets, share=cut is None or cut == owned_end)
-    if by_last is not None or controls is not None:
+        out += _index_findings(task, w.ctx, owned, w.last_offsets,
+                               share=cut is None or cut == task.end)
+    if w.by_last is not None or w.controls is not None:
         # .timeindex and .txnindex entries by the offset they name: from the offset of
         # this task's first entry (where it resumes: its first batch's; earlier ones
         # were checked by the run that decoded them) to the next task's
         if owned_start == 0:
             since = None
         elif task.split:
-            since = _offset_at(raw_source, byte_range, lo) if entries else None
+            since = _offset_at(w.source, w.byte_range, lo) if entries else None
         else:
-            since = stats["first_offset"]
+            since = w.stats["first_offset"]
         owned = None if owned_start > 0 and since is None else (
-            since, None if cut is None else _offset_at(raw_source, byte_range, cut))
-        if by_last is not None:
-            extra_findings = extra_findings + _time_index_findings(task, ctx, owned, by_last)
-        if controls is not None:
-            extra_findings = extra_findings + _txn_index_findings(task, ctx, owned, controls)
-    if extra_findings:
-        fb = pa.RecordBatch.from_pylist(extra_findings, schema=pa.schema(
-            [f for f in schemas.FINDINGS if f.name in extra_findings[0]]))
-        stats["findings"] += fb.num_rows
-        writer.write("findings", partition_path(topic), lineage(fb, "findings", task, ctx))
-    if last_batch is not None:
-        stats["last_batch_position"], stats["last_batch_crc"] = last_batch
-    return stats
+            since, None if cut is None else _offset_at(w.source, w.byte_range, cut))
+        if w.by_last is not None:
+            out += _time_index_findings(task, w.ctx, owned, w.by_last)
+        if w.controls is not None:
+            out += _txn_index_findings(task, w.ctx, owned, w.controls)
+    return out
 
 
 def _first_entry_at(source, byte_range, position: int, hi: int) -> int | None:
@@ -352,7 +425,7 @@ def _offset_at(source, byte_range, position: int) -> int:
 
 
 def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
-                    share: bool) -> list[dict]:
+                    share: bool) -> list[Finding]:
     """The segment's ``.index`` entries that point into ``owned`` (``[start, end)``
     positions, end None: past the segment's end too; None: no entries), checked
     against the entries this task decoded (``kafkalog.check_offset_index``); the
@@ -376,7 +449,7 @@ def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
                           else kafkalog.check_offset_index(index, last_offsets, owned))
 
 
-def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list[dict]:
+def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list[Finding]:
     """The segment's ``.timeindex`` entries whose offsets are in ``owned`` (``[lo, hi)``,
     None: unbounded; ``owned`` None: no entries), checked against this task's batches
     (``kafkalog.check_time_index``); the task that reads to the end of the segment also
@@ -389,7 +462,7 @@ def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list
         lambda index: [] if owned is None else kafkalog.check_time_index(index, by_last, owned))
 
 
-def _txn_index_findings(task: Task, ctx: Context, owned, controls: dict) -> list[dict]:
+def _txn_index_findings(task: Task, ctx: Context, owned, controls: dict) -> list[Finding]:
     """The segment's ``.txnindex`` entries whose last offsets are in ``owned`` (as
     for the ``.timeindex``), checked against this task's control records
     (``kafkalog.check_txn_index``): together a segment's tasks report what
@@ -400,7 +473,7 @@ def _txn_index_findings(task: Task, ctx: Context, owned, controls: dict) -> list
         lambda index: [] if owned is None else kafkalog.check_txn_index(index, controls, owned))
 
 
-def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[dict]:
+def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[Finding]:
     """Findings rows of an index file: ``check(read(fetch))``, and for the task
     that reads to the end of the segment the file's own findings, or that it could
     not be read. ``fetch(start=0, end=None)`` reads the file as it was listed: where it
@@ -419,14 +492,13 @@ def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[dict
     except storage.ChangedObject:
         raise
     except (storage.StorageError, OSError, kafkalog.KafkaLogError) as err:
-        return [dict(kind="index_mismatch", position=0, end=0, base_offset=None,
-                     last_offset=None, bytes=None, raw=None,
-                     message=f"cannot read {uri} ({err}): its entries were not "
-                     "checked")] if last else []
+        return [Finding(kind="index_mismatch", position=0, end=0,
+                        message=f"cannot read {uri} ({err}): its entries were not "
+                        "checked")] if last else []
     found = (list(index.findings) if last else []) + check(index)
-    return [dict(kind=f.kind, position=f.position, end=f.end,
-                 message=f"{uri}: {f.message}", base_offset=f.base_offset,
-                 last_offset=f.last_offset, bytes=f.bytes, raw=None) for f in found]
+    return [Finding(kind=f.kind, position=f.position, end=f.end,
+                    message=f"{uri}: {f.message}", base_offset=f.base_offset,
+                    last_offset=f.last_offset, bytes=f.bytes) for f in found]
 
 
 def _empty_stats(task: Task) -> dict:
@@ -445,16 +517,16 @@ def _raw(source, byte_range, position: int, end: int, max_raw: int) -> bytes | N
         return f.read(end - position)
 
 
-def _failed(row: dict, task: Task, ctx: Context, why: str) -> dict:
+def _failed(ledger: dict, pending: bool, task: Task, ctx: Context, why: str) -> TaskResult:
     """A segment that cannot be read: a ``fetch_error`` finding, and a ledger row that proves nothing."""
     writer = PartWriter(ctx, f"t{task.task:05d}", ctx.roots)
-    fb = pa.RecordBatch.from_pylist([dict(
+    fb = task_batch([Finding(
         kind="fetch_error", position=task.start, end=task.end,
         message=f"cannot read {task.uri} [{task.start}, {task.end}): {why}",
-        base_offset=None, last_offset=None, bytes=task.end - task.start, raw=None)])
+        bytes=task.end - task.start)])
     writer.write("findings", partition_path(task.topic), lineage(fb, "findings", task, ctx))
-    row.update(action="failed", findings=1, files=writer.commit())
-    return row
+    ledger.update(action="failed", findings=1)
+    return TaskResult(ledger, writer.commit(), pending)
 
 
 #: a task's fixed cost (its GETs, files, writer), counted as this many bytes of decoding
@@ -484,16 +556,16 @@ def pack(tasks: list[Task], slots: int, split_bytes: int) -> list[list[int]]:
 
 
 def run_tasks(spark, tasks: list[Task], ctx: Context,
-              split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[dict]:
-    """Run every task on the executors; their ledger rows come back.
+              split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[TaskResult]:
+    """Run every task on the executors; their results come back.
 
     Tasks are packed into Spark tasks (:func:`pack`: one each where they are about
     ``split_bytes`` or more, small ones together). The groups travel in the
     function's closure; each partition of an RDD of group numbers runs its own
-    group, and the rows come back pickled. An RDD, not a DataFrame's ``mapInArrow``:
+    group, and the results come back pickled. An RDD, not a DataFrame's ``mapInArrow``:
     a Spark task costs about half as much here (~0.06 s against ~0.12 s between two
     tasks on one core, ~0.1 s against ~0.2 s to start the job; docs/bench_job.md), and
-    the rows are a few per task.
+    the results are one per task.
     """
     if not tasks:
         return []
@@ -509,7 +581,7 @@ def run_tasks(spark, tasks: list[Task], ctx: Context,
 
 
 def run_group(tasks: list[Task], ctx: Context):
-    """The ledger rows of ``tasks`` (one Spark task's group), run one after another,
+    """The results of ``tasks`` (one Spark task's group), run one after another,
     each next task's small S3 objects read ahead while the one before decodes
     (:class:`_ReadAhead`)."""
     with _reading_ahead(ctx, tasks) as ahead:
@@ -518,11 +590,9 @@ def run_group(tasks: list[Task], ctx: Context):
             yield _timed_task(task, ctx)
 
 
-def _timed_task(task: Task, ctx: Context) -> dict:
-    """:func:`run_task`, its row with the task's wall and CPU time (``task_seconds``,
-    ``task_cpu_seconds``: the worker's, its writer thread and the reads ahead of the
-    next tasks included), for the job's timings; not ledger columns."""
+def _timed_task(task: Task, ctx: Context) -> TaskResult:
+    """:func:`run_task` with the task's wall and CPU time."""
     t0, c0 = time.perf_counter(), time.process_time()
-    row = run_task(task, ctx)
-    row.update(task_seconds=time.perf_counter() - t0, task_cpu_seconds=time.process_time() - c0)
-    return row
+    result = run_task(task, ctx)
+    result.seconds, result.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    return result

@@ -16,8 +16,9 @@ agree batch by batch: same base offset, last offset, stored CRC and size.
   the other copies, in that order, each batch whose offsets no chosen batch holds
   (a longer replica, the other side of a truncated tail). A batch holding offsets of
   a chosen batch with another header is a **replica divergence** (an unclean leader
-  election or a truncation): one ``divergence`` finding naming both copies
-  (:data:`DIVERGENCE_PREFIX`; the audit's ``replica_divergence`` check), recorded once
+  election or a truncation): one ``replica_divergence`` finding naming both copies
+  (:data:`spark_jobs.findings.REPLICA_DIVERGENCE`; the audit's ``replica_divergence``
+  check), recorded once
   however many copies agree with it. Where such a batch also holds offsets no chosen
   batch holds, it is decoded too and the partition's output goes through the Spark
   dedupe (:mod:`~spark_jobs.decode.deduplication`), which keeps the first copy of each
@@ -45,10 +46,8 @@ import pyarrow as pa
 import kafkalog
 from spark_jobs import schemas, storage
 from spark_jobs.decode.planning import Segment, Task, meets
+from spark_jobs.findings import REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX, Finding
 
-#: how the message of a replica's ``divergence`` finding starts (the audit's
-#: ``replica_divergence`` check tells these from record-level divergences by it)
-DIVERGENCE_PREFIX = "replica divergence:"
 #: the finding kind of a copy's batch whose CRC fails where another copy's was decoded
 #: (the decoder never reads it; the audit's ``decoder_findings``, policy: warn)
 DAMAGED_COPY = "replica_crc_mismatch"
@@ -241,13 +240,13 @@ def _damaged_copies(segs: list[Segment], framed: dict[str, Framed], ranges: dict
             if k >= 0 and pos + size <= spans[k][1]:
                 continue  # decoded: the decoder reports it (crc_mismatch)
             first = int(f.col("base_offset")[i]) if f.col("has_base_offset")[i] else None
-            out.append(dict(
+            out.append(Finding(
                 topic=s.topic, partition=s.partition, kind=DAMAGED_COPY, position=pos,
-                end=pos + size, base_offset=first, last_offset=last, bytes=size, raw=None,
+                end=pos + size, base_offset=first, last_offset=last, bytes=size,
                 segment=s.uri, segment_base_offset=s.base_offset,
                 message=(f"the batch at {pos} of {s.uri} (offsets {first}..{last}, "
                          f"{size} bytes) fails its CRC: this copy is damaged; it was not "
-                         f"decoded, those offsets were taken from another copy")))
+                         f"decoded, those offsets were taken from another copy")).row())
     return out
 
 
@@ -378,15 +377,15 @@ class _Kept:
 
 
 def _divergence(seg: Segment, e: Entry, kept_seg: Segment, kept: Entry) -> dict:
-    return dict(
-        topic=seg.topic, partition=seg.partition, kind="divergence", position=e.position,
+    return Finding(
+        topic=seg.topic, partition=seg.partition, kind=REPLICA_DIVERGENCE, position=e.position,
         end=e.position + e.size, base_offset=e.first_offset, last_offset=e.last_offset,
-        bytes=e.size, raw=None, segment=seg.uri, segment_base_offset=seg.base_offset,
-        message=(f"{DIVERGENCE_PREFIX} offsets {e.first_offset}..{e.last_offset} of "
+        bytes=e.size, segment=seg.uri, segment_base_offset=seg.base_offset,
+        message=(f"{REPLICA_DIVERGENCE_PREFIX} offsets {e.first_offset}..{e.last_offset} of "
                  f"{seg.topic}-{seg.partition}: the batch at {e.position} of {seg.uri} "
                  f"(crc {e.crc:#010x}, {e.size} bytes) differs from the one kept, offsets "
                  f"{kept.first_offset}..{kept.last_offset} at {kept.position} of "
-                 f"{kept_seg.uri} (crc {kept.crc:#010x}, {kept.size} bytes)"))
+                 f"{kept_seg.uri} (crc {kept.crc:#010x}, {kept.size} bytes)")).row()
 
 
 def split_range(framed: Framed, start: int, end: int, split_bytes: int) -> list[tuple[int, int]]:

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from kafkalog import schemas as sr
 from kafkalog.schemas.wire import MAGIC_ID
+from spark_jobs.findings import Finding
 from spark_jobs.schemas import VALUE_COLUMNS
 
 #: the columns this module adds to ``records`` (before the lineage columns), in order
@@ -158,20 +159,20 @@ class ValueDecoder:
         message = f"offset {offset}: value ({what}) is {d.error}: {d.reason}"
         if raw is None:
             message += f" (raw bytes not kept: {len(value)} bytes exceed --max-raw-bytes)"
-        self.findings.append(dict(kind=FINDING_KIND, position=position, end=position,
-                                  message=message, base_offset=offset, last_offset=offset,
-                                  bytes=len(value), raw=raw))
+        self.findings.append(Finding(
+            kind=FINDING_KIND, position=position, end=position, message=message,
+            base_offset=offset, last_offset=offset, bytes=len(value), raw=raw).task_row())
 
     def take_findings(self) -> list[dict]:
         """The findings so far (and one that counts those left out), emptied."""
         out, self.findings = self.findings, []
         if self.left_out:
-            out.append(dict(kind=FINDING_KIND, position=out[-1]["position"] if out else 0,
-                            end=out[-1]["end"] if out else 0, base_offset=None,
-                            last_offset=None, bytes=None, raw=None,
-                            message=f"{self.left_out} more undecodable values in this task not "
-                                    f"listed (at most {MAX_FINDINGS_PER_TASK} a task); "
-                                    "records.value_error has them all"))
+            out.append(Finding(
+                kind=FINDING_KIND, position=out[-1]["position"] if out else 0,
+                end=out[-1]["end"] if out else 0,
+                message=f"{self.left_out} more undecodable values in this task not listed "
+                        f"(at most {MAX_FINDINGS_PER_TASK} a task); records.value_error has "
+                        "them all").task_row())
             self.left_out = 0
         return out
 

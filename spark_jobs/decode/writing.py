@@ -1,87 +1,32 @@
-"""Write: the tables' Parquet data files, as the executors (and the driver, for its
-small tables) make them.
+"""Write: the decode job's context and its tables' rows as the executors (and the driver,
+for its small tables) write them, with :mod:`spark_jobs.parquet`'s writer.
 
 One file per task, table and partition value (``topic``, the run's ``ingest_dt`` for
-the tables the dedupe reads, and ``dt`` for records),
-the partition columns inside, named ``<run prefix>~<part>.parquet`` so that a rerun
-of the run (or of the chunk) removes exactly its files (docs/tables.md). Files are
-written locally and moved into the table's data folder (or the run's scratch, for
-output to be deduplicated) when the task ends; the driver commits them.
+the tables the dedupe reads, and ``dt`` for records), the partition columns inside
+(:func:`lineage`, :func:`records_out`). Files are written locally and moved into the
+table's data folder (or the run's scratch, for output to be deduplicated) when the task
+ends; the driver commits them.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as dt
-import functools
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from spark_jobs import schemas, storage
 from spark_jobs.decode.planning import Task
+from spark_jobs.parquet import PartWriter, partition_path, write_schema
 from spark_jobs.warehouse import run_files_prefix
 
 DEFAULT_SLACK = 1024 * 1024
-
-
 DEFAULT_MAX_RAW = 64 * 1024 * 1024
 
 #: how many tasks ahead a Spark task of several small tasks starts reading their S3
 #: objects (spark_jobs.decode.executor's read-ahead; 0: none)
 DEFAULT_READ_AHEAD = 4
-
-
-#: ascending per partition: delta-encoded (a few bits a row, and no dictionary to build)
-DELTA_COLUMNS = ("offset", "timestamp")
-
-
-#: plain pages, no dictionary: one value per batch (or per file) repeated on every record
-#: row, which LZ4 squeezes as well as a dictionary would (files +2%), at a third of the
-#: cost; and the nested headers and value_json, whose dictionary saves nothing on unique values
-PLAIN_COLUMNS = frozenset({
-    "partition", "batch_position", "batch_base_offset", "batch_last_offset", "magic",
-    "producer_id", "producer_epoch", "sequence", "partition_leader_epoch",
-    "segment_base_offset", "is_transactional", "headers", "value_json"})
-
-
-#: strings the job hands to Parquet as dictionary arrays: the same few values on every
-#: row (index types: the records' two come from kafkalog.stream(dictionary=True))
-_LINEAGE_DICTIONARIES = {"segment": pa.int32(), "run_id": pa.int32(), "topic": pa.int32(),
-                         schemas.INGEST_DT: pa.int32()}
-
-
-DICTIONARY_COLUMNS = {"records": {**_LINEAGE_DICTIONARIES, "dt": pa.int32(),
-                                  "timestamp_type": pa.int8(), "compression": pa.int8()}}
-
-
-@functools.lru_cache(maxsize=None)
-def write_schema(table: str) -> pa.Schema:
-    """The Arrow schema a task writes ``table`` with: its file schema, with the
-    :data:`DICTIONARY_COLUMNS` as dictionaries. A Parquet string column is the same
-    either way, and files are written without the Arrow schema
-    (``store_schema=False``), so readers see the file schema's plain strings."""
-    dictionaries = DICTIONARY_COLUMNS.get(table, _LINEAGE_DICTIONARIES)
-    return pa.schema([
-        pa.field(f.name, pa.dictionary(dictionaries[f.name], f.type))
-        if f.name in dictionaries else f for f in schemas.TABLES[table]])
-
-
-def parquet_options(schema: pa.Schema) -> dict:
-    """ParquetWriter options: LZ4 (raw) pages, delta-encoded offsets and timestamps,
-    :data:`PLAIN_COLUMNS` plain, dictionaries elsewhere (Parquet falls back to plain
-    pages by itself)."""
-    delta = [c for c in DELTA_COLUMNS if c in schema.names]
-    return dict(compression="lz4", store_schema=False,
-                write_statistics=[c for c in schemas.STATISTICS if c in schema.names],
-                use_dictionary=[n for n in schema.names
-                                if n not in delta and n not in PLAIN_COLUMNS],
-                column_encoding={c: "DELTA_BINARY_PACKED" for c in delta})
 
 
 @dataclass(frozen=True)
@@ -116,98 +61,6 @@ def make_context(wh, run_id: str, attempt: str, *, chunk_id: str | None = None,
                    roots={n: wh.data_root(n) for n in schemas.DECODE_TABLES},
                    scratch={n: f"{scratch}/{n}" for n in schemas.DECODE_TABLES},
                    s3=wh.s3, **kwargs)
-
-
-def is_pending(row: dict) -> bool:
-    """Whether a task's ledger ``row`` wrote its output to the scratch, to be deduplicated
-    (a failed task's finding is never pending)."""
-    return bool(row["pending"]) and row["action"] != "failed"
-
-
-def task_files(rows: list[dict], *, pending: bool = False) -> dict[str, list[str]]:
-    """The data files of the tasks' ``rows``: those in the scratch, to be deduplicated
-    (``pending``, :func:`is_pending`), or the others."""
-    files: dict[str, list[str]] = {n: [] for n in schemas.DECODE_TABLES}
-    for r in rows:
-        if is_pending(r) == pending:
-            for name, fs in (r.get("files") or {}).items():
-                files[name].extend(fs)
-    return files
-
-
-class PartWriter:
-    """Parquet files of one task, one per table and partition value, moved into the
-    table's data folder (``roots``) at the end; :meth:`commit` returns their URIs.
-
-    Parquet encoding runs on a thread of its own (Arrow releases the GIL), one
-    batch at a time, while the task decodes the next: at most one batch waits.
-    """
-
-    def __init__(self, ctx: Context, part: str, roots: dict):
-        self.ctx = ctx
-        self.part = part
-        self.roots = roots
-        self.tmp = tempfile.mkdtemp(prefix="kafkalog-")
-        self.writers: dict[tuple[str, str], tuple[pq.ParquetWriter, str]] = {}
-        self._thread: concurrent.futures.ThreadPoolExecutor | None = None  # from the first write
-        self._in_flight: concurrent.futures.Future | None = None
-
-    def write(self, table: str, directory: str, batch: pa.RecordBatch | pa.Table) -> None:
-        if batch.num_rows == 0:
-            return
-        name = f"{self.ctx.prefix}~{self.part}.parquet"
-        key = (table, f"{directory}/{name}" if directory else name)
-        entry = self.writers.get(key)
-        target = write_schema(table)
-        if entry is None:
-            os.makedirs(self.tmp, exist_ok=True)  # again after an abort
-            local = os.path.join(self.tmp, f"{len(self.writers)}.parquet")
-            entry = (pq.ParquetWriter(local, target, **parquet_options(target)), local)
-            self.writers[key] = entry
-        if batch.schema != target:
-            batch = batch.cast(target)
-        self._wait()
-        if self._thread is None:
-            self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="parquet")
-        write = entry[0].write_batch if isinstance(batch, pa.RecordBatch) else entry[0].write_table
-        self._in_flight = self._thread.submit(write, batch)
-
-    def _wait(self) -> None:
-        """Wait for the batch in flight; its error, if any, is raised here."""
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:
-            in_flight.result()
-
-    def _stop_thread(self) -> None:
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.shutdown()
-
-    def commit(self) -> dict[str, list[str]]:
-        try:
-            self._wait()
-        finally:
-            self._stop_thread()
-        files: dict[str, list[str]] = {}
-        for (table, key), (writer, local) in self.writers.items():
-            writer.close()
-            store = storage.open_store(self.roots[table], self.ctx.s3)
-            store.put_file(key, local)
-            files.setdefault(table, []).append(storage.join(self.roots[table], key))
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        return files
-
-    def abort(self) -> None:
-        """Throw away what was written; writing can start again."""
-        try:
-            self._wait()
-        except Exception:  # noqa: BLE001 - the files are thrown away anyway
-            pass
-        self._stop_thread()
-        for writer, _ in self.writers.values():
-            writer.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        self.writers.clear()
 
 
 def lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.Table:
@@ -268,13 +121,6 @@ def records_out(writer: PartWriter, rows: pa.Table, topic: str) -> None:
                                          _constant(day, chunk.num_rows)))
 
 
-def partition_path(topic: str | None, day: str | None = None) -> str:
-    """A data file's folder under its table's data root (Iceberg ignores folder names:
-    the partition values are the files' own columns; these keep the layout readable)."""
-    path = f"topic={topic if topic is not None else '__null__'}"
-    return path if day is None else f"{path}/dt={day}"
-
-
 def write_frame(df, table: str, ctx: Context, tag: str) -> list[str]:
     """Write a DataFrame of ``table`` rows (every column but, for records, ``dt``) into
     the table's data folder from the executors; returns the files' URIs."""
@@ -318,11 +164,3 @@ def write_driver_table(ctx: Context, name: str, rows: pa.Table, part: str) -> li
             mask = pc.is_null(topics) if topic is None else pc.fill_null(pc.equal(topics, topic), False)
             writer.write(name, partition_path(topic), rows.filter(mask).cast(target))
     return writer.commit().get(name, [])
-
-
-def ledger_table(rows: list[dict]) -> pa.Table:
-    def ts(v):
-        return dt.datetime.fromisoformat(v) if isinstance(v, str) else v
-    clean = [{**{k: r.get(k) for k in schemas.LEDGER.names},
-              "mtime": ts(r.get("mtime")), "ingested_at": ts(r.get("ingested_at"))} for r in rows]
-    return pa.Table.from_pylist(clean, schema=schemas.LEDGER)

@@ -619,9 +619,11 @@ def finding_checks(findings, newest_segments):
 
 
 def _replica_predicate() -> str:
-    from spark_jobs.decode.replicas import DIVERGENCE_PREFIX
+    from spark_jobs.findings import REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX
 
-    return f"(f.kind = 'divergence' AND startswith(f.message, '{DIVERGENCE_PREFIX}'))"
+    # its own kind, or (rows written before it had one) a divergence told by its message
+    return (f"(f.kind = '{REPLICA_DIVERGENCE}' OR (f.kind = 'divergence' AND "
+            f"startswith(f.message, '{REPLICA_DIVERGENCE_PREFIX}')))")
 
 
 #: a finding of two brokers' copies of a partition that differ (spark_jobs/decode/replicas.py)

@@ -6,7 +6,7 @@ partition value per file), the table properties every table gets, and a name map
 A table is made where missing, with an empty first snapshot on ``main`` (a branch is made
 from it), and brought up to this version's columns, partition fields and properties where
 an earlier version made it, by Iceberg's own schema and partition evolution. Typed
-per-topic tables (:mod:`spark_jobs.typed_tables`) are unpartitioned and grow by
+per-topic tables (:mod:`spark_jobs.derive.typed`) are unpartitioned and grow by
 ``union_by_name``. pyiceberg's own commit retries are off on these tables
 (``commit.retry.num-retries`` 0): they would rebase a commit onto a moved ``main`` without
 the publish's overlap check (:func:`.history.check_overlap`).

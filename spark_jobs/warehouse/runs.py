@@ -91,7 +91,7 @@ class Warehouse:
         ``schema``: made where missing (unpartitioned, with its empty first snapshot), else
         evolved by Iceberg's ``union_by_name`` (new columns optional, old rows read null).
         The caller has checked that ``schema`` only adds to the table's columns
-        (:mod:`spark_jobs.typed_tables`)."""
+        (:mod:`spark_jobs.derive.typed`)."""
         self.identifier(name)
         table = self.load(name)
         if table is None:

@@ -1,31 +1,12 @@
-"""Typed per-topic tables (issue 20, part 5; docs/tables.md "Typed tables", docs/schemas.md).
+"""Value schemas as Arrow types: the pure half of the typed tables (:mod:`spark_jobs.derive.typed`;
+docs/schemas.md "Typed tables").
 
-A topic whose values carry an **Avro**, **JSON Schema** or **Protobuf** schema of its subject
-``<topic>-value`` (TopicNameStrategy) gets a table :func:`layout.typed_table_name` whose columns are the
-record's fields (Protobuf: the fields of the ``.proto`` file's first top-level message,
-:data:`TABLE_MESSAGE`), with the lineage columns :data:`LINEAGE` first. The driver plans each
-topic from the registry (:func:`plan_topics`): the subject's versions in order, each
-turned into Arrow types (:func:`arrow_type`) and merged into the table's columns
-(:func:`merge`): a version that adds fields widens the table (Iceberg schema evolution,
-``union_by_name``: new columns are optional, older rows read null); a version that changes
-a field's type (or cannot be typed: a union of two non-null types, a recursive record) is
-*incompatible*: its rows are not written to the typed table (they stay in
-``records.value_json``) and each run records one ``schema_incompatible`` finding per
-partition and schema id, as is a value that does not convert to the columns (a JSON
-document may break its schema) and a Protobuf value whose message indexes name another
-message than the table's (read from the raw ``value``, or its ``__value_schema_id`` header).
-
-Rows come from the run's *deduplicated* ``records`` files (what the run commits: reruns and
-overlapping snapshots never give a row twice), read on the executors, from ``value_json``:
-the decoder already ran once per value and its output is what tests pin against the
-serializers' input; the conversion back is type-directed and exact (bytes and fixed are
-base64, timestamps and dates ISO 8601, an enum its symbol, a union its branch's value), and
-needs no schema compilation on the executors. Protobuf's ``value_json`` omits fields at their
-default value: the driver puts each version's per-field kinds and defaults in the plan
-(:func:`protobuf_type`), and an absent field becomes its proto3 default (0, "", false, the
-enum's first name, empty list or map) or null where the field has presence (``optional``,
-oneof members, messages). A record whose value did not decode (``value_error``) or carries
-a schema id that is not a version of the topic's value subject is not typed.
+A Schema Registry version (Avro, JSON Schema, Protobuf) becomes the Arrow columns of its
+topic's typed table (:func:`value_schema`: :func:`arrow_type`, :func:`json_schema_type`,
+:func:`protobuf_type`), versions merge into one table's columns (:func:`merge`: a version
+that adds fields widens it, one that changes a type is :class:`Untyped`), and a decoded
+value (``records.value_json``) converts back to those columns (:func:`converter`,
+:func:`protobuf_converter`). No Spark, no warehouse: the registry and Arrow only.
 """
 
 from __future__ import annotations
@@ -34,17 +15,13 @@ import base64
 import datetime
 import decimal
 import json
-import os
-import tempfile
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kafkalog.schemas import VALUE_SCHEMA_HEADER, wire_header
 from kafkalog.schemas.registry import AVRO, JSON, PROTOBUF
 from kafkalog.schemas.wire import WireFormatError, read_message_indexes, schema_ref
-from spark_jobs import layout, schemas, storage
-from spark_jobs.internal_tables import FILE_ROWS, map_files
+from spark_jobs import schemas
 
 #: the lineage columns each typed row starts with (prefixed: a value field may be ``offset``)
 LINEAGE = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32()),
@@ -53,16 +30,6 @@ LINEAGE = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32(
                      ("kafka_schema_id", pa.int32()), ("run_id", pa.string())])
 #: the value formats that get typed tables
 TYPED_FORMATS = (AVRO, JSON, PROTOBUF)
-#: the finding kind of rows whose schema version cannot join the topic's typed table
-INCOMPATIBLE = "schema_incompatible"
-#: the records columns a task reads
-_READ = ("topic", "partition", "offset", "timestamp", "value_schema_id", "value_format",
-         "value_error", "value_json", "segment", "segment_base_offset", "batch_position",
-         "run_id")
-#: what a Protobuf topic's task reads besides: the values' message indexes
-_READ_INDEXES = ("value", "headers")
-#: rows a task converts before it writes them
-FLUSH_ROWS = 50_000
 
 _PRIMITIVES = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(),
                "float": pa.float32(), "double": pa.float64(), "bytes": pa.binary(),
@@ -406,84 +373,6 @@ def merge(old: pa.DataType, new: pa.DataType, where: str = "value") -> pa.DataTy
     return old
 
 
-class TopicPlan:
-    """What the executors need for one topic: its table's data root and columns, the schema
-    ids that go in, the incompatible ones with the reason, and per Protobuf schema id
-    ``(spec, {message indexes: message name})`` (:func:`protobuf_plan`)."""
-
-    def __init__(self, table: str, root: str, schema: pa.Schema, ok: set, bad: dict,
-                 proto: dict | None = None):
-        self.table, self.root, self.schema, self.ok, self.bad = table, root, schema, ok, bad
-        self.proto = proto or {}
-
-    def columns(self) -> tuple[str, ...]:
-        """The records columns the executors read for this topic (Protobuf values: their
-        message indexes too, from ``value`` and ``headers``)."""
-        return _READ + (_READ_INDEXES if self.proto else ())
-
-
-def plan_schemas(registry, topic: str, existing: pa.Schema | None) -> tuple[pa.Schema | None,
-                                                                             set, dict]:
-    """``(columns, ok ids, {bad id: reason})`` of ``topic``'s value subject (Avro, JSON
-    Schema, Protobuf), its versions merged in order into ``existing`` (the table's value
-    columns, if any)."""
-    current = None if existing is None else pa.struct(list(existing))
-    ok, bad = set(), {}
-    for (subj, _version), sv in sorted(registry.versions.items()):
-        schema = registry.by_id(sv.schema_id) if subj == subject(topic) else None
-        if schema is None or schema.schema_type not in TYPED_FORMATS or sv.schema_id in ok:
-            continue
-        try:
-            fields = pa.struct(list(value_schema(registry, sv.schema_id)))
-            current = fields if current is None else merge(current, fields)
-            ok.add(sv.schema_id)
-        except Untyped as err:
-            bad[sv.schema_id] = str(err)
-        except Exception as err:  # a reference that does not resolve, a schema not JSON
-            bad[sv.schema_id] = f"{type(err).__name__}: {err}"
-    ok -= set(bad)
-    cols = None if current is None else pa.schema([current.field(i)
-                                                  for i in range(current.num_fields)])
-    return cols, ok, bad
-
-
-def protobuf_specs(registry, ids) -> dict:
-    """``{schema id: (spec, {message indexes: name})}`` of the Protobuf schemas among ``ids``
-    (:attr:`TopicPlan.proto`)."""
-    out = {}
-    for sid in sorted(ids):
-        if registry.by_id(sid).schema_type == PROTOBUF:
-            _, spec, names = protobuf_plan(registry, sid)
-            out[sid] = (spec, names)
-    return out
-
-
-def plan_topics(wh, registry, topics) -> dict[str, TopicPlan]:
-    """The typed tables of ``topics`` (made or evolved here, on the driver), by topic."""
-    out = {}
-    if registry is None:
-        return out
-    subjects = {s for s, _ in registry.versions}
-    for topic in sorted(topics):
-        if topic.startswith("_") or subject(topic) not in subjects:
-            continue  # _schemas, Kafka's own topics, topics without a value subject
-        name = layout.typed_table_name(topic)
-        table = wh.load(name)
-        existing = None
-        if table is not None:
-            arrow = table.schema().as_arrow()
-            existing = pa.schema([f for f in arrow if f.name not in LINEAGE.names])
-        cols, ok, bad = plan_schemas(registry, topic, existing)
-        if cols is None or not ok and table is None:
-            if bad:
-                out[topic] = TopicPlan(name, "", LINEAGE, set(), bad)
-            continue
-        full = pa.schema(list(LINEAGE) + list(cols))
-        table = wh.typed_table(name, full)
-        out[topic] = TopicPlan(name, table.location().rstrip("/") + "/data", full, ok, bad,
-                               protobuf_specs(registry, ok))
-    return out
-
 
 # ------------------------------------------------------------------ rows
 
@@ -508,167 +397,6 @@ def converter(t: pa.DataType):
     return lambda v: v
 
 
-def rows_of(records: pa.Table, plan: TopicPlan) -> tuple[pa.Table | None, dict]:
-    """The typed rows of one topic's records and ``{(partition, schema id): [first
-    offset, last offset, rows, segment, segment base offset, position, reason]}`` of the
-    values that do not go in: an incompatible version, or a value that does not convert to
-    the table's columns (not expected: value_json is the decoder's output for that schema;
-    but never a crash)."""
-    cols = {c: records.column(c).to_pylist() for c in plan.columns() if c in records.column_names}
-    convert = converter(pa.struct(list(plan.schema)))
-    proto = {sid: (protobuf_converter(("msg", spec)), names)
-             for sid, (spec, names) in plan.proto.items()}
-    rows, bad = [], {}
-
-    def refuse(i, sid, reason):
-        o = cols["offset"][i]
-        b = bad.setdefault((cols["partition"][i], sid), [
-            o, o, 0, cols["segment"][i], cols["segment_base_offset"][i],
-            cols["batch_position"][i], reason])
-        b[0], b[1], b[2] = min(b[0], o), max(b[1], o), b[2] + 1
-
-    for i in range(records.num_rows):
-        sid = cols["value_schema_id"][i]
-        if cols["value_format"][i] not in TYPED_FORMATS or cols["value_error"][i] is not None \
-                or sid is None:
-            continue
-        if sid in plan.bad:
-            refuse(i, sid, plan.bad[sid])
-            continue
-        if sid not in plan.ok:
-            continue
-        try:
-            if cols["value_format"][i] == PROTOBUF:
-                conv, names = proto[sid]
-                indexes = message_indexes(cols["value"][i], cols["headers"][i])
-                if indexes != TABLE_MESSAGE:
-                    refuse(i, sid, f"its message indexes {list(indexes)} name "
-                                   f"{names.get(indexes, 'no message')}, not "
-                                   f"{names[TABLE_MESSAGE]} (indexes {list(TABLE_MESSAGE)}, "
-                                   "the table's message)")
-                    continue
-                row = conv(json.loads(cols["value_json"][i]))
-            else:
-                row = convert(json.loads(cols["value_json"][i]))
-        except (ValueError, TypeError, AttributeError, KeyError, decimal.InvalidOperation) as err:
-            refuse(i, sid, f"the value does not convert: {type(err).__name__}: {err}")
-            continue
-        row.update(kafka_topic=cols["topic"][i], kafka_partition=cols["partition"][i],
-                   kafka_offset=cols["offset"][i], kafka_timestamp=cols["timestamp"][i],
-                   kafka_schema_id=sid, run_id=cols["run_id"][i])
-        rows.append((i, row))
-    if not rows:
-        return None, bad
-    try:
-        return pa.Table.from_pylist([r for _, r in rows], schema=plan.schema), bad
-    except (pa.ArrowException, TypeError, ValueError):
-        pass
-    kept = []
-    for i, row in rows:  # one by one, to name the rows that do not fit
-        try:
-            pa.Table.from_pylist([row], schema=plan.schema)
-            kept.append(row)
-        except (pa.ArrowException, TypeError, ValueError) as err:
-            refuse(i, row["kafka_schema_id"],
-                   f"the value does not fit the columns: {type(err).__name__}: {err}")
-    return (pa.Table.from_pylist(kept, schema=plan.schema) if kept else None), bad
-
-
-def _findings(topic: str, plan: TopicPlan, bad: dict, run_id: str) -> list[dict]:
-    out = []
-    for (partition, sid), (first, last, n, segment, base, position, why) in sorted(bad.items()):
-        out.append(dict(
-            topic=topic, partition=partition, kind=INCOMPATIBLE, position=position,
-            end=position, base_offset=first, last_offset=last, bytes=None, raw=None,
-            message=f"{n} value(s) at offsets {first}..{last} carry schema id {sid}, a version "
-                    f"of {subject(topic)} that does not fit {plan.table}: {why}; "
-                    "they are not in the typed table (records.value_json holds them)",
-            segment=segment, segment_base_offset=base, run_id=run_id))
-    return out
-
-
-def topic_of(path: str) -> str | None:
-    """The topic of a records file (its folder ``topic=<name>``: writing.partition_path)."""
-    for part in path.split("/"):
-        if part.startswith("topic="):
-            return part[len("topic="):]
-    return None
-
-
-
-
-def derive(spark, ctx, wh, record_files: list[str], registry) -> tuple[dict, dict]:
-    """The typed tables' data files of one submission (and their findings, under
-    ``findings``), written on the executors from the run's deduplicated records files;
-    ``({table: [file URIs]}, {table: rows})``. Nothing where no topic has a value subject."""
-    from pyspark import TaskContext
-
-    from spark_jobs.decode.writing import PartWriter, partition_path
-    from spark_jobs.tables import read_file
-
-    by_topic: dict[str, list[str]] = {}
-    for path in record_files:
-        by_topic.setdefault(topic_of(path), []).append(path)
-    plans = plan_topics(wh, registry, [t for t in by_topic if t is not None])
-    paths = [p for t in plans for p in by_topic[t]]
-    if not paths:
-        return {}, {}
-    findings_root = ctx.roots["findings"]
-    run_id = ctx.run_id
-
-    def task(batches):
-        part = f"typed{TaskContext.get().partitionId():05d}"
-        tmp = tempfile.mkdtemp(prefix="kafkalog-typed-")
-        out: list[tuple] = []
-        findings: list[dict] = []
-        try:
-            for b in batches:
-                for path in b.column("path").to_pylist():
-                    topic = topic_of(path)
-                    plan = plans[topic]
-                    records = read_file(path, "records", ctx.s3).select(list(plan.columns()))
-                    local, writer, n, bad = None, None, 0, {}
-                    for piece in records.to_batches(FLUSH_ROWS):
-                        typed, found = rows_of(pa.Table.from_batches([piece]), plan)
-                        for k, v in found.items():
-                            have = bad.setdefault(k, v)
-                            if have is not v:
-                                have[0], have[1] = min(have[0], v[0]), max(have[1], v[1])
-                                have[2] += v[2]
-                        if typed is None:
-                            continue
-                        if writer is None:
-                            local = os.path.join(tmp, f"{len(out)}.parquet")
-                            writer = pq.ParquetWriter(local, plan.schema)
-                        writer.write_table(typed)
-                        n += typed.num_rows
-                    findings += _findings(topic, plan, bad, run_id)
-                    if writer is not None:
-                        writer.close()
-                        key = f"{ctx.prefix}~{part}~{len(out)}.parquet"
-                        storage.open_store(plan.root, ctx.s3).put_file(key, local)
-                        out.append((plan.table, storage.join(plan.root, key), n))
-            files = {}
-            if findings:
-                fw = PartWriter(ctx, part, {"findings": findings_root})
-                for topic in sorted({f["topic"] for f in findings}):
-                    fw.write("findings", partition_path(topic), pa.Table.from_pylist(
-                        [f for f in findings if f["topic"] == topic], schema=schemas.FINDINGS))
-                files = fw.commit()
-        finally:
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
-        rows = [{"table": t, "file": f, "rows": n} for t, f, n in out]
-        rows += [{"table": "findings", "file": f, "rows": None} for f in files.get("findings", [])]
-        rows += [{"table": "findings", "file": None, "rows": len(findings)}] if findings else []
-        yield pa.RecordBatch.from_pylist(rows, schema=FILE_ROWS)
-
-    return map_files(spark, paths, task)
-
-
-__all__ = ["INCOMPATIBLE", "LINEAGE", "TABLE_MESSAGE", "TYPED_FORMATS", "TopicPlan", "Untyped",
-           "arrow_type", "converter", "derive", "json_schema_type", "merge", "message_indexes",
-           "plan_schemas", "plan_topics", "protobuf_converter", "protobuf_plan", "protobuf_specs",
-           "protobuf_type",
-           "rows_of", "value_schema"]
+__all__ = ["LINEAGE", "TABLE_MESSAGE", "TYPED_FORMATS", "Untyped", "arrow_type", "converter",
+           "json_schema_type", "merge", "message_indexes", "protobuf_converter", "protobuf_plan",
+           "protobuf_type", "subject", "value_schema"]

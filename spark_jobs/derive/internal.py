@@ -15,6 +15,7 @@ columns: :mod:`spark_jobs.schemas`, docs/tables.md).
 
 A run that has neither internal topics nor state files does nothing here: no table is
 made and nothing committed. ``consumer_lag`` is the audit's (spark_jobs.check_quality).
+The executors' half runs through :func:`spark_jobs.derive.files.map_files`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from kafkalog.internal import (CLUSTER_METADATA, OFFSETS, TOPIC_DECODERS, TRANSA
                                MessageError, decode, expand_consumer_protocol)
 from kafkalog.internal.topics import coordinator_keys
 from spark_jobs import layout, schemas, storage
+from spark_jobs.derive.files import FILE_ROWS, map_files
+from spark_jobs.findings import Finding
+from spark_jobs.parquet import PartWriter, partition_path, topic_of
 
 #: decoder -> the tables its records go to
 DECODER_TABLES = {
@@ -54,12 +58,12 @@ STATE_READERS = 16
 
 def internal_files(record_files: list[str]) -> dict[str, list[str]]:
     """The run's records files of internal topics, by topic (a records file holds one
-    topic, named by its folder ``topic=<name>``: writing.partition_path)."""
+    topic, named by its folder: :func:`spark_jobs.parquet.topic_of`)."""
     out: dict[str, list[str]] = {}
     for path in record_files:
-        for topic in TABLED_TOPICS:
-            if f"/topic={topic}/" in path:
-                out.setdefault(topic, []).append(path)
+        topic = topic_of(path)
+        if topic in TABLED_TOPICS:
+            out.setdefault(topic, []).append(path)
     return out
 
 
@@ -148,21 +152,19 @@ def rows_of_file(records: pa.Table) -> tuple[dict[str, list[dict]], list[dict]]:
             table, row = derived_row(decoder, cols["key"][i], cols["value"][i])
         except MessageError as err:
             offset, position = cols["offset"][i], cols["batch_position"][i]
-            findings.append(dict(
+            findings.append(Finding(
                 topic=topic, partition=cols["partition"][i], kind=RECORD_ERROR,
                 position=position, end=position, base_offset=offset, last_offset=offset,
                 message=f"{decoder} record at offset {offset} (batch at position {position}) "
                         f"does not decode: {err}",
-                bytes=None, raw=None, segment=cols["segment"][i],
-                segment_base_offset=cols["segment_base_offset"][i], run_id=cols["run_id"][i]))
+                segment=cols["segment"][i], segment_base_offset=cols["segment_base_offset"][i],
+                run_id=cols["run_id"][i]).row())
             continue
         out.setdefault(table, []).append({**row, **source})
     return out, findings
 
 
 def _write_rows(writer, rows: dict[str, list[dict]], findings: list[dict], counts: dict) -> None:
-    from spark_jobs.decode.writing import partition_path
-
     for table, rs in rows.items():
         if rs:
             writer.write(table, "", pa.Table.from_pylist(rs, schema=schemas.TABLES[table]))
@@ -182,7 +184,6 @@ def derive_records(spark, ctx, roots: dict, paths: list[str]) -> tuple[dict, dic
     Returns ``({table: [file URIs]}, {table: rows})``."""
     from pyspark import TaskContext
 
-    from spark_jobs.decode.writing import PartWriter
     from spark_jobs.tables import read_file
 
     def task(batches):
@@ -205,30 +206,6 @@ def derive_records(spark, ctx, roots: dict, paths: list[str]) -> tuple[dict, dic
                                          schema=FILE_ROWS)
 
     return map_files(spark, paths, task)
-
-
-#: what a task of :func:`map_files` yields: a data file it wrote (``rows`` null) or a
-#: table's row count (``file`` null)
-FILE_ROWS = pa.schema([("table", pa.string()), ("file", pa.string()), ("rows", pa.int64())])
-
-
-def map_files(spark, paths: list[str], task) -> tuple[dict, dict]:
-    """Run ``task`` (a mapInArrow function over batches of a ``path`` column, yielding
-    :data:`FILE_ROWS`) over ``paths`` on the executors, a few paths a task; ``({table:
-    [data files]}, {table: rows})``. The derived and the typed tables are written so."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    df = spark.createDataFrame([(p,) for p in paths], "path string")
-    out = df.repartition(min(len(paths), spark.sparkContext.defaultParallelism * 2)) \
-        .mapInArrow(task, from_arrow_schema(FILE_ROWS)).collect()
-    files: dict[str, list[str]] = {}
-    counts: dict[str, int] = {}
-    for r in out:
-        if r.file is not None:
-            files.setdefault(r.table, []).append(r.file)
-        if r.rows is not None:
-            counts[r.table] = counts.get(r.table, 0) + r.rows
-    return files, counts
 
 
 # ------------------------------------------------------------------ state files
@@ -294,15 +271,12 @@ def state_tables(uris: list[str], s3, run_id: str) -> dict[str, pa.Table]:
 
 def _finding(topic, partition, uri, run_id, position, end, message,
              kind="state_file_corrupt") -> dict:
-    return dict(topic=topic, partition=partition, kind=kind, position=position, end=end,
-                message=message, base_offset=None, last_offset=None, bytes=None, raw=None,
-                segment=uri, segment_base_offset=None, run_id=run_id)
+    return Finding(topic=topic, partition=partition, kind=kind, position=position, end=end,
+                   message=message, segment=uri, run_id=run_id).row()
 
 
 def write_state_tables(ctx, roots: dict, found: dict[str, pa.Table]) -> dict[str, list[str]]:
     """Write :func:`state_tables`' output on the driver; ``{table: [file URIs]}``."""
-    from spark_jobs.decode.writing import PartWriter
-
     writer = PartWriter(ctx, "state", roots)
     counts: dict = {}
     _write_rows(writer, {n: t.to_pylist() for n, t in found.items() if n != "findings"},

@@ -1,0 +1,12 @@
+"""Tables derived from the decode job's output, written in the same run (docs/tables.md).
+
+- :mod:`~spark_jobs.derive.internal` — Kafka's internal topics (consumer offsets, group
+  metadata, transactions, cluster metadata) and the partitions' state files (producer
+  state, leader epochs);
+- :mod:`~spark_jobs.derive.typed` — a typed table per topic whose values carry an Avro,
+  JSON Schema or Protobuf schema, with its pure half :mod:`~spark_jobs.derive.value_types`
+  (registry schemas as Arrow types);
+- :mod:`~spark_jobs.derive.files` — the executor step both share.
+
+The decode job (:mod:`spark_jobs.decode`) calls each module's ``derive`` after the dedupe.
+"""

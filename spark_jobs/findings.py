@@ -1,0 +1,77 @@
+"""Finding rows: one builder for the ``findings`` table's rows (columns:
+:data:`spark_jobs.schemas.FINDINGS`; docs/tables.md "findings").
+
+Every stage that finds something wrong builds a :class:`Finding`: the decode task (fetch,
+index and value errors, a changed segment), the replicas' reconciliation, the listing (a name
+the job cannot place), the derived and the typed tables. A task's own findings carry no
+lineage (:data:`TASK_COLUMNS`: :func:`spark_jobs.decode.writing.lineage` adds the partition,
+segment and run); the others are whole rows (:func:`table`).
+
+The kinds the job itself names across modules live here; the decoder's own kinds are
+:mod:`kafkalog`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+
+from spark_jobs import schemas
+
+#: two copies of one offset with different content (the dedupe: a copy against what the
+#: warehouse held, or another pending copy)
+DIVERGENCE = "divergence"
+#: two brokers' copies of a partition holding different batches at the same offsets
+#: (spark_jobs.decode.replicas; the audit's ``replica_divergence`` check)
+REPLICA_DIVERGENCE = "replica_divergence"
+#: how a replica divergence's message starts. Runs before the kind of its own wrote replica
+#: divergences as :data:`DIVERGENCE` findings told apart by this prefix alone; old
+#: warehouses keep those rows, and the audit still recognises them by it
+REPLICA_DIVERGENCE_PREFIX = "replica divergence:"
+
+#: the columns of a finding a decode task fills (the lineage columns come after)
+TASK_COLUMNS = pa.schema([f for f in schemas.FINDINGS if f.name in (
+    "kind", "position", "end", "message", "base_offset", "last_offset", "bytes", "raw")])
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One row of the ``findings`` table (its columns, by name)."""
+
+    kind: str
+    message: str
+    position: int | None = 0
+    end: int | None = 0
+    base_offset: int | None = None
+    last_offset: int | None = None
+    bytes: int | None = None
+    raw: bytes | None = None
+    topic: str | None = None
+    partition: int | None = None
+    segment: str | None = None
+    segment_base_offset: int | None = None
+    run_id: str | None = None
+
+    def row(self) -> dict:
+        """The whole row, every column of :data:`spark_jobs.schemas.FINDINGS`."""
+        return asdict(self)
+
+    def task_row(self) -> dict:
+        """The :data:`TASK_COLUMNS` a decode task writes (its lineage is added after)."""
+        return {name: getattr(self, name) for name in TASK_COLUMNS.names}
+
+
+def table(found: Iterable[Finding]) -> pa.Table:
+    """Whole finding rows as the ``findings`` table's columns."""
+    return pa.Table.from_pylist([f.row() for f in found], schema=schemas.FINDINGS)
+
+
+def task_batch(found: Iterable[Finding]) -> pa.RecordBatch:
+    """A decode task's findings as :data:`TASK_COLUMNS`."""
+    return pa.RecordBatch.from_pylist([f.task_row() for f in found], schema=TASK_COLUMNS)
+
+
+__all__ = ["DIVERGENCE", "REPLICA_DIVERGENCE", "REPLICA_DIVERGENCE_PREFIX", "TASK_COLUMNS",
+           "Finding", "table", "task_batch"]
