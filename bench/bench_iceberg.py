@@ -3,7 +3,7 @@
 A fresh local warehouse (``--out``/iceberg-warehouse) with the embedded SQLite
 catalog, written through the real API (``spark_jobs.warehouse.Warehouse``): every
 simulated night writes the decode job's five tables as the job writes them
-(``decode.write_schema`` / ``parquet_options``, one file per task and
+(``parquet.write_schema`` / ``parquet_options``, one file per task and
 partition value, named ``<run token>~<attempt>~<part>.parquet``): ``--topics`` x
 ``--partitions`` Kafka partitions with ``--records`` records each (a batch per 10
 records, one transaction marker, one ledger row per partition, one finding a
@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from spark_jobs import decode, maintenance, schemas, tables  # noqa: E402
+from spark_jobs import decode, maintenance, parquet, schemas, tables  # noqa: E402
 from spark_jobs.warehouse import Warehouse, run_files_prefix  # noqa: E402
 
 DAY0 = dt.date(2026, 1, 1)
@@ -89,15 +89,15 @@ class Night:
         for tp in self.tps:
             lo = self.first(tp)
             offsets = list(range(lo, lo + self.records))
-            out["records"].append((decode.partition_path(tp[0], self.day),
+            out["records"].append((parquet.partition_path(tp[0], self.day),
                                    self._records(tp, offsets)))
-            out["batches"].append((decode.partition_path(tp[0]),
+            out["batches"].append((parquet.partition_path(tp[0]),
                                    self._batches(tp, offsets[::10])))
-            out["markers"].append((decode.partition_path(tp[0]),
+            out["markers"].append((parquet.partition_path(tp[0]),
                                    self._markers(tp, offsets[-1] + 1)))
             ledger.append(self._ledger_row(tp, offsets))
         t0, p0 = self.tps[0]
-        out["findings"].append((decode.partition_path(t0), fill("findings", 1, {
+        out["findings"].append((parquet.partition_path(t0), fill("findings", 1, {
             "partition": [p0], "kind": ["index_mismatch"], "message": ["an index entry off"],
             "base_offset": [self.first(self.tps[0])], "segment": [self.segment(self.tps[0])],
             "run_id": [self.run_id], "topic": [t0]})))
@@ -178,8 +178,8 @@ def write_night(roots: dict[str, str], night: Night, attempt: str) -> tuple[dict
     prefix = run_files_prefix(night.run_id) + attempt
     files, seconds = {}, 0.0
     for name, parts in night.tables().items():
-        target = decode.write_schema(name)
-        options = decode.parquet_options(target)
+        target = parquet.write_schema(name)
+        options = parquet.parquet_options(target)
         uris = []
         for k, (folder, rows) in enumerate(parts):
             rows = rows.cast(target)

@@ -1,7 +1,7 @@
 """Warehouse maintenance (the package spark_jobs/maintenance/) and its weekly DAG.
 
 A local warehouse with the embedded catalog; the data files are written here with
-the decode job's own writer (``decode.write_schema`` / ``parquet_options``),
+the decode job's own writer (``parquet.write_schema`` / ``parquet_options``),
 named as the job names them (``<run token>~[c<chunk>~]<attempt>~<part>.parquet``),
 and committed and published through :class:`spark_jobs.warehouse.Warehouse` as the job
 does. Every record column is filled (nulls, nested headers and timestamps included),
@@ -24,7 +24,7 @@ from airflow_env import DAGS, parse_dags  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from spark_jobs import decode, maintenance, schemas, tables  # noqa: E402
+from spark_jobs import maintenance, parquet, schemas, tables  # noqa: E402
 from spark_jobs.maintenance import compaction, orphans  # noqa: E402
 from spark_jobs.maintenance.manifests import main_data_manifests  # noqa: E402
 from spark_jobs.warehouse import (Warehouse, branch_name, is_run_file,  # noqa: E402
@@ -79,11 +79,11 @@ def record_rows(run_id: str, topic: str, partition: int, offsets, day: str = DAY
 def write_file(wh: Warehouse, rows: pa.Table, name: str) -> str:
     """One data file of ``records`` as the job's PartWriter writes it; returns its URI."""
     topic, day = rows.column("topic")[0].as_py(), rows.column("dt")[0].as_py()
-    uri = f"{wh.data_root('records')}/{decode.partition_path(topic, day)}/{name}"
+    uri = f"{wh.data_root('records')}/{parquet.partition_path(topic, day)}/{name}"
     path = Path(uri[len("file://"):])
     path.parent.mkdir(parents=True, exist_ok=True)
-    target = decode.write_schema("records")
-    with pq.ParquetWriter(str(path), target, **decode.parquet_options(target)) as w:
+    target = parquet.write_schema("records")
+    with pq.ParquetWriter(str(path), target, **parquet.parquet_options(target)) as w:
         w.write_table(rows.cast(target))
     return uri
 

@@ -10,7 +10,7 @@
 - task, :mod:`~spark_jobs.decode.executor` — executors fetch segment bytes themselves (local
   files, or boto3 ranged GETs), decode them with ``kafkalog`` into Arrow and ...
 - write, :mod:`~spark_jobs.decode.writing` — ... write Parquet data files into the tables' data
-  folders, partition columns inside (with :mod:`spark_jobs.parquet`'s writer, re-exported here),
+  folders, partition columns inside (with :mod:`spark_jobs.parquet`'s writer),
   and hand back a :class:`~spark_jobs.decode.results.TaskResult` each (ledger row, files);
 - dedupe, :mod:`~spark_jobs.decode.deduplication` — partitions whose offsets may
   already be published (or appear twice in this run) go to the run's scratch first and are deduplicated in
@@ -39,15 +39,14 @@ from spark_jobs.decode.executor import RAW_KINDS, run_task, run_tasks
 from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_SLACK, Context, day_partitions,
                                      make_context, write_frame)
-from spark_jobs.parquet import PartWriter, parquet_options, partition_path, write_schema
 
 __all__ = [
     "DEFAULT_MAX_RAW", "DEFAULT_SLACK", "DEFAULT_SPLIT_BYTES", "RAW_KINDS", "Context",
-    "Coverage", "PartWriter", "Segment", "Task", "coverage_from_ledger", "day_partitions",
+    "Coverage", "Segment", "Task", "coverage_from_ledger", "day_partitions",
     "dedupe", "discover", "divergence_findings", "first_ingested", "index_positions",
     "ingested", "ledger_ranges", "ledger_table", "main", "make_context", "overlap_filter",
-    "overlap_days", "parquet_options", "parse_args", "partition_path", "plan", "read_index_positions",
+    "overlap_days", "parse_args", "plan", "read_index_positions",
     "resolve_pending", "resume_from", "run_task", "run_tasks", "split_points", "task_files",
     "TaskResult",
-    "trusted_runs", "unparsable_findings", "write_frame", "write_schema",
+    "trusted_runs", "unparsable_findings", "write_frame",
 ]

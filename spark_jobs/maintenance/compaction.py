@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 
 from spark_jobs import storage, tables
-from spark_jobs.decode import parquet_options, write_schema
+from spark_jobs.parquet import parquet_options, write_schema
 from spark_jobs.maintenance.branches import meeting_branch, staged_ranges
 from spark_jobs.maintenance.errors import MaintenanceError
 from spark_jobs.maintenance.grouping import (DEFAULT_MIN_FILES, DEFAULT_TARGET_FILE_MB, Group,
