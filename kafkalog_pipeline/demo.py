@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from spark_jobs.layout import typed_topic
-from spark_jobs.quality.results import place
+from spark_jobs.audit.results import place
 from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES
 
 from . import demo_data, settings

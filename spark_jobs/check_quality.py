@@ -2,7 +2,7 @@
 
 Reads the run's rows at the head of its branch (``run_<run token>``: exactly
 what publish will make current), or on ``main`` once published, runs the
-checks of :mod:`spark_jobs.quality.checks` with the severity policy
+checks of :mod:`spark_jobs.audit.checks` with the severity policy
 (``expectations/policy.yaml`` unless ``--policy``), validates them with the
 great-expectations suites of ``expectations/suites.py``, and writes
 
@@ -28,11 +28,11 @@ import os
 import sys
 
 from spark_jobs import layout, schemas, storage
-from spark_jobs.quality import as_of
-from spark_jobs.quality import checks as qc
-from spark_jobs.quality import internal_checks
-from spark_jobs.quality import results
-from spark_jobs.quality.policy import Policy, PolicyError
+from spark_jobs.audit import as_of
+from spark_jobs.audit import checks as qc
+from spark_jobs.audit import internal_checks
+from spark_jobs.audit import results
+from spark_jobs.audit.policy import Policy, PolicyError
 from spark_jobs.warehouse import CatalogError, Warehouse, add_catalog_args, branch_name
 
 TABLES = schemas.DECODE_TABLES

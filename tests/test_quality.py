@@ -1,4 +1,4 @@
-"""The data-quality audit (spark_jobs/check_quality.py, spark_jobs/quality, expectations/).
+"""The data-quality audit (spark_jobs/check_quality.py, spark_jobs/audit, expectations/).
 
 Staged runs are made the way the pipeline makes them: segments written with
 kafkalog.writer (compaction gaps, transactions and markers, LogAppendTime,
@@ -25,8 +25,8 @@ import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import schemas, storage, tables
 from spark_jobs.warehouse import Warehouse, branch_name, run_files_prefix
-from spark_jobs.quality import checks as qc
-from spark_jobs.quality.policy import Policy
+from spark_jobs.audit import checks as qc
+from spark_jobs.audit.policy import Policy
 
 from segments import CORPUS, CORPUS_DIR
 
@@ -313,7 +313,7 @@ topics:
 def test_policy(tmp_path_factory):
     import yaml
 
-    from spark_jobs.quality.policy import DEFAULT_PATH
+    from spark_jobs.audit.policy import DEFAULT_PATH
 
     doc = yaml.safe_load(open(DEFAULT_PATH))
     doc["topics"].update(yaml.safe_load(POLICY_OVERRIDES)["topics"])

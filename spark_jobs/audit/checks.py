@@ -41,7 +41,7 @@ CHECKS = {
     "replica_divergence": "segments",
     "truncated_tail": "segments",
     "decoder_findings": "segments",
-    "schema_decode": "records",  # spark_jobs/quality/schema_decode.py
+    "schema_decode": "records",  # spark_jobs/audit/schema_decode.py
     "missing_partition": "partitions",  # what earlier nights held and this snapshot lacks
 }
 #: a topic-partition earlier nights held that this snapshot lacks (:func:`missing_partitions`)

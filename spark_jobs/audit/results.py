@@ -154,7 +154,7 @@ def result_row(run_id: str, check: str, topic, partition, observed: int, cls, it
                policy: Policy, checked_at: dt.datetime, night: str | None) -> dict:
     """The dq_results row of one check at one place: ``cls`` its per-class aggregates
     (check, class, status, severity, items, offsets, max_value), ``items`` its first
-    observations (:data:`spark_jobs.quality.checks.OBSERVATION_NAMES` plus status)."""
+    observations (:data:`spark_jobs.audit.checks.OBSERVATION_NAMES` plus status)."""
     unit_name = CHECKS[check]
     bad = [c for c in cls if c["status"] != "pass"]
     status = worst(c["status"] for c in cls)
