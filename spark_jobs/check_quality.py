@@ -27,15 +27,13 @@ import json
 import os
 import sys
 
-from spark_jobs import layout, schemas, storage
-from spark_jobs.audit import as_of
+from spark_jobs import layout, storage
+from spark_jobs.audit import absence, as_of, context, internal_checks, registry, results
 from spark_jobs.audit import checks as qc
-from spark_jobs.audit import internal_checks
-from spark_jobs.audit import results
+from spark_jobs.audit.inputs import audited_snapshots, load_tables
+from spark_jobs.audit.observations import dedup_batches
 from spark_jobs.audit.policy import Policy, PolicyError
-from spark_jobs.warehouse import CatalogError, Warehouse, add_catalog_args, branch_name
-
-TABLES = schemas.DECODE_TABLES
+from spark_jobs.warehouse import CatalogError, Warehouse, add_catalog_args
 
 #: exit status of an audit that ran and failed a check (not a crash: no retry changes it)
 EXIT_CHECKS_FAILED = 65
@@ -59,25 +57,6 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def audited_snapshots(wh: Warehouse, run_id: str) -> dict[str, tuple[str, int]]:
-    """Per table: ``(where, snapshot id)`` the audit reads run ``run_id`` from: the head
-    of its branch, or ``main`` where it has none (already published)."""
-    out = {}
-    for name in wh.run_tables():  # the decode tables and the derived ones the warehouse has
-        head = wh.staged_snapshot(name, run_id)
-        out[name] = (branch_name(run_id), head) if head is not None \
-            else ("main", wh.table(name).current_snapshot().snapshot_id)
-    return out
-
-
-def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]]):
-    """The run's five tables, as of ``snapshots`` (:func:`audited_snapshots`)."""
-    from spark_jobs.tables import read_table
-
-    return {name: read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id)
-            for name in TABLES}
-
-
 def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
           out=None, topics: str | None = None):
     """Run the audit; return the dq_results rows (also committed to ``dq_results``), with the
@@ -92,8 +71,8 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     published_ledger = read_table(spark, wh, "ledger")
     # the night the run is audited as of: its last (None where its input named no night)
     night = tables["ledger"].agg({"night": "max"}).first()[0]
-    prior = qc.prior_ends(published_ledger, tables["ledger"], run_id)
-    listed = qc.listed_segments(tables["ledger"], published_ledger, run_id)
+    prior = context.prior_ends(published_ledger, tables["ledger"], run_id)
+    listed = context.listed_segments(tables["ledger"], published_ledger, run_id)
     borrowed = as_of.borrowed_ranges(as_of.new_ranges(tables["ledger"], listed, prior),
                                      published_ledger, run_id)
     if borrowed:  # a night audited after later nights published some of its new offsets
@@ -109,12 +88,12 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     units = results.partition_units(tables)
     internal = internal_checks.load(spark, wh, run_id, snapshots, tables["ledger"], listed,
                                     published_ledger)
-    for tp, counts in internal_checks.units(internal, qc.dedup_batches(tables["batches"])).items():
+    for tp, counts in internal_checks.units(internal, dedup_batches(tables["batches"])).items():
         if tp in units:
             units[tp].update(counts)
     absent = None
     if night is not None:  # what earlier nights held and this one lacks
-        absent = qc.missing_partitions(tables["ledger"], published_ledger, run_id,
+        absent = absence.missing_partitions(tables["ledger"], published_ledger, run_id,
                                        policy.lookback_nights(), layout.topic_matcher(topics))
         for tp in units:
             if tp[0] is not None:
@@ -144,7 +123,7 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
         # suite would read as a pass of something never checked)
         present = {r["check"] for r in rows}
         summary = publish_docs(store, verdicts, run_id,
-                               [c for c in qc.CHECKS if c not in qc.OPTIONAL_CHECKS or c in present],
+                               [c for c in registry.CHECKS if c not in registry.OPTIONAL_CHECKS or c in present],
                                out=out)
         gx_failed = {c for c, n in summary.items() if n.get("fail")}
         if gx_failed != {r["check"] for r in rows if r["status"] == "fail"}:
@@ -192,7 +171,7 @@ def report(rows, out=None) -> int:
             first = (details.get("items") or [{}])[0].get("message", "")
             print(f"{label} {r['check']} {results.place(r)}: "
                   f"{results.plural(r['failed'], 'item')}, "
-                  f"{results.checked(r['observed'], details.get('unit') or qc.CHECKS.get(r['check']))}; "
+                  f"{results.checked(r['observed'], details.get('unit') or registry.UNITS.get(r['check']))}; "
                   f"first: {first}", file=out)
     if failed:
         print(f"check_quality: {len(failed)} check(s) failed; the run must not be published", file=out)

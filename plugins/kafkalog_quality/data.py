@@ -51,7 +51,7 @@ from kafkalog_pipeline.settings import SETTINGS
 from spark_jobs import schemas, storage, warehouse
 from spark_jobs.warehouse.catalog import CONFIG_FILE, mask_password, read_config
 from spark_jobs.warehouse.history import ancestry, main_history, snapshot_summary
-from spark_jobs.audit import checks
+from spark_jobs.audit import registry as checks
 from spark_jobs.audit.policy import RANK, SEVERITIES
 from spark_jobs.audit.results import checked, plural
 

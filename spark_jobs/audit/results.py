@@ -1,6 +1,6 @@
 """``dq_results``: one row per run × check × topic-partition (docs/tables.md).
 
-The observations of :mod:`.checks` are aggregated in Spark (per class and
+The observations of :func:`.checks.run_checks` are aggregated in Spark (per class and
 status, plus the first :data:`MAX_ITEMS` items of each check and partition,
 worst first), so that only bounded data reaches the driver.
 """
@@ -15,15 +15,12 @@ import pyarrow as pa
 from .. import schemas
 from ..warehouse import AUDITED
 from ..schemas import NIGHT
-from .checks import CHECKS, OPTIONAL_CHECKS, SNAPSHOT_MISSING, SNAPSHOT_MISSING_CLASS
+from .registry import (DECODER_FINDINGS, OPTIONAL_CHECKS, SNAPSHOT_MISSING, SNAPSHOT_MISSING_CLASS,
+                       UNITS)
+from .units import BATCHES, ONLY, RECORDS, SEGMENTS
 from .policy import RANK, Policy, worst
 
 MAX_ITEMS = 20
-
-#: a unit entry's key naming the only checks a place gets results of (a partition this
-#: snapshot lacks: ``missing_partition``; findings outside any partition: ``decoder_findings``)
-ONLY = "only"
-
 
 #: how a result about no topic-partition (findings of objects outside any partition folder)
 #: is named
@@ -62,7 +59,7 @@ def plural(n: int, word: str) -> str:
 
 def checked(n: int, unit: str | None) -> str:
     """``1,204 batches checked``, ``1 batch checked``: a result's ``observed`` count in its
-    unit (:data:`CHECKS`' plural nouns: batches, records, segments)."""
+    unit (:data:`.registry.UNITS`' plural nouns: batches, records, segments)."""
     unit = unit or ""
     if n == 1 and unit.endswith("s"):
         unit = unit[:-2] if unit.endswith(("ches", "shes", "sses", "xes")) else unit[:-1]
@@ -92,10 +89,10 @@ def partition_units(tables: dict):
     out = {}
     for x in rows:
         if x.topic is not None and x.partition is not None:
-            out[(x.topic, x.partition)] = {"batches": x.batches, "records": x.records,
-                                           "segments": x.segments}
+            out[(x.topic, x.partition)] = {BATCHES: x.batches, RECORDS: x.records,
+                                           SEGMENTS: x.segments}
         elif x.topic is None:  # findings outside any partition (a .log of no partition folder)
-            out[(None, None)] = {"segments": x.segments, ONLY: {"decoder_findings"}}
+            out[(None, None)] = {SEGMENTS: x.segments, ONLY: {DECODER_FINDINGS}}
     return out
 
 
@@ -137,7 +134,7 @@ def build_rows(run_id: str, units: dict, classes, items, policy: Policy,
         items_by_key.setdefault((it["check"], it["topic"], it["partition"]), []).append(it)
     rows = []
     for (topic, partition), unit in sorted(units.items(), key=lambda kv: _place_key(kv[0])):
-        for check, unit_name in CHECKS.items():
+        for check, unit_name in UNITS.items():
             if unit.get(ONLY) is not None:
                 if check not in unit[ONLY]:
                     continue
@@ -154,8 +151,8 @@ def result_row(run_id: str, check: str, topic, partition, observed: int, cls, it
                policy: Policy, checked_at: dt.datetime, night: str | None) -> dict:
     """The dq_results row of one check at one place: ``cls`` its per-class aggregates
     (check, class, status, severity, items, offsets, max_value), ``items`` its first
-    observations (:data:`spark_jobs.audit.checks.OBSERVATION_NAMES` plus status)."""
-    unit_name = CHECKS[check]
+    observations (:data:`.observations.OBSERVATION_NAMES` plus status)."""
+    unit_name = UNITS[check]
     bad = [c for c in cls if c["status"] != "pass"]
     status = worst(c["status"] for c in cls)
     severity = worst(c["severity"] for c in bad) if bad else policy.headline(topic, check)
