@@ -185,7 +185,7 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
 
 
 def missing_verdict(rows: list[dict]) -> dict | None:
-    """The verdict (:func:`spark_jobs.quality.results.verdict`) of ``snapshot_missing`` rows,
+    """The verdict (:func:`spark_jobs.audit.results.verdict`) of ``snapshot_missing`` rows,
     None where there are none."""
     from spark_jobs.audit import results
 

@@ -340,11 +340,11 @@ def clean_parts(tmp, run_id):
 
 
 def staged_tables(spark, W, run_id):
-    from spark_jobs.audit import inputs as cq
+    from spark_jobs.audit import inputs
     from spark_jobs.tables import read_table
 
     wh = Warehouse(W)
-    tables = cq.load_tables(spark, wh, run_id, cq.audited_snapshots(wh, run_id))
+    tables = inputs.load_tables(spark, wh, run_id, inputs.audited_snapshots(wh, run_id))
     published = read_table(spark, wh, "ledger")
     prior = context.prior_ends(published, tables["ledger"], run_id)
     return tables, prior, context.listed_segments(tables["ledger"], published, run_id)

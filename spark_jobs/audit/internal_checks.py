@@ -21,7 +21,7 @@ and the ``consumer_lag`` table they share; pure ``DataFrame -> DataFrame`` trans
 
 The results are attributed to the topic-partition the row is about (the committed-to
 partition, the state file's partition), and a partition without such rows gets no result
-for these checks (:func:`.rows.build_rows`: :data:`.registry.OPTIONAL_CHECKS`).
+for these checks (:func:`.rows.build_results`: :data:`.registry.OPTIONAL_CHECKS`).
 """
 
 from __future__ import annotations

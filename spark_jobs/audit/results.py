@@ -1,26 +1,175 @@
-"""``dq_results``: one row per run × check × topic-partition (docs/tables.md).
+"""``dq_results``: one row per run × check × place (docs/tables.md) — its typed form, how a
+row is graded, and reading and writing the table.
 
-The observations of :func:`.checks.run_checks` are aggregated in Spark (per class and
-status, plus the first :data:`MAX_ITEMS` items of each check and partition,
-worst first), so that only bounded data reaches the driver.
+* :class:`DqResult` is one row, :class:`Details` its ``details`` column (JSON in the table:
+  :meth:`Details.to_json` / :meth:`Details.from_json`), :class:`Item` one observation it
+  names and :class:`ClassCount` a class' tally; :meth:`DqResult.to_row` is the table's dict
+  form (what :func:`write` takes and the audit returns).
+* Readers — the report plugin, the demo — use :func:`read_results` (typed rows of the table)
+  or :func:`parse_details` (one ``details`` value) rather than the JSON.
+* :func:`graded_result` grades one check at one place from its observations' aggregates
+  (built by :mod:`.rows`); :func:`missing_night_rows` the plan's ``snapshot_missing`` rows.
+* :func:`place`, :func:`verdict`, :func:`plural`, :func:`checked`: the words every reader
+  uses for a row.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
 from .. import schemas
-from ..warehouse import AUDITED
 from ..schemas import NIGHT
-from .registry import (DECODER_FINDINGS, OPTIONAL_CHECKS, SNAPSHOT_MISSING, SNAPSHOT_MISSING_CLASS,
-                       UNITS)
-from .units import BATCHES, ONLY, RECORDS, SEGMENTS
+from ..warehouse import AUDITED
 from .policy import RANK, Policy, worst
+from .registry import SNAPSHOT_MISSING, SNAPSHOT_MISSING_CLASS, UNITS
 
+#: a result's details hold at most this many items (the worst first); ``more_items`` counts
+#: the rest
 MAX_ITEMS = 20
+#: the timestamp checks, whose details also hold ``max_step_back_ms`` and ``regressions``
+TIMESTAMP_CHECKS = ("create_time", "log_append_time")
+
+
+class ClassCount(NamedTuple):
+    """One class of a result's observations: its status and how many items and offsets."""
+
+    status: str
+    items: int
+    offsets: int | None
+
+
+#: the keys of an item in ``details.items``, in order (``class`` is :attr:`Item.class_`)
+ITEM_KEYS = ("class", "status", "first_offset", "last_offset", "offsets", "value", "segment",
+             "position", "message")
+
+
+class Item(NamedTuple):
+    """One observation a result names (an entry of ``details.items``)."""
+
+    class_: str
+    status: str
+    first_offset: int | None = None
+    last_offset: int | None = None
+    offsets: int | None = None
+    value: int | None = None
+    segment: str | None = None
+    position: int | None = None
+    message: str | None = None
+
+    def to_dict(self) -> dict:
+        return dict(zip(ITEM_KEYS, self))
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Item:
+        return cls(*(d.get(k) for k in ITEM_KEYS))
+
+
+#: the keys of every result's details; the others are :attr:`Details.extras`
+_CORE_KEYS = frozenset(("unit", "classes", "items", "more_items"))
+
+
+@dataclass(frozen=True, slots=True)
+class Details:
+    """A result's ``details``: the ``unit`` its ``observed`` counts (:data:`.registry.UNITS`),
+    its observations per ``classes``, its first :data:`MAX_ITEMS` ``items`` (worst first),
+    ``more_items`` beyond those, and the per-check ``extras``: ``max_step_back_ms`` and
+    ``regressions`` (the timestamp checks), ``tolerance_ms`` (``create_time``),
+    ``compacted_topic`` (``offset_gaps`` of a topic the policy declares compacted)."""
+
+    unit: str | None
+    classes: Mapping[str, ClassCount] = field(default_factory=dict)
+    items: tuple[Item, ...] = ()
+    more_items: int = 0
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """The ``details`` column's JSON: ``unit``, ``classes``, ``items``, ``more_items``,
+        then the extras, in that order."""
+        return json.dumps({
+            "unit": self.unit,
+            "classes": {name: c._asdict() for name, c in self.classes.items()},
+            "items": [it.to_dict() for it in self.items],
+            "more_items": self.more_items,
+            **self.extras,
+        }, sort_keys=False, default=str)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Details:
+        """The details of a ``details`` value; ``ValueError`` where it is not a JSON object."""
+        d = json.loads(raw)
+        if not isinstance(d, dict):
+            raise ValueError(f"details is a JSON {type(d).__name__}, not an object")
+        classes = {name: ClassCount(c.get("status"), c.get("items"), c.get("offsets"))
+                   for name, c in (d.get("classes") or {}).items() if isinstance(c, dict)}
+        items = tuple(Item.from_dict(it) for it in d.get("items") or () if isinstance(it, dict))
+        extras = {k: v for k, v in d.items() if k not in _CORE_KEYS}
+        return cls(d.get("unit"), classes, items, d.get("more_items") or 0, extras)
+
+
+def parse_details(raw) -> Details | None:
+    """The :class:`Details` of a dq_results ``details`` value (a JSON string, bytes, or a
+    dict already parsed); None where it is null or not a JSON object (show it raw)."""
+    if raw is None or raw == "":
+        return None
+    try:
+        return Details.from_json(raw if isinstance(raw, (str, bytes)) else json.dumps(raw))
+    except (TypeError, ValueError):
+        return None
+
+
+class DqResult(NamedTuple):
+    """One dq_results row (:data:`spark_jobs.schemas.DQ_RESULTS`), typed."""
+
+    run_id: str
+    check: str
+    topic: str | None
+    partition: int | None
+    status: str
+    severity: str
+    observed: int
+    failed: int
+    details: Details | None
+    checked_at: dt.datetime | None
+    night: str | None
+
+    def to_row(self) -> dict:
+        """The row as the table holds it (``details`` as JSON)."""
+        row = self._asdict()
+        row["details"] = None if self.details is None else self.details.to_json()
+        row[NIGHT] = row.pop("night")
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping) -> DqResult:
+        """A row of the table (a dict of its columns, or of some of them: the others None)
+        typed; ``details`` by :func:`parse_details`."""
+        return cls(*(row.get(f) for f in cls._fields[:8]), parse_details(row.get("details")),
+                   row.get("checked_at"), row.get(NIGHT))
+
+
+def read_results(warehouse, *, run_id: str | None = None, check: str | None = None,
+                 ref: str | None = None, config=None) -> list[DqResult]:
+    """The rows of ``dq_results`` of ``warehouse`` (a :class:`spark_jobs.warehouse.Warehouse`
+    or its root), typed: all, or those of ``run_id`` and/or ``check``; ``ref``: a branch or
+    tag (default ``main``). No Spark (pyiceberg)."""
+    from pyiceberg.expressions import AlwaysTrue, And, EqualTo
+
+    from ..tables import read_arrow
+
+    where = AlwaysTrue()
+    if run_id is not None:
+        where = And(where, EqualTo("run_id", run_id))
+    if check is not None:
+        where = And(where, EqualTo("check", check))
+    rows = read_arrow(warehouse, "dq_results", ref=ref, row_filter=where, config=config)
+    return [DqResult.from_row(r) for r in rows.to_pylist()]
+
 
 #: how a result about no topic-partition (findings of objects outside any partition folder)
 #: is named
@@ -66,122 +215,37 @@ def checked(n: int, unit: str | None) -> str:
     return f"{n:,} {unit} checked" if unit else f"{n:,} checked"
 
 
-def partition_units(tables: dict):
-    """(topic, partition) -> {"batches": n, "records": n, "segments": n} over the run's tables;
-    findings that belong to no topic-partition are the place (None, None), graded by
-    ``decoder_findings`` alone."""
-    b, r, f, l = (tables[n] for n in ("batches", "records", "findings", "ledger"))
-    spark = b.sparkSession
-    rows = spark.sql("""
-        WITH p AS (SELECT topic, partition FROM {b} UNION SELECT topic, partition FROM {r}
-                   UNION SELECT topic, partition FROM {f} UNION SELECT topic, partition FROM {l}),
-        bc AS (SELECT topic, partition, COUNT(*) AS n FROM {b} GROUP BY topic, partition),
-        rc AS (SELECT topic, partition, COUNT(*) AS n FROM {r} GROUP BY topic, partition),
-        sc AS (SELECT topic, partition, COUNT(DISTINCT segment) AS n FROM (
-                 SELECT topic, partition, segment FROM {b} UNION SELECT topic, partition, segment FROM {l}
-                 UNION SELECT topic, partition, segment FROM {f}) GROUP BY topic, partition)
-        SELECT p.topic, p.partition, COALESCE(bc.n, 0) AS batches, COALESCE(rc.n, 0) AS records,
-               COALESCE(sc.n, 0) AS segments
-        FROM p LEFT JOIN bc ON bc.topic <=> p.topic AND bc.partition <=> p.partition
-        LEFT JOIN rc ON rc.topic <=> p.topic AND rc.partition <=> p.partition
-        LEFT JOIN sc ON sc.topic <=> p.topic AND sc.partition <=> p.partition""",
-                     b=b, r=r, f=f, l=l).collect()
-    out = {}
-    for x in rows:
-        if x.topic is not None and x.partition is not None:
-            out[(x.topic, x.partition)] = {BATCHES: x.batches, RECORDS: x.records,
-                                           SEGMENTS: x.segments}
-        elif x.topic is None:  # findings outside any partition (a .log of no partition folder)
-            out[(None, None)] = {SEGMENTS: x.segments, ONLY: {DECODER_FINDINGS}}
-    return out
-
-
-def summarize(observations):
-    """(per-class aggregates, first items) of ``observations``, collected."""
-    spark = observations.sparkSession
-    classes = spark.sql("""
-        SELECT check, topic, partition, class, status, severity, COUNT(*) AS items,
-               SUM(offsets) AS offsets, MAX(value) AS max_value
-        FROM {o} GROUP BY check, topic, partition, class, status, severity""", o=observations).collect()
-    items = spark.sql("""
-        SELECT * EXCEPT (_n) FROM (
-          SELECT *, ROW_NUMBER() OVER (
-                      PARTITION BY check, topic, partition
-                      ORDER BY CASE status WHEN 'fail' THEN 0 WHEN 'warn' THEN 1 ELSE 2 END,
-                               first_offset, class) AS _n
-          FROM {o}) WHERE _n <= :n""", o=observations, args={"n": MAX_ITEMS}).collect()
-    return classes, items
-
-
-def _place_key(key: tuple):
-    """Sort key of a (topic, partition) place, either of which may be None."""
-    topic, partition = key
-    return (topic is None, topic or "", partition is None, partition or 0)
-
-
-def build_rows(run_id: str, units: dict, classes, items, policy: Policy,
-               checked_at: dt.datetime | None = None, night: str | None = None) -> list[dict]:
-    """One dq_results row per place of ``units`` ((topic, partition) -> ``{unit: n}``, where
-    topic or partition may be None, and :data:`ONLY` restricts the checks) and check, from
-    the observations' per-class aggregates ``classes`` and first ``items``
-    (:func:`summarize`); ``night``: the night the run was audited as of."""
-    checked_at = checked_at or dt.datetime.now(dt.timezone.utc)
-    by_key: dict = {}
-    for c in classes:
-        by_key.setdefault((c["check"], c["topic"], c["partition"]), []).append(c)
-    items_by_key: dict = {}
-    for it in items:
-        items_by_key.setdefault((it["check"], it["topic"], it["partition"]), []).append(it)
-    rows = []
-    for (topic, partition), unit in sorted(units.items(), key=lambda kv: _place_key(kv[0])):
-        for check, unit_name in UNITS.items():
-            if unit.get(ONLY) is not None:
-                if check not in unit[ONLY]:
-                    continue
-            elif check in OPTIONAL_CHECKS and not unit.get(unit_name):
-                continue  # a check of internal topics / state files the partition has none of
-            key = (check, topic, partition)
-            rows.append(result_row(run_id, check, topic, partition, unit.get(unit_name, 0),
-                                   by_key.get(key, []), items_by_key.get(key, []), policy,
-                                   checked_at, night))
-    return rows
-
-
-def result_row(run_id: str, check: str, topic, partition, observed: int, cls, items,
-               policy: Policy, checked_at: dt.datetime, night: str | None) -> dict:
-    """The dq_results row of one check at one place: ``cls`` its per-class aggregates
-    (check, class, status, severity, items, offsets, max_value), ``items`` its first
-    observations (:data:`.observations.OBSERVATION_NAMES` plus status)."""
-    unit_name = UNITS[check]
+def graded_result(run_id: str, check: str, topic, partition, observed: int, cls, items,
+                  policy: Policy, checked_at: dt.datetime, night: str | None) -> DqResult:
+    """The result of one check at one place: ``cls`` its per-class aggregates (check, class,
+    status, severity, items, offsets, max_value), ``items`` its first observations
+    (:data:`.observations.OBSERVATION_NAMES` plus status)."""
     bad = [c for c in cls if c["status"] != "pass"]
     status = worst(c["status"] for c in cls)
     severity = worst(c["severity"] for c in bad) if bad else policy.headline(topic, check)
-    details = {
-        "unit": unit_name,
-        "classes": {c["class"]: {"status": c["status"], "items": c["items"], "offsets": c["offsets"]}
-                    for c in sorted(cls, key=lambda c: (-RANK[c["status"]], c["class"]))},
-        "items": [
-            {"class": it["class"], "status": it["status"], "first_offset": it["first_offset"],
-             "last_offset": it["last_offset"], "offsets": it["offsets"], "value": it["value"],
-             "segment": it["segment"], "position": it["position"], "message": it["message"]}
-            for it in items],
-        "more_items": max(0, sum(c["items"] for c in cls) - MAX_ITEMS),
-    }
-    if check in ("create_time", "log_append_time"):
+    details = Details(
+        unit=UNITS[check],
+        classes={c["class"]: ClassCount(c["status"], c["items"], c["offsets"])
+                 for c in sorted(cls, key=lambda c: (-RANK[c["status"]], c["class"]))},
+        items=tuple(Item(it["class"], *(it[k] for k in ITEM_KEYS[1:])) for it in items),
+        more_items=max(0, sum(c["items"] for c in cls) - MAX_ITEMS),
+        extras=check_extras(check, topic, cls, policy))
+    return DqResult(run_id, check, topic, partition, status, severity, observed,
+                    sum(c["items"] for c in bad), details, checked_at, night)
+
+
+def check_extras(check: str, topic, cls, policy: Policy) -> dict:
+    """The per-check entries of a result's details (:attr:`Details.extras`)."""
+    extras: dict = {}
+    if check in TIMESTAMP_CHECKS:
         steps = [c["max_value"] for c in cls if c["max_value"] is not None]
-        details["max_step_back_ms"] = max(steps) if steps else None
-        details["regressions"] = sum(c["items"] for c in cls)
+        extras["max_step_back_ms"] = max(steps) if steps else None
+        extras["regressions"] = sum(c["items"] for c in cls)
     if check == "create_time":
-        details["tolerance_ms"] = policy.tolerance_ms(topic)
+        extras["tolerance_ms"] = policy.tolerance_ms(topic)
     if check == "offset_gaps" and policy.compacted(topic):
-        details["compacted_topic"] = True
-    return {
-        "run_id": run_id, "check": check, "topic": topic, "partition": partition,
-        "status": status, "severity": severity, "observed": observed,
-        "failed": sum(c["items"] for c in bad),
-        "details": json.dumps(details, sort_keys=False, default=str),
-        "checked_at": checked_at, NIGHT: night,
-    }
+        extras["compacted_topic"] = True
+    return extras
 
 
 def missing_night_rows(run_id: str, missing: dict[str, str], policy: Policy,
@@ -199,8 +263,8 @@ def missing_night_rows(run_id: str, missing: dict[str, str], policy: Policy,
                 "last_offset": None, "offsets": None, "value": None, "segment": where,
                 "position": None,
                 "message": f"no snapshot for {night}: no segment under {where}"}
-        rows.append(result_row(run_id, SNAPSHOT_MISSING, None, None, 1, [cls], [item], policy,
-                               checked_at, night))
+        rows.append(graded_result(run_id, SNAPSHOT_MISSING, None, None, 1, [cls], [item], policy,
+                                  checked_at, night).to_row())
     return rows
 
 
@@ -257,19 +321,3 @@ def run_missing_nights(wh, run_id: str) -> list[dict]:
 
     return read_arrow(wh, "dq_results", row_filter=And(EqualTo("run_id", run_id),
                                                        EqualTo("check", SNAPSHOT_MISSING))).to_pylist()
-
-
-VERDICT_COLUMNS = ("check string, topic string, partition int, class string, status string, "
-                   "severity string, items bigint, offsets bigint, max_value bigint, example string")
-
-
-def verdicts(spark, classes, items):
-    """One row per check × topic-partition × class × status (counts and one
-    example message): the small table the great-expectations suites validate."""
-    example = {}
-    for it in items:
-        example.setdefault((it.check, it.topic, it.partition, it["class"], it.status), it.message)
-    rows = [(c.check, c.topic, c.partition, c["class"], c.status, c.severity, c.items, c.offsets,
-             c.max_value, example.get((c.check, c.topic, c.partition, c["class"], c.status)))
-            for c in classes]
-    return spark.createDataFrame(rows, VERDICT_COLUMNS)
