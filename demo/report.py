@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from spark_jobs.layout import typed_topic
-from spark_jobs.quality.policy import RANK
-from spark_jobs.quality.results import place
+from spark_jobs.audit.policy import RANK
+from spark_jobs.audit.results import place
 from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES
 
 from .servers import warehouse

@@ -1,9 +1,9 @@
 """The great-expectations 1.x suites of the audit, and the run's Data Docs.
 
 The checks themselves are per-partition window SQL in
-``spark_jobs/quality/checks.py``. Their observations, graded by the policy and
+``spark_jobs/audit/checks.py``. Their observations, graded by the policy and
 summarized per check × topic-partition × class × status
-(``spark_jobs.quality.results.verdicts``: counts and an example message), are
+(``spark_jobs.audit.rows.verdicts``: counts and an example message), are
 the batch every suite validates, from a scratch SQLite table (a few rows, already
 on the driver: no Spark job per expectation). Each check has one suite with two
 ``UnexpectedRowsExpectation``\\ s (``expectations.data_docs.PolicyRows``): the

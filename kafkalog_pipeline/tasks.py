@@ -183,9 +183,9 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
 
 
 def missing_verdict(rows: list[dict]) -> dict | None:
-    """The verdict (:func:`spark_jobs.quality.results.verdict`) of ``snapshot_missing`` rows,
+    """The verdict (:func:`spark_jobs.audit.results.verdict`) of ``snapshot_missing`` rows,
     None where there are none."""
-    from spark_jobs.quality import results
+    from spark_jobs.audit import results
 
     return results.verdict(rows) if rows else None
 
@@ -198,8 +198,8 @@ def record_missing_nights(wh, run_id: str, where: dict[str, str], logs: dict[str
     earlier ones; a night that has a snapshot now drops every run's ``snapshot_missing``
     result of it (a late snapshot replaces the result). Returns the rows (none: nothing is
     written where nothing is missing and nothing replaced)."""
-    from spark_jobs.quality import results
-    from spark_jobs.quality.policy import Policy
+    from spark_jobs.audit import results
+    from spark_jobs.audit.policy import Policy
 
     missing = {night: uri for night, uri in where.items() if not logs.get(night)}
     found = sorted(night for night in where if logs.get(night))

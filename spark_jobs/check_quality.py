@@ -2,7 +2,7 @@
 
 Reads the run's rows at the head of its branch (``run_<run token>``: exactly
 what publish will make current), or on ``main`` once published, runs the
-checks of :mod:`spark_jobs.quality.checks` with the severity policy
+checks of :mod:`spark_jobs.audit` (:mod:`spark_jobs.audit.job`) with the severity policy
 (``expectations/policy.yaml`` unless ``--policy``), validates them with the
 great-expectations suites of ``expectations/suites.py``, and writes
 
@@ -24,18 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-from spark_jobs import layout, schemas, storage
-from spark_jobs.quality import as_of
-from spark_jobs.quality import checks as qc
-from spark_jobs.quality import internal_checks
-from spark_jobs.quality import results
-from spark_jobs.quality.policy import Policy, PolicyError
-from spark_jobs.warehouse import CatalogError, Warehouse, add_catalog_args, branch_name
-
-TABLES = schemas.DECODE_TABLES
+from spark_jobs import storage
+from spark_jobs.audit import registry, results
+from spark_jobs.audit.job import audit
+from spark_jobs.audit.policy import Policy, PolicyError
+from spark_jobs.warehouse import CatalogError, Warehouse, add_catalog_args
 
 #: exit status of an audit that ran and failed a check (not a crash: no retry changes it)
 EXIT_CHECKS_FAILED = 65
@@ -59,127 +54,6 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def audited_snapshots(wh: Warehouse, run_id: str) -> dict[str, tuple[str, int]]:
-    """Per table: ``(where, snapshot id)`` the audit reads run ``run_id`` from: the head
-    of its branch, or ``main`` where it has none (already published)."""
-    out = {}
-    for name in wh.run_tables():  # the decode tables and the derived ones the warehouse has
-        head = wh.staged_snapshot(name, run_id)
-        out[name] = (branch_name(run_id), head) if head is not None \
-            else ("main", wh.table(name).current_snapshot().snapshot_id)
-    return out
-
-
-def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]]):
-    """The run's five tables, as of ``snapshots`` (:func:`audited_snapshots`)."""
-    from spark_jobs.tables import read_table
-
-    return {name: read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id)
-            for name in TABLES}
-
-
-def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
-          out=None, topics: str | None = None):
-    """Run the audit; return the dq_results rows (also committed to ``dq_results``), with the
-    run's ``snapshot_missing`` rows (its plan's: kept as they are, counted in the verdict).
-    ``topics``: the run's topic filter (layout.topic_matcher; None: all)."""
-    out = out or sys.stdout
-    from spark_jobs.tables import read_table
-
-    store = storage.open_store(wh.root, wh.s3)
-    snapshots = audited_snapshots(wh, run_id)
-    tables = load_tables(spark, wh, run_id, snapshots)
-    published_ledger = read_table(spark, wh, "ledger")
-    # the night the run is audited as of: its last (None where its input named no night)
-    night = tables["ledger"].agg({"night": "max"}).first()[0]
-    prior = qc.prior_ends(published_ledger, tables["ledger"], run_id)
-    listed = qc.listed_segments(tables["ledger"], published_ledger, run_id)
-    borrowed = as_of.borrowed_ranges(as_of.new_ranges(tables["ledger"], listed, prior),
-                                     published_ledger, run_id)
-    if borrowed:  # a night audited after later nights published some of its new offsets
-        only = as_of.row_filter(borrowed)
-        for name in as_of.OFFSET_COLUMN:
-            head = read_table(spark, wh, name, snapshot=snapshots[name][1], row_filter=only)
-            tables[name] = as_of.above(name, tables[name], borrowed).unionByName(
-                as_of.borrow(name, head, tables[name], borrowed, tables["ledger"], run_id))
-        listed = listed.unionByName(as_of.context(tables["ledger"], borrowed))
-        print(f"check_quality: {len(borrowed)} partitions' new offsets of run {run_id} "
-              "were published by later runs first: their rows are audited as this night's",
-              file=out)
-    units = results.partition_units(tables)
-    internal = internal_checks.load(spark, wh, run_id, snapshots, tables["ledger"], listed,
-                                    published_ledger)
-    for tp, counts in internal_checks.units(internal, qc.dedup_batches(tables["batches"])).items():
-        if tp in units:
-            units[tp].update(counts)
-    absent = None
-    if night is not None:  # what earlier nights held and this one lacks
-        absent = qc.missing_partitions(tables["ledger"], published_ledger, run_id,
-                                       policy.lookback_nights(), layout.topic_matcher(topics))
-        for tp in units:
-            if tp[0] is not None:
-                units[tp]["partitions"] = 1
-        for r in absent.select("topic", "partition").collect():
-            units[(r.topic, r.partition)] = {"partitions": 1, results.ONLY: {"missing_partition"}}
-    where = ", ".join(sorted({w for w, _ in snapshots.values()}))
-    if not units:
-        raise LookupError(f"run {run_id!r} has no rows in catalog {wh.catalog_name!r} ({where})")
-    observations, _ = qc.run_checks(tables, policy, run_id, prior=prior, listed=listed,
-                                    internal=internal, absent=absent)
-    # computed once: everything below reads the materialized rows
-    observations = observations.localCheckpoint()
-    classes, items = results.summarize(observations)
-    rows = results.build_rows(run_id, units, classes, items, policy, night=night)
-    results.write(wh, run_id, rows, audited={n: s for n, (_, s) in snapshots.items()})
-    missing_nights = results.run_missing_nights(wh, run_id)
-    lag = internal_checks.write_lag(wh, run_id, internal)
-    if lag is not None:
-        print(f"check_quality: {lag} consumer_lag rows of run {run_id} -> "
-              f"{wh.namespace}.consumer_lag", file=out)
-    print(f"check_quality: {len(rows)} results of run {run_id} (read from {where}) -> "
-          f"{wh.namespace}.dq_results in catalog {wh.catalog_name!r}", file=out)
-    if docs:
-        verdicts = results.verdicts(spark, classes, items)
-        # a suite per check, the internal topics' checks only where they applied (an empty
-        # suite would read as a pass of something never checked)
-        present = {r["check"] for r in rows}
-        summary = publish_docs(store, verdicts, run_id,
-                               [c for c in qc.CHECKS if c not in qc.OPTIONAL_CHECKS or c in present],
-                               out=out)
-        gx_failed = {c for c, n in summary.items() if n.get("fail")}
-        if gx_failed != {r["check"] for r in rows if r["status"] == "fail"}:
-            raise RuntimeError(f"great-expectations disagrees with dq_results: {sorted(gx_failed)}")
-    return rows + missing_nights
-
-
-def publish_docs(store, verdicts, run_id: str, checks, out=None) -> str:
-    """Validate ``verdicts`` (results.verdicts) with the GX suites, build Data Docs in a temp
-    folder, upload them to ``data_docs/<run_token>/`` (replacing a previous upload); return the
-    suites' summary ``{check: {"fail": n, "warn": n}}``."""
-    import shutil
-
-    from expectations import suites
-
-    prefix = f"data_docs/{storage.run_token(run_id)}"
-    summary, docs_dir = suites.validate(verdicts, run_id, checks)
-    try:
-        if not os.path.exists(os.path.join(docs_dir, "index.html")):
-            raise RuntimeError(f"great-expectations wrote no index.html into {docs_dir}")
-        store.delete_prefix(prefix + "/")
-        for dirpath, _, filenames in os.walk(docs_dir):
-            for name in filenames:
-                full = os.path.join(dirpath, name)
-                rel = os.path.relpath(full, docs_dir).replace(os.sep, "/")
-                with open(full, "rb") as f:
-                    store.write(f"{prefix}/{rel}", f.read())
-    finally:
-        shutil.rmtree(docs_dir, ignore_errors=True)
-    failed = sorted(c for c, n in summary.items() if n.get("fail"))
-    print(f"check_quality: great-expectations: {len(summary)} suites, failed: {', '.join(failed) or 'none'}; "
-          f"Data Docs -> {store.uri(prefix + '/index.html')}", file=out or sys.stdout)
-    return summary
-
-
 def report(rows, out=None) -> int:
     """Print failing and warning results, then the verdict line (:data:`VERDICT_PREFIX`);
     :data:`EXIT_CHECKS_FAILED` if any failed, else 0."""
@@ -188,12 +62,12 @@ def report(rows, out=None) -> int:
     warned = [r for r in rows if r["status"] == "warn"]
     for label, group in (("FAIL", failed), ("WARN", warned)):
         for r in group:
-            details = json.loads(r["details"])
-            first = (details.get("items") or [{}])[0].get("message", "")
+            details = results.parse_details(r["details"]) or results.Details(unit=None)
+            first = details.items[0].message if details.items else ""
+            unit = details.unit or registry.UNITS.get(r["check"])
             print(f"{label} {r['check']} {results.place(r)}: "
                   f"{results.plural(r['failed'], 'item')}, "
-                  f"{results.checked(r['observed'], details.get('unit') or qc.CHECKS.get(r['check']))}; "
-                  f"first: {first}", file=out)
+                  f"{results.checked(r['observed'], unit)}; first: {first}", file=out)
     if failed:
         print(f"check_quality: {len(failed)} check(s) failed; the run must not be published", file=out)
     else:

@@ -17,7 +17,7 @@ import pytest
 from kafkalog.writer import SegmentWriter, internal_record
 from spark_jobs import tables
 from spark_jobs.warehouse import Warehouse
-from spark_jobs.quality import results
+from spark_jobs.audit import results
 
 from test_quality import T0, dq_rows, recs, write_segments
 
@@ -136,7 +136,7 @@ def test_a_backfilled_night_says_what_it_would_have_said_in_order(spark, in_orde
     """Night 2 run after night 3 (a backfill: a new run of an older night) gives the rows it
     gives when the nights run in order: what came before it is the nights before it, not
     the runs that happened to run before it; the later night's rows of night 2's new
-    offsets are audited as night 2's (spark_jobs/quality/as_of.py)."""
+    offsets are audited as night 2's (spark_jobs/audit/as_of.py)."""
     _, snaps, rows, lags = in_order
     backfilled = str(tmp_path / "backfilled")
     for n in (0, 2, 1):
@@ -212,7 +212,7 @@ def test_snapshot_missing_rows_and_a_late_snapshot_replaces_them(tmp_path):
     from pyiceberg.expressions import EqualTo
 
     from kafkalog_pipeline import tasks
-    from spark_jobs.quality.policy import Policy
+    from spark_jobs.audit.policy import Policy
 
     wh = Warehouse(str(tmp_path / "w"))
     where = {NIGHTS[0]: "s3://b/snapshots/2026-11-19/", NIGHTS[1]: "s3://b/snapshots/2026-11-20/"}

@@ -189,8 +189,8 @@ def test_publish_with_the_audit_required_takes_only_what_the_audit_read(tmp_path
     """The DAG publishes with the audit required: a run written again after its audit
     (a rerun of the decode task, a manual spark-submit with the same run id) is refused
     until it is audited again, also where a publish crashed part-way in between."""
-    from spark_jobs.check_quality import audited_snapshots
-    from spark_jobs.quality import results
+    from spark_jobs.audit.inputs import audited_snapshots
+    from spark_jobs.audit import results
 
     def audit(wh, run_id):
         results.write(wh, run_id, [], audited={n: s for n, (_, s) in

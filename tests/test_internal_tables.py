@@ -133,6 +133,7 @@ def table_rows(w, name, cols, ref=None):
 
 def test_internal_tables_lag_and_checks(spark, tmp_path, capsys):
     from spark_jobs import check_quality
+    from spark_jobs.audit import registry
     from spark_jobs import decode as job
 
     snap = tmp_path / "snap"
@@ -171,7 +172,7 @@ def test_internal_tables_lag_and_checks(spark, tmp_path, capsys):
 
     check_tables(branch_name(run))  # staged: the audit read them there
     dq = {(r["check"], r["topic"], r["partition"]): r for r in tables.read_arrow(W, "dq_results")
-          .to_pylist() if r["check"] in check_quality.qc.INTERNAL_CHECKS}
+          .to_pylist() if r["check"] in registry.INTERNAL_CHECKS}
     assert {k: (r["status"], r["observed"], r["failed"]) for k, r in dq.items()} == {
         ("committed_offset_beyond_log_end", "orders", 0): ("warn", 2, 1),
         ("committed_offset_before_log_start", "orders", 0): ("pass", 2, 0),

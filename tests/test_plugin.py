@@ -52,10 +52,10 @@ pytestmark = pytest.mark.pipeline
 PARTITIONS = [("orders", 0), ("orders", 1), ("payments", 0)]
 # offset-gap causes as check_quality.py classifies them, with the status each one gets
 CAUSES = {"compaction": "pass", "aborted_txn": "pass", "missing_segment": "warn"}
-# check name (spark_jobs/quality/checks.py) -> status of a row that found something
+# check name (spark_jobs/audit/registry.py) -> status of a row that found something
 CHECKS = {"crc": "fail", "offset_gaps": "warn", "create_time": "warn", "log_append_time": "fail",
           "record_count": "pass"}
-# the unit each check's ``observed`` counts (spark_jobs/quality/checks.py CHECKS)
+# the unit each check's ``observed`` counts (spark_jobs/audit/registry.py CHECKS)
 UNITS = {"crc": "batches", "offset_gaps": "batches", "create_time": "records",
          "log_append_time": "batches", "record_count": "batches"}
 # the snapshot nights each run of scenario() read (its ledger rows): a night each, then a range

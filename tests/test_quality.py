@@ -1,4 +1,4 @@
-"""The data-quality audit (spark_jobs/check_quality.py, spark_jobs/quality, expectations/).
+"""The data-quality audit (spark_jobs/check_quality.py, spark_jobs/audit, expectations/).
 
 Staged runs are made the way the pipeline makes them: segments written with
 kafkalog.writer (compaction gaps, transactions and markers, LogAppendTime,
@@ -25,8 +25,10 @@ import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import schemas, storage, tables
 from spark_jobs.warehouse import Warehouse, branch_name, run_files_prefix
-from spark_jobs.quality import checks as qc
-from spark_jobs.quality.policy import Policy
+from spark_jobs.audit import checks as qc
+from spark_jobs.audit import context, crc, offsets, registry, timestamps
+from spark_jobs.audit import records as record_checks
+from spark_jobs.audit.policy import Policy
 
 from segments import CORPUS, CORPUS_DIR
 
@@ -313,7 +315,7 @@ topics:
 def test_policy(tmp_path_factory):
     import yaml
 
-    from spark_jobs.quality.policy import DEFAULT_PATH
+    from spark_jobs.audit.policy import DEFAULT_PATH
 
     doc = yaml.safe_load(open(DEFAULT_PATH))
     doc["topics"].update(yaml.safe_load(POLICY_OVERRIDES)["topics"])
@@ -338,14 +340,14 @@ def clean_parts(tmp, run_id):
 
 
 def staged_tables(spark, W, run_id):
-    from spark_jobs import check_quality as cq
+    from spark_jobs.audit import inputs
     from spark_jobs.tables import read_table
 
     wh = Warehouse(W)
-    tables = cq.load_tables(spark, wh, run_id, cq.audited_snapshots(wh, run_id))
+    tables = inputs.load_tables(spark, wh, run_id, inputs.audited_snapshots(wh, run_id))
     published = read_table(spark, wh, "ledger")
-    prior = qc.prior_ends(published, tables["ledger"], run_id)
-    return tables, prior, qc.listed_segments(tables["ledger"], published, run_id)
+    prior = context.prior_ends(published, tables["ledger"], run_id)
+    return tables, prior, context.listed_segments(tables["ledger"], published, run_id)
 
 
 def observed(spark, W, run_id, policy):
@@ -422,7 +424,7 @@ def test_each_fault_is_caught(spark, faulty_w, test_policy):
 
 def test_crc_failure_names_where(spark, faulty_w):
     tables, _, _ = staged_tables(spark, faulty_w, "faulty")
-    got = [tuple(r) for r in qc.crc_failures(tables["batches"], tables["findings"])
+    got = [tuple(r) for r in crc.crc_failures(tables["batches"], tables["findings"])
            .select("topic", "partition", "segment", "position", "first_offset").collect()]
     assert got == [("crc", 0, "s3://snap/2025-11-21/crc-0/00000000000000000000.log", 96, 3)]
 
@@ -437,7 +439,7 @@ def test_record_count_against_last_offset_delta(spark):
        "crc_valid boolean, status string, is_control boolean, segment string, position long")
     r = spark.createDataFrame([("t", 0, o, 0 if o < 5 else 5) for o in (0, 1, 2, 3, 4, 5, 6, 7, 8)],
                               "topic string, partition int, offset long, batch_base_offset long")
-    got = sorted(tuple(x) for x in qc.record_counts(r, b).select(
+    got = sorted(tuple(x) for x in record_checks.record_counts(r, b).select(
         "class", "first_offset", "last_offset", "offsets").collect())
     assert got == [("count_exceeds_span", 0, 4, 4), ("records_missing", 0, 4, 4),
                    ("records_missing", 5, 9, 1)]
@@ -452,8 +454,8 @@ def test_windows_are_per_partition(spark):
         ("u", 0, 0, dt.datetime(2025, 11, 21, 0, 0, 5), "CreateTime", "s2", 0),
     ], "topic string, partition int, offset long, timestamp timestamp, timestamp_type string, "
        "segment string, batch_position long")
-    assert qc.create_time_regressions(r).count() == 0
-    assert qc.duplicate_offsets(r).count() == 0
+    assert timestamps.create_time_regressions(r).count() == 0
+    assert record_checks.duplicate_offsets(r).count() == 0
 
 
 # ------------------------------------------------------------------ policy
@@ -521,7 +523,7 @@ def test_job_fails_the_run_and_says_why(spark, faulty_w, test_policy, capsys):
     # none here)
     topics = ["crc", "ct", "div", "dup", "gap", "lat", "livetail", "maxts", "tail"]
     assert sorted((r["topic"], r["check"]) for r in rows) == sorted(
-        (t, c) for t in topics for c in qc.CHECKS if c not in qc.OPTIONAL_CHECKS)
+        (t, c) for t in topics for c in registry.CHECKS if c not in registry.OPTIONAL_CHECKS)
     assert {r["run_id"] for r in rows} == {"faulty"}
     not_pass = sorted((r["topic"], r["check"], r["status"], r["severity"], r["failed"])
                       for r in rows if r["status"] != "pass")
@@ -644,7 +646,7 @@ def test_data_docs_statuses_follow_severity(tmp_path):
 def test_every_check_has_a_suite_description():
     from expectations import suites
 
-    assert set(qc.CHECKS) <= set(suites.DESCRIPTIONS)
+    assert set(registry.CHECKS) <= set(suites.DESCRIPTIONS)
     with pytest.raises(KeyError, match="no description"):
         suites.build_suites(None, ["no_such_check"])
 
@@ -876,7 +878,7 @@ def test_gap_rules_for_holes_between_segments(spark):
         "segment_base_offset long")
     ledger = spark.createDataFrame([("listed", 0, "s/10.log", 10)],
                                    "topic string, partition int, segment string, segment_base_offset long")
-    got = sorted(tuple(r) for r in qc.offset_gaps(b, markers, findings, ledger=ledger,
+    got = sorted(tuple(r) for r in offsets.offset_gaps(b, markers, findings, ledger=ledger,
                                                    compacted_topics=["compacted"])
                  .select("topic", "class", "first_offset", "last_offset").collect())
     assert got == [("compacted", "compaction", 5, 19), ("fetch", "unreadable_bytes", 5, 19),
@@ -920,7 +922,7 @@ def test_gap_rules_with_every_listed_segment(spark):
                                         "control_type string")
     findings = spark.createDataFrame([], "topic string, partition int, kind string, position long, "
                                          "bytes long, segment string, segment_base_offset long")
-    gaps = qc.offset_gaps(b, markers, findings, prior=prior, ledger=listed).collect()
+    gaps = offsets.offset_gaps(b, markers, findings, prior=prior, ledger=listed).collect()
     got = sorted((r.topic, r["class"], r.first_offset, r.last_offset) for r in gaps)
     assert got == [
         ("first_head", "compaction", 0, 2),
@@ -960,5 +962,5 @@ def test_listed_segments_carry_earlier_offsets(spark):
         ("r4", "n4/0.log", "p", 0, 0, 0, None, "unchanged", t[3]),
         ("r4", "n4/20.log", "p", 0, 20, 0, 24, "decoded", t[3]),
     ], cols)
-    got = sorted(tuple(r) for r in qc.listed_segments(run, published, "r4").collect())
+    got = sorted(tuple(r) for r in context.listed_segments(run, published, "r4").collect())
     assert got == [("p", 0, "n4/0.log", 0, 14), ("p", 0, "n4/20.log", 20, None)]

@@ -307,7 +307,7 @@ def test_the_audit_tells_replica_divergences_by_kind_and_older_rows_by_their_mes
     import pyarrow as pa
 
     from spark_jobs import schemas
-    from spark_jobs.quality import checks
+    from spark_jobs.audit import findings_checks as checks
 
     base = dict(topic="t", partition=0, position=0, end=10, base_offset=5, last_offset=6,
                 bytes=10, raw=None, segment="s", segment_base_offset=0, run_id="r")

@@ -512,8 +512,8 @@ def test_avro_types_become_arrow_columns_and_versions_merge(data):
 def test_schema_decode_check_grades_the_share_per_partition(spark):
     """``schema_decode``: one observation per undecodable value, warn by class; a partition
     beyond ``max_share`` fails; values outside the wire format are not counted."""
-    from spark_jobs.quality import checks, schema_decode
-    from spark_jobs.quality.policy import Policy
+    from spark_jobs.audit import checks, schema_decode
+    from spark_jobs.audit.policy import Policy
 
     rows = [("a", 0, i, 5, None) for i in range(199)] + [("a", 0, 199, 999, "unknown_schema_id")] \
         + [("b", 0, 0, 5, None), ("b", 0, 1, 5, "malformed")] \

@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from spark_jobs.quality.checks import SNAPSHOT_MISSING
+from spark_jobs.audit.registry import SNAPSHOT_MISSING
 
 from .calendar import night_of
 from .words import (NOTHING_NEW, STATUSES, first_problem, ordered_counts, result_anchor,

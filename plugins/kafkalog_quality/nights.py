@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from dataclasses import replace as dataclass_replace
 from typing import NamedTuple
 
-from spark_jobs.quality.checks import SNAPSHOT_MISSING
-from spark_jobs.quality.results import plural
+from spark_jobs.audit.registry import SNAPSHOT_MISSING
+from spark_jobs.audit.results import plural
 
 from . import calendar
 from .model import Coverage, Result, Run, worst_rank, worst_status

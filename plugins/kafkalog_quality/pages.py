@@ -13,7 +13,7 @@ from collections import Counter
 from html import escape
 from urllib.parse import quote
 
-from spark_jobs.quality.results import plural
+from spark_jobs.audit.results import plural
 
 from . import model, nights, remedies, series, svg, words
 from .calendar import nights_text

@@ -50,7 +50,7 @@ def failing(run: Run) -> dict:
 
 def _policy():
     try:
-        from spark_jobs.quality.policy import Policy
+        from spark_jobs.audit.policy import Policy
 
         return Policy.load()
     except Exception as err:  # noqa: BLE001 - a suggestion only: the generic form then

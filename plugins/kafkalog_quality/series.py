@@ -9,7 +9,7 @@ from collections import Counter
 from .model import Result, Run, iso_time, worst_status
 from .words import as_details, count_of
 
-#: which checks feed which chart: the check names of spark_jobs/quality/checks.py
+#: which checks feed which chart: the check names of spark_jobs/audit/registry.py
 CRC_CHECKS = ("crc",)
 GAP_CHECKS = ("offset_gaps",)
 TIMESTAMP_CHECKS = ("log_append_time", "create_time")

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from spark_jobs.quality.policy import RANK, SEVERITIES
-from spark_jobs.quality.results import checked, plural
+from spark_jobs.audit.policy import RANK, SEVERITIES
+from spark_jobs.audit.results import checked, plural
 
 #: verdict order, worst first (the policy's severities); a run's verdict is the worst status
 #: among its rows

@@ -10,8 +10,10 @@ the partition's share. Values not in the wire format are not counted at all.
 
 from __future__ import annotations
 
+from .inputs import RunFrames
+from .observations import as_observations
+
 CHECK = "schema_decode"
-CLASSES = ["unknown_schema_id", "malformed", "beyond_max_share"]
 _SHARE_SCHEMA = "topic string, max_share double"
 
 
@@ -26,14 +28,12 @@ def max_shares(policy, topics) -> list[tuple[str, float]]:
 
 
 def schema_decode(records, shares=None):
-    """Observations (checks.OBSERVATION_COLUMNS) of undecodable wire-format values;
-    ``shares``: a DataFrame ``(topic, max_share)`` (:func:`max_shares`)."""
-    from .checks import _select, _sql
-
+    """Observations (:data:`.observations.OBSERVATION_COLUMNS`) of undecodable wire-format
+    values; ``shares``: a DataFrame ``(topic, max_share)`` (:func:`max_shares`)."""
     spark = records.sparkSession
     if shares is None:
         shares = spark.createDataFrame([], _SHARE_SCHEMA)
-    return _select(_sql(spark, """
+    return as_observations(spark.sql("""
         WITH w AS (
           SELECT topic, partition, offset, segment, batch_position, value_schema_id, value_error,
                  COUNT(*) OVER (PARTITION BY topic, partition) AS wire,
@@ -57,4 +57,10 @@ def schema_decode(records, shares=None):
 
 
 def share_frame(spark, policy, topics):
+    """:func:`max_shares` as the frame :func:`schema_decode` takes."""
     return spark.createDataFrame(max_shares(policy, topics) or [("\u0000", 0.0)], _SHARE_SCHEMA)
+
+
+def observe(run: RunFrames):
+    """The ``schema_decode`` observations of ``run``, with its topics' ``max_share``."""
+    return schema_decode(run.records, share_frame(run.spark, run.policy, run.topics))

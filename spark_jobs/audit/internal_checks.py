@@ -1,11 +1,11 @@
 """The audit's checks of Kafka's internal topics and the partitions' state files (issue 19),
-and the ``consumer_lag`` table they share; pure transforms like :mod:`.checks`.
+and the ``consumer_lag`` table they share; pure ``DataFrame -> DataFrame`` transforms.
 
 * ``consumer_lag`` (:func:`consumer_lag`): for each group x topic-partition, the latest
   committed offset known as of this snapshot's night — of ``consumer_offsets`` as the audit
   reads it (the run's branch: ``main``, which may hold later nights' commits, plus the run's
   own), the commits at offsets of ``__consumer_offsets`` that the nights up to the run's knew
-  (:data:`.checks.AS_OF_THE_RUN`), the newest by record timestamp, then source offset; a
+  (:data:`.context.AS_OF_THE_RUN`), the newest by record timestamp, then source offset; a
   tombstone deletes it —
   against the partition's log start and end offsets that this snapshot's ledger shows:
   start = the base offset of its first listed segment, end = one past the last offset of
@@ -21,23 +21,26 @@ and the ``consumer_lag`` table they share; pure transforms like :mod:`.checks`.
 
 The results are attributed to the topic-partition the row is about (the committed-to
 partition, the state file's partition), and a partition without such rows gets no result
-for these checks (results.build_rows: :data:`.checks.OPTIONAL_CHECKS`).
+for these checks (:func:`.rows.build_results`: :data:`.registry.OPTIONAL_CHECKS`).
 """
 
 from __future__ import annotations
 
-from .checks import AS_OF_THE_RUN, RUN_TIMES, _select, _sql
+from .context import AS_OF_THE_RUN, RUN_TIMES
+from .inputs import RunFrames
+from .observations import as_observations, dedup_batches
+from .units import CHECKPOINTED_BATCHES, COMMITTED_OFFSETS, PRODUCERS
 
 
 def consumer_lag(offsets, run_ledger, listed, run_id: str, published_ledger=None):
     """The ``consumer_lag`` rows of run ``run_id`` (schemas.CONSUMER_LAG, without the
     status' policy): ``offsets`` the consumer_offsets table as audited, ``run_ledger`` the
-    run's ledger rows, ``listed`` :func:`.checks.listed_segments`, ``published_ledger``
+    run's ledger rows, ``listed`` :func:`.context.listed_segments`, ``published_ledger``
     the published ledger (which nights knew which offsets of ``__consumer_offsets``: a
     commit of a later night than the run's is not known as of its night)."""
     if published_ledger is None:
         published_ledger = run_ledger.limit(0)
-    return _sql(offsets.sparkSession, """
+    return offsets.sparkSession.sql("""
         WITH mine AS (""" + RUN_TIMES + """),
         known AS (  -- how far each partition of __consumer_offsets was known as of the night
           SELECT topic, partition, MAX(last_offset) AS last_offset FROM (
@@ -78,7 +81,7 @@ def consumer_lag(offsets, run_ledger, listed, run_id: str, published_ledger=None
 def committed_offset_checks(lag):
     """``committed_offset_beyond_log_end`` and ``committed_offset_before_log_start``
     observations of the lag rows (one per group x partition whose commit is outside the log)."""
-    return _select(_sql(lag.sparkSession, """
+    return as_observations(lag.sparkSession.sql("""
         SELECT 'committed_offset_beyond_log_end' AS check, topic, partition,
                'beyond_log_end' AS class, log_end_offset AS first_offset,
                committed_offset - 1 AS last_offset, committed_offset - log_end_offset AS offsets,
@@ -103,7 +106,7 @@ def committed_offset_checks(lag):
 def producer_snapshot_checks(producer_state, batches):
     """``producer_snapshot`` observations: one per producer entry of a ``.snapshot``
     (class ``agrees``, ``disagrees`` or ``not_in_run``)."""
-    return _select(_sql(producer_state.sparkSession, """
+    return as_observations(producer_state.sparkSession.sql("""
         WITH s AS (SELECT DISTINCT topic, partition, snapshot_offset, producer_id, producer_epoch,
                           last_sequence, last_offset, file FROM {p}),
         data AS (SELECT DISTINCT topic, partition, producer_id, producer_epoch, last_sequence,
@@ -143,7 +146,7 @@ def leader_epoch_checks(leader_epochs, batches):
     """``leader_epoch_checkpoint`` observations: one per batch of a partition with a
     checkpoint (class ``agrees``, ``disagrees``, or ``before_first_entry`` for a batch
     below the checkpoint's first start offset)."""
-    return _select(_sql(leader_epochs.sparkSession, """
+    return as_observations(leader_epochs.sparkSession.sql("""
         WITH e AS (SELECT DISTINCT topic, partition, epoch, start_offset FROM {e}),
         b AS (SELECT DISTINCT x.topic, x.partition, x.base_offset, x.last_offset,
                      x.partition_leader_epoch, x.segment, x.position
@@ -183,21 +186,8 @@ def leader_epoch_observations(internal: dict, batches):
     return internal["leader_epoch_checkpoint"]
 
 
-def observations(internal: dict, batches):
-    """The observations of every check whose table ``internal`` holds (``consumer_lag``,
-    ``producer_state``, ``leader_epochs``: the run's, as DataFrames)."""
-    parts = []
-    if "consumer_lag" in internal:
-        parts.append(committed_offset_checks(internal["consumer_lag"]))
-    if "producer_state" in internal:
-        parts.append(producer_snapshot_checks(internal["producer_state"], batches))
-    if "leader_epochs" in internal:
-        parts.append(leader_epoch_observations(internal, batches))
-    return parts
-
-
 def units(internal: dict, batches) -> dict:
-    """(topic, partition) -> ``{unit: n}`` for the checks above (:data:`.checks.CHECKS`' units)."""
+    """(topic, partition) -> ``{unit: n}`` for the checks above (:mod:`.units`)."""
     out: dict = {}
 
     def add(unit, rows):
@@ -205,14 +195,14 @@ def units(internal: dict, batches) -> dict:
             out.setdefault((r.topic, r.partition), {})[unit] = r.n
 
     if "consumer_lag" in internal:
-        add("committed offsets", internal["consumer_lag"].where("status <> 'not_in_snapshot'")
+        add(COMMITTED_OFFSETS, internal["consumer_lag"].where("status <> 'not_in_snapshot'")
             .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
     if "producer_state" in internal:
-        add("producers", internal["producer_state"].select(
+        add(PRODUCERS, internal["producer_state"].select(
             "topic", "partition", "file", "producer_id").distinct()
             .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
     if "leader_epochs" in internal:
-        add("checkpointed batches", leader_epoch_observations(internal, batches)
+        add(CHECKPOINTED_BATCHES, leader_epoch_observations(internal, batches)
             .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
     return out
 
@@ -220,7 +210,7 @@ def units(internal: dict, batches) -> dict:
 def load(spark, wh, run_id: str, snapshots: dict, run_ledger, listed,
          published_ledger=None) -> dict:
     """The frames of the checks above for run ``run_id``, from the tables the warehouse has
-    (``snapshots``: check_quality.audited_snapshots): ``consumer_lag`` (computed, cached),
+    (``snapshots``: :func:`.inputs.audited_snapshots`): ``consumer_lag`` (computed, cached),
     the run's ``producer_state`` and ``leader_epochs``. Empty where it has none of them."""
     from spark_jobs.tables import read_table
 
@@ -245,3 +235,35 @@ def write_lag(wh, run_id: str, internal: dict) -> int | None:
     rows = internal["consumer_lag"].toArrow()
     wh.replace_run_rows("consumer_lag", run_id, rows.select(schemas.CONSUMER_LAG.names))
     return rows.num_rows
+
+
+def observe_committed_offsets(run: RunFrames):
+    """The ``committed_offset_beyond_log_end`` and ``committed_offset_before_log_start``
+    observations of ``run`` (None where the warehouse has no consumer_offsets)."""
+    if "consumer_lag" in run.internal:
+        return _of_the_run(run, committed_offset_checks(run.internal["consumer_lag"]))
+    return None
+
+
+def observe_producer_snapshots(run: RunFrames):
+    """The ``producer_snapshot`` observations of ``run`` (None: no producer_state)."""
+    if "producer_state" in run.internal:
+        return _of_the_run(run, producer_snapshot_checks(run.internal["producer_state"],
+                                                         dedup_batches(run.batches)))
+    return None
+
+
+def observe_leader_epochs(run: RunFrames):
+    """The ``leader_epoch_checkpoint`` observations of ``run`` (None: no leader_epochs)."""
+    if "leader_epochs" in run.internal:
+        return _of_the_run(run, leader_epoch_observations(run.internal,
+                                                          dedup_batches(run.batches)))
+    return None
+
+
+def _of_the_run(run: RunFrames, observations):
+    """Only the ``observations`` of the run's partitions (a group may commit offsets of
+    partitions not in it)."""
+    mine = run.batches.select("topic", "partition").union(run.ledger.select("topic", "partition")) \
+        .union(run.findings.select("topic", "partition")).distinct()
+    return observations.join(mine, ["topic", "partition"], "left_semi")

@@ -9,7 +9,7 @@ offsets in first, run again), the later nights' runs hold some of this night's n
 and the run alone would show holes, or nothing. Here those rows come back into the audit:
 
 * the night's **new range** of a partition is ``(prior end, end]``: past the last offset
-  the nights before the run's held (:func:`.checks.prior_ends`, by night), up to the last
+  the nights before the run's held (:func:`.context.prior_ends`, by night), up to the last
   offset this run's listing shows (decoded, or carried from earlier runs for a skipped
   segment);
 * **other runs' rows** of the run's branch head (``main`` as the run began, plus its own)
@@ -30,8 +30,6 @@ read (:func:`borrowed_ranges` is empty, the common case).
 
 from __future__ import annotations
 
-from .checks import _sql
-
 #: the tables whose rows may be borrowed, and the offset column a row's place is
 #: (batches: base_offset; a finding: its base_offset where it has one)
 OFFSET_COLUMN = {"records": "offset", "batches": "base_offset", "markers": "offset",
@@ -45,7 +43,7 @@ def new_ranges(run_ledger, listed, prior):
     """Per (topic, partition) of the run: ``lo`` (first offset new on the run's nights:
     one past the prior nights' end, else null: from the start) and ``hi`` (the last offset
     its listing shows)."""
-    return _sql(run_ledger.sparkSession, """
+    return run_ledger.sparkSession.sql("""
         WITH ends AS (
           SELECT topic, partition, MAX(last_offset) AS hi FROM (
             SELECT topic, partition, last_offset FROM {r}
@@ -59,7 +57,7 @@ def new_ranges(run_ledger, listed, prior):
 def borrowed_ranges(ranges, published_ledger, run_id: str) -> list:
     """The new ranges (:func:`new_ranges`) some other run's published ledger rows meet,
     collected: ``[(topic, partition, lo, hi)]`` (empty when the nights ran in order)."""
-    return _sql(ranges.sparkSession, """
+    return ranges.sparkSession.sql("""
         SELECT DISTINCT g.topic, g.partition, g.lo, g.hi
         FROM {g} g JOIN {l} l ON l.topic = g.topic AND l.partition = g.partition
         WHERE l.run_id <> :run AND l.last_offset IS NOT NULL
@@ -92,7 +90,7 @@ def borrow(name: str, head, own, borrowed, run_ledger, run_id: str):
         in_range = f"(({in_range}) OR (h.{col} IS NULL AND h.position < s.object_size))"
     columns = ", ".join(f"h.`{c}`" if c != "segment" else "s.segment AS segment"
                         for c in head.columns)
-    return _sql(spark, f"""
+    return spark.sql(f"""
         WITH listed AS (  -- one URI a segment (several brokers' copies: the first)
           SELECT topic, partition, segment_base_offset, MIN(segment) AS segment,
                  MAX(object_size) AS object_size
@@ -119,18 +117,18 @@ def above(name: str, own, borrowed):
         return own
     spark = own.sparkSession
     last = "last_offset" if name == "batches" else OFFSET_COLUMN[name]
-    return _sql(spark, f"""
+    return spark.sql(f"""
         SELECT o.* FROM {{o}} o LEFT ANTI JOIN {{g}} g
           ON g.topic = o.topic AND g.partition = o.partition AND o.{last} < g.lo""",
                 o=own, g=_ranges_frame(spark, borrowed))
 
 
 def context(run_ledger, borrowed):
-    """Rows for :func:`.checks.listed_segments`' frame (``carried_last``) standing for the
+    """Rows for :func:`.context.listed_segments`' frame (``carried_last``) standing for the
     offsets up to the prior end that the run's decoded ledger rows of the ``borrowed``
     partitions hold: the segment from its base offset to the last of them."""
     spark = run_ledger.sparkSession
-    return _sql(spark, """
+    return spark.sql("""
         SELECT l.topic, l.partition, l.segment, l.segment_base_offset,
                LEAST(l.last_offset, g.lo - 1) AS carried_last
         FROM {l} l JOIN {g} g ON g.topic = l.topic AND g.partition = l.partition

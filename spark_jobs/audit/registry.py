@@ -1,0 +1,105 @@
+"""Every check of the audit, in one table: its name, unit, classes and the function that
+observes it.
+
+* **unit** (:mod:`.units`): what its ``observed`` count is made of;
+* **classes**: the classes its observations may have, each graded by the policy (None:
+  ``decoder_findings``, whose classes are the finding kinds);
+* **observe**: ``RunFrames -> DataFrame | None``, its observations of one run (None: none
+  apply, e.g. no internal-topic tables); one function may observe several checks
+  (:func:`.findings_checks.observe_findings`); None for ``snapshot_missing``, which the
+  DAG's plan writes (:func:`.results.write_missing_nights`);
+* **optional**: a place gets a result of it only where it applies (the internal topics' and
+  state files' checks where the partition has a committed offset, a .snapshot, a
+  checkpoint; ``missing_partition`` where the run read a named night; ``snapshot_missing``,
+  the plan's, never a partition's); every other check gives every place a result.
+
+The order is the order of a run's dq_results rows and of its Data Docs suites.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import (absence, crc, findings_checks, internal_checks, offsets, records, schema_decode,
+               timestamps)
+from .absence import MISSING_PARTITION
+from .units import (BATCHES, CHECKPOINTED_BATCHES, COMMITTED_OFFSETS, NIGHTS, PARTITIONS,
+                    PRODUCERS, RECORDS, SEGMENTS)
+
+#: a night the run was to read whose snapshot prefix holds no segment: the DAG's plan writes
+#: this result (one row per such night, topic and partition null) and decodes nothing
+SNAPSHOT_MISSING = "snapshot_missing"
+SNAPSHOT_MISSING_CLASS = "no_snapshot"
+#: the check whose classes are the finding kinds
+DECODER_FINDINGS = "decoder_findings"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One check: see the module docstring."""
+
+    name: str
+    unit: str
+    classes: tuple[str, ...] | None
+    observe: Callable | None
+    optional: bool = False
+
+
+#: the checks of the run's records, batches, markers and findings: a result for every place
+DATA_CHECKS = (
+    Check("crc", BATCHES, ("crc_mismatch",), crc.observe),
+    Check("offset_gaps", BATCHES, ("unreadable_bytes", "retention", "missing_segment",
+                                   "aborted_txn", "compaction", "unexplained"), offsets.observe),
+    Check("record_gaps", RECORDS, ("control_marker", "compaction", "excluded_batch", "batch_gap",
+                                   "unexplained"), records.observe_record_gaps),
+    Check("record_count", BATCHES, ("count_exceeds_span", "records_missing", "records_extra",
+                                    "offset_outside_batch"), records.observe_record_counts),
+    Check("duplicate_offsets", RECORDS, ("duplicate",), records.observe_duplicates),
+    Check("log_append_time", BATCHES, ("regression",), timestamps.observe_log_append_time),
+    Check("create_time", RECORDS, ("regression", "beyond_tolerance"),
+          timestamps.observe_create_time),
+    Check("max_timestamp", BATCHES, ("mismatch",), timestamps.observe_max_timestamp),
+    Check("divergence", SEGMENTS, ("divergence",), findings_checks.observe_findings),
+    Check("replica_divergence", SEGMENTS, ("divergence",),
+          findings_checks.observe_replica_divergences),
+    Check("truncated_tail", SEGMENTS, ("truncated_tail", "active_segment"),
+          findings_checks.observe_findings),
+    Check(DECODER_FINDINGS, SEGMENTS, None, findings_checks.observe_findings),
+    Check(schema_decode.CHECK, RECORDS, ("unknown_schema_id", "malformed", "beyond_max_share"),
+          schema_decode.observe),
+)
+#: what earlier nights held and this snapshot lacks
+MISSING_PARTITION_CHECK = Check(MISSING_PARTITION, PARTITIONS,
+                                (absence.MISSING, absence.TOPIC_DELETED), absence.observe,
+                                optional=True)
+#: the checks of Kafka's internal topics and state files (:mod:`.internal_checks`)
+INTERNAL_TOPIC_CHECKS = (
+    Check("committed_offset_beyond_log_end", COMMITTED_OFFSETS, ("beyond_log_end",),
+          internal_checks.observe_committed_offsets, optional=True),
+    Check("committed_offset_before_log_start", COMMITTED_OFFSETS, ("before_log_start",),
+          internal_checks.observe_committed_offsets, optional=True),
+    Check("producer_snapshot", PRODUCERS, ("agrees", "disagrees", "not_in_run"),
+          internal_checks.observe_producer_snapshots, optional=True),
+    Check("leader_epoch_checkpoint", CHECKPOINTED_BATCHES,
+          ("agrees", "disagrees", "before_first_entry"), internal_checks.observe_leader_epochs,
+          optional=True),
+)
+#: the plan's result of a night without a snapshot
+SNAPSHOT_MISSING_CHECK = Check(SNAPSHOT_MISSING, NIGHTS, (SNAPSHOT_MISSING_CLASS,), None,
+                               optional=True)
+
+#: check name -> :class:`Check`, every check in dq_results' order
+CHECKS = {c.name: c for c in (*DATA_CHECKS, MISSING_PARTITION_CHECK, *INTERNAL_TOPIC_CHECKS,
+                              SNAPSHOT_MISSING_CHECK)}
+#: check name -> the unit its ``observed`` count is made of (:data:`CHECKS`' units)
+UNITS = {name: c.unit for name, c in CHECKS.items()}
+#: the checks a place gets a result of only where they apply
+OPTIONAL_CHECKS = frozenset(name for name, c in CHECKS.items() if c.optional)
+#: the checks of Kafka's internal topics and state files
+INTERNAL_CHECKS = frozenset(c.name for c in INTERNAL_TOPIC_CHECKS)
+
+
+def observers() -> list[Callable]:
+    """Each check's ``observe`` function once, in :data:`CHECKS`' order."""
+    return list(dict.fromkeys(c.observe for c in CHECKS.values() if c.observe is not None))

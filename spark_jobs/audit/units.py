@@ -1,0 +1,21 @@
+"""The units a result's ``observed`` count is made of (a dq_results row's ``details.unit``).
+
+The audit counts them per place — a (topic, partition), either of which may be None — as
+``{unit: n}`` (:func:`.rows.partition_units`, :func:`.internal_checks.units`), and each check
+names its unit (:data:`.registry.CHECKS`): a check's ``observed`` is its place's count of it.
+"""
+
+from __future__ import annotations
+
+BATCHES, RECORDS, SEGMENTS = "batches", "records", "segments"
+#: ``missing_partition``: a place is one partition
+PARTITIONS = "partitions"
+#: ``snapshot_missing``: the nights the plan found no snapshot of
+NIGHTS = "nights"
+#: the checks of Kafka's internal topics and state files (:mod:`.internal_checks`)
+COMMITTED_OFFSETS, PRODUCERS, CHECKPOINTED_BATCHES = (
+    "committed offsets", "producers", "checkpointed batches")
+
+#: a place's key naming the only checks it gets results of (a partition this snapshot lacks:
+#: ``missing_partition``; findings outside any partition: ``decoder_findings``)
+ONLY = "only"
