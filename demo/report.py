@@ -12,7 +12,7 @@ from pathlib import Path
 
 from spark_jobs.layout import typed_topic
 from spark_jobs.audit.policy import RANK
-from spark_jobs.audit.results import place
+from spark_jobs.audit.results import parse_details, place
 from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES
 
 from .servers import warehouse
@@ -48,12 +48,11 @@ def _rank(status: str) -> tuple[int, int]:
 def _causes(details: str | None) -> str:
     """The classes a result's ``details`` graded not ``pass``, with their items:
     ``"missing_segment 1, index_mismatch 2"`` ("" where there are none or no JSON)."""
-    try:
-        classes = json.loads(details or "{}").get("classes") or {}
-        return ", ".join(f"{name} {c.get('items', '?')}" for name, c in classes.items()
-                         if isinstance(c, dict) and c.get("status") != "pass")
-    except (ValueError, AttributeError):
+    parsed = parse_details(details)
+    if parsed is None:
         return ""
+    return ", ".join(f"{name} {'?' if c.items is None else c.items}"
+                     for name, c in parsed.classes.items() if c.status != "pass")
 
 
 def problem_lines(rows: list[dict]) -> list[str]:
@@ -78,10 +77,11 @@ def dq_summary(out: Path, run_id: str) -> dict:
     its results per status (worst first) and :func:`problem_lines`."""
     from pyiceberg.expressions import EqualTo
 
+    from spark_jobs.layout import DATA_DOCS
     from spark_jobs.storage import run_token
     from spark_jobs.tables import read_arrow
 
-    html = out / "warehouse" / "data_docs" / run_token(run_id) / "index.html"
+    html = out / "warehouse" / DATA_DOCS / run_token(run_id) / "index.html"
     rows = read_arrow(warehouse(out), "dq_results", row_filter=EqualTo("run_id", run_id),
                       columns=("check", "topic", "partition", "status", "details",
                                "night")).to_pylist()

@@ -57,10 +57,12 @@ from .indexes import (
 from ._accel import ACCELERATED, reuse_limit
 from .log_reader import (
     BATCH_HEAD_SIZE,
+    ENTRY_OFFSET_SIZE,
     FRAME_COLUMNS,
     BatchHead,
     Frame,
     Frames,
+    entry_offset,
     first_entry,
     frame,
     read_batch_head,
@@ -93,6 +95,7 @@ __all__ = [
     "AbortedTxn",
     "BATCHES_SCHEMA",
     "BATCH_HEAD_SIZE",
+    "ENTRY_OFFSET_SIZE",
     "Batch",
     "BatchHead",
     "CodecUnavailableError",
@@ -126,6 +129,7 @@ __all__ = [
     "check_time_index",
     "check_txn_index",
     "read_offset_index_range",
+    "entry_offset",
     "first_entry",
     "findings_table",
     "frame",

@@ -59,6 +59,9 @@ class FastRun(NamedTuple):
 OFFSET_AND_SIZE = struct.Struct(">qi")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+#: how many bytes :func:`entry_offset` reads
+ENTRY_OFFSET_SIZE = _I64.size
 LOG_OVERHEAD = OFFSET_AND_SIZE.size
 MAGIC_OFFSET = LOG_OVERHEAD + 4  # after the v2 leader epoch / the v0-v1 crc
 #: Smallest plausible ``size`` field per magic.
@@ -94,6 +97,12 @@ class BatchHead(NamedTuple):
 #: Bytes from an entry's start that hold its whole fixed header, whatever its magic (a
 #: v2 batch's 61; a v0/v1 message's header is shorter, and so can the entry be).
 BATCH_HEAD_SIZE = v2.HEADER.size
+
+
+def entry_offset(buf, pos: int = 0) -> int:
+    """The offset field every entry starts with (a v2 batch's base offset, a v0/v1 message's
+    offset) at ``pos`` of ``buf``: its first :data:`ENTRY_OFFSET_SIZE` bytes are enough."""
+    return _I64.unpack_from(buf, pos)[0]
 
 
 def read_batch_head(buf, pos: int = 0) -> BatchHead:

@@ -162,6 +162,41 @@ def dag_run_url(dag_id: str, run_id: str) -> str:
     return build_airflow_dagrun_url(dag_id=dag_id, run_id=run_id)
 
 
+# ---- the api-server's auth, for the plugin's routes ---------------------------------------
+# A plugin's FastAPI app is mounted in the api-server but its routes get none of the core
+# API's security dependencies. We resolve the caller as the core API does
+# (``core_api.security.get_user``, internal) and ask the configured auth manager
+# (``get_auth_manager``) whether they may read the pipeline's DAG runs. Public replacement:
+# a security dependency exported for plugins (none in Airflow 3.3).
+
+async def request_user(request, bearer):
+    """The caller of ``request`` (``bearer``: its ``HTTPAuthorizationCredentials`` or None),
+    as the api-server authenticates its own routes; raises its ``HTTPException`` (401/403)."""
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return await get_user(request, None, bearer)
+
+
+def login_url(next_url: str) -> str:
+    """The auth manager's login page, coming back to ``next_url``."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return get_auth_manager().get_url_login(next_url=next_url)
+
+
+def may_read_runs(user, dag_ids) -> bool:
+    """Whether ``user`` may see the website and read the runs of one of ``dag_ids``."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import (
+        AccessView, DagAccessEntity, DagDetails)
+
+    manager = get_auth_manager()
+    return manager.is_authorized_view(access_view=AccessView.WEBSITE, user=user) and any(
+        manager.is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN,
+                                  details=DagDetails(id=dag_id), user=user)
+        for dag_id in dag_ids)
+
+
 # ---- the Spark provider's SparkSubmitHook -------------------------------------------------
 # The hook reads spark-submit's output in ``_process_spark_submit_log`` and keeps the process
 # in ``_submit_sp``; neither is public. We read the job's own output lines (the audit's

@@ -74,6 +74,6 @@ def registry_args(*, url: str | None, segments, store, token: str, bucket: str,
     if not found:
         return [], None
     found = sorted(found, key=lambda s: (s.snapshot_date, s.partition, s.base_offset))
-    key = f"_staging/{token}/{SCHEMAS_MANIFEST}"
+    key = f"{layout.run_folder(layout.STAGING, token)}/{SCHEMAS_MANIFEST}"
     store.write(key, layout.manifest([s.manifest_entry() for s in found]))
     return ["--schema-registry", store.uri(key)], f"{len(found)} _schemas segments"

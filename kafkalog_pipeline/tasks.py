@@ -41,7 +41,7 @@ QUALITY_JOB = "spark_jobs.check_quality"
 
 
 def manifest_key(token: str, chunk_id: int) -> str:
-    return f"_staging/{token}/_manifests/chunk-{chunk_id}.json"
+    return layout.chunk_manifest_key(token, chunk_id)
 
 
 def to_decode(wh, run_id: str, segments, *, reprocess: bool = False) -> dict:
@@ -146,7 +146,7 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     # a rerun of the whole run starts clean: its branches are made again from main
     # (without the run's published rows), and no manifest of an earlier attempt survives
     wh.begin_run(run_id, reset=True)
-    store.delete_prefix(f"_staging/{token}/")
+    store.delete_prefix(layout.run_folder(layout.STAGING, token) + "/")
     decode_args = []
     registry_args, registry_source = schema_registry_args(
         url=schema_registry, segments=segments, store=store, token=token, bucket=bucket,

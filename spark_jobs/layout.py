@@ -218,6 +218,30 @@ def read_manifest(data: bytes, where: str) -> list[dict]:
 TYPED_PREFIX = "values__"
 
 
+# ---- the warehouse's folders: W/<table>/... and W/_staging, W/_scratch, W/data_docs -----------
+#: under a table's location: its data files and its Iceberg metadata
+DATA_FOLDER, METADATA_FOLDER = "data", "metadata"
+#: under the warehouse root: a run's manifests and schemas before its tasks read them, a run's
+#: files before they are deduplicated, a run's Data Docs (each ``<folder>/<run token>/``)
+STAGING, SCRATCH, DATA_DOCS = "_staging", "_scratch", "data_docs"
+
+
+def table_folder(location: str, folder: str = DATA_FOLDER) -> str:
+    """A folder under a table's ``location``: its data files (default) or its metadata."""
+    return f"{location.rstrip('/')}/{folder}"
+
+
+def run_folder(folder: str, token: str) -> str:
+    """A run's folder (``token``: its run token) under :data:`STAGING`, :data:`SCRATCH` or
+    :data:`DATA_DOCS`, relative to the warehouse root, without a trailing slash."""
+    return f"{folder}/{token}"
+
+
+def chunk_manifest_key(token: str, chunk_id: int) -> str:
+    """Where the plan writes chunk ``chunk_id``'s segment manifest (under the warehouse root)."""
+    return f"{run_folder(STAGING, token)}/_manifests/chunk-{chunk_id}.json"
+
+
 def typed_table_name(topic: str) -> str:
     """The typed table of ``topic``."""
     return TYPED_PREFIX + topic.replace("_", "__").replace(".", "_dot_")

@@ -190,3 +190,15 @@ def test_read_batch_head_refuses_what_no_entry_starts_with():
     # data errors are ValueErrors too, like every kafkalog data error
     with pytest.raises(ValueError):
         kafkalog.read_batch_head(b"")
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_entry_offset_reads_what_the_decoder_reads(path):
+    """kafkalog.entry_offset (what the decode job reads at a position it cuts a segment at)
+    is the base offset of every batch of the real broker files, v0/v1 messages included."""
+    data = path.read_bytes()
+    batches = list(kafkalog.iter_batches(data, verify_crc=False))
+    assert batches
+    for b in batches:
+        assert kafkalog.entry_offset(data, b.position) == b.base_offset
+        assert kafkalog.entry_offset(memoryview(data)[b.position:b.position + 8]) == b.base_offset

@@ -45,25 +45,18 @@ async def airflow_user(request: Request):
     """The caller as Airflow's auth manager sees them, authorized to read the pipeline's runs."""
     from fastapi.security import HTTPAuthorizationCredentials
 
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.models.resource_details import (
-        AccessView, DagAccessEntity, DagDetails)
-    from airflow.api_fastapi.core_api.security import get_user
+    from kafkalog_pipeline._airflow import login_url, may_read_runs, request_user
 
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
     bearer = (HTTPAuthorizationCredentials(scheme=scheme, credentials=credentials.strip())
               if scheme.lower() == "bearer" and credentials.strip() else None)
     try:
-        user = await get_user(request, None, bearer)
+        user = await request_user(request, bearer)
     except HTTPException as err:
         if err.status_code in (401, 403) and bearer is None and _wants_html(request):
-            raise LoginRequired(get_auth_manager().get_url_login(next_url=str(request.url)))
+            raise LoginRequired(login_url(str(request.url)))
         raise
-    manager = get_auth_manager()
-    allowed = manager.is_authorized_view(access_view=AccessView.WEBSITE, user=user) and any(
-        manager.is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN,
-                                  details=DagDetails(id=dag_id), user=user)
-        for dag_id in DAG_IDS)
+    allowed = may_read_runs(user, DAG_IDS)
     if not allowed:
         raise HTTPException(status_code=403, detail="not allowed to read the pipeline's DAG runs")
     return user

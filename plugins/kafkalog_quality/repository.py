@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafkalog_pipeline.settings import SETTINGS
-from spark_jobs import schemas, storage, warehouse
+from spark_jobs import layout, schemas, storage, warehouse
 from spark_jobs.warehouse.catalog import CONFIG_FILE, mask_password, read_config
 from spark_jobs.warehouse.history import ancestry, main_history, snapshot_summary
 
@@ -66,7 +66,7 @@ ENV = SETTINGS["warehouse"][1]
 
 #: the Iceberg table of the results (schema spark_jobs.schemas.DQ_RESULTS)
 RESULTS_TABLE = "dq_results"
-DOCS_DIR = "data_docs"
+DOCS_DIR = layout.DATA_DOCS
 
 #: the snapshot night a dq_results row is about (a ``snapshot_missing`` row: the night that had
 #: none) and the night whose listing held a ledger row's segment; null in older rows

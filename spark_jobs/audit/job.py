@@ -188,7 +188,7 @@ def publish_docs(store, verdicts, run_id: str, checks, out=None) -> dict:
 
     from expectations import suites
 
-    prefix = f"data_docs/{storage.run_token(run_id)}"
+    prefix = layout.run_folder(layout.DATA_DOCS, storage.run_token(run_id))
     summary, docs_dir = suites.validate(verdicts, run_id, checks)
     try:
         if not os.path.exists(os.path.join(docs_dir, "index.html")):

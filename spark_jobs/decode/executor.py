@@ -421,7 +421,8 @@ def _first_entry_at(source, byte_range, position: int, hi: int) -> int | None:
 
 def _offset_at(source, byte_range, position: int) -> int:
     """The offset field of the entry at ``position`` (a v2 batch's base offset)."""
-    return int.from_bytes(_raw(source, byte_range, position, position + 8, 8), "big", signed=True)
+    size = kafkalog.ENTRY_OFFSET_SIZE
+    return kafkalog.entry_offset(_raw(source, byte_range, position, position + size, size))
 
 
 def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,

@@ -133,7 +133,7 @@ def plan_topics(wh, registry, topics) -> dict[str, TopicPlan]:
             continue
         full = pa.schema(list(LINEAGE) + list(cols))
         table = wh.typed_table(name, full)
-        out[topic] = TopicPlan(name, table.location().rstrip("/") + "/data", full, ok, bad,
+        out[topic] = TopicPlan(name, layout.table_folder(table.location()), full, ok, bad,
                                protobuf_specs(registry, ok))
     return out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import posixpath
 
+from spark_jobs import layout
 from spark_jobs.warehouse import ROWS, STAGE, airflow_summary, branch_name
 
 #: the prefix part of a compacted file's name, after the submission prefix
@@ -18,17 +19,17 @@ COMPACTED_TAG = "m-"
 MAINTENANCE = "kafkalog.maintenance"  # snapshot summary: which step made the snapshot
 COMPACTED_FILES = "kafkalog.compacted-files"
 #: the folder under the warehouse root with the runs' scratch space
-SCRATCH = "_scratch"
+SCRATCH = layout.SCRATCH
 
 
 def data_folder(table) -> str:
     """Where a (pyiceberg) table's data files are: ``<location>/data``."""
-    return table.location().rstrip("/") + "/data"
+    return layout.table_folder(table.location())
 
 
 def metadata_folder(table) -> str:
     """Where a table's manifests, manifest lists and metadata files are."""
-    return table.location().rstrip("/") + "/metadata"
+    return layout.table_folder(table.location(), layout.METADATA_FOLDER)
 
 
 def submission_prefix(path: str) -> str | None:

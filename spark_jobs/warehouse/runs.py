@@ -101,11 +101,11 @@ class Warehouse:
 
     def data_root(self, name: str) -> str:
         """Where the executors write table ``name``'s data files (a storage root)."""
-        return self.table(name).location().rstrip("/") + "/data"
+        return layout.table_folder(self.table(name).location())
 
     def scratch_root(self, run_id: str) -> str:
         """Scratch space of a run under W (output still to be deduplicated)."""
-        return f"{self.root.rstrip('/')}/_scratch/{storage.run_token(run_id)}"
+        return f"{self.root.rstrip('/')}/{layout.run_folder(layout.SCRATCH, storage.run_token(run_id))}"
 
     # ---------------------------------------------------------- run branches
 
