@@ -58,7 +58,7 @@ screenshots: venv browser
 	test -d demo-output/warehouse || (echo "no demo-output/warehouse: run make demo first" && exit 1)
 	$(BIN)/python tests/screenshot_report.py demo-output/warehouse --out docs/img --prefix report-
 
-# Debian's chromium for the browser tests (tests/test_plugin_ui.py); apt-get needs root.
+# Debian's chromium for the browser tests (tests/plugin/test_plugin_ui.py); apt-get needs root.
 .PHONY: browser
 browser:
 	command -v chromium || (apt-get update && apt-get install -y chromium)

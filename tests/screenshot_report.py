@@ -9,11 +9,11 @@ two images, ``docs/img/report-overview.png`` and ``docs/img/report-run.png``.
 Serves the plugin's FastAPI app (:mod:`kafkalog_quality.app`, authentication off, so no Airflow
 is started) on 127.0.0.1 for ``WAREHOUSE`` (its catalog found as the plugin finds it: pyiceberg's
 configuration, else ``WAREHOUSE/.pyiceberg.yaml``), opens both pages in Debian's headless
-Chromium (``make browser``) over the DevTools pipe of ``tests/test_plugin_ui.py`` and writes
+Chromium (``make browser``) over the DevTools pipe of ``tests/plugin/test_plugin_ui.py`` and writes
 ``overview.png`` and ``run.png`` (``--prefix`` before each name; the first screen, 1440x900,
 or the whole page with ``--full-page``) to ``--out``. The run page is ``--run`` (a run token), else the worst run:
 failed before warned before passed, newest first. Prints the two paths and the pages' URLs.
-``tests/test_plugin_ui.py`` takes the same two screenshots with :func:`shoot` from the test data.
+``tests/plugin/test_plugin_ui.py`` takes the same two screenshots with :func:`shoot` from the test data.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-for path in (REPO, REPO / "plugins", TESTS):
+for path in (REPO, REPO / "plugins", TESTS, TESTS / "plugin"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 

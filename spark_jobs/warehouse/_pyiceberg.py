@@ -53,7 +53,7 @@ def do_commit(table, updates: tuple, requirements: tuple) -> None:
     clean-up of old metadata files (``write.metadata.delete-after-commit.enabled``, through
     the private ``Catalog._delete_old_metadata``) and the update of the ``Table`` object. Our
     hand-made commits (:mod:`.snapshots`) taking it too means every commit of a table, ours
-    or pyiceberg's, goes through one call (tests/test_faults.py crashes a process there).
+    or pyiceberg's, goes through one call (tests/spark_jobs/test_faults.py crashes a process there).
     Public replacement: ``Catalog.commit_table`` plus the clean-up, once pyiceberg makes that
     public, or a public ``Transaction`` method that takes updates and requirements as they
     are (``Transaction._apply`` keeps one requirement of a kind)."""

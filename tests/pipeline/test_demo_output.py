@@ -25,7 +25,7 @@ from demo import nights, report, servers
 from spark_jobs import layout, schemas
 from spark_jobs.warehouse import Warehouse
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NIGHT_1 = "manual__2026-11-20T03:00:00+00:00"
 NIGHT_2 = "manual__2026-11-21T03:00:00+00:00"
 

@@ -106,7 +106,7 @@ def test_wiring_write_audit_publish(dag):
 def test_runs_take_the_warehouse_in_turn(dag, monkeypatch):
     """Backfill runs escape max_active_runs=1: plans run one at a time and wait for holders.
 
-    The real scheduler case is tests/test_backfill.py; here the rule itself.
+    The real scheduler case is tests/pipeline/test_backfill.py; here the rule itself.
     """
     from airflow.sdk.exceptions import AirflowRescheduleException
     from airflow.utils.state import TaskInstanceState as S

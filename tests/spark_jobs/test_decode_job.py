@@ -27,7 +27,7 @@ from spark_jobs.warehouse.catalog import CONFIG_FILE, catalog_properties
 from spark_jobs.warehouse.history import snapshot_summary
 
 from spark_settings import FAST_START_JVM
-from test_corpus import CORPUS
+from segments import CORPUS_DIR as CORPUS
 
 pytestmark = pytest.mark.pipeline
 

@@ -21,7 +21,7 @@ import tiered_encoder as enc
 pytestmark = pytest.mark.pipeline  # an S3 server (moto), as the repository marks such tests
 
 LOG = td.log_bytes()
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture

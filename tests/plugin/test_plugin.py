@@ -38,7 +38,7 @@ from spark_jobs.warehouse import (AUDITED, DEFAULT_CATALOG, DEFAULT_NAMESPACE, W
                                   branch_name)
 from spark_jobs.warehouse.catalog import EMBEDDED_DB
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "plugins"
 sys.path.insert(0, str(PLUGINS))
 

@@ -467,7 +467,7 @@ def test_decoder_option(tmp_path, capsys):
 
 
 def test_dump_decodes_the_corpus_cluster_metadata_log(capsys):
-    # its first 120 batches (every record of the log: tests/test_internal_topics.py)
+    # its first 120 batches (every record of the log: tests/kafkalog/test_internal_topics.py)
     meta = next(p for p in FILES if "__cluster_metadata-0" in str(p))
     end = list(kafkalog.iter_batches(meta))[120].position
     assert main(["dump", "--json", "--records", "--end", str(end), str(meta)]) == 0
@@ -547,7 +547,7 @@ def test_corrupt_snapshot_is_a_finding_exit_1(tmp_path, capsys):
 
 # -- the rest of a log directory's state files (issue 36) -------------------------------------
 
-BROKER_DIRS = Path(__file__).parent / "data" / "broker-dirs"
+BROKER_DIRS = Path(__file__).parents[1] / "data" / "broker-dirs"
 RONEM = BROKER_DIRS / "ronem123+rupia-transaction-service"
 QKRCKSTJQ = BROKER_DIRS / "qkrckstjq+spring-kafka"
 

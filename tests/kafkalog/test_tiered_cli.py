@@ -19,7 +19,7 @@ import tiered_data as td
 import tiered_encoder as enc
 
 LOG = td.log_bytes()
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run(*argv, cwd=None) -> subprocess.CompletedProcess:

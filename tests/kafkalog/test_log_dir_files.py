@@ -254,7 +254,7 @@ def test_quorum_state_faults():
 
 # -- KRaft snapshots: a real one, cut and reordered --------------------------------------------
 
-REAL_SNAPSHOT = (Path(__file__).parent / "data" / "broker-dirs" / "qkrckstjq+spring-kafka"
+REAL_SNAPSHOT = (Path(__file__).parents[1] / "data" / "broker-dirs" / "qkrckstjq+spring-kafka"
                  / "__cluster_metadata-0" / "00000000000000014406-0000000001.checkpoint")
 
 

@@ -190,7 +190,7 @@ def test_install_without_compiler_falls_back(tmp_path):
     p = subprocess.run(
         [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(tmp_path / "lib"),
          "--build-temp", str(tmp_path / "tmp")],
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert p.returncode == 0, p.stderr

@@ -26,7 +26,7 @@ from kafkalog.writer import SegmentWriter, WriteRecord
 from test_internal_topics import SHARE_RECORDS, _uv
 from test_log_dir_files import _checkpoint_as_kafka_writes, _properties_as_kafka_writes
 
-BROKER_DIRS = Path(__file__).parent / "data" / "broker-dirs"
+BROKER_DIRS = Path(__file__).parents[1] / "data" / "broker-dirs"
 #: the seven directories (a literal list: missing data fails the tests, never skips them)
 DIRS = (
     "AdiletBatyrbayev0520+air_analyzer",

@@ -209,7 +209,7 @@ def test_register_broker_record_v3_keeps_its_log_dirs():
     #   5c 78 64 af 8b 64 4a c0 fd d3 4a 4e 43 ca 4f 7e
     # = "XHhkr4tkSsD900pOQ8pPfg" in Kafka's base64, the directory.id of that broker's
     # meta.properties (and the PARTITION_RECORDs' directories)
-    path = (Path(__file__).parent / "data" / "broker-dirs" / "Niloufar1171+LDI-POC"
+    path = (Path(__file__).parents[1] / "data" / "broker-dirs" / "Niloufar1171+LDI-POC"
             / "__cluster_metadata-0" / "00000000000000000000.log")
     found = {r.offset: r.value for r in _data_records(path) if r.value[:3] == b"\x01\x00\x03"}
     assert sorted(found) == [6, 8]

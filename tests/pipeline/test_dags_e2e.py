@@ -3,7 +3,7 @@
 Two nights of snapshots (demo.data) are uploaded to the moto
 server; the DAG runs for each night, then as a manual run over both dates with
 ``reprocess`` (a new run id: deduplicated). A rerun of a night (same run id) is
-tests/test_backfill.py's step 3, through the scheduler.
+tests/pipeline/test_backfill.py's step 3, through the scheduler.
 Expected record counts come from decoding the snapshot files here with
 ``kafkalog.decode`` and taking the distinct (topic, partition, offset) of records
 whose batch CRC is valid; the warehouse is read with pyarrow.
