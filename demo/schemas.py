@@ -1,7 +1,7 @@
 """The demo's topics in Schema Registry's wire format, and the registry's own ``_schemas``.
 
 Values are serialized by confluent-kafka's own serializers (Avro, JSON Schema, Protobuf)
-against its in-memory mock registry, the independent encoder of tests/test_schemas.py;
+against its in-memory mock registry, the independent encoder of tests/kafkalog/test_schemas.py;
 ``_schemas-0`` holds what that registry registered, shaped as Schema Registry's
 ``KafkaStore`` writes it (a CONFIG, a NOOP and a MODE record, then a SCHEMA record per
 version; no ``guid``, which the mock invents at random). Per night (snapshots grow: night

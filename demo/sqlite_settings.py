@@ -10,7 +10,7 @@ process wrote (Airflow runs SQLite in WAL mode): SQLite answers ``database is
 locked`` at once, since the reader's snapshot is stale. ``airflow backfill create``
 meets that when the scheduler writes between its SAVEPOINT's read and its insert;
 Airflow then removes the half-made backfill and the command can simply be run
-again (dags/README.md, tests/test_backfill.py).
+again (dags/README.md, tests/pipeline/test_backfill.py).
 """
 
 CONNECT_ARGS = {"timeout": 60}
