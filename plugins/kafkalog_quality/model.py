@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from spark_jobs.audit.registry import SNAPSHOT_MISSING
+from spark_jobs.audit.results import Details, stored_details
 
 from .calendar import night_of
 from .words import (NOTHING_NEW, STATUSES, first_problem, ordered_counts, result_anchor,
@@ -33,9 +34,10 @@ class Result:
     severity: str | None
     observed: int | None
     failed: int | None
-    details: object  # parsed JSON (dict, list, ...), the raw string if it is not JSON, or None
+    details: Details | None  # the audit's typed details; None where they are no JSON object
     checked_at: dt.datetime | None
     night: str | None = None  # the column NIGHT, where the table has it
+    raw_details: str | None = None  # the details column as stored (shown raw; the JSON API)
 
     @property
     def outcome(self) -> str:
@@ -55,13 +57,15 @@ class Result:
 
     def first_problem(self) -> str:
         """Its one problem line (:func:`first_problem`)."""
-        return first_problem(self.topic, self.partition, self.details, self.failed, self.night)
+        return first_problem(self.topic, self.partition, self.details, self.failed, self.night,
+                             self.raw_details)
 
     def as_json(self) -> dict:
         return {
             "run_id": self.run_id, "check": self.check, "topic": self.topic,
             "partition": self.partition, "status": self.status, "severity": self.severity,
-            "observed": self.observed, "failed": self.failed, "details": self.details,
+            "observed": self.observed, "failed": self.failed,
+            "details": stored_details(self.raw_details),
             "checked_at": iso_time(self.checked_at), "night": self.night, "outcome": self.outcome,
         }
 

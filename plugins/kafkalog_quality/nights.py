@@ -54,10 +54,10 @@ def status_on_night(r: Result, night: str, run_nights, pattern: re.Pattern | Non
     items = problem_items(r.details)
     if not items or more_items(r.details):
         return r.status
-    placed = [calendar.night_of(i.get("segment"), pattern) for i in items]
+    placed = [calendar.night_of(i.segment, pattern) for i in items]
     if any(p is None for p in placed):
         return r.status
-    return worst_status(str(i.get("status") or "").lower() for i, p in zip(items, placed) if p == night)
+    return worst_status(str(i.status or "").lower() for i, p in zip(items, placed) if p == night)
 
 
 def outcome_on_night(r: Result, night: str, run_nights, pattern: re.Pattern | None) -> str:

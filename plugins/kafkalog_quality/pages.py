@@ -13,7 +13,7 @@ from collections import Counter
 from html import escape
 from urllib.parse import quote
 
-from spark_jobs.audit.results import plural
+from spark_jobs.audit.results import plural, stored_details
 
 from . import model, nights, remedies, series, svg, words
 from .calendar import nights_text
@@ -414,8 +414,9 @@ def index_page(runs: list[model.Run], base: str, root: str, ov: nights.Overview 
     return _page("Data quality", base, body)
 
 
-def _raw_details(details) -> str:
+def _raw_details(raw) -> str:
     """The row's ``details`` as stored (JSON), only behind a disclosure."""
+    details = stored_details(raw)
     if details is None:
         return ""
     text = details if isinstance(details, str) else json.dumps(details, indent=2, sort_keys=True)
@@ -426,7 +427,7 @@ def _raw_details(details) -> str:
 def _more_items(r: model.Result) -> str:
     """Every other stored item of a result, one plain line each (the first is already shown)."""
     problems = words.problem_items(r.details)
-    lines = [f'<li class="item item-{escape(str(i.get("status") or "other"))}">'
+    lines = [f'<li class="item item-{escape(str(i.status or "other"))}">'
              f'{line_html(words.item_line(r.topic, r.partition, i, r.night))}</li>'
              for i in problems[1:]]
     lines += [f'<li class="item item-pass"><span class="muted">accepted:</span> '
@@ -470,7 +471,7 @@ def _problem_row(r: model.Result) -> str:
         f"<tr {_row_attrs(r)}>"
         f'<td class="check-name">{escape(r.check)}</td><td class="tp">{escape(r.label)}</td>'
         f'<td class="problem"><div class="problem-line">{line_html(r.first_problem())}</div>'
-        f"{also}{_more_items(r)}{_raw_details(r.details)}</td>"
+        f"{also}{_more_items(r)}{_raw_details(r.raw_details)}</td>"
         f'<td class="num items">{escape(items)}</td>'
         f'<td class="num checked">{_checked(r)}</td></tr>')
 
@@ -484,7 +485,7 @@ def _pass_row(r: model.Result) -> str:
         f'<td class="num checked">{_checked(r)}</td>'
         f'<td class="accepted">{escape(accepted) if accepted else "<span class=muted>—</span>"}</td>'
         f'<td class="if-found">{escape(label) if label else "—"}</td>'
-        f"<td>{_raw_details(r.details)}</td></tr>")
+        f"<td>{_raw_details(r.raw_details)}</td></tr>")
 
 
 _GROUP_TITLES = {"fail": "Failed", "warn": "Warned"}

@@ -39,10 +39,8 @@ def failing(run: Run) -> dict:
     for r in run.results:
         if r.status != "fail":
             continue
-        details = r.details if isinstance(r.details, dict) else {}
-        classes = details.get("classes") if isinstance(details.get("classes"), dict) else {}
-        bad = sorted(c for c, info in classes.items()
-                     if isinstance(info, dict) and str(info.get("status")).lower() == "fail")
+        classes = {} if r.details is None else r.details.classes
+        bad = sorted(name for name, c in classes.items() if str(c.status).lower() == "fail")
         found = out.setdefault(r.topic, {}).setdefault(r.check, [])
         found += [c for c in bad if c not in found]
     return out

@@ -50,12 +50,12 @@ import pyarrow.parquet as pq
 
 from kafkalog_pipeline.settings import SETTINGS
 from spark_jobs import layout, schemas, storage, warehouse
+from spark_jobs.audit.results import parse_details
 from spark_jobs.warehouse.catalog import CONFIG_FILE, mask_password, read_config
 from spark_jobs.warehouse.history import ancestry, main_history, snapshot_summary
 
 from .calendar import night_pattern
 from .model import Coverage, Result, Run
-from .words import parse_details
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def results_from_arrow(table: pa.Table) -> list[Result]:
             partition=cols["partition"][i], status=(cols["status"][i] or "").lower(),
             severity=cols["severity"][i], observed=cols["observed"][i], failed=cols["failed"][i],
             details=parse_details(cols["details"][i]), checked_at=_utc(cols["checked_at"][i]),
-            night=cols[NIGHT][i],
+            night=cols[NIGHT][i], raw_details=cols["details"][i],
         ))
     return out
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections import Counter
 
 from .model import Result, Run, iso_time, worst_status
-from .words import as_details, count_of
+from spark_jobs.audit.results import count
+
 
 #: which checks feed which chart: the check names of spark_jobs/audit/registry.py
 CRC_CHECKS = ("crc",)
@@ -33,29 +34,23 @@ def check_kind(check: str) -> str | None:
 def gap_causes(result: Result) -> dict[str, int]:
     """Gaps by cause of an offset-gap row.
 
-    ``details.classes`` = ``{cause: {"status", "items", "offsets"}}`` (check_quality.py): the
-    number of gaps (``items``) of every cause, explained ones included; else
-    ``details.by_cause`` = ``{cause: count}``; else the row's ``failed`` as ``unspecified``.
+    ``details.classes`` = ``{cause: ClassCount(status, items, offsets)}`` (the audit's
+    :class:`spark_jobs.audit.results.Details`): the number of gaps (``items``) of every cause,
+    explained ones included; else (no classes: older rows) the extra ``by_cause`` =
+    ``{cause: count}``; else the row's ``failed`` as ``unspecified``.
     """
-    details = result.details if isinstance(result.details, dict) else {}
-    classes = details.get("classes")
-    if isinstance(classes, dict):
-        out = {}
-        for cause, info in classes.items():
-            n = count_of(info.get("items") if isinstance(info, dict) else info)
-            if n:
-                out[str(cause)] = n
-        return out
-    by_cause = details.get("by_cause")
+    details = result.details
+    if details is not None and details.classes:
+        return {cause: c.items for cause, c in details.classes.items() if c.items}
+    by_cause = None if details is None else details.extras.get("by_cause")
     if isinstance(by_cause, dict):
-        return {str(c): n for c, n in ((c, count_of(v)) for c, v in by_cause.items()) if n}
+        return {str(c): n for c, n in ((c, count(v)) for c, v in by_cause.items()) if n}
     return {UNSPECIFIED_CAUSE: result.failed} if result.failed else {}
 
 
 def timestamp_regressions(result: Result) -> int:
     """``details.regressions`` of a timestamp row (every regression, warned or failed), else ``failed``."""
-    details = result.details if isinstance(result.details, dict) else {}
-    n = count_of(details.get("regressions"))
+    n = None if result.details is None else count(result.details.extras.get("regressions"))
     return n if n is not None else (result.failed or 0)
 
 
@@ -88,10 +83,8 @@ def series(runs: list[Run]) -> dict:
     for run in ordered:
         for r in run.results:
             if check_kind(r.check) == "gaps":
-                classes = as_details(r.details).get("classes")
-                for cause, info in (classes.items() if isinstance(classes, dict) else ()):
-                    if isinstance(info, dict):
-                        cause_status.setdefault(str(cause), set()).add(str(info.get("status") or ""))
+                for cause, c in ({} if r.details is None else r.details.classes).items():
+                    cause_status.setdefault(cause, set()).add(str(c.status or ""))
     return {
         # the worst status the policy gave each cause: accepted ones are drawn neutral
         "gap_cause_status": {c: worst_status(cause_status.get(c, {"warn"})) for c in causes},

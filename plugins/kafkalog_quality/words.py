@@ -5,17 +5,17 @@ One formatter for the report page and for log lines: ``check_quality.report`` pr
 ``FAIL crc orders-1: ...`` lines of its own today and could print :func:`problem_line`
 instead (this module needs no Spark, only the dq_results row's fields).
 
-A result's ``details`` is the JSON the audit stores (``classes``, ``items``, ``unit``,
-``more_items``): :func:`as_details` reads it, the functions here phrase it.
+A result's ``details`` is the audit's typed :class:`spark_jobs.audit.results.Details`
+(``classes``, ``items``, ``unit``, ``more_items``), read once where the rows are loaded
+(``repository``); the functions here phrase it.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 from spark_jobs.audit.policy import RANK, SEVERITIES
-from spark_jobs.audit.results import checked, plural
+from spark_jobs.audit.results import Details, Item, checked, count, plural, stored_details
 
 #: verdict order, worst first (the policy's severities); a run's verdict is the worst status
 #: among its rows
@@ -82,29 +82,9 @@ def severity_label(severity) -> str | None:
     return SEVERITY_LABELS.get(str(severity).lower(), f"severity {severity}")
 
 
-def parse_details(raw):
-    """A ``details`` value as stored: its JSON parsed, else the raw string (None for none)."""
-    if raw is None or raw == "":
-        return None
-    try:
-        return json.loads(raw)
-    except (TypeError, ValueError):
-        return raw
-
-
-def count_of(value) -> int | None:
-    """``value`` as an int, None where it is none (a count the audit did not store)."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def as_details(details) -> dict:
-    """``details`` as a dict (parsed where it is JSON text; {} where it is no object)."""
-    if isinstance(details, (str, bytes)):
-        details = parse_details(details)
-    return details if isinstance(details, dict) else {}
+def passed(status) -> bool:
+    """Whether a stored item's or class' status is ``pass`` (the policy accepted it)."""
+    return str(status or "").lower() == "pass"
 
 
 def _offsets_text(first, last) -> str | None:
@@ -115,15 +95,13 @@ def _offsets_text(first, last) -> str | None:
     return f"offsets {first}..{last}"
 
 
-def describe_item(item: dict) -> str:
+def describe_item(item: Item) -> str:
     """One item a check found (an entry of ``details.items``), in the audit's own words: its
     ``message`` (checks.py phrases each with offsets, segment and byte position), followed by
     whichever of offsets, segment and byte position the message does not already name."""
-    if not isinstance(item, dict):
-        return str(item)
-    message = str(item.get("message") or "").strip()
-    first, last = item.get("first_offset"), item.get("last_offset")
-    segment, position = item.get("segment"), item.get("position")
+    message = str(item.message or "").strip()
+    first, last = item.first_offset, item.last_offset
+    segment, position = item.segment, item.position
     where = []
     offsets = _offsets_text(first, last)
     if offsets and not (
@@ -139,102 +117,92 @@ def describe_item(item: dict) -> str:
     elif segment and not seg_in:
         where.append(f"segment {segment}")
     if not message:
-        label = str(item.get("class") or "item").replace("_", " ")
+        label = str(item.class_ or "item").replace("_", " ")
         return f"{label} at {', '.join(where)}" if where else label
     return f"{message} ({', '.join(where)})" if where else message
 
 
-def item_line(topic, partition, item: dict, night=None) -> str:
+def item_line(topic, partition, item: Item, night=None) -> str:
     """``payments-1: offsets 15..24: ... is missing from the snapshot`` (:func:`where`)."""
     return f"{where(topic, partition, night)}: {describe_item(item)}"
 
 
-def _items(details: dict) -> list[dict]:
-    items = details.get("items")
-    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+def _items(details: Details | None) -> tuple[Item, ...]:
+    return () if details is None else details.items
 
 
-def problem_items(details) -> list[dict]:
+def problem_items(details: Details | None) -> list[Item]:
     """The items of a result that are problems (status fail/warn/other), worst first as the
     audit stores them; accepted items (status ``pass``) are left out."""
-    return [i for i in _items(as_details(details)) if str(i.get("status") or "").lower() != "pass"]
+    return [i for i in _items(details) if not passed(i.status)]
 
 
-def more_items(details) -> int:
+def more_items(details: Details | None) -> int:
     """Items the audit found beyond those it stored (``details.more_items``)."""
-    return count_of(as_details(details).get("more_items")) or 0
+    return 0 if details is None else details.more_items
 
 
-def accepted_items(details) -> list[dict]:
+def accepted_items(details: Details | None) -> list[Item]:
     """The stored items the policy accepted (status ``pass``), e.g. gaps of a compacted log."""
-    return [i for i in _items(as_details(details)) if str(i.get("status") or "").lower() == "pass"]
+    return [i for i in _items(details) if passed(i.status)]
 
 
-def accepted_classes(details) -> dict[str, dict]:
+def accepted_classes(details: Details | None) -> dict[str, dict]:
     """``{class: {"items", "offsets"}}`` of the classes the policy accepted (status ``pass``)
     that found something, e.g. gaps explained by compaction."""
-    classes = as_details(details).get("classes")
-    out = {}
-    if isinstance(classes, dict):
-        for name, info in classes.items():
-            if isinstance(info, dict) and str(info.get("status") or "").lower() == "pass":
-                n = count_of(info.get("items"))
-                if n:
-                    out[str(name)] = {"items": n, "offsets": count_of(info.get("offsets"))}
-    return out
+    classes = {} if details is None else details.classes
+    return {name: {"items": c.items, "offsets": c.offsets}
+            for name, c in classes.items() if passed(c.status) and c.items}
 
 
-def _classes_text(details: dict, bad: bool = True) -> str | None:
-    classes = details.get("classes")
-    if not isinstance(classes, dict):
+def _classes_text(details: Details | None, bad: bool = True) -> str | None:
+    if details is None:
         return None
     parts = []
-    for name, info in classes.items():
-        if not isinstance(info, dict):
+    for name, c in details.classes.items():
+        if not c.items or passed(c.status) == bad:
             continue
-        status = str(info.get("status") or "").lower()
-        n = count_of(info.get("items"))
-        if not n or (status == "pass") == bad:
-            continue
-        offsets = count_of(info.get("offsets"))
-        parts.append(f"{name}: {plural(n, 'item')}"
-                     + (f" ({plural(offsets, 'offset')})" if offsets else ""))
+        parts.append(f"{name}: {plural(c.items, 'item')}"
+                     + (f" ({plural(c.offsets, 'offset')})" if c.offsets else ""))
     return ", ".join(parts) or None
 
 
-def first_problem(topic, partition, details, failed=None, night=None) -> str:
+def first_problem(topic, partition, details: Details | None, failed=None, night=None,
+                  raw=None) -> str:
     """The one line of a result that failed or warned: its first (worst) item in plain words
-    (:func:`item_line`), else what its classes counted."""
-    d = as_details(details)
-    items = problem_items(d)
+    (:func:`item_line`), else what its classes counted; where ``details`` is no JSON object,
+    the first line of the ``raw`` text stored, if it is text."""
+    items = problem_items(details)
     if items:
         return item_line(topic, partition, items[0], night)
     head = where(topic, partition, night)
-    summary = _classes_text(d)
+    summary = _classes_text(details)
     if summary:
         return f"{head}: {summary} (no item details recorded)"
-    if isinstance(details, str) and details.strip() and not d:
-        return f"{head}: {details.strip().splitlines()[0]}"
-    n = count_of(failed) or 0
+    shown = stored_details(raw) if details is None else None
+    if isinstance(shown, str) and shown.strip():
+        return f"{head}: {shown.strip().splitlines()[0]}"
+    n = count(failed) or 0
     return f"{head}: {plural(n, 'item')} found (no details recorded)"
 
 
-def checked_text(observed, details) -> str | None:
+def checked_text(observed, details: Details | None) -> str | None:
     """``1,204 batches checked``: the result's ``observed`` count in the unit the audit gives
     (``details.unit``: batches, records or segments)."""
-    n = count_of(observed)
-    return None if n is None else checked(n, str(as_details(details).get("unit") or ""))
+    n = count(observed)
+    unit = None if details is None else details.unit
+    return None if n is None else checked(n, str(unit or ""))
 
 
-def problem_line(check, topic, partition, status, details, failed=None, observed=None,
-                 night=None) -> str:
+def problem_line(check, topic, partition, status, details: Details | None, failed=None,
+                 observed=None, night=None, raw=None) -> str:
     """A result as one log line, e.g. ``WARN offset_gaps payments-1: 1 item, 12 batches
     checked; first: offsets 15..24: ...``: the form of ``check_quality.report``'s lines, in
     the report's vocabulary (items found, units checked)."""
     head = f"{str(status or '?').upper()} {check} {where(topic, partition, night)}"
-    counts = [c for c in (plural(count_of(failed), "item") if count_of(failed) is not None else None,
+    counts = [c for c in (plural(count(failed), "item") if count(failed) is not None else None,
                           checked_text(observed, details)) if c]
-    line = first_problem(topic, partition, details, failed, night)
+    line = first_problem(topic, partition, details, failed, night, raw)
     first = line.split(": ", 1)[1] if ": " in line else line
     return f"{head}: {', '.join(counts)}; first: {first}" if counts else f"{head}: {first}"
 

@@ -6,7 +6,8 @@ row is graded, and reading and writing the table.
   names and :class:`ClassCount` a class' tally; :meth:`DqResult.to_row` is the table's dict
   form (what :func:`write` takes and the audit returns).
 * Readers — the report plugin, the demo — use :func:`read_results` (typed rows of the table)
-  or :func:`parse_details` (one ``details`` value) rather than the JSON.
+  or :func:`parse_details` (one ``details`` value) rather than the JSON;
+  :func:`stored_details` is the value as stored, for showing it raw.
 * :func:`graded_result` grades one check at one place from its observations' aggregates
   (built by :mod:`.rows`); :func:`missing_night_rows` the plan's ``snapshot_missing`` rows.
 * :func:`place`, :func:`verdict`, :func:`plural`, :func:`checked`: the words every reader
@@ -105,11 +106,24 @@ class Details:
         d = json.loads(raw)
         if not isinstance(d, dict):
             raise ValueError(f"details is a JSON {type(d).__name__}, not an object")
-        classes = {name: ClassCount(c.get("status"), c.get("items"), c.get("offsets"))
-                   for name, c in (d.get("classes") or {}).items() if isinstance(c, dict)}
-        items = tuple(Item.from_dict(it) for it in d.get("items") or () if isinstance(it, dict))
+        classes = d.get("classes") if isinstance(d.get("classes"), dict) else {}
+        items = d.get("items") if isinstance(d.get("items"), list) else ()
         extras = {k: v for k, v in d.items() if k not in _CORE_KEYS}
-        return cls(d.get("unit"), classes, items, d.get("more_items") or 0, extras)
+        return cls(d.get("unit"),
+                   {str(name): ClassCount(c.get("status"), count(c.get("items")),
+                                          count(c.get("offsets")))
+                    for name, c in classes.items() if isinstance(c, dict)},
+                   tuple(Item.from_dict(it) for it in items if isinstance(it, dict)),
+                   count(d.get("more_items")) or 0, extras)
+
+
+def count(value) -> int | None:
+    """A count as stored in ``details`` (an int; older rows: a numeric string or float) as
+    an int; None where it is none or no number."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def parse_details(raw) -> Details | None:
@@ -121,6 +135,18 @@ def parse_details(raw) -> Details | None:
         return Details.from_json(raw if isinstance(raw, (str, bytes)) else json.dumps(raw))
     except (TypeError, ValueError):
         return None
+
+
+def stored_details(raw):
+    """A ``details`` value as stored, for showing it as it is (the report's raw view, its
+    JSON API): the JSON decoded, whatever its type; the text itself where it is no JSON;
+    None where it is null or empty."""
+    if raw is None or raw == "":
+        return None
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return raw
 
 
 class DqResult(NamedTuple):

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs import schemas, storage
+from spark_jobs.audit.results import Details, Item, parse_details
 from spark_jobs.warehouse import (AUDITED, DEFAULT_CATALOG, DEFAULT_NAMESPACE, Warehouse,
                                   branch_name)
 from spark_jobs.warehouse.catalog import EMBEDDED_DB
@@ -424,8 +425,9 @@ def test_one_run_keeps_every_row_and_parses_details(warehouse):
     root, runs = warehouse
     want = runs[1]
     run = repository.Warehouse(root).run(want["token"])
-    got = sorted((r.check, r.topic, r.partition, r.status, r.failed, r.observed, json.dumps(r.details))
-                 for r in run.results)
+    got = sorted((r.check, r.topic, r.partition, r.status, r.failed, r.observed,
+                  json.dumps(json.loads(r.raw_details))) for r in run.results)
+    assert all(r.details == parse_details(r.raw_details) is not None for r in run.results)
     assert got == sorted((r["check"], r["topic"], r["partition"], r["status"], r["failed"],
                           r["observed"], json.dumps(json.loads(r["details"]))) for r in want["rows"])
     checks = {c["check"]: c for c in run.checks()}
@@ -458,7 +460,8 @@ def test_series_are_the_sums_of_the_rows(warehouse):
 
 def test_gap_causes_from_classes_else_by_cause_else_failed():
     def row(details, failed=4):
-        return model.Result("r", "offset_gaps", "t", 0, "warn", "warning", 10, failed, details, None)
+        return model.Result("r", "offset_gaps", "t", 0, "warn", "warning", 10, failed,
+                            parse_details(details), None)
 
     classes = {"compaction": {"status": "pass", "items": 5, "offsets": 9},
                "missing_segment": {"status": "warn", "items": 2, "offsets": 3},
@@ -467,7 +470,8 @@ def test_gap_causes_from_classes_else_by_cause_else_failed():
     assert series.gap_causes(row({"by_cause": {"a": "2", "b": None}})) == {"a": 2}
     assert series.gap_causes(row({"other": 1})) == {series.UNSPECIFIED_CAUSE: 4}
     assert series.gap_causes(row("not json", failed=0)) == {}
-    ts = model.Result("r", "create_time", "t", 0, "warn", "warning", 10, 0, {"regressions": 6}, None)
+    ts = model.Result("r", "create_time", "t", 0, "warn", "warning", 10, 0,
+                      parse_details({"regressions": 6}), None)
     assert series.timestamp_regressions(ts) == 6
     assert series.timestamp_regressions(dataclasses.replace(ts, details=None, failed=3)) == 3
     assert [series.check_kind(n) for n in ["crc", "offset_gaps", "record_gaps", "create_time",
@@ -770,7 +774,8 @@ def test_night_of_a_segment_follows_the_snapshot_template():
 
 def _result(run_id, check, status, items, more=0, tp=("orders", 0)):
     return model.Result(run_id, check, tp[0], tp[1], status, status, 10, len(items),
-                       {"unit": "batches", "classes": {}, "items": items, "more_items": more},
+                       parse_details({"unit": "batches", "classes": {}, "items": items,
+                                      "more_items": more}),
                        dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc))
 
 
@@ -921,7 +926,7 @@ def test_run_page_says_each_problem_in_one_plain_line(warehouse, client):
     for row, line in zip(rows, lines):
         want = by_key[(row.attrs["data-check"], row.attrs["data-topic"], int(row.attrs["data-partition"]))]
         first = json.loads(want["details"])["items"][0]
-        full = f"{row.attrs['data-topic']}-{row.attrs['data-partition']}: " + words.describe_item(first)
+        full = f"{row.attrs['data-topic']}-{row.attrs['data-partition']}: " + words.describe_item(Item.from_dict(first))
         assert first["segment"].startswith("s3://") and first["segment"] in full
         assert line == SEGMENT_URI.sub(lambda m: short(m.group(0)), full)
         assert f"{first['first_offset']}..{first['last_offset']}" in line or \
@@ -948,25 +953,25 @@ def test_item_lines_name_the_partition_offsets_segment_and_bytes():
            "message": f"batch at position 4096 of {seg} (offsets 10..14): stored crc 0x00000001, "
                       "computed 0x00000002"}
     # the audit's message already names all of it: nothing is added
-    assert words.item_line("payments", 1, crc) == f"payments-1: {crc['message']}"
+    assert words.item_line("payments", 1, Item.from_dict(crc)) == f"payments-1: {crc['message']}"
     gap = {"class": "missing_segment", "status": "warn", "first_offset": 15, "last_offset": 24,
            "segment": seg, "position": 0,
            "message": f"offsets 15..24: 00000000000000000000.log ends at 14 but the next segment "
                       f"file {seg} starts at 25: a segment based at 15 is missing from the snapshot"}
-    assert words.item_line("payments", 1, gap) == f"payments-1: {gap['message']} (segment {seg} at byte 0)"
+    assert words.item_line("payments", 1, Item.from_dict(gap)) == f"payments-1: {gap['message']} (segment {seg} at byte 0)"
     count = {"class": "records_missing", "status": "fail", "first_offset": 40, "last_offset": 44,
              "segment": seg, "position": 812, "message": "batch 40..44 declares 5 records; the records table holds 3"}
-    assert words.describe_item(count) == f"{count['message']} (segment {seg} at byte 812)"
+    assert words.describe_item(Item.from_dict(count)) == f"{count['message']} (segment {seg} at byte 812)"
     one = {"class": "regression", "first_offset": 7, "last_offset": 7, "segment": seg, "position": 9,
            "message": "CreateTime went back 5 ms at offset 7 (…)"}
-    assert words.describe_item(one) == f"{one['message']} (segment {seg} at byte 9)"
+    assert words.describe_item(Item.from_dict(one)) == f"{one['message']} (segment {seg} at byte 9)"
     bare = {"class": "unexplained", "first_offset": 3, "last_offset": 5}
-    assert words.describe_item(bare) == "unexplained at offsets 3..5"
-    assert words.describe_item({"class": "duplicate", "first_offset": 8, "last_offset": 8,
-                               "message": ""}) == "duplicate at offset 8"
+    assert words.describe_item(Item.from_dict(bare)) == "unexplained at offsets 3..5"
+    assert words.describe_item(Item.from_dict({"class": "duplicate", "first_offset": 8,
+                                               "last_offset": 8, "message": ""})) == "duplicate at offset 8"
     finding = {"class": "corrupt_batch", "first_offset": None, "last_offset": None, "segment": seg,
                "position": 100, "message": f"corrupt_batch in {seg} at 100..160: impossible magic 7"}
-    assert words.describe_item(finding) == finding["message"]
+    assert words.describe_item(Item.from_dict(finding)) == finding["message"]
 
 
 def test_problem_line_is_the_audits_log_line_in_the_reports_words():
@@ -979,9 +984,10 @@ def test_problem_line_is_the_audits_log_line_in_the_reports_words():
                   {"class": "compaction", "status": "pass", "first_offset": 30, "last_offset": 31,
                    "segment": "b.log", "position": 640, "message": "offsets 30..31: removed by log compaction"}],
         "more_items": 0}
-    line = words.problem_line("offset_gaps", "payments", 1, "warn", json.dumps(details), failed=1, observed=1204)
+    line = words.problem_line("offset_gaps", "payments", 1, "warn", parse_details(json.dumps(details)),
+                              failed=1, observed=1204)
     assert line == ("WARN offset_gaps payments-1: 1 item, 1,204 batches checked; first: "
-                    + words.describe_item(details["items"][0]))
+                    + words.describe_item(Item.from_dict(details["items"][0])))
     # the audit's own log line (check_quality.report) counts in the same words
     from spark_jobs import check_quality
 
@@ -991,22 +997,23 @@ def test_problem_line_is_the_audits_log_line_in_the_reports_words():
                            "details": json.dumps(details)}], out)
     assert out.getvalue().splitlines()[0] == ("WARN offset_gaps payments-1: 1 item, 1,204 batches "
                                               "checked; first: " + details["items"][0]["message"])
-    assert words.first_problem("payments", 1, details) == "payments-1: " + words.describe_item(details["items"][0])
-    assert words.problem_items(details) == details["items"][:1]
-    assert words.accepted_items(details) == details["items"][1:]
-    assert words.accepted_classes(details) == {"compaction": {"items": 2, "offsets": 4}}
+    assert words.first_problem("payments", 1, parse_details(details)) == "payments-1: " + words.describe_item(Item.from_dict(details["items"][0]))
+    assert words.problem_items(parse_details(details)) == [Item.from_dict(i) for i in details["items"][:1]]
+    assert words.accepted_items(parse_details(details)) == [Item.from_dict(i) for i in details["items"][1:]]
+    assert words.accepted_classes(parse_details(details)) == {"compaction": {"items": 2, "offsets": 4}}
     # no stored items: the classes' counts; no details at all: the row's count
     no_items = dict(details, items=[])
-    assert words.first_problem("payments", 1, no_items) == \
+    assert words.first_problem("payments", 1, parse_details(no_items)) == \
         "payments-1: missing_segment: 1 item (10 offsets) (no item details recorded)"
     assert words.first_problem("orders", 0, None, failed=3) == "orders-0: 3 items found (no details recorded)"
-    assert words.first_problem("orders", 0, "not json\nsecond line") == "orders-0: not json"
+    assert words.first_problem("orders", 0, parse_details("not json\nsecond line"),
+                               raw="not json\nsecond line") == "orders-0: not json"
     assert words.problem_line("crc", "orders", 0, "fail", None) == \
         "FAIL crc orders-0: 0 items found (no details recorded)"
-    assert words.checked_text(5, {"unit": "segments"}) == "5 segments checked"
-    assert words.checked_text(1, {"unit": "segments"}) == "1 segment checked"
-    assert words.checked_text(1, {"unit": "batches"}) == "1 batch checked"
-    assert words.checked_text(None, details) is None
+    assert words.checked_text(5, Details("segments")) == "5 segments checked"
+    assert words.checked_text(1, Details("segments")) == "1 segment checked"
+    assert words.checked_text(1, Details("batches")) == "1 batch checked"
+    assert words.checked_text(None, parse_details(details)) is None
     assert [words.severity_label(s) for s in ("fail", "warn", "pass", None, "odd")] == \
         ["would fail", "warn-only", "report-only", None, "severity odd"]
     assert words.topic_partition("orders", None) == "orders-?"

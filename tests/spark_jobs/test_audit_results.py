@@ -74,6 +74,29 @@ def test_parse_details_reads_what_readers_meet():
     assert old.extras == {"by_cause": {"gap": 1}}
 
 
+def test_parse_details_tolerates_odd_rows():
+    # counts stored as strings or floats are read as ints; a count that is no number is None
+    odd = results.parse_details({"classes": {"gap": {"status": "warn", "items": "2",
+                                                     "offsets": 3.0},
+                                             "bad": {"status": "warn", "items": "x"},
+                                             "bare": 4},
+                                 "items": 5, "more_items": "7", "regressions": "6"})
+    assert odd.classes == {"gap": results.ClassCount("warn", 2, 3),
+                           "bad": results.ClassCount("warn", None, None)}
+    assert (odd.items, odd.more_items, odd.extras) == ((), 7, {"regressions": "6"})
+    # classes or items of the wrong JSON type are none, the rest is read
+    wrong = results.parse_details('{"unit": "batches", "classes": [1], "items": {"a": 1}}')
+    assert (wrong.unit, wrong.classes, wrong.items) == ("batches", {}, ())
+    assert [results.count(v) for v in (3, "3", 3.7, None, "x", [1])] == [3, 3, 3, None, None, None]
+
+
+def test_stored_details_is_the_value_as_stored():
+    assert results.stored_details(CREATE_TIME_DETAILS) == json.loads(CREATE_TIME_DETAILS)
+    assert results.stored_details("[1, 2]") == [1, 2]
+    assert results.stored_details("not json\nsecond") == "not json\nsecond"
+    assert results.stored_details(None) is None and results.stored_details("") is None
+
+
 def test_a_snapshot_missing_row_is_graded_by_the_policy():
     [row] = results.missing_night_rows("r", {"2026-11-19": "s3://b/snapshots/2026-11-19/"},
                                        Policy.load(), checked_at=AT)
