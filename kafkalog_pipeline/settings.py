@@ -11,7 +11,8 @@ S3 access for the snapshot bucket (and an ``s3://`` warehouse) comes from the
 Airflow connection ``aws_default`` when it exists (login = access key id,
 password = secret key, extra ``endpoint_url``, ``region_name``,
 ``aws_session_token``: the Amazon provider's form), else from the standard AWS
-environment variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
+environment variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...):
+:func:`s3_access` builds it, a :class:`spark_jobs.storage.S3Config`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+
+from spark_jobs import storage
 
 log = logging.getLogger(__name__)
 
@@ -114,54 +116,13 @@ def get_int(name: str) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class S3Access:
-    """How to reach S3: endpoint, region and (optional) explicit credentials.
+def s3_access(conn_id: str = AWS_CONN_ID) -> storage.S3Config:
+    """S3 access from the Airflow connection ``conn_id`` if it exists, else the environment.
 
-    ``repr`` never shows the secret.
+    A connection's keys are explicit (spark-submit is handed them); without a connection, or
+    without keys in it, the keys are the environment's, resolved by boto's chain when needed
+    (:meth:`spark_jobs.storage.S3Config.resolved`).
     """
-
-    endpoint_url: str | None = None
-    region: str | None = None
-    access_key: str | None = None
-    secret_key: str | None = None
-    session_token: str | None = None
-    source: str = "environment"
-
-    def __repr__(self) -> str:
-        return (f"S3Access(endpoint_url={self.endpoint_url!r}, region={self.region!r}, "
-                f"explicit_keys={self.access_key is not None}, source={self.source!r})")
-
-    def env(self) -> dict[str, str]:
-        """Environment for a child process (spark-submit) so that its boto3 sees the same S3."""
-        out = {}
-        if self.endpoint_url:
-            out["AWS_ENDPOINT_URL"] = self.endpoint_url
-        if self.region:
-            out["AWS_DEFAULT_REGION"] = self.region
-        if self.access_key:
-            out["AWS_ACCESS_KEY_ID"] = self.access_key
-            out["AWS_SECRET_ACCESS_KEY"] = self.secret_key or ""
-            if self.session_token:
-                out["AWS_SESSION_TOKEN"] = self.session_token
-        return out
-
-    def storage_config(self):
-        """The same access as a :class:`spark_jobs.storage.S3Config`."""
-        from spark_jobs.storage import S3Config
-
-        if self.access_key:
-            return S3Config(endpoint_url=self.endpoint_url, region=self.region or "us-east-1",
-                            access_key=self.access_key, secret_key=self.secret_key,
-                            session_token=self.session_token)
-        base = S3Config.from_env(self.endpoint_url)
-        return S3Config(endpoint_url=base.endpoint_url, region=self.region or base.region,
-                        access_key=base.access_key, secret_key=base.secret_key,
-                        session_token=base.session_token)
-
-
-def s3_access(conn_id: str = AWS_CONN_ID) -> S3Access:
-    """S3 access from the Airflow connection ``conn_id`` if it exists, else the environment."""
     env_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     env_region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
     conn = None
@@ -173,19 +134,21 @@ def s3_access(conn_id: str = AWS_CONN_ID) -> S3Access:
         log.info("connection %r not found (%s): S3 access from the environment", conn_id,
                  type(err).__name__)
     if conn is None:
-        return S3Access(endpoint_url=env_endpoint, region=env_region)
+        return storage.S3Config(endpoint_url=env_endpoint, region=env_region)
     extra = conn.extra_dejson or {}
-    return S3Access(
+    access_key = conn.login or extra.get("aws_access_key_id") or None
+    return storage.S3Config(
         endpoint_url=extra.get("endpoint_url") or (conn.host or None) or env_endpoint,
         region=extra.get("region_name") or env_region,
-        access_key=conn.login or extra.get("aws_access_key_id") or None,
+        access_key=access_key,
         secret_key=conn.password or extra.get("aws_secret_access_key") or None,
         session_token=extra.get("aws_session_token") or None,
+        explicit=access_key is not None,
         source=f"connection {conn_id}",
     )
 
 
-def spark_env(access: S3Access) -> dict[str, str]:
+def spark_env(access: storage.S3Config) -> dict[str, str]:
     """Environment for spark-submit: this venv's python for driver and workers, S3 access."""
     python = sys.executable
     bindir = os.path.dirname(python)
@@ -199,7 +162,7 @@ def spark_env(access: S3Access) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH"))
                                       if p),
     }
-    env.update(access.env())
+    env.update(access.child_env())
     return env
 
 

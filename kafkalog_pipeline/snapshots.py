@@ -184,7 +184,7 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
     ``logs`` (snapshot date -> n) counts each date's ``.log`` objects, whatever their names
     and topics: a date with none has no snapshot.
     """
-    client = client or access.storage_config().client()  # the job's client: one retry policy
+    client = client or access.resolved().client()  # the job's client: one retry policy
     keep = topic_matcher(topics)
     segments: list[Segment] = []
     ignored = 0

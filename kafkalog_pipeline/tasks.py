@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 
-from spark_jobs import layout
+from spark_jobs import layout, storage
 
 from . import schema_registry, settings, snapshots
 from .schema_registry import registry_args as schema_registry_args
@@ -67,14 +67,13 @@ def to_decode(wh, run_id: str, segments, *, reprocess: bool = False) -> dict:
     return out
 
 
-def open_warehouse(warehouse: str, access: settings.S3Access | None = None, *,
+def open_warehouse(warehouse: str, access: storage.S3Config | None = None, *,
                    catalog: str | None = None, namespace: str | None = None):
     """The warehouse's tables in ``catalog`` and ``namespace`` (default: the settings)."""
-    from spark_jobs import storage
     from spark_jobs.warehouse import Warehouse
 
     access = access or settings.s3_access()
-    config = access.storage_config() if storage.is_s3(warehouse) else None
+    config = access.resolved() if storage.is_s3(warehouse) else None
     return Warehouse(warehouse, catalog or settings.get("catalog"),
                      namespace or settings.get("namespace"), config)
 
@@ -82,7 +81,7 @@ def open_warehouse(warehouse: str, access: settings.S3Access | None = None, *,
 def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = False,
              warehouse: str | None = None, bucket: str | None = None,
              prefix: str | None = None, template: str | None = None,
-             access: settings.S3Access | None = None,
+             access: storage.S3Config | None = None,
              schema_registry: str | None = None) -> dict:
     """List the snapshot(s), plan chunks, write one manifest per chunk.
 
@@ -106,8 +105,6 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     Raises :class:`settings.SettingError` / :class:`snapshots.PermanentS3Error`
     for what no retry fixes, :class:`snapshots.TransientS3Error` otherwise.
     """
-    from spark_jobs import storage
-
     warehouse = warehouse or settings.get("warehouse", required=True)
     bucket = bucket or settings.get("snapshot_bucket", required=True)
     prefix = prefix if prefix is not None else settings.get("snapshot_prefix")
@@ -129,7 +126,7 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
         log.warning("%s is not %s: an unparsable_name finding", uri, layout.GRAMMAR)
 
     token = storage.run_token(run_id)
-    store = storage.open_store(warehouse, access.storage_config()
+    store = storage.open_store(warehouse, access.resolved()
                                if storage.is_s3(warehouse) else None)
     wh = open_warehouse(warehouse, access)
     missing = record_missing_nights(wh, run_id, {d: f"s3://{bucket}/{p}" for d, p in prefixes.items()},
@@ -212,7 +209,7 @@ def record_missing_nights(wh, run_id: str, where: dict[str, str], logs: dict[str
     return rows
 
 
-def publish_run(*, warehouse: str, run_id: str, access: settings.S3Access | None = None,
+def publish_run(*, warehouse: str, run_id: str, access: storage.S3Config | None = None,
                 catalog: str | None = None, namespace: str | None = None):
     """Publish run ``run_id``'s audited branch in ``warehouse`` (after the audit passed):
     exactly the branch heads the audit read."""

@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, NamedTuple
 
 _TOKEN_SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -43,11 +43,30 @@ class ObjectInfo(NamedTuple):
 
 @dataclass(frozen=True)
 class S3Config:
+    """How to reach S3: endpoint, region and credentials -- the one S3 configuration type.
+
+    Keys are either *explicit* (given by an Airflow connection, see
+    ``kafkalog_pipeline.settings.s3_access``) or the environment's, resolved through boto's
+    credential chain (:meth:`from_env`, :meth:`resolved`). Only explicit keys are handed to a
+    child process (:meth:`child_env`): a child resolves the environment's chain itself.
+    ``source`` says where the access came from, for the logs; ``repr`` never shows a key.
+    """
+
     endpoint_url: str | None = None
     region: str | None = None
     access_key: str | None = None
     secret_key: str | None = None
     session_token: str | None = None
+    explicit: bool = False
+    source: str = "environment"
+
+    def __post_init__(self) -> None:
+        if self.explicit and not self.access_key:
+            raise ValueError("explicit S3 credentials need an access key")
+
+    def __repr__(self) -> str:
+        return (f"S3Config(endpoint_url={self.endpoint_url!r}, region={self.region!r}, "
+                f"explicit_keys={self.explicit}, source={self.source!r})")
 
     @classmethod
     def from_env(cls, endpoint_url: str | None = None) -> "S3Config":
@@ -65,6 +84,29 @@ class S3Config:
             secret_key=frozen.secret_key if frozen else None,
             session_token=frozen.token if frozen else None,
         )
+
+    def resolved(self) -> "S3Config":
+        """This access with keys and region filled in: keys as given, else the environment's
+        (boto's chain, as :meth:`from_env`); the region as given, else the environment's."""
+        if self.access_key:
+            return replace(self, region=self.region or "us-east-1")
+        base = S3Config.from_env(self.endpoint_url)
+        return replace(base, region=self.region or base.region, source=self.source)
+
+    def child_env(self) -> dict[str, str]:
+        """Environment for a child process (spark-submit) so that its boto3 sees the same S3:
+        endpoint and region as given, keys only when explicit."""
+        out = {}
+        if self.endpoint_url:
+            out["AWS_ENDPOINT_URL"] = self.endpoint_url
+        if self.region:
+            out["AWS_DEFAULT_REGION"] = self.region
+        if self.explicit:
+            out["AWS_ACCESS_KEY_ID"] = self.access_key
+            out["AWS_SECRET_ACCESS_KEY"] = self.secret_key or ""
+            if self.session_token:
+                out["AWS_SESSION_TOKEN"] = self.session_token
+        return out
 
     def client(self):
         return _client(self)

@@ -527,10 +527,10 @@ def _client(endpoint):
 
 def test_list_segments_with_paginator(s3_endpoint, s3_bucket, snapshot_root):
     from demo import data as demo_data
-    from kafkalog_pipeline import settings
+    from spark_jobs import storage
 
     demo_data.upload(snapshot_root, s3_bucket, "snaps", _client(s3_endpoint))
-    access = settings.S3Access(endpoint_url=s3_endpoint)
+    access = storage.S3Config(endpoint_url=s3_endpoint)
     # a page size of 3 makes the paginator fetch many pages
     client = _client(s3_endpoint)
     real = client.get_paginator
@@ -557,25 +557,88 @@ def test_list_segments_with_paginator(s3_endpoint, s3_bucket, snapshot_root):
 
 
 def test_missing_bucket_is_permanent_and_clear(s3_endpoint):
-    from kafkalog_pipeline import settings
+    from spark_jobs import storage
 
-    access = settings.S3Access(endpoint_url=s3_endpoint)
+    access = storage.S3Config(endpoint_url=s3_endpoint)
     with pytest.raises(snapshots.PermanentS3Error, match="bucket does not exist"):
         snapshots.list_segments("no-such-bucket-here", {"d": "p/2026-11-20/"}, access)
 
 
 def test_unreachable_endpoint_is_transient():
-    from kafkalog_pipeline import settings
+    from spark_jobs import storage
 
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    access = settings.S3Access(endpoint_url=f"http://127.0.0.1:{port}", region="us-east-1",
+    access = storage.S3Config(endpoint_url=f"http://127.0.0.1:{port}", region="us-east-1",
                                access_key="x", secret_key="y")
     with pytest.raises(snapshots.TransientS3Error, match="cannot list"):
         snapshots.list_segments("b", {"d": "p/2026-11-20/"}, access)
+
+
+# ------------------------------------------------------------------ S3 access (connection or environment)
+def test_a_connections_keys_are_explicit_handed_to_spark_and_never_shown(monkeypatch):
+    import json
+
+    from kafkalog_pipeline import settings
+
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKALOG_TEST_S3", json.dumps(
+        {"conn_type": "aws", "login": "AKIATESTKEYID", "password": "secret-of-the-test",
+         "extra": {"endpoint_url": "http://s3.test:9000", "region_name": "eu-west-1",
+                   "aws_session_token": "token-of-the-test"}}))
+    access = settings.s3_access("kafkalog_test_s3")
+    assert (access.explicit, access.source) == (True, "connection kafkalog_test_s3")
+    assert access.child_env() == {
+        "AWS_ENDPOINT_URL": "http://s3.test:9000", "AWS_DEFAULT_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "AKIATESTKEYID", "AWS_SECRET_ACCESS_KEY": "secret-of-the-test",
+        "AWS_SESSION_TOKEN": "token-of-the-test"}
+    env = settings.spark_env(access)
+    assert env["AWS_ACCESS_KEY_ID"] == "AKIATESTKEYID" and "PYSPARK_PYTHON" in env
+    assert access.resolved() == access  # keys and region given: nothing to resolve
+    for shown in (repr(access), str(access), repr(access.resolved())):
+        assert "AKIATESTKEYID" not in shown and "secret-of-the-test" not in shown
+        assert "token-of-the-test" not in shown
+    assert repr(access) == ("S3Config(endpoint_url='http://s3.test:9000', region='eu-west-1', "
+                            "explicit_keys=True, source='connection kafkalog_test_s3')")
+
+
+def test_the_environments_keys_stay_in_the_environment(monkeypatch):
+    """Without a connection (or without keys in it) the keys come from boto's chain when the
+    pipeline itself reaches S3, and spark-submit resolves its own: it is handed none."""
+    import json
+
+    from kafkalog_pipeline import settings
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://s3.env:9000")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-central-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAENVKEYID")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-of-the-env")
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKALOG_KEYLESS_S3", json.dumps(
+        {"conn_type": "aws", "extra": {"region_name": "ap-south-1"}}))
+    for conn_id, source, region in (("kafkalog_no_such_conn", "environment", "eu-central-1"),
+                                    ("kafkalog_keyless_s3", "connection kafkalog_keyless_s3",
+                                     "ap-south-1")):
+        access = settings.s3_access(conn_id)
+        assert (access.explicit, access.source, access.access_key) == (False, source, None)
+        assert access.child_env() == {"AWS_ENDPOINT_URL": "http://s3.env:9000",
+                                      "AWS_DEFAULT_REGION": region}
+        resolved = access.resolved()
+        assert (resolved.endpoint_url, resolved.region, resolved.access_key,
+                resolved.secret_key) == ("http://s3.env:9000", region, "AKIAENVKEYID",
+                                         "secret-of-the-env")
+        assert (resolved.explicit, resolved.source) == (False, source)
+        assert "AWS_ACCESS_KEY_ID" not in resolved.child_env()
+        assert "AKIAENVKEYID" not in repr(resolved) and "secret-of-the-env" not in repr(resolved)
+
+
+def test_explicit_keys_need_an_access_key():
+    from spark_jobs import storage
+
+    with pytest.raises(ValueError, match="need an access key"):
+        storage.S3Config(endpoint_url="http://s3.test:9000", explicit=True)
 
 
 # ------------------------------------------------------------------ plan_run (moto, no Spark)
@@ -607,14 +670,14 @@ def test_plan_run_lists_every_segment_and_weighs_only_bytes_to_decode(
     import math
 
     from demo import data as demo_data
-    from kafkalog_pipeline import settings, tasks
+    from kafkalog_pipeline import tasks
     from spark_jobs import layout, storage
 
     demo_data.upload(snapshot_root, s3_bucket, "snaps", _client(s3_endpoint))
-    access = settings.S3Access(endpoint_url=s3_endpoint)
+    access = storage.S3Config(endpoint_url=s3_endpoint)
     W = tmp_path / "w"
     night1, night2 = demo_data.NIGHTS
-    _ingest_here(W, "night-1", f"s3://{s3_bucket}/snaps/{night1}/", access.storage_config())
+    _ingest_here(W, "night-1", f"s3://{s3_bucket}/snaps/{night1}/", access.resolved())
     target, max_chunks = 3000, 4
     monkeypatch.setenv("KAFKALOG_CHUNK_BYTES", str(target))
     monkeypatch.setenv("KAFKALOG_MAX_CHUNKS", str(max_chunks))
@@ -632,7 +695,7 @@ def test_plan_run_lists_every_segment_and_weighs_only_bytes_to_decode(
         out = {}
         for args in summary["decode_args"]:
             uri = args[args.index("--input") + 1]
-            store, key = storage.open_object(uri, access.storage_config())
+            store, key = storage.open_object(uri, access.resolved())
             for entry in layout.read_manifest(store.read(key), uri):
                 path = entry["uri"].split(f"/{date}/", 1)[1]
                 assert out.setdefault(path, int(args[args.index("--chunk-id") + 1])) is not None
@@ -649,7 +712,7 @@ def test_plan_run_lists_every_segment_and_weighs_only_bytes_to_decode(
     state = {}
     for args in summary["decode_args"]:
         uri = args[args.index("--input") + 1]
-        store, key = storage.open_object(uri, access.storage_config())
+        store, key = storage.open_object(uri, access.resolved())
         for f in layout.read_manifest_state_files(store.read(key), uri):
             state[f.split(f"/{date}/", 1)[1]] = int(args[args.index("--chunk-id") + 1])
     assert state == {f"payments-0/{name}": planned(summary)["payments-0/00000000000000000015.log"]
@@ -724,7 +787,7 @@ def test_a_night_without_a_snapshot_is_a_result_and_a_stray_log_is_decoded(
     [args] = summary["decode_args"]
     uri = args[args.index("--input") + 1]
     store, key = storage.open_object(uri, None if not storage.is_s3(uri) else
-                                     tasks.settings.s3_access().storage_config())
+                                     tasks.settings.s3_access().resolved())
     assert [e["uri"] for e in layout.read_manifest(store.read(key), uri)] == [
         f"s3://{s3_bucket}/{stray}"]
 

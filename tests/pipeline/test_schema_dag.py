@@ -11,7 +11,7 @@ import pytest
 # Airflow reads its configuration at import: airflow_env sets it first.
 from airflow_env import DAGS  # noqa: E402
 
-from kafkalog_pipeline import schema_registry, settings, tasks  # noqa: E402
+from kafkalog_pipeline import schema_registry, tasks  # noqa: E402
 from spark_jobs import layout, storage  # noqa: E402
 from spark_jobs.decode import values  # noqa: E402
 
@@ -44,8 +44,8 @@ def test_the_plan_hands_every_chunk_the_snapshots_schemas_or_the_connections_url
     from demo import data as demo_data
 
     demo_data.upload(night, s3_bucket, "snaps", boto3.client("s3", endpoint_url=s3_endpoint))
-    access = settings.S3Access(endpoint_url=s3_endpoint)
-    config = access.storage_config()
+    access = storage.S3Config(endpoint_url=s3_endpoint)
+    config = access.resolved()
 
     def registry_arg(summary):
         got = {a[a.index("--schema-registry") + 1] for a in summary["decode_args"]}
