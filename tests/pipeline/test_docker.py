@@ -821,8 +821,10 @@ def test_dockerfile_installs_from_the_lock_then_the_package_with_every_module():
                 assert name in locked or "==" in line, f"{extra}: {line} is neither locked nor pinned"
     pkg_run, pkg_copied = next((r, c) for r, c in order if "--no-deps ." in r)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    # a package's folder (a subpackage travels with its parent's folder)
-    packages = {p.split(".")[0] for p in project["tool"]["setuptools"]["packages"]}
+    # a package's folder (a subpackage travels with its parent's folder): the patterns
+    # setuptools finds the packages by
+    packages = {p.split(".")[0] for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert packages == {"kafkalog", "spark_jobs", "kafkalog_pipeline", "expectations"}
     needed = packages | {"pyproject.toml", "setup.py", project["project"]["readme"]}
     assert needed <= pkg_copied, f"not copied before pip install .: {needed - pkg_copied}"
     # the compiled path must really be there (setup.py would silently fall back)
