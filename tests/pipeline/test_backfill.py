@@ -237,6 +237,13 @@ def create_backfill(af: Airflow, *extra: str, nights=NIGHTS, runs=None) -> int:
         # made stale (the scheduler's, here) at once, whatever the busy timeout; Airflow
         # then removes the half-made backfill, so the command can be run again
         assert "database is locked" in out[1] and attempt < LOCK_ATTEMPTS, out[1][-3000:]
+        left = [i for (i,) in af.query("SELECT id FROM backfill WHERE dag_id = ? AND id > ? AND "
+                                       "completed_at IS NULL", DAG_ID, before)]
+        if left:
+            # Airflow's removal of the half-made backfill (models/backfill.py
+            # _cleanup_partial_backfill) is best-effort: under SQLite it can meet the lock too
+            # and leave it active, refusing every create after it. Finish it as that would.
+            remove_partial_backfills(af, left)
         active = af.query("SELECT count(*) FROM backfill WHERE dag_id = ? AND completed_at IS NULL",
                           DAG_ID)[0][0]
         assert active == 0, f"a failed backfill create left {active} active backfill(s)"
@@ -244,6 +251,22 @@ def create_backfill(af: Airflow, *extra: str, nights=NIGHTS, runs=None) -> int:
     (backfill_id,) = af.query("SELECT max(id) FROM backfill")[0]
     assert backfill_id > before
     return backfill_id
+
+
+def remove_partial_backfills(af: Airflow, ids: list[int]) -> None:
+    """Delete backfills ``ids`` with their dag runs, as Airflow's cleanup of a backfill whose
+    create met a lock does."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(Path(af.env["AIRFLOW_HOME"]) / "airflow.db", timeout=60)) as db:
+        db.execute("PRAGMA foreign_keys = ON")  # as Airflow's engine: a run's rows go with it
+        with db:
+            for i in ids:
+                db.execute("DELETE FROM backfill_dag_run WHERE backfill_id = ?", (i,))
+                db.execute("DELETE FROM dag_run WHERE backfill_id = ?", (i,))
+                db.execute("DELETE FROM backfill WHERE id = ?", (i,))
+    print(f"airflow backfill create: removed the half-made backfill(s) {ids}")
 
 
 def wait_for_backfill(af: Airflow, backfill_id: int, timeout: float = RUN_TIMEOUT) -> list[dict]:
