@@ -18,8 +18,6 @@ from spark_jobs.warehouse import ROWS, STAGE, airflow_summary, branch_name
 COMPACTED_TAG = "m-"
 MAINTENANCE = "kafkalog.maintenance"  # snapshot summary: which step made the snapshot
 COMPACTED_FILES = "kafkalog.compacted-files"
-#: the folder under the warehouse root with the runs' scratch space
-SCRATCH = layout.SCRATCH
 
 
 def data_folder(table) -> str:

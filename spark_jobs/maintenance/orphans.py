@@ -16,8 +16,9 @@ import datetime as dt
 import os
 
 from spark_jobs import storage
+from spark_jobs.layout import SCRATCH
 from spark_jobs.maintenance.errors import MaintenanceError
-from spark_jobs.maintenance.naming import SCRATCH, data_folder, metadata_folder
+from spark_jobs.maintenance.naming import data_folder, metadata_folder
 from spark_jobs.warehouse import Warehouse
 
 DEFAULT_ORPHAN_GRACE_HOURS = 72.0
