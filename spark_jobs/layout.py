@@ -54,10 +54,16 @@ DECODE_TABLES = TABLE_NAMES[:5]
 #: docs/tables.md): created by the first run that has rows for them, and then published
 #: with the run's other tables (before the ledger). ``consumer_lag`` is the audit's, like
 #: dq_results.
-INTERNAL_TABLES = ("consumer_offsets", "group_metadata", "transactions", "cluster_metadata",
-                   "producer_state", "leader_epochs", "consumer_lag")
-#: of them, those a decode run writes
-DERIVED_TABLES = INTERNAL_TABLES[:6]
+#: Issue 36 adds the log directory's own files (broker_state, partition_checkpoints,
+#: kraft_snapshots, quorum_state) and ``__share_group_state``; issue 34 the tier's
+#: ``remote_segments`` (from ``__remote_log_metadata``).
+#: Those a decode run writes:
+DERIVED_TABLES = ("consumer_offsets", "group_metadata", "transactions", "cluster_metadata",
+                  "producer_state", "leader_epochs", "broker_state", "partition_checkpoints",
+                  "kraft_snapshots", "quorum_state", "share_group_state", "remote_segments")
+#: those the audit writes
+AUDIT_DERIVED_TABLES = ("consumer_lag",)
+INTERNAL_TABLES = DERIVED_TABLES + AUDIT_DERIVED_TABLES
 
 
 def night(value) -> str:

@@ -185,6 +185,58 @@ PRODUCER_STATE = pa.schema([
 LEADER_EPOCHS = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("epoch", pa.int32()),
     ("start_offset", pa.int64())] + _STATE_LINEAGE)
+# --- a log directory's own files (issue 36): one row set per night and log directory
+# (``log_dir``: the folder holding the partition folders, as listed); ``file``: the URI read
+_DIR_LINEAGE = [("file", pa.string()), (NIGHT, pa.string()), ("run_id", pa.string())]
+BROKER_STATE = pa.schema([
+    ("log_dir", pa.string()), ("cluster_id", pa.string()), ("node_id", pa.int32()),
+    ("directory_id", pa.string()), ("meta_version", pa.int32()),
+    ("clean_shutdown", pa.bool_()), ("broker_epoch", pa.int64())] + _DIR_LINEAGE)
+PARTITION_CHECKPOINTS = pa.schema([
+    ("log_dir", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("recovery_point", pa.int64()), ("recovery_point_file", pa.string()),
+    ("high_watermark", pa.int64()), ("high_watermark_file", pa.string()),
+    ("log_start_offset", pa.int64()), ("log_start_offset_file", pa.string()),
+    ("cleaner_offset", pa.int64()), ("cleaner_offset_file", pa.string()),
+    (NIGHT, pa.string()), ("run_id", pa.string())])
+KRAFT_SNAPSHOTS = pa.schema([
+    ("log_dir", pa.string()), ("snapshot_offset", pa.int64()), ("snapshot_epoch", pa.int32()),
+    ("bootstrap", pa.bool_()), ("deleted", pa.bool_()),
+    ("last_contained_log_timestamp", TS), ("offset", pa.int64()), ("control", pa.bool_()),
+    ("type", pa.string()), ("version", pa.int16()), ("topic_id", pa.string()),
+    ("topic_name", pa.string()), ("partition_id", pa.int32()), ("data_json", pa.string())]
+    + _DIR_LINEAGE)
+QUORUM_STATE = pa.schema([
+    ("log_dir", pa.string()), ("data_version", pa.int32()), ("cluster_id", pa.string()),
+    ("leader_id", pa.int32()), ("leader_epoch", pa.int32()), ("voted_id", pa.int32()),
+    ("voted_directory_id", pa.string()), ("applied_offset", pa.int64()),
+    ("current_voters", pa.list_(pa.int32()))] + _DIR_LINEAGE)
+# --- __share_group_state (KIP-932), decoded like the other internal topics
+SHARE_GROUP_STATE = pa.schema([
+    ("group_id", pa.string()), ("topic_id", pa.string()), ("partition", pa.int32()),
+    ("record", pa.string()), ("tombstone", pa.bool_()), ("snapshot_epoch", pa.int32()),
+    ("state_epoch", pa.int32()), ("leader_epoch", pa.int32()), ("start_offset", pa.int64()),
+    ("delivery_complete_count", pa.int32()), ("create_timestamp", TS),
+    ("write_timestamp", TS),
+    ("state_batches", pa.list_(pa.struct([
+        ("first_offset", pa.int64()), ("last_offset", pa.int64()),
+        ("delivery_state", pa.int8()), ("delivery_state_name", pa.string()),
+        ("delivery_count", pa.int16())])))] + _SOURCE)
+# --- the tier's segments (issue 34), replayed from __remote_log_metadata as of a night
+REMOTE_SEGMENTS = pa.schema([
+    ("segment_id", pa.string()), ("topic_id", pa.string()), ("topic", pa.string()),
+    ("partition", pa.int32()), ("start_offset", pa.int64()), ("end_offset", pa.int64()),
+    ("max_timestamp", TS), ("broker_id", pa.int32()), ("segment_size_in_bytes", pa.int64()),
+    ("segment_leader_epochs", pa.list_(pa.struct([
+        ("leader_epoch", pa.int32()), ("start_offset", pa.int64())]))),
+    ("state", pa.string()),
+    ("state_history", pa.list_(pa.struct([
+        ("state", pa.string()), ("event_timestamp", TS), ("broker_id", pa.int32()),
+        ("metadata_partition", pa.int32()), ("metadata_offset", pa.int64())]))),
+    ("custom_metadata", pa.binary()), ("remote_size", pa.int64()),
+    ("object_prefix", pa.string()), ("object_key", pa.string()),
+    ("partition_delete_state", pa.string()), ("problems", pa.list_(pa.string())),
+    (NIGHT, pa.string()), ("run_id", pa.string())])
 CONSUMER_LAG = pa.schema([
     ("run_id", pa.string()), ("group", pa.string()), ("topic", pa.string()),
     ("partition", pa.int32()), ("committed_offset", pa.int64()), ("commit_timestamp", TS),
@@ -193,7 +245,8 @@ CONSUMER_LAG = pa.schema([
 
 INTERNAL = dict(zip(layout.INTERNAL_TABLES, (
     CONSUMER_OFFSETS, GROUP_METADATA, TRANSACTIONS, CLUSTER_METADATA, PRODUCER_STATE,
-    LEADER_EPOCHS, CONSUMER_LAG)))
+    LEADER_EPOCHS, BROKER_STATE, PARTITION_CHECKPOINTS, KRAFT_SNAPSHOTS, QUORUM_STATE,
+    SHARE_GROUP_STATE, REMOTE_SEGMENTS, CONSUMER_LAG)))
 TABLES.update(INTERNAL)
 PARTITIONS.update({name: () for name in INTERNAL})
 #: the tables a decode run derives from internal topics and state files
