@@ -31,6 +31,11 @@ REPLICA_DIVERGENCE = "replica_divergence"
 #: warehouses keep those rows, and the audit still recognises them by it
 REPLICA_DIVERGENCE_PREFIX = "replica divergence:"
 
+#: a remote (tiered-storage) copy of a partition's offsets and the local copy of the same
+#: offsets holding different batches (issue 34: the job's reconciliation of tier and
+#: local tail; the audit's tier check ``tier_divergence``)
+TIER_DIVERGENCE = "tier_divergence"
+
 #: the columns of a finding a decode task fills (the lineage columns come after)
 TASK_COLUMNS = pa.schema([f for f in schemas.FINDINGS if f.name in (
     "kind", "position", "end", "message", "base_offset", "last_offset", "bytes", "raw")])
