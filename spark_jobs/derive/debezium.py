@@ -318,7 +318,11 @@ def _time(unit: str, bits: int):
 
 
 def _unscaled(data: bytes, scale: int) -> decimal.Decimal:
-    return decimal.Decimal(f"{int.from_bytes(data, 'big', signed=True)}E-{scale}")
+    """Connect's decimal bytes: the unscaled value, two's complement, most significant byte first."""
+    unscaled = int(data.hex() or "0", 16)
+    if data and data[0] & 0x80:
+        unscaled -= 1 << (8 * len(data))
+    return decimal.Decimal(f"{unscaled}E-{scale}")
 
 
 def _decimal(value, schema, path):
