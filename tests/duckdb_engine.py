@@ -1,0 +1,172 @@
+"""DuckDB as a second engine over the warehouse's Iceberg tables (issue 35, item 4): the one
+place the tests open a table with DuckDB's own Iceberg reader, and the comparison of what it
+reads with what pyiceberg reads.
+
+DuckDB's ``iceberg`` extension is not downloaded (``INSTALL iceberg`` needs the internet): the
+packages ``duckdb-extension-avro`` and ``duckdb-extension-iceberg`` (requirements.txt) ship the
+extension files, built for one DuckDB version, under
+``duckdb_extension_<name>/extensions/v<duckdb version>/<name>.duckdb_extension``, and
+``LOAD '<file>'`` loads them (avro first: the iceberg extension reads Iceberg's Avro manifests
+through it). A table is read from its metadata file, ``iceberg_scan('<metadata location>')``,
+the location the catalog holds (pyiceberg's public ``Table.metadata_location``); a snapshot,
+and so a branch or a tag, with ``snapshot_from_id``. DuckDB plans the files itself from the
+manifests: nothing of pyiceberg's scan is involved. Local warehouses only (``s3://`` would need
+``duckdb-extension-httpfs`` and an S3 secret).
+
+Values are compared by value: timestamps as instants (DuckDB names UTC ``Etc/UTC``), NaN equal
+to NaN, structs, lists, maps and binary as Python values; rows sorted, every column.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import math
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+
+#: in load order: the iceberg extension reads manifests (Avro) through the avro extension
+EXTENSIONS = ("avro", "iceberg")
+
+
+class EngineMismatch(AssertionError):
+    """A table that DuckDB and pyiceberg read differently; the message names it and shows
+    the first differing rows."""
+
+
+def extension_file(name: str) -> Path:
+    """The extension file package ``duckdb-extension-<name>`` ships for the installed DuckDB."""
+    import duckdb
+
+    spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"no package duckdb-extension-{name}: pip install -c requirements.lock "
+                           "-r requirements.txt")
+    folder = Path(spec.origin).parent / "extensions"
+    path = folder / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+    if not path.is_file():
+        built = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+        raise RuntimeError(f"duckdb-extension-{name} has no build for duckdb {duckdb.__version__} "
+                           f"(it has {built}): pin duckdb to the extension's version")
+    return path
+
+
+def connect():
+    """An in-memory DuckDB connection with the avro and iceberg extensions loaded."""
+    import duckdb
+
+    con = duckdb.connect()
+    for name in EXTENSIONS:
+        con.execute(f"LOAD '{extension_file(name)}'")
+    return con
+
+
+def snapshot_of(table, ref: str | None = None, snapshot: int | None = None) -> int | None:
+    """The snapshot id of ``ref`` (a branch or tag) of a pyiceberg table, else ``snapshot``
+    (None: the current one)."""
+    if ref is None:
+        return snapshot
+    found = table.refs().get(ref)
+    if found is None:
+        raise LookupError(f"table {table.name()} has no branch or tag {ref!r}")
+    return found.snapshot_id
+
+
+def scan_sql(metadata_location: str, snapshot: int | None = None) -> str:
+    """The ``iceberg_scan`` of a table's metadata file (at ``snapshot``; default: current)."""
+    quoted = metadata_location.replace("'", "''")
+    at = "" if snapshot is None else f", snapshot_from_id = {int(snapshot)}"
+    return f"SELECT * FROM iceberg_scan('{quoted}'{at})"
+
+
+def read(con, table, *, ref: str | None = None, snapshot: int | None = None) -> pa.Table:
+    """A pyiceberg table (``Warehouse.load(name)``) read by DuckDB, as Arrow."""
+    sql = scan_sql(table.metadata_location, snapshot_of(table, ref, snapshot))
+    return con.execute(sql).to_arrow_table()
+
+
+def read_pyiceberg(table, *, ref: str | None = None, snapshot: int | None = None) -> pa.Table:
+    """The same table and snapshot read by pyiceberg's scan."""
+    sid = snapshot_of(table, ref, snapshot)
+    return table.scan(**({} if sid is None else {"snapshot_id": sid})).to_arrow()
+
+
+# ------------------------------------------------------------------ comparison by value
+class _NaN:
+    def __repr__(self):
+        return "NaN"
+
+    def __eq__(self, other):
+        return isinstance(other, _NaN)
+
+    def __hash__(self):
+        return 0
+
+
+NAN = _NaN()
+
+
+def comparable(value):
+    """A value read by either engine as a comparable Python value."""
+    if isinstance(value, float) and math.isnan(value):
+        return NAN
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.timezone.utc)
+    if isinstance(value, dict):
+        return {k: comparable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(comparable(v) for v in value)
+    return value
+
+
+def rows(table: pa.Table, columns: list[str]) -> list[tuple]:
+    """``table``'s rows as tuples of :func:`comparable` values in ``columns``' order, sorted."""
+    out = [tuple(comparable(r[c]) for c in columns) for r in table.to_pylist()]
+    return sorted(out, key=repr)
+
+
+def type_shape(t: pa.DataType):
+    """An Arrow type as a comparable shape: the name of UTC (``UTC`` / ``Etc/UTC``), string
+    and binary flavours (plain / large / view) and the name of a list's item field (``element``
+    / ``l``) left out: what both engines read as the same Python values."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return ("list", type_shape(t.value_type))
+    if pa.types.is_map(t):
+        return ("map", type_shape(t.key_type), type_shape(t.item_type))
+    if pa.types.is_struct(t):
+        return ("struct", tuple((f.name, type_shape(f.type)) for f in t))
+    if pa.types.is_timestamp(t):
+        return ("timestamp", t.unit, {"Etc/UTC": "UTC"}.get(t.tz, t.tz))
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "binary"
+    return str(t)
+
+
+def assert_same(name: str, iceberg: pa.Table, duck: pa.Table) -> int:
+    """Raise :class:`EngineMismatch` unless ``duck`` has ``iceberg``'s columns (names, order,
+    types as :func:`type_shape`) and rows (by value, sorted); returns the row count."""
+    if duck.column_names != iceberg.column_names:
+        raise EngineMismatch(f"{name}: DuckDB reads columns {duck.column_names}, "
+                             f"pyiceberg {iceberg.column_names}")
+    types = [(f.name, str(f.type), str(duck.schema.field(f.name).type)) for f in iceberg.schema
+             if type_shape(f.type) != type_shape(duck.schema.field(f.name).type)]
+    if types:
+        raise EngineMismatch(f"{name}: column types differ (column, pyiceberg, DuckDB): {types}")
+    a, b = rows(iceberg, iceberg.column_names), rows(duck, iceberg.column_names)
+    if a != b:
+        ca, cb = Counter(map(repr, a)), Counter(map(repr, b))
+        only_a, only_b = list((ca - cb).elements())[:3], list((cb - ca).elements())[:3]
+        raise EngineMismatch(f"{name}: {len(a)} rows in pyiceberg, {len(b)} in DuckDB; "
+                             f"only in pyiceberg: {only_a}; only in DuckDB: {only_b}")
+    return len(a)
+
+
+def compare_table(con, table, name: str, *, ref: str | None = None) -> int:
+    """Table ``table`` (pyiceberg) at ``ref`` (default: current) read by both engines:
+    :func:`assert_same`; returns the row count."""
+    return assert_same(f"{name}@{ref or 'current'}", read_pyiceberg(table, ref=ref),
+                       read(con, table, ref=ref))
