@@ -202,35 +202,31 @@ def test_registry_decoded_values_are_read_from_value_json():
     assert dbz.parse(MY_KEY, None, value_json=None).tombstone
 
 
+def logical(kind: str, name: str, field: str, **extra) -> dict:
+    """A field of a logical type as the JsonConverter writes its schema."""
+    return {"type": kind, "optional": True, "name": name, "version": 1, **extra, "field": field}
+
+
 #: a table of another shape, as the JsonConverter writes Debezium's logical types
 TYPES = [
     {"type": "int64", "optional": False, "field": "id"},
-    {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1,
-     "field": "day"},
-    {"type": "int64", "optional": True, "name": "io.debezium.time.Timestamp", "version": 1,
-     "field": "at_ms"},
-    {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1,
-     "field": "at_us"},
-    {"type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp", "version": 1,
-     "field": "at_tz"},
-    {"type": "int32", "optional": True, "name": "io.debezium.time.Time", "version": 1,
-     "field": "opens"},
-    {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTime", "version": 1,
-     "field": "closes"},
-    {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
-     "version": 1, "parameters": {"scale": "2", "connect.decimal.precision": "10"},
-     "field": "price"},
-    {"type": "struct", "optional": True, "name": "io.debezium.data.VariableScaleDecimal",
-     "version": 1, "field": "ratio", "fields": [{"type": "int32", "optional": False, "field": "scale"},
-                                                {"type": "bytes", "optional": False, "field": "value"}]},
+    logical("int32", "io.debezium.time.Date", "day"),
+    logical("int64", "io.debezium.time.Timestamp", "at_ms"),
+    logical("int64", "io.debezium.time.MicroTimestamp", "at_us"),
+    logical("string", "io.debezium.time.ZonedTimestamp", "at_tz"),
+    logical("int32", "io.debezium.time.Time", "opens"),
+    logical("int64", "io.debezium.time.MicroTime", "closes"),
+    logical("bytes", "org.apache.kafka.connect.data.Decimal", "price",
+            parameters={"scale": "2", "connect.decimal.precision": "10"}),
+    logical("struct", "io.debezium.data.VariableScaleDecimal", "ratio",
+            fields=_fields(("int32", False, "scale"), ("bytes", False, "value"))),
     {"type": "bytes", "optional": True, "field": "blob"},
     {"type": "float32", "optional": True, "field": "f"},
     {"type": "float64", "optional": True, "field": "d"},
     {"type": "boolean", "optional": True, "field": "ok"},
     {"type": "int8", "optional": True, "field": "tiny"},
     {"type": "int16", "optional": True, "field": "small"},
-    {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1,
-     "field": "doc"},
+    logical("string", "io.debezium.data.Json", "doc"),
     {"type": "array", "optional": True, "items": {"type": "string", "optional": True},
      "field": "tags"},
     {"type": "map", "optional": True, "keys": {"type": "string", "optional": False},
