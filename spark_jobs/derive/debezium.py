@@ -18,7 +18,7 @@ without the wrapper; a null key is a table without one. After a delete Debezium 
 *tombstone*: the same key with a null value, for log compaction.
 
 Recognition is by shape (:func:`is_envelope`: an ``op`` Debezium writes, a ``source`` struct,
-and ``before``/``after`` for row events) or by name (:func:`is_cdc_topic` with a topic regex,
+and ``before`` or ``after`` for row events) or by name (:func:`is_cdc_topic` with a topic regex,
 ``--cdc-topics``). Typing follows the Connect schema where the wrapper gives one
 (:func:`convert`: Connect's primitive types and the logical types Debezium's connectors use);
 without a schema the row's values stay as the JSON has them. Bad input is a
@@ -116,7 +116,9 @@ def is_envelope(obj) -> bool:
     if not isinstance(payload, dict) or payload.get("op") not in OPS \
             or not isinstance(payload.get("source"), dict):
         return False
-    return payload["op"] in ("t", "m") or ("before" in payload and "after" in payload)
+    # Protobuf values rendered by the registry decoding (MessageToDict) leave out fields that
+    # are not set: a create has no ``before`` there, a delete no ``after``
+    return payload["op"] in ("t", "m") or "before" in payload or "after" in payload
 
 
 def is_cdc_topic(topic: str, values, pattern: str | None = None) -> bool:
