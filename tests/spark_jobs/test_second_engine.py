@@ -4,7 +4,8 @@ its own manifest planning and Parquet reader), has the rows pyiceberg reads, col
 column and value for value.
 
 The warehouse: two nights decoded by Spark, audited and published, each compared on its run
-branch before publish (a snapshot read, ``snapshot_from_id``) and on ``main`` after.
+branch before publish (a snapshot read, ``snapshot_from_id``) and on ``main`` after, and at
+the end every branch and tag left (a tag on records after night 1, as nights are tagged).
 Night 1 is test_internal_tables' snapshot (internal topics, producer-state, leader-epoch and
 partition.metadata files: the internal tables, consumer_lag) plus a partition with a
 committed and an aborted transaction (markers, headers); night 2 is test_schema_tables'
@@ -31,6 +32,7 @@ from test_schemas import write_segment
 pytestmark = pytest.mark.pipeline
 
 NIGHTS = ("night-1", "night-2")
+TAG = "night-2025-11-21"
 
 
 def write_transactions(folder):
@@ -75,6 +77,14 @@ def compare_all(con, wh: Warehouse, ref: str | None = None) -> dict[str, int]:
     return counts
 
 
+def compare_refs(con, wh: Warehouse) -> dict[tuple[str, str], int]:
+    """Every branch and tag of every table but main (a run's branch, a night's tag), in both
+    engines; rows a (table, ref)."""
+    return {(name, ref): duckdb_engine.compare_table(con, table, name, ref=ref)
+            for name in sorted(wh.table_names()) for table in [wh.load(name)]
+            for ref in sorted(table.refs()) if ref != "main"}
+
+
 @pytest.fixture(scope="module")
 def compared(spark, tmp_path_factory):
     """The two nights' decode, audit and publish, comparing both engines on each run's branch
@@ -102,6 +112,11 @@ def compared(spark, tmp_path_factory):
         seen[(night, "branch")] = compare_all(con, wh, branch_name(night))
         publish.main(["--warehouse", W, "--run-id", night, "--require-audit"])
         seen[(night, "main")] = compare_all(con, wh)
+        if night == NIGHTS[0]:  # a tag, as a night's state is tagged (issue 35)
+            records = wh.load("records")
+            records.manage_snapshots().create_tag(records.current_snapshot().snapshot_id,
+                                                  TAG).commit()
+    seen["refs"] = compare_refs(con, wh)
     con.close()
     return wh, seen
 
@@ -126,6 +141,8 @@ def test_every_table_reads_the_same_in_duckdb_and_pyiceberg(compared):
     assert seen[("night-2", "branch")]["records"] == final["records"] > seen[("night-1", "main")]["records"]
     # the branch of night 2 exists on the tables it wrote only; it was compared there
     assert seen[("night-2", "branch")].keys() <= final.keys()
+    # after both publishes: every branch and tag left, night 1's tag of records among them
+    assert seen["refs"][("records", TAG)] == seen[("night-1", "main")]["records"]
 
 
 def test_a_snapshot_read_is_that_snapshot_in_duckdb(compared):
