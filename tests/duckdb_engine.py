@@ -168,5 +168,12 @@ def assert_same(name: str, iceberg: pa.Table, duck: pa.Table) -> int:
 def compare_table(con, table, name: str, *, ref: str | None = None) -> int:
     """Table ``table`` (pyiceberg) at ``ref`` (default: current) read by both engines:
     :func:`assert_same`; returns the row count."""
-    return assert_same(f"{name}@{ref or 'current'}", read_pyiceberg(table, ref=ref),
-                       read(con, table, ref=ref))
+    import duckdb
+
+    where = f"{name}@{ref or 'current'}"
+    try:
+        duck = read(con, table, ref=ref)
+    except duckdb.Error as err:
+        raise EngineMismatch(f"{where}: DuckDB cannot read it ({table.metadata_location}): "
+                             f"{err}") from err
+    return assert_same(where, read_pyiceberg(table, ref=ref), duck)

@@ -201,3 +201,14 @@ def test_the_extensions_are_the_packages_files_for_this_duckdb():
     loaded = dict(con.execute("SELECT extension_name, loaded FROM duckdb_extensions() "
                               "WHERE extension_name IN ('avro', 'iceberg')").fetchall())
     assert loaded == {"avro": True, "iceberg": True}
+
+
+def test_a_table_duckdb_cannot_read_is_a_mismatch_naming_it(tmp_path):
+    class Gone:  # a table whose metadata file is not there
+        metadata_location = str(tmp_path / "00001-x.metadata.json")
+
+        def refs(self):
+            return {}
+
+    with pytest.raises(duckdb_engine.EngineMismatch, match="records@current: DuckDB cannot read it"):
+        duckdb_engine.compare_table(duckdb_engine.connect(), Gone(), "records")
