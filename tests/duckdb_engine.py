@@ -177,3 +177,26 @@ def compare_table(con, table, name: str, *, ref: str | None = None) -> int:
         raise EngineMismatch(f"{where}: DuckDB cannot read it ({table.metadata_location}): "
                              f"{err}") from err
     return assert_same(where, read_pyiceberg(table, ref=ref), duck)
+
+
+def compare_warehouse(wh, *, ref: str | None = None, con=None) -> dict[str, int]:
+    """Every table the warehouse's catalog lists (``wh``: a ``Warehouse``; whatever the
+    tables' names: the fixed ones, typed, derived, those added later), read by both engines
+    at ``ref`` (a branch or tag; tables without it are left out) or their current snapshot;
+    rows a table. A test that builds a warehouse checks it with one call."""
+    con = connect() if con is None else con
+    counts = {}
+    for name in sorted(wh.table_names()):
+        table = wh.load(name)
+        if ref is None or ref in table.refs():
+            counts[name] = compare_table(con, table, name, ref=ref)
+    return counts
+
+
+def compare_refs(wh, *, con=None) -> dict[tuple[str, str], int]:
+    """Every branch and tag but ``main`` of every table (a run's branch, a night's tag), read
+    by both engines; rows a (table, ref)."""
+    con = connect() if con is None else con
+    return {(name, ref): compare_table(con, table, name, ref=ref)
+            for name in sorted(wh.table_names()) for table in [wh.load(name)]
+            for ref in sorted(table.refs()) if ref != "main"}

@@ -8,9 +8,9 @@ branch before publish (a snapshot read, ``snapshot_from_id``) and on ``main`` af
 the end every branch and tag left (a tag on records after night 1, as nights are tagged).
 Night 1 is test_internal_tables' snapshot (internal topics, producer-state, leader-epoch and
 partition.metadata files: the internal tables, consumer_lag) plus a partition with a
-committed and an aborted transaction (markers, headers); night 2 is test_schema_tables'
-Schema Registry topics (typed tables with structs, lists, maps, decimals, NaN, binary,
-timestamps; incompatible-schema findings). The tables compared are
+committed and an aborted transaction (markers, headers) and a __cluster_metadata partition;
+night 2 is test_schema_tables' Schema Registry topics (typed tables with structs, lists, maps,
+decimals, NaN, binary, timestamps; incompatible-schema findings). The tables compared are
 the catalog's own listing, whatever their names (schemas.ALL_NAMES, the typed tables, and
 any table added later), and the test asserts it saw the ones these nights must make.
 """
@@ -20,12 +20,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from kafkalog.writer import SegmentWriter, WriteRecord
+from kafkalog.writer import SegmentWriter, WriteRecord, internal_record
 from spark_jobs import layout, schemas
 from spark_jobs.warehouse import Warehouse, branch_name
 
 import duckdb_engine
-from test_internal_tables import T0, write_snapshot
+from test_internal_tables import T0, TOPIC_ID, write_snapshot
 from test_schema_tables import Data, Kinds, items, plain_records
 from test_schemas import write_segment
 
@@ -50,6 +50,16 @@ def write_transactions(folder):
         w.append([WriteRecord(None, b"after", timestamp=T0 + 6)])
 
 
+def write_cluster_metadata(folder):
+    """__cluster_metadata-0: a TopicRecord and a PartitionRecord of orders (KRaft's log)."""
+    records = [{"type": "TOPIC_RECORD", "version": 0, "data": {"name": "orders", "topicId": TOPIC_ID}},
+               {"type": "PARTITION_RECORD", "version": 1, "data": {
+                   "partitionId": 0, "topicId": TOPIC_ID, "replicas": [1, 2], "isr": [1],
+                   "leader": 1, "leaderEpoch": 3, "partitionEpoch": 5}}]
+    with SegmentWriter(folder, 0) as w:
+        w.append([internal_record("cluster-metadata", r, timestamp=T0 + i) for i, r in enumerate(records)])
+
+
 def night_2_snapshot(root):
     """test_schema_tables' topics with a registry value subject (not its orders: night 1 has
     an orders-0 with other bytes)."""
@@ -66,25 +76,6 @@ def night_2_snapshot(root):
     write_segment(root / "plain-0", plain_records(data)[:4])
 
 
-def compare_all(con, wh: Warehouse, ref: str | None = None) -> dict[str, int]:
-    """Every table of the namespace (at ``ref``: those that have it) in both engines; rows a table."""
-    counts = {}
-    for name in sorted(wh.table_names()):
-        table = wh.load(name)
-        if ref is not None and ref not in table.refs():
-            continue
-        counts[name] = duckdb_engine.compare_table(con, table, name, ref=ref)
-    return counts
-
-
-def compare_refs(con, wh: Warehouse) -> dict[tuple[str, str], int]:
-    """Every branch and tag of every table but main (a run's branch, a night's tag), in both
-    engines; rows a (table, ref)."""
-    return {(name, ref): duckdb_engine.compare_table(con, table, name, ref=ref)
-            for name in sorted(wh.table_names()) for table in [wh.load(name)]
-            for ref in sorted(table.refs()) if ref != "main"}
-
-
 @pytest.fixture(scope="module")
 def compared(spark, tmp_path_factory):
     """The two nights' decode, audit and publish, comparing both engines on each run's branch
@@ -96,8 +87,9 @@ def compared(spark, tmp_path_factory):
     for s in snaps.values():
         s.mkdir()
     write_snapshot(snaps["night-1"])
-    (snaps["night-1"] / "txn-0").mkdir()
-    write_transactions(snaps["night-1"] / "txn-0")
+    for name, write in (("txn-0", write_transactions), ("__cluster_metadata-0", write_cluster_metadata)):
+        (snaps["night-1"] / name).mkdir()
+        write(snaps["night-1"] / name)
     night_2_snapshot(snaps["night-2"])
 
     W = str(tmp / "w")
@@ -109,14 +101,14 @@ def compared(spark, tmp_path_factory):
                  spark=spark)
         assert check_quality.main(["--warehouse", W, "--run-id", night, "--no-docs"],
                                   spark=spark) == 0  # passed: it may be published
-        seen[(night, "branch")] = compare_all(con, wh, branch_name(night))
+        seen[(night, "branch")] = duckdb_engine.compare_warehouse(wh, ref=branch_name(night), con=con)
         publish.main(["--warehouse", W, "--run-id", night, "--require-audit"])
-        seen[(night, "main")] = compare_all(con, wh)
+        seen[(night, "main")] = duckdb_engine.compare_warehouse(wh, con=con)
         if night == NIGHTS[0]:  # a tag, as a night's state is tagged (issue 35)
             records = wh.load("records")
             records.manage_snapshots().create_tag(records.current_snapshot().snapshot_id,
                                                   TAG).commit()
-    seen["refs"] = compare_refs(con, wh)
+    seen["refs"] = duckdb_engine.compare_refs(wh, con=con)
     con.close()
     return wh, seen
 
@@ -127,16 +119,16 @@ def test_every_table_reads_the_same_in_duckdb_and_pyiceberg(compared):
     # the tables these nights must make, all compared (and whatever else the catalog lists)
     must = set(schemas.DECODE_TABLES) | {"dq_results", "consumer_lag", "consumer_offsets",
                                          "group_metadata", "transactions", "producer_state",
-                                         "leader_epochs"} | {
+                                         "leader_epochs", "cluster_metadata"} | {
         layout.typed_table_name(t) for t in ("kinds", "shop.items", "payments")}
     assert must <= set(final), must - set(final)
     assert set(final) == wh.table_names()
     # not empty: each of them has rows (a comparison of two empty reads proves nothing)
     assert {n for n in must if final[n] == 0} == set()
     # the records of both nights: night 1's 7 commits, 1 group, 2 transaction states, 5 + 4
-    # orders records and txn-0's 5 data records; night 2 adds its topics; a run branch holds
-    # what main has plus the run's rows
-    assert seen[("night-1", "main")]["records"] == 7 + 1 + 2 + 5 + 4 + 5
+    # orders records, txn-0's 5 data records and 2 cluster metadata records; night 2 adds its
+    # topics; a run branch holds what main has plus the run's rows
+    assert seen[("night-1", "main")]["records"] == 7 + 1 + 2 + 5 + 4 + 5 + 2
     assert seen[("night-1", "main")]["markers"] == 2
     assert seen[("night-2", "branch")]["records"] == final["records"] > seen[("night-1", "main")]["records"]
     # the branch of night 2 exists on the tables it wrote only; it was compared there
