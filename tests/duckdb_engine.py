@@ -10,8 +10,8 @@ extension files, built for one DuckDB version, under
 through it). A table is read from its metadata file, ``iceberg_scan('<metadata location>')``,
 the location the catalog holds (pyiceberg's public ``Table.metadata_location``); a snapshot,
 and so a branch or a tag, with ``snapshot_from_id``. DuckDB plans the files itself from the
-manifests: nothing of pyiceberg's scan is involved. Local warehouses only (``s3://`` would need
-``duckdb-extension-httpfs`` and an S3 secret).
+manifests: nothing of pyiceberg's scan is involved. An ``s3://`` warehouse: ``connect(s3)``
+also loads ``duckdb-extension-httpfs`` and makes an S3 secret (endpoint, region, keys).
 
 Values are compared by value: timestamps as instants (DuckDB names UTC ``Etc/UTC``), NaN equal
 to NaN, structs, lists, maps and binary as Python values; rows sorted, every column.
@@ -53,13 +53,26 @@ def extension_file(name: str) -> Path:
     return path
 
 
-def connect():
-    """An in-memory DuckDB connection with the avro and iceberg extensions loaded."""
+def connect(s3=None):
+    """An in-memory DuckDB connection with the avro and iceberg extensions loaded; with ``s3``
+    (a resolved ``spark_jobs.storage.S3Config``) also httpfs and an S3 secret for its
+    endpoint, region and keys (path-style URLs, as moto and MinIO want them)."""
     import duckdb
 
-    con = duckdb.connect()
-    for name in EXTENSIONS:
+    # never from the internet: only the packages' files, loaded below
+    con = duckdb.connect(config={"autoinstall_known_extensions": False,
+                                 "autoload_known_extensions": False})
+    for name in EXTENSIONS + (("httpfs",) if s3 is not None else ()):
         con.execute(f"LOAD '{extension_file(name)}'")
+    if s3 is not None:
+        options = {"KEY_ID": s3.access_key, "SECRET": s3.secret_key, "REGION": s3.region}
+        if s3.endpoint_url:
+            scheme, _, host = s3.endpoint_url.partition("://")
+            options.update(ENDPOINT=host.rstrip("/"), URL_STYLE="path")
+            ssl = "true" if scheme == "https" else "false"
+        settings = ", ".join(f"{k} '{v}'" for k, v in options.items() if v)
+        con.execute(f"CREATE SECRET kafkalog_s3 (TYPE s3, {settings}"
+                    + (f", USE_SSL {ssl})" if s3.endpoint_url else ")"))
     return con
 
 

@@ -204,3 +204,28 @@ def test_a_table_duckdb_cannot_read_is_a_mismatch_naming_it(tmp_path):
 
     with pytest.raises(duckdb_engine.EngineMismatch, match="records@current: DuckDB cannot read it"):
         duckdb_engine.compare_table(duckdb_engine.connect(), Gone(), "records")
+
+
+def test_a_warehouse_on_s3_reads_the_same_in_duckdb(s3_bucket, s3_catalog):
+    """A catalog whose tables live on S3 (the moto server, over HTTP): dq_results as the
+    audit writes them and records appended by pyiceberg, read by DuckDB through httpfs and
+    an S3 secret (path-style URLs)."""
+    import datetime as dt
+
+    from spark_jobs import storage
+
+    cfg = storage.S3Config.from_env()
+    wh = Warehouse(f"s3://{s3_bucket}/wh", s3_catalog, s3=cfg)
+    at = dt.datetime(2026, 11, 21, 3, 5, tzinfo=dt.timezone.utc)
+    wh.replace_run_rows("dq_results", "night-1", pa.Table.from_pylist([
+        {"run_id": "night-1", "check": "crc", "topic": "orders", "partition": p, "status": "pass",
+         "severity": "warn", "observed": 10 + p, "failed": 0, "details": "{}", "checked_at": at}
+        for p in range(3)], schemas.DQ_RESULTS))
+    wh.table("records").append(pa.Table.from_pylist([
+        {"topic": "orders", "partition": 0, "offset": o, "timestamp": at, "key": b"k\x00",
+         "value": None if o == 2 else b"v%d" % o, "headers": [{"key": "h", "value": b"\xff"}],
+         "is_transactional": False, "run_id": "night-1", "ingest_dt": "2026-11-21",
+         "dt": "2026-11-21"} for o in range(3)], schemas.RECORDS))
+    assert wh.load("records").metadata_location.startswith(f"s3://{s3_bucket}/")
+    counts = duckdb_engine.compare_warehouse(wh, con=duckdb_engine.connect(cfg.resolved()))
+    assert counts == {"dq_results": 3, "records": 3}
