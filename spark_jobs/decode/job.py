@@ -161,11 +161,12 @@ def list_input(job: Run) -> Listing:
               "(an unparsable_name finding)", file=sys.stderr)
     tier_findings = []
     if job.ctx.tier is not None:  # the live remote segments, from the input's own metadata
+        t1 = time.time()
         remote, tier_findings = tier.discover(
             job.ctx.tier, [s for s in segments if s.topic == layout.REMOTE_LOG_METADATA_TOPIC],
             job.s3, night=args.night)
         segments = segments + remote
-        job.timings["tier_list"] = time.time() - job.started
+        job.timings["tier_list"] = time.time() - t1
     return Listing(segments, unparsable, state_uris, registry, tier_findings)
 
 

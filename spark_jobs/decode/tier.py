@@ -200,27 +200,58 @@ def open_remote(uri: str, remote, access: TierAccess, s3) -> RemoteSegment:
         return _OPEN.setdefault((uri, access), seg)
 
 
-#: a task's chunks are fetched and undone this many at a time (GETs overlap; AES-GCM and
-#: zstd release the GIL), in windows of twice as many chunks (what is held beside the range)
+#: a task's chunks are read a window at a time, one ranged GET for the window's stored bytes
+#: (they lie back to back in the ``.log``), and undone this many at a time (AES-GCM and zstd
+#: release the GIL); a window is twice as many chunks (8 MiB of stored bytes per 4 MiB chunk
+#: size: what is held beside the range)
 READ_THREADS = 4
+
+
+class _WindowStore:
+    """An object store that serves the reads inside one block of one object (read in one GET
+    by :meth:`load`) from memory, and every other read from ``store``."""
+
+    def __init__(self, store):
+        self.store, self.key, self.start, self.data = store, None, 0, b""
+
+    def load(self, key: str, start: int, end: int) -> None:
+        self.data = self.store.read(key, start, end)  # shorter where the object is short
+        self.key, self.start = key, start
+
+    def read(self, key: str, start: int, end: int) -> bytes:
+        if key == self.key and self.start <= start and end <= self.start + len(self.data):
+            return self.data[start - self.start:end - self.start]
+        return self.store.read(key, start, end)  # (a short chunk is then found short)
+
+    def list(self, prefix: str = ""):
+        return self.store.list(prefix)
+
+    def uri(self, key: str) -> str:
+        return self.store.uri(key)
 
 
 def read(item, access: TierAccess, s3, start: int, end: int) -> bytes | bytearray:
     """Bytes ``[start, end)`` of the remote segment ``item`` (a Segment or Task with
-    ``remote``): each chunk holding them read and undone (``RemoteSegment.read_chunk``),
-    :data:`READ_THREADS` at a time; any failure of the tier is a :class:`TierReadError`
-    naming the object, and nothing is returned."""
+    ``remote``): the chunks holding them read a window at a time (:data:`READ_THREADS`) and
+    undone (``RemoteSegment.read_chunk``: every check of the library); any failure of the
+    tier is a :class:`TierReadError` naming the object, and nothing is returned."""
     try:
-        seg = open_remote(item.uri, item.remote, access, s3)
-        chunks = seg.chunks(start, end)
+        opened = open_remote(item.uri, item.remote, access, s3)
+        chunks = opened.chunks(start, end)
         if len(chunks) < 2:
-            return seg.read(start, end)
+            return opened.read(start, end)
+        window = _WindowStore(opened.store)
+        seg = RemoteSegment(window, opened.manifest_key, opened.manifest,
+                            key_ring=opened.key_ring, log_key=opened.log_key,
+                            indexes_key=opened.indexes_key)
         out = bytearray(end - start)
         with concurrent.futures.ThreadPoolExecutor(READ_THREADS,
                                                    thread_name_prefix="tier-read") as pool:
-            for at in range(0, len(chunks), 2 * READ_THREADS):  # a window at a time
-                window = chunks[at:at + 2 * READ_THREADS]
-                for chunk, data in zip(window, pool.map(seg.read_chunk, window)):
+            for at in range(0, len(chunks), 2 * READ_THREADS):
+                group = chunks[at:at + 2 * READ_THREADS]
+                window.load(seg.log_key, group[0].stored_position,
+                            group[-1].stored_position + group[-1].stored_size)
+                for chunk, data in zip(group, pool.map(seg.read_chunk, group)):
                     lo = max(start, chunk.original_position)
                     hi = min(end, chunk.original_position + chunk.original_size)
                     out[lo - start:hi - start] = \

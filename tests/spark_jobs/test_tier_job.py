@@ -246,7 +246,7 @@ def test_a_local_tier_folder_and_the_key_ring_setting(tmp_path):
     from spark_jobs.decode import planning, tier
 
     batches = [batch("local-0", i) for i in range(4)]
-    up = enc.upload(b"".join(batches), chunk_size=100, compression=True, key_id="key-a",
+    up = enc.upload(b"".join(batches), chunk_size=40, compression=True, key_id="key-a",
                     public_key=tiered_data.private_key("key-a").public_key(),
                     indexes={"offset": offset_index(batches, 0)}, topic="orders",
                     topic_id=TOPIC_IDS["orders"], partition=0, start_offset=0, end_offset=11,
@@ -275,3 +275,22 @@ def test_a_local_tier_folder_and_the_key_ring_setting(tmp_path):
         tier.access_from_env(access.uri, {layout.TIER_KEYS_ENV: str(keys)})
     with pytest.raises(KeyRingError, match="cannot list"):
         tier.access_from_env(access.uri, {layout.TIER_KEYS_ENV: str(tmp_path / "none")})
+    # a task's chunks: one read of the .log per window of chunks, a short last chunk an error
+    from kafkalog.tiered import LocalObjects
+
+    seen = []
+    real = LocalObjects.read
+    LocalObjects.read = lambda self, key, a, b: seen.append((key, a, b)) or real(self, key, a, b)
+    try:
+        tier._OPEN.clear()
+        whole = tier.read(seg, access, None, 5, seg.size)  # (manifest read again: cache cleared)
+    finally:
+        LocalObjects.read = real
+    assert whole == b"".join(batches)[5:]
+    logs = [r for r in seen if r[0].endswith(".log")]
+    chunk_count = -(-seg.size // 40)
+    assert chunk_count > 2 * tier.READ_THREADS and len(logs) == -(-chunk_count // (2 * tier.READ_THREADS))
+    log_path = tmp_path / "tier" / up.key("log")
+    log_path.write_bytes(log_path.read_bytes()[:-3])
+    with pytest.raises(tier.TierReadError, match="short chunk"):
+        tier.read(seg, access, None, 0, seg.size)
