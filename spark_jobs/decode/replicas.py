@@ -391,12 +391,13 @@ def _divergence(seg: Segment, e: Entry, kept_seg: Segment, kept: Entry) -> dict:
     """A divergence finding on the losing copy's batch: :data:`TIER_DIVERGENCE` where a
     remote (tiered) copy and a local one disagree, else :data:`REPLICA_DIVERGENCE`."""
     tiered = bool(seg.remote) != bool(kept_seg.remote)
+    prefix = TIER_DIVERGENCE_PREFIX if tiered else REPLICA_DIVERGENCE_PREFIX
     return Finding(
         topic=seg.topic, partition=seg.partition,
         kind=TIER_DIVERGENCE if tiered else REPLICA_DIVERGENCE, position=e.position,
         end=e.position + e.size, base_offset=e.first_offset, last_offset=e.last_offset,
         bytes=e.size, segment=seg.uri, segment_base_offset=seg.base_offset,
-        message=(f"{TIER_DIVERGENCE_PREFIX if tiered else REPLICA_DIVERGENCE_PREFIX} offsets {e.first_offset}..{e.last_offset} of "
+        message=(f"{prefix} offsets {e.first_offset}..{e.last_offset} of "
                  f"{seg.topic}-{seg.partition}: the batch at {e.position} of {seg.uri} "
                  f"(crc {e.crc:#010x}, {e.size} bytes) differs from the one kept, offsets "
                  f"{kept.first_offset}..{kept.last_offset} at {kept.position} of "

@@ -214,7 +214,8 @@ def test_bad_tier_input_is_a_finding_naming_the_object_and_never_rows(tier_run):
     assert sorted(by_partition) == [0, 1, 2, 3, 4] and len(findings) == 5
     assert {f["kind"] for f in findings} == {"fetch_error"}
     log = lambda name: tier.manifests[name].replace(".rsm-manifest", ".log")  # noqa: E731
-    assert "short chunk" in by_partition[0]["message"] and log("short") in by_partition[0]["message"]
+    assert "short chunk" in by_partition[0]["message"]
+    assert log("short") in by_partition[0]["message"]
     assert "'key-c', which the key ring does not hold" in by_partition[1]["message"]
     assert "does not unwrap the data key" in by_partition[2]["message"]
     assert log("flipped") in by_partition[3]["message"] and "tag" in by_partition[3]["message"]
@@ -289,7 +290,8 @@ def test_a_local_tier_folder_and_the_key_ring_setting(tmp_path):
     assert whole == b"".join(batches)[5:]
     logs = [r for r in seen if r[0].endswith(".log")]
     chunk_count = -(-seg.size // 40)
-    assert chunk_count > 2 * tier.READ_THREADS and len(logs) == -(-chunk_count // (2 * tier.READ_THREADS))
+    window = 2 * tier.READ_THREADS
+    assert chunk_count > window and len(logs) == -(-chunk_count // window)
     log_path = tmp_path / "tier" / up.key("log")
     log_path.write_bytes(log_path.read_bytes()[:-3])
     with pytest.raises(tier.TierReadError, match="short chunk"):
