@@ -32,6 +32,10 @@
 - `reprocess`: decode segments again even when the ledger shows them ingested.
 - `schema_registry_conn_id`: decode values with a live Schema Registry instead of the
   snapshot's own `_schemas` topic (docs/schemas.md).
+- `tiered_storage`: `s3://bucket/prefix` of a tiered-storage tier (Aiven's plugin) to read
+  beside the snapshot: its live remote segments, as the snapshot's `__remote_log_metadata`
+  names them, reconciled with the local tail; the key ring from the `kafkalog_tier_keys`
+  setting (docs/tiered.md). The run is then one chunk.
 - `rerun_of`: leave empty; the DAG sets it on the rerun it triggers.
 
 **Never twice**
@@ -103,6 +107,13 @@ default_args = {
                         "with the snapshot's own _schemas topic. Set: with the live registry "
                         "of this Airflow connection (host = URL, login/password = basic "
                         "auth). See docs/schemas.md."),
+        settings.TIER_PARAM: Param(
+            None, type=["null", "string"], title="Tiered storage",
+            description="Empty (the default): no tier. Set (s3://bucket/prefix, the plugin's "
+                        "key.prefix verbatim): also decode that tier's live remote segments "
+                        "as the snapshot's __remote_log_metadata names them, reconciled with "
+                        "the local tail; encrypted segments need the key ring (setting "
+                        "kafkalog_tier_keys: a folder of PEM files). See docs/tiered.md."),
         tasks.RERUN_OF: Param(
             None, type=["null", "string"], title="Rerun of (set by the DAG)",
             description="Leave empty. The DAG sets it on the run it triggers when a run's "

@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from spark_jobs import storage
+from spark_jobs import layout, storage
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,10 @@ SETTINGS: dict[str, tuple[str, str, str | None]] = {
     # the Iceberg catalog (its name in pyiceberg's configuration) and namespace
     "catalog": ("kafkalog_catalog", "KAFKALOG_CATALOG", "kafkalog"),
     "namespace": ("kafkalog_namespace", "KAFKALOG_NAMESPACE", "kafka"),
+    # the tiered-storage key ring: a folder of PKCS#8 PEM private keys on the Spark hosts
+    # (key id = file name without .pem), handed to spark-submit in its environment
+    # (spark_jobs.layout.TIER_KEYS_ENV), never on its command line (docs/tiered.md)
+    "tier_keys": ("kafkalog_tier_keys", layout.TIER_KEYS_ENV, None),
 }
 
 #: read once, at parse time, from the environment only
@@ -59,6 +63,9 @@ PARSE_TIME: dict[str, tuple[str, str]] = {
     "spark_conf": ("KAFKALOG_SPARK_CONF",
                    '{"spark.sql.shuffle.partitions": "8", "spark.default.parallelism": "4"}'),
 }
+
+#: the DAG param naming a tier to read beside the snapshot (``s3://bucket/prefix``; empty: none)
+TIER_PARAM = "tiered_storage"
 
 AWS_CONN_ID = "aws_default"
 SPARK_CONN_ID = "spark_default"
@@ -169,3 +176,16 @@ def spark_env(access: storage.S3Config) -> dict[str, str]:
 def spark_entry() -> str:
     """Absolute path of the script spark-submit runs (it calls a ``spark_jobs`` module's main)."""
     return str(Path(__file__).resolve().with_name("spark_entry.py"))
+
+
+def tier_args(tier: str | None) -> list[str]:
+    """The decode job's and the audit's arguments naming the run's tier (none without one)."""
+    return [layout.TIERED_STORAGE_FLAG, tier] if tier else []
+
+
+def tier_env(tier: str | None) -> dict[str, str]:
+    """spark-submit's environment for a run reading ``tier``: the key ring's folder (the
+    ``tier_keys`` setting), never a command-line argument; empty without a tier or a key
+    ring (unencrypted segments need none)."""
+    folder = get("tier_keys") if tier else None
+    return {layout.TIER_KEYS_ENV: folder} if folder else {}

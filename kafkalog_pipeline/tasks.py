@@ -82,7 +82,7 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
              warehouse: str | None = None, bucket: str | None = None,
              prefix: str | None = None, template: str | None = None,
              access: storage.S3Config | None = None,
-             schema_registry: str | None = None) -> dict:
+             schema_registry: str | None = None, tiered_storage: str | None = None) -> dict:
     """List the snapshot(s), plan chunks, write one manifest per chunk.
 
     Every listed segment goes to the decode job, so that its ledger (and the audit,
@@ -98,6 +98,11 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     Values are decoded with the live registry at ``schema_registry`` (a URL), else with
     the snapshot's own ``_schemas`` segments (:mod:`kafkalog_pipeline.schema_registry`).
 
+    With ``tiered_storage`` (``s3://bucket/prefix``) the job also reads the tier's live remote
+    segments, as the snapshot's ``__remote_log_metadata`` segments name them: those are
+    listed whatever ``topics`` says, and the run is one chunk (a chunk replays the whole
+    metadata and reads every live remote segment; docs/tiered.md).
+
     Returns ``{"warehouse", "run_id", "dates", "prefixes", "chunks": [summary...],
     "segments", "already_ingested", "bytes", "ignored", "schemas", "decode_args": [[argv...], ...]}``
     (``segments``: listed; ``already_ingested``: of them, unchanged since an earlier
@@ -111,7 +116,9 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     template = template or settings.get("snapshot_template")
     access = access or settings.s3_access()
     target = settings.get_int("chunk_bytes")
-    max_chunks = settings.get_int("max_chunks")
+    max_chunks = 1 if tiered_storage else settings.get_int("max_chunks")
+    if tiered_storage and not layout.topic_matcher(topics)(layout.REMOTE_LOG_METADATA_TOPIC):
+        topics = [*_patterns(topics), layout.REMOTE_LOG_METADATA_TOPIC]
 
     prefixes = {d: snapshots.snapshot_prefix(template, prefix or "", d) for d in dates}
     log.info("run %s: snapshot dates %s under s3://%s (%r), topics %r, reprocess=%s",
@@ -154,7 +161,8 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
         spec = layout.ChunkSpec(
             input=store.uri(key), output=warehouse, run_id=run_id, chunk_id=chunk.chunk_id,
             catalog=wh.catalog_name, namespace=wh.namespace, reprocess=bool(reprocess),
-            s3_endpoint=access.endpoint_url, more=tuple(registry_args))
+            s3_endpoint=access.endpoint_url, more=tuple(registry_args),
+            tiered_storage=tiered_storage or None)
         decode_args.append([DECODE_JOB, *spec.argv()])
         log.info("chunk %d: %d segments, %d bytes, partitions %s", chunk.chunk_id,
                  len(chunk.segments), chunk.bytes, ", ".join(chunk.summary()["partitions"]))
@@ -177,6 +185,13 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
         "schemas": registry_source,
         "decode_args": decode_args,
     }
+
+
+def _patterns(topics) -> list[str]:
+    """The ``topics`` param's patterns as a list (None or '': every topic)."""
+    if topics is None or isinstance(topics, str):
+        return [p.strip() for p in (topics or "*").split(",") if p.strip()]
+    return [str(p) for p in topics]
 
 
 def missing_verdict(rows: list[dict]) -> dict | None:
@@ -343,7 +358,8 @@ def plan_from_context(context) -> list[list[str]]:
             if conn_id else None
         summary = plan_run(run_id=context["run_id"], dates=dates,
                            topics=params.get("topics"), reprocess=bool(params.get("reprocess")),
-                           schema_registry=url)
+                           schema_registry=url,
+                           tiered_storage=params.get(settings.TIER_PARAM) or None)
     except (settings.SettingError, snapshots.PermanentS3Error, ValueError) as err:
         raise fail(str(err)) from err
     ti = context["ti"]

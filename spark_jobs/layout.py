@@ -147,6 +147,14 @@ def manifest(entries: list[dict], chunk_id: int | None = None,
 
 #: the decode job's flag naming a submission's chunk (spark_jobs/decode/cli.py)
 CHUNK_ID_FLAG = "--chunk-id"
+#: the flag naming a tiered-storage tier (``s3://bucket/prefix``: the plugin's ``key.prefix``
+#: under a bucket) on the decode job's and the audit's command lines (issue 34, docs/tiered.md)
+TIERED_STORAGE_FLAG = "--tiered-storage"
+#: the environment variable naming a folder of PKCS#8 PEM private keys, the tier's key ring
+#: (key id = file name without ``.pem``); never a command-line argument
+TIER_KEYS_ENV = "KAFKALOG_TIER_KEYS"
+#: the internal topic whose segments say which remote segments are live
+REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 
 
 @dataclass(frozen=True)
@@ -167,6 +175,7 @@ class ChunkSpec:
     reprocess: bool = False
     s3_endpoint: str | None = None
     more: tuple[str, ...] = ()  # further arguments (the Schema Registry's)
+    tiered_storage: str | None = None  # the tier the chunk also reads (TIERED_STORAGE_FLAG)
 
     def argv(self) -> list[str]:
         """The job's arguments: the chunk, decoded into the run's branch (``--no-publish``:
@@ -178,6 +187,8 @@ class ChunkSpec:
             args.append("--reprocess")
         if self.s3_endpoint:
             args += ["--s3-endpoint", self.s3_endpoint]
+        if self.tiered_storage:
+            args += [TIERED_STORAGE_FLAG, self.tiered_storage]
         return args + list(self.more)
 
     @staticmethod

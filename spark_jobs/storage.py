@@ -431,6 +431,21 @@ def open_object(uri: str, config: S3Config | None = None):
     return LocalStore(os.path.dirname(path)), os.path.basename(path)
 
 
+def tier_objects(root: str, config: S3Config | None = None):
+    """``(store, key prefix)`` of a tiered-storage tier (``s3://bucket/prefix``, read with
+    this configuration's client by ranged GETs, or a local folder): the object store
+    ``kafkalog.tiered`` reads a remote segment through (its ``read``, ``list``, ``uri``)."""
+    from kafkalog.tiered import LocalObjects, S3Objects
+
+    if is_s3(root):  # the prefix verbatim: the plugin's key.prefix is any string ("tiered/")
+        bucket, _, prefix = root[len("s3://"):].partition("/")
+        if not bucket:
+            raise ValueError(f"{root!r} names no bucket")
+        return S3Objects(bucket, (config or S3Config.from_env()).client()), prefix
+    path = os.path.abspath(root[len("file://"):] if root.startswith("file://") else root)
+    return LocalObjects(path), ""
+
+
 def delete_objects(uris, config: S3Config | None = None) -> None:
     """Delete objects by full URI (local paths or ``s3://``), a batch per store."""
     by_store: dict = {}

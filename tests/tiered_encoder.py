@@ -224,3 +224,59 @@ def upload(log: bytes, *, chunk_size: int, compression: bool = False, key_id: st
     values = {0: sum(len(v) for v in up.objects.values()), 1: prefix, 2: main}
     up.custom_metadata = custom_metadata_bytes({t: values[t] for t in custom_fields})
     return up
+
+
+# ---- __remote_log_metadata records (apache/kafka storage/src/main/resources/message/
+# RemoteLogSegmentMetadataRecord.json, RemoteLogSegmentMetadataUpdateRecord.json, v0,
+# flexible versions), framed as RemoteLogMetadataSerde frames them: unsigned varint frame
+# version 1, api key, record version, then the fields; packed here by hand from the specs'
+# field order, not with kafkalog's spec-driven writer
+
+COPY_SEGMENT_STARTED, COPY_SEGMENT_FINISHED, DELETE_SEGMENT_STARTED = 0, 1, 2
+
+
+def _compact_string(s: str) -> bytes:
+    return uvarint(len(s.encode()) + 1) + s.encode()
+
+
+def _compact_bytes(b: bytes | None) -> bytes:
+    return uvarint(0) if b is None else uvarint(len(b) + 1) + b
+
+
+def _uuid(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "==")
+
+
+def _remote_segment_id(topic: str, topic_id: str, partition: int, segment_id: str) -> bytes:
+    """RemoteLogSegmentIdEntry: TopicIdPartition (name, id, partition, tags), id, tags."""
+    return (_compact_string(topic) + _uuid(topic_id) + struct.pack(">i", partition) + uvarint(0)
+            + _uuid(segment_id) + uvarint(0))
+
+
+def segment_metadata_record(topic: str, topic_id: str, partition: int, segment_id: str,
+                            start_offset: int, end_offset: int, size: int, *,
+                            broker_id: int = 1, max_timestamp_ms: int = 1_700_000_000_000,
+                            event_timestamp_ms: int = 1_700_000_000_000,
+                            leader_epochs: tuple = ((0, None),)) -> bytes:
+    """RemoteLogSegmentMetadataRecord v0 (api key 0), state COPY_SEGMENT_STARTED; leader
+    epochs as ``(epoch, start offset)`` pairs (None: the segment's start offset)."""
+    epochs = b"".join(struct.pack(">iq", e, start_offset if o is None else o) + uvarint(0)
+                      for e, o in leader_epochs)
+    body = (_remote_segment_id(topic, topic_id, partition, segment_id)
+            + struct.pack(">qqiqq", start_offset, end_offset, broker_id, max_timestamp_ms,
+                          event_timestamp_ms)
+            + uvarint(len(leader_epochs) + 1) + epochs
+            + struct.pack(">i", size) + _compact_bytes(None)
+            + bytes([COPY_SEGMENT_STARTED]) + uvarint(0))
+    return uvarint(1) + uvarint(0) + uvarint(0) + body
+
+
+def segment_update_record(topic: str, topic_id: str, partition: int, segment_id: str,
+                          state: int, custom_metadata: bytes | None = None, *,
+                          broker_id: int = 1, event_timestamp_ms: int = 1_700_000_001_000) -> bytes:
+    """RemoteLogSegmentMetadataUpdateRecord v0 (api key 1): a new state, with the plugin's
+    custom metadata (COPY_SEGMENT_FINISHED)."""
+    body = (_remote_segment_id(topic, topic_id, partition, segment_id)
+            + struct.pack(">iq", broker_id, event_timestamp_ms)
+            + _compact_bytes(custom_metadata) + bytes([state]) + uvarint(0))
+    return uvarint(1) + uvarint(1) + uvarint(0) + body

@@ -62,6 +62,13 @@ def parse_args(argv):
                         "(.json) or s3:// prefix holding _schemas segments, a local _schemas "
                         "folder or a schema folder (default: the input's own _schemas segments; none: "
                         "the value columns stay null; docs/schemas.md)")
+    p.add_argument(layout.TIERED_STORAGE_FLAG, dest="tiered_storage", metavar="s3://BUCKET/PREFIX",
+                   help="also decode the live remote segments of this tiered-storage tier "
+                        "(Aiven's plugin; PREFIX is its key.prefix, verbatim), as the input's "
+                        "__remote_log_metadata segments name them; a remote segment and the "
+                        "local tail are reconciled batch by batch. Encrypted segments need the "
+                        f"key ring: {layout.TIER_KEYS_ENV}=a folder of PKCS#8 PEM files, key id "
+                        "= file name without .pem (docs/tiered.md)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     return p.parse_args(argv)
 

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 import kafkalog
 from spark_jobs import storage
-from spark_jobs.decode import values
+from spark_jobs.decode import tier, values
 from spark_jobs.decode.planning import DEFAULT_SPLIT_BYTES, Task
 from spark_jobs.decode.results import TaskResult
 from spark_jobs.decode.writing import Context, lineage, records_out
@@ -57,7 +57,8 @@ class _ReadAhead:
 
     @staticmethod
     def eligible(task: Task) -> bool:
-        return (storage.is_s3(task.uri) and task.mode == "decode" and task.start == 0
+        return (storage.is_s3(task.uri) and not task.remote and task.mode == "decode"
+                and task.start == 0
                 and task.end == task.size and not task.split and task.index_entries is None
                 and task.size <= READ_AHEAD_MAX_BYTES)
 
@@ -113,7 +114,11 @@ def _read_pinned(store, key: str, pin, start: int = 0, end: int | None = None) -
 def _object_source(task: Task, ctx: Context):
     """``fetch(lo, hi)`` -> (source, byte range) of the listed object only, and
     ``check()``, which raises :class:`storage.ChangedObject` where it changed since
-    (a local file is read by the decoder itself: checked before and after it)."""
+    (a local file is read by the decoder itself: checked before and after it). A remote
+    segment's bytes come from its tier's chunks (:func:`tier.read`)."""
+    if task.remote:
+        return lambda lo, hi: (kafkalog.Slice(tier.read(task, ctx.tier, ctx.s3, lo, hi), lo),
+                               None), lambda: None
     store, key = storage.open_object(task.uri, ctx.s3)
     pin = task.pin
     if isinstance(store, storage.LocalStore):
@@ -129,9 +134,12 @@ def _object_source(task: Task, ctx: Context):
 
 def _prefix_still_there(task: Task, ctx: Context) -> bool:
     """Whether the last batch an earlier run ingested is still at its position, same CRC."""
-    store, key = storage.open_object(task.uri, ctx.s3)
-    head = store.read_pinned(key, task.pin, task.verify_position,
-                             min(task.size, task.verify_position + kafkalog.BATCH_HEAD_SIZE))
+    end = min(task.size, task.verify_position + kafkalog.BATCH_HEAD_SIZE)
+    if task.remote:
+        head = tier.read(task, ctx.tier, ctx.s3, task.verify_position, end)
+    else:
+        store, key = storage.open_object(task.uri, ctx.s3)
+        head = store.read_pinned(key, task.pin, task.verify_position, end)
     try:
         stored = kafkalog.read_batch_head(head).crc
     except kafkalog.CorruptDataError:  # no entry's header there (too short, no known magic)

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
+import kafkalog
 from kafkalog.schemas import RegistryError
 from spark_jobs import layout, schemas, storage, tables
 from spark_jobs import publish as publishing
-from spark_jobs.decode import replicas, values
+from spark_jobs.decode import replicas, tier, values
 from spark_jobs.decode.deduplication import resolve_pending
 from spark_jobs.decode.executor import run_tasks
 from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested, ingested,
@@ -27,7 +28,7 @@ from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested,
 from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import Context, make_context, write_driver_table
 from spark_jobs.derive import internal, typed
-from spark_jobs.findings import REPLICA_DIVERGENCE, Finding
+from spark_jobs.findings import REPLICA_DIVERGENCE, TIER_DIVERGENCE, Finding
 from spark_jobs.findings import table as findings_table
 from spark_jobs.warehouse import Warehouse, branch_name
 
@@ -57,6 +58,8 @@ class Listing:
     unparsable: list[str]
     state_uris: list[str]
     registry: object
+    #: the tier's findings: live remote segments that could not be opened (decode.tier)
+    tier_findings: list = field(default_factory=list)
 
 
 @dataclass
@@ -121,14 +124,19 @@ def begin(args) -> Run:
     what it deduplicates against (a whole run starts its branch again; a chunk joins the
     branch its run's plan made)."""
     started = time.time()
-    needs_s3 = any(storage.is_s3(u) for u in (args.input, args.output)) or args.s3_endpoint
+    needs_s3 = any(storage.is_s3(u) for u in (args.input, args.output, args.tiered_storage or "")) \
+        or args.s3_endpoint
     s3 = storage.S3Config.from_env(args.s3_endpoint) if needs_s3 else None
+    try:  # the key ring from the environment (never the command line): read before anything
+        tier_access = tier.access_from_env(args.tiered_storage) if args.tiered_storage else None
+    except kafkalog.KafkaLogError as err:
+        raise SystemExit(f"decode_segments: {layout.TIERED_STORAGE_FLAG}: {err}") from err
     wh = Warehouse(args.output, args.catalog, args.namespace, s3)
     bases = wh.begin_run(args.run_id, reset=args.chunk_id is None)
     ledger = tables.read_arrow(wh, "ledger", snapshot=bases["ledger"])
     ctx = make_context(wh, args.run_id, uuid.uuid4().hex[:8], chunk_id=args.chunk_id,
                        max_raw=args.max_raw_bytes, read_ahead=max(0, args.read_ahead),
-                       ingested_at=first_ingested(ledger, args.run_id))
+                       ingested_at=first_ingested(ledger, args.run_id), tier=tier_access)
     return Run(args, s3, wh, bases, ledger, ctx, started)
 
 
@@ -151,7 +159,15 @@ def list_input(job: Run) -> Listing:
     for uri in unparsable:
         print(f"decode_segments: {uri} is not {layout.GRAMMAR}: not decoded "
               "(an unparsable_name finding)", file=sys.stderr)
-    return Listing(segments, unparsable, state_uris, registry)
+    tier_findings = []
+    if job.ctx.tier is not None:  # the live remote segments, from the input's own metadata
+        t1 = time.time()
+        remote, tier_findings = tier.discover(
+            job.ctx.tier, [s for s in segments if s.topic == layout.REMOTE_LOG_METADATA_TOPIC],
+            job.s3, night=args.night)
+        segments = segments + remote
+        job.timings["tier_list"] = time.time() - t1
+    return Listing(segments, unparsable, state_uris, registry, tier_findings)
 
 
 def plan_tasks(job: Run, listing: Listing) -> list[Task]:
@@ -164,6 +180,9 @@ def plan_tasks(job: Run, listing: Listing) -> list[Task]:
     index_positions = read_index_positions(
         [s.index_uri for s in to_split], job.s3,
         pins={s.index_uri: s.index_pin(s.index_uri) for s in to_split})
+    index_positions.update(tier.split_positions(  # a remote segment's, from its .indexes
+        [s for s in listing.segments if s.remote and s.size > args.split_bytes
+         and s.key not in coverage], job.ctx.tier, job.s3))
     return plan(listing.segments, coverage, published, index_positions, args.split_bytes)
 
 
@@ -174,7 +193,8 @@ def frame_replicas(spark, job: Run, listing: Listing, tasks: list[Task]) -> Deco
     decoded = Decoded(tasks, [], {})
     groups = replicas.replicated(listing.segments)
     if groups:
-        framed = replicas.frame_all(spark, [s for g in groups.values() for s in g], job.s3)
+        framed = replicas.frame_all(spark, [s for g in groups.values() for s in g], job.s3,
+                                    job.ctx.tier)
         decoded.tasks, decoded.replica_findings, decoded.reconciled = replicas.replan(
             tasks, groups, framed, job.published, job.args.run_id, job.args.split_bytes)
     job.timings["frame"] = time.time() - t1
@@ -236,9 +256,12 @@ def write_driver_tables(job: Run, listing: Listing, decoded: Decoded,
     found = decoded.replica_findings
     if found is not None and found.num_rows:
         kinds = found.column("kind").to_pylist()
-        decoded.divergences += kinds.count(REPLICA_DIVERGENCE)
+        decoded.divergences += kinds.count(REPLICA_DIVERGENCE) + kinds.count(TIER_DIVERGENCE)
         damaged_copies = kinds.count(replicas.DAMAGED_COPY)
         files["findings"].extend(write_driver_table(ctx, "findings", found, "replicas"))
+    if listing.tier_findings:
+        files["findings"].extend(write_driver_table(ctx, "findings", findings_table(
+            [replace(f, run_id=job.args.run_id) for f in listing.tier_findings]), "tier"))
     if listing.unparsable:
         files["findings"].extend(write_driver_table(ctx, "findings", unparsable_findings(
             listing.unparsable, job.args.run_id), "names"))
@@ -249,7 +272,7 @@ def write_driver_tables(job: Run, listing: Listing, decoded: Decoded,
     counts = {"records": sum(r["records"] for r in rows),
               "batches": sum(r["batches"] for r in rows),
               "findings": sum(r["findings"] for r in rows) + decoded.divergences
-              + damaged_copies + len(listing.unparsable)
+              + damaged_copies + len(listing.unparsable) + len(listing.tier_findings)
               + derived.internal_rows.pop("findings", 0) + derived.typed_rows.pop("findings", 0)}
     files["findings"].extend(derived.internal_files.pop("findings", []))
     files["findings"].extend(derived.typed_files.pop("findings", []))

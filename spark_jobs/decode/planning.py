@@ -43,6 +43,10 @@ class Segment:
     #: the snapshot night (``YYYY-MM-DD``) whose listing held it (the manifest's, or the job's
     #: ``--night``); None where the input named none
     night: str | None = None
+    #: a remote segment (tiered storage, spark_jobs.decode.tier; ``uri`` is its
+    #: ``.rsm-manifest``): ``(.log URI, .indexes URI, last offset)``; empty: an object
+    #: read as it is
+    remote: tuple = ()
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -88,6 +92,7 @@ class Task:
     txnindex_uri: str | None = None  # the segment's .txnindex: entries ending at its offsets checked
     index_pins: tuple = ()  # (uri, size, etag, mtime) of the index files, as listed
     night: str | None = None  # the snapshot night whose listing held the segment (Segment.night)
+    remote: tuple = ()  # a remote segment's objects (Segment.remote): read through the tier
 
     pin = Segment.pin
     index_pin = Segment.index_pin
@@ -329,7 +334,8 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
             common = dict(uri=s.uri, topic=s.topic, partition=s.partition,
                           base_offset=s.base_offset, size=s.size, etag=s.etag, mtime=s.mtime,
                           index_uri=s.index_uri, timeindex_uri=s.timeindex_uri,
-                          txnindex_uri=s.txnindex_uri, index_pins=s.index_pins, night=s.night)
+                          txnindex_uri=s.txnindex_uri, index_pins=s.index_pins, night=s.night,
+                          remote=s.remote)
             resume = resume_from(cov, s.size, s.etag)
             if resume is not None:
                 lo = s.base_offset if cov.last_offset is None else cov.last_offset + 1
@@ -340,7 +346,8 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
                                     same_object=same)])
             else:
                 lo = s.base_offset
-                positions = index_positions.get(s.index_uri or "", [])
+                # a remote segment's batch positions come from its .indexes (by its uri)
+                positions = index_positions.get(s.index_uri or s.uri, [])
                 points = split_points(s, positions, split_bytes)
                 ends = points[1:] + [s.size]
                 # shares of the .index only where bisecting finds every entry

@@ -45,8 +45,13 @@ import pyarrow as pa
 
 import kafkalog
 from spark_jobs import schemas, storage
+from spark_jobs.decode import tier
 from spark_jobs.decode.planning import Segment, Task, meets
-from spark_jobs.findings import REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX, Finding
+from spark_jobs.findings import (REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX, TIER_DIVERGENCE,
+                                 Finding)
+
+#: how a tier divergence's message starts (a remote copy against the local one)
+TIER_DIVERGENCE_PREFIX = "tier divergence:"
 
 #: the finding kind of a copy's batch whose CRC fails where another copy's was decoded
 #: (the decoder never reads it; the audit's ``decoder_findings``, policy: warn)
@@ -134,9 +139,12 @@ def frame(source, byte_range=None) -> Framed:
     return Framed(cols, f.end, f.next_entry is not None)
 
 
-def frame_segment(seg: Segment, s3) -> Framed:
+def frame_segment(seg: Segment, s3, tier_access=None) -> Framed:
     """:func:`frame` of a listed segment, read against what the listing saw (raises
-    :class:`storage.StorageError` where it cannot be read or changed since)."""
+    :class:`storage.StorageError` where it cannot be read or changed since); a remote
+    segment read through its tier (``tier_access``)."""
+    if seg.remote:
+        return frame(tier.read(seg, tier_access, s3, 0, seg.size))
     store, key = storage.open_object(seg.uri, s3)
     if isinstance(store, storage.LocalStore):
         store.verify(key, seg.pin)
@@ -152,14 +160,17 @@ def copy_of(uri: str) -> str:
 
 
 def replicated(segments: list[Segment]) -> dict[tuple, list[Segment]]:
-    """The topic-partitions that more than one copy holds, with their segments."""
+    """The topic-partitions that more than one copy holds, with their segments (a tier's
+    remote segments are a copy: of those, only the ones that can meet the local tail,
+    :func:`tier.overlapping`)."""
     by_tp: dict[tuple, list[Segment]] = {}
     for s in segments:
         by_tp.setdefault((s.topic, s.partition), []).append(s)
-    return {tp: segs for tp, segs in by_tp.items() if len({copy_of(s.uri) for s in segs}) > 1}
+    groups = {tp: tier.overlapping(segs) for tp, segs in by_tp.items()}
+    return {tp: segs for tp, segs in groups.items() if len({copy_of(s.uri) for s in segs}) > 1}
 
 
-def frame_all(spark, segments: list[Segment], s3) -> dict[str, Framed | None]:
+def frame_all(spark, segments: list[Segment], s3, tier_access=None) -> dict[str, Framed | None]:
     """:func:`frame_segment` of each segment on the executors (a Spark task per core);
     None for a segment that could not be read. An RDD's partitions, as the decode
     tasks (:func:`~spark_jobs.decode.executor.run_tasks`): the framings come back
@@ -172,7 +183,7 @@ def frame_all(spark, segments: list[Segment], s3) -> dict[str, Framed | None]:
     def run(numbers):
         for i in numbers:
             try:
-                yield i, frame_segment(segs[i], s3).to_bytes()
+                yield i, frame_segment(segs[i], s3, tier_access).to_bytes()
             except (storage.StorageError, OSError, kafkalog.KafkaLogError):
                 yield i, None
 
@@ -377,11 +388,16 @@ class _Kept:
 
 
 def _divergence(seg: Segment, e: Entry, kept_seg: Segment, kept: Entry) -> dict:
+    """A divergence finding on the losing copy's batch: :data:`TIER_DIVERGENCE` where a
+    remote (tiered) copy and a local one disagree, else :data:`REPLICA_DIVERGENCE`."""
+    tiered = bool(seg.remote) != bool(kept_seg.remote)
+    prefix = TIER_DIVERGENCE_PREFIX if tiered else REPLICA_DIVERGENCE_PREFIX
     return Finding(
-        topic=seg.topic, partition=seg.partition, kind=REPLICA_DIVERGENCE, position=e.position,
+        topic=seg.topic, partition=seg.partition,
+        kind=TIER_DIVERGENCE if tiered else REPLICA_DIVERGENCE, position=e.position,
         end=e.position + e.size, base_offset=e.first_offset, last_offset=e.last_offset,
         bytes=e.size, segment=seg.uri, segment_base_offset=seg.base_offset,
-        message=(f"{REPLICA_DIVERGENCE_PREFIX} offsets {e.first_offset}..{e.last_offset} of "
+        message=(f"{prefix} offsets {e.first_offset}..{e.last_offset} of "
                  f"{seg.topic}-{seg.partition}: the batch at {e.position} of {seg.uri} "
                  f"(crc {e.crc:#010x}, {e.size} bytes) differs from the one kept, offsets "
                  f"{kept.first_offset}..{kept.last_offset} at {kept.position} of "
@@ -417,7 +433,8 @@ def replan(tasks: list[Task], groups: dict[tuple, list[Segment]],
     for t in tasks:
         by_tp.setdefault((t.topic, t.partition), []).append(t)
     for tp, segs in groups.items():
-        mine = by_tp.get(tp, [])
+        uris = {s.uri for s in segs}
+        mine = [t for t in by_tp.get(tp, []) if t.uri in uris]
         if any(framed.get(s.uri) is None for s in segs) or any(t.mode != "decode" for t in mine):
             continue
         choice = reconcile(segs, framed)
@@ -443,8 +460,9 @@ def replan(tasks: list[Task], groups: dict[tuple, list[Segment]],
         drafts[tp] = new
         findings.extend(dict(f, run_id=run_id) for f in [*choice.divergences, *choice.damaged])
         done.add(tp)
-    for t in tasks:
-        if (t.topic, t.partition) not in done:
+    framed_uris = {s.uri for segs in groups.values() for s in segs}
+    for t in tasks:  # (a remote segment that cannot meet the local tail was not framed)
+        if (t.topic, t.partition) not in done or t.uri not in framed_uris:
             out.append(t)
     for new in drafts.values():
         out.extend(new)

@@ -45,6 +45,9 @@ class Context:
     #: the run's Schema Registry (kafkalog.schemas; schemas as text, pickled with the
     #: context), or None: the records' value columns stay null (spark_jobs/decode/values.py)
     registry: object = None
+    #: the tier remote segments are read from, with its key ring
+    #: (:class:`spark_jobs.decode.tier.TierAccess`), or None
+    tier: object = None
 
     @property
     def ingest_dt(self) -> str | None:

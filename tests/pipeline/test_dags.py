@@ -87,7 +87,7 @@ def test_wiring_write_audit_publish(dag):
     assert {a.name for a in publish.outlets} == {a.name for a in TABLE_ASSETS.values()} | {
         DERIVED_ALIAS.name}
     assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess",
-                                      "schema_registry_conn_id", "rerun_of"}
+                                      "schema_registry_conn_id", "rerun_of", "tiered_storage"}
     assert plan.retries >= 1
     # after publish, the rerun after a conflict: a teardown (out of the run's state), run only
     # when publish failed or could not, triggering this very DAG
