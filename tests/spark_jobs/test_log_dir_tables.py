@@ -343,3 +343,50 @@ def test_the_grammar_agrees_with_kafkalog():
                                                     if parsed else None), name
         assert layout.parse_segment_key(f"n/b/{name}/00000000000000000007.log") == (
             (parsed.topic, parsed.partition, 7) if parsed else None)
+
+
+@pytest.mark.pipeline
+def test_log_dir_files_under_an_s3_prefix(tmp_path, s3_endpoint, s3_bucket):
+    """Two real log directories on the local S3 server: the job's listing finds their own
+    files beside the partition folders, and they read over S3 into the rows the local
+    folders give (the URIs aside); the planner's listing hands them on with their night."""
+    import boto3
+
+    from kafkalog_pipeline.snapshots import list_segments
+    from spark_jobs import storage
+    from spark_jobs.decode import discover
+    from spark_jobs.derive import log_dirs
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    local = {}
+    for d in ("qkrckstjq+spring-kafka", "VolodymyrZee+kafka"):
+        for p in (BROKER_DIRS / d).rglob("*"):
+            if p.is_file():
+                key = f"snap/{NIGHT}/{d}/{p.relative_to(BROKER_DIRS / d).as_posix()}"
+                client.put_object(Bucket=s3_bucket, Key=key, Body=p.read_bytes())
+                local[f"s3://{s3_bucket}/{key}"] = str(p)
+    config = storage.S3Config.from_env(s3_endpoint)
+    found: list[dict] = []
+    discover(f"s3://{s3_bucket}/snap/{NIGHT}", config, log_dir_files=found, night=NIGHT)
+    expected = sorted(u for u in local if layout.parse_log_dir_key(u))
+    assert sorted(e["uri"] for e in found) == expected and len(expected) == 6 + 12  # Volodymyr: 6, qkrckstjq: 12
+    assert {e["night"] for e in found} == {NIGHT}
+
+    def same(found_rows, rename):
+        return {n: sorted(json.dumps({k: rename(v) if k in ("file", "log_dir") or
+                                      k.endswith("_file") else v for k, v in r.items()},
+                                     default=str, sort_keys=True) for r in t.to_pylist())
+                for n, t in found_rows.items()}
+
+    s3_dir = {f"s3://{s3_bucket}/snap/{NIGHT}/{d}": str(BROKER_DIRS / d)
+              for d in ("qkrckstjq+spring-kafka", "VolodymyrZee+kafka")}
+    over_s3 = log_dirs.log_dir_tables(found, config, "r1")
+    assert "findings" not in over_s3
+    assert same(over_s3, lambda v: local.get(v, s3_dir.get(v, v))) == same(
+        log_dirs.log_dir_tables([{"uri": local[e["uri"]], "night": NIGHT} for e in found],
+                                None, "r1"), lambda v: v)
+
+    listed: list = []
+    list_segments(s3_bucket, {NIGHT: f"snap/{NIGHT}/"}, None, client=client,
+                  log_dir_files=listed)
+    assert sorted(listed) == [(NIGHT, u) for u in expected]
