@@ -5,7 +5,9 @@ A snapshot is what the nightly copy leaves under
 filled with the snapshot date; below it, one directory per partition as a broker
 names them (``<topic>-<partition>/``) holding ``<20-digit base offset>.log``
 segments and their index files. Only ``.log`` objects are work; the decode job
-finds the index siblings itself.
+finds the index siblings itself. The partitions' state files go with their partition's
+chunk, a log directory's own files (``meta.properties``, the offset checkpoints, KRaft's:
+``spark_jobs.layout.LOG_DIR_FILE_KEY``) all to one chunk, so each is read once per run.
 
 Pure functions (no Airflow): :func:`snapshot_prefix`, :func:`snapshot_dates`,
 :func:`parse_segment_key`, :func:`plan_chunks`; :func:`list_segments` talks to
