@@ -5,7 +5,9 @@ A snapshot is what the nightly copy leaves under
 filled with the snapshot date; below it, one directory per partition as a broker
 names them (``<topic>-<partition>/``) holding ``<20-digit base offset>.log``
 segments and their index files. Only ``.log`` objects are work; the decode job
-finds the index siblings itself.
+finds the index siblings itself. The partitions' state files go with their partition's
+chunk, a log directory's own files (``meta.properties``, the offset checkpoints, KRaft's:
+``spark_jobs.layout.LOG_DIR_FILE_KEY``) all to one chunk, so each is read once per run.
 
 Pure functions (no Airflow): :func:`snapshot_prefix`, :func:`snapshot_dates`,
 :func:`parse_segment_key`, :func:`plan_chunks`; :func:`list_segments` talks to
@@ -67,6 +69,9 @@ class Chunk:
     segments: list[Segment] = field(default_factory=list)
     #: URIs of the chunk's partitions' state files (layout.STATE_FILE_KEY)
     state_files: list[str] = field(default_factory=list)
+    #: the log directories' own files this chunk reads (layout.LOG_DIR_FILE_KEY), as
+    #: ``{"uri", "night"}``: each log directory's in one chunk of the run
+    log_dir_files: list[dict] = field(default_factory=list)
     #: ``.log`` objects whose names place them in no partition: the job records an
     #: ``unparsable_name`` finding of each (the audit grades it)
     unplaced: list[str] = field(default_factory=list)
@@ -79,7 +84,7 @@ class Chunk:
     def manifest(self) -> bytes:
         """The chunk's segment manifest (:func:`spark_jobs.layout.manifest`)."""
         return layout.manifest([s.manifest_entry() for s in self.segments] + self.unplaced,
-                               self.chunk_id, self.state_files)
+                               self.chunk_id, self.state_files, self.log_dir_files)
 
 
 # ------------------------------------------------------------------ dates
@@ -171,7 +176,7 @@ def classify(err: Exception, where: str) -> Exception:
 
 def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
                   client=None, unparsable: list | None = None,
-                  state_files: list | None = None,
+                  state_files: list | None = None, log_dir_files: list | None = None,
                   logs: dict | None = None) -> tuple[list[Segment], int]:
     """Every ``.log`` segment under each snapshot date's prefix.
 
@@ -180,7 +185,10 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
     (not a segment, or a topic the filter leaves out). The URIs of ``.log`` objects
     whose names do not parse are appended to ``unparsable``; the partitions' state files
     (``.snapshot``, ``leader-epoch-checkpoint``, ``partition.metadata``) to ``state_files``,
-    as ``(topic, partition, uri)`` (they count as ignored: they are not segments).
+    as ``(topic, partition, uri)`` (they count as ignored: they are not segments); the log
+    directories' own files (``meta.properties``, the offset checkpoints, KRaft's:
+    layout.LOG_DIR_FILE_KEY) to ``log_dir_files`` as ``(snapshot date, uri)``, whatever
+    the topic filter (they are no topic's).
     ``logs`` (snapshot date -> n) counts each date's ``.log`` objects, whatever their names
     and topics: a date with none has no snapshot.
     """
@@ -206,6 +214,9 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
                         if state is not None and keep(state[0]):
                             state_files.append((state[0], state[1],
                                                 f"s3://{bucket}/{obj['Key']}"))
+                        elif parsed is None and log_dir_files is not None and \
+                                layout.parse_log_dir_key(obj["Key"][len(prefix):]) is not None:
+                            log_dir_files.append((date, f"s3://{bucket}/{obj['Key']}"))
                         continue
                     topic, partition, base = parsed
                     segments.append(Segment(
@@ -222,7 +233,8 @@ def list_segments(bucket: str, prefixes: dict[str, str], access, *, topics=None,
 # ------------------------------------------------------------------ planning
 def plan_chunks(segments: Iterable[Segment], *, target_bytes: int,
                 max_chunks: int, to_decode: Callable[[Segment], int] | None = None,
-                state_files: Iterable[tuple[str, int, str]] = ()) -> list[Chunk]:
+                state_files: Iterable[tuple[str, int, str]] = (),
+                log_dir_files: Iterable[tuple[str, str]] = ()) -> list[Chunk]:
     """Group segments into chunks balanced by bytes, each topic-partition in one chunk.
 
     A segment weighs ``to_decode(segment)`` bytes (default: its size): what its
@@ -235,6 +247,9 @@ def plan_chunks(segments: Iterable[Segment], *, target_bytes: int,
     partition; a chunk's ``bytes`` are its bytes to decode. ``state_files``
     (``(topic, partition, uri)``, :func:`list_segments`) go with their partition's chunk:
     a partition without segments has no chunk, and its state files are not read.
+    ``log_dir_files`` (``(snapshot date, uri)``) go, a log directory's all together, to
+    the first chunk holding a segment of that log directory (else chunk 0): each file is
+    read once however many chunks the run has.
     """
     if target_bytes <= 0 or max_chunks <= 0:
         raise ValueError("target_bytes and max_chunks must be positive")
@@ -267,6 +282,13 @@ def plan_chunks(segments: Iterable[Segment], *, target_bytes: int,
     for topic, partition, uri in sorted(state_files):
         if (topic, partition) in where:
             where[(topic, partition)].state_files.append(uri)
+    holding: dict[str, Chunk] = {}  # log dir -> the first chunk with a segment under it
+    for chunk in chunks:
+        for s in chunk.segments:
+            holding.setdefault(s.uri.rsplit("/", 2)[0], chunk)
+    for date, uri in sorted(log_dir_files):
+        log_dir = layout.parse_log_dir_key(uri)[0]
+        holding.get(log_dir, chunks[0]).log_dir_files.append({"uri": uri, "night": date})
     return chunks
 
 

@@ -125,10 +125,11 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
              run_id, dates, bucket, access, topics, reprocess)
     unparsable: list[str] = []
     state_files: list[tuple[str, int, str]] = []  # read by the chunk of their partition
+    log_dir_files: list[tuple[str, str]] = []  # read by one chunk of their log directory
     logs: dict[str, int] = {}  # .log objects per night: a night with none has no snapshot
     segments, ignored = snapshots.list_segments(bucket, prefixes, access, topics=topics,
                                                 unparsable=unparsable, state_files=state_files,
-                                                logs=logs)
+                                                log_dir_files=log_dir_files, logs=logs)
     for uri in unparsable:
         log.warning("%s is not %s: an unparsable_name finding", uri, layout.GRAMMAR)
 
@@ -142,7 +143,7 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     unchanged = sum(1 for _, same in work.values() if same)
     chunks = [] if unchanged == len(segments) else snapshots.plan_chunks(
         segments, target_bytes=target, max_chunks=max_chunks, to_decode=lambda s: work[s][0],
-        state_files=state_files)
+        state_files=state_files, log_dir_files=log_dir_files)
     if unparsable:  # the job records each as a finding, which the audit grades
         if not chunks:
             chunks = [snapshots.Chunk(chunk_id=0)]

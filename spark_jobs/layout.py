@@ -19,6 +19,18 @@ to read; a directory or prefix input has them found beside the segments instead.
 A partition folder's state files (``kafkalog.state_files`` reads them): producer-state
 snapshots ``<20-digit offset>.snapshot``, ``leader-epoch-checkpoint`` and
 ``partition.metadata``.
+
+Kafka renames a partition folder ``<topic>-<partition>.<32 hex digits>-delete`` (deleted,
+awaiting removal), ``-future`` (a move between the broker's log directories in flight) or
+``-stray`` (no longer assigned here): such a folder is read as its topic
+(:data:`RENAMED_SUFFIXES`; records say which in ``folder_state``).
+
+A log directory's own files (:data:`LOG_DIR_FILE_KEY`, :func:`parse_log_dir_key`):
+``meta.properties``, ``.kafka_cleanshutdown``, the four offset checkpoints and
+``bootstrap.checkpoint`` at its top, ``quorum-state`` and KRaft snapshots in its
+``__cluster_metadata-0/``. A manifest lists them under ``"log_dir_files": [{"uri": ...,
+"night": ...}, ...]`` (each log directory's in one chunk of a run); a directory or prefix
+input has them found beside the partition folders.
 """
 
 from __future__ import annotations
@@ -29,8 +41,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-_TOPIC = r"(?P<topic>[A-Za-z0-9._-]{1,249})-(?P<partition>\d+)"
-#: a partition folder's name
+#: the suffixes of a partition folder Kafka renamed (LocalLog: ``<topic>-<partition>.<32 hex
+#: digits><suffix>``; their meaning: kafkalog.folders, whose FOLDER_SUFFIXES a test holds
+#: these to): the folder still holds that partition's data and is read as its topic
+RENAMED_SUFFIXES = ("-delete", "-future", "-stray")
+_TOPIC = (r"(?P<topic>[A-Za-z0-9._-]{1,249})-(?P<partition>\d+)"
+          r"(?:\.[0-9a-f]{32}(?:" + "|".join(RENAMED_SUFFIXES) + r"))?")
+#: a partition folder's name (live or renamed)
 PARTITION_DIR = re.compile(_TOPIC)
 #: a partition folder and a segment file, at any depth
 SEGMENT_KEY = re.compile(r"(?:^|/)" + _TOPIC + r"/(?P<base>\d{20})\.log$")
@@ -45,6 +62,21 @@ STATE_FILE_KEY = re.compile(r"(?:^|/)" + _TOPIC + r"/(?P<name>\d{20}\.snapshot|"
                             r"leader-epoch-checkpoint|partition\.metadata)$")
 STATE_GRAMMAR = ("<topic>-<partition>/{<20-digit offset>.snapshot, leader-epoch-checkpoint, "
                  "partition.metadata}")
+
+#: a log directory's own files (issue 36; kafkalog.log_dir and kafkalog.kraft read them, and
+#: a test holds these names to theirs): at its top, and in its ``__cluster_metadata-0/``.
+#: The log directory is the folder holding the partition folders, as listed.
+LOG_DIR_TOP_FILES = ("meta.properties", ".kafka_cleanshutdown",
+                     "recovery-point-offset-checkpoint", "replication-offset-checkpoint",
+                     "log-start-offset-checkpoint", "cleaner-offset-checkpoint",
+                     "bootstrap.checkpoint")
+CLUSTER_METADATA_FOLDER = "__cluster_metadata-0"
+LOG_DIR_FILE_KEY = re.compile(
+    r"(?:^|/)(?P<name>" + "|".join(re.escape(n) for n in LOG_DIR_TOP_FILES) + r"|"
+    + re.escape(CLUSTER_METADATA_FOLDER) + r"/(?:quorum-state|\d{20}-\d{10}\.checkpoint(?:\.deleted)?))$")
+LOG_DIR_GRAMMAR = ("<log dir>/{" + ", ".join(LOG_DIR_TOP_FILES) + "}, <log dir>/"
+                   + CLUSTER_METADATA_FOLDER + "/{quorum-state, <20-digit offset>-<10-digit epoch>"
+                   ".checkpoint[.deleted]}")
 
 #: the warehouse's tables (namespace ``kafka`` by default; columns: spark_jobs.schemas)
 TABLE_NAMES = ("records", "batches", "markers", "findings", "ledger", "dq_results")
@@ -134,14 +166,28 @@ def parse_state_key(key: str) -> tuple[str, int, str] | None:
     return (m["topic"], int(m["partition"]), m["name"]) if m else None
 
 
+def parse_log_dir_key(key: str) -> tuple[str, str] | None:
+    """``(log dir, file name)`` of a log directory's own file (:data:`LOG_DIR_FILE_KEY`) by
+    its key, path or URI, else None. The log dir is the key before the file (``""`` for a
+    file at the listing's root); the name of a KRaft file keeps its folder
+    (``__cluster_metadata-0/quorum-state``)."""
+    m = LOG_DIR_FILE_KEY.search(key)
+    if m is None:
+        return None
+    return key[:m.start("name")].rstrip("/"), m["name"]
+
+
 def manifest(entries: list[dict], chunk_id: int | None = None,
-             state_files: list[str] | None = None) -> bytes:
-    """A segment manifest's bytes."""
+             state_files: list[str] | None = None,
+             log_dir_files: list[dict] | None = None) -> bytes:
+    """A segment manifest's bytes (``log_dir_files``: ``{"uri", "night"}`` each)."""
     doc: dict = {"segments": entries}
     if chunk_id is not None:
         doc["chunk_id"] = chunk_id
     if state_files:
         doc["state_files"] = list(state_files)
+    if log_dir_files:
+        doc["log_dir_files"] = list(log_dir_files)
     return json.dumps(doc, indent=1).encode()
 
 
@@ -208,6 +254,22 @@ def read_manifest_state_files(data: bytes, where: str) -> list[str]:
     except ValueError as err:
         raise ManifestError(f"{where} is not a segment manifest: {err}") from err
     return found
+
+
+def read_manifest_log_dir_files(data: bytes, where: str) -> list[dict]:
+    """The log directories' own files a manifest lists (none by default): ``{"uri",
+    "night"}`` each (a plain URI: night null)."""
+    try:
+        doc = json.loads(data)
+        found = doc.get("log_dir_files", []) if isinstance(doc, dict) else []
+        out = [{"uri": e, "night": None} if isinstance(e, str) else
+               {"uri": e["uri"], "night": e.get("night")} for e in found]
+        if not all(isinstance(e["uri"], str) for e in out):
+            raise ValueError("an entry's uri is not a string")
+    except (ValueError, KeyError, TypeError) as err:
+        raise ManifestError(f"{where} is not a segment manifest: log_dir_files is not a list "
+                            f"of URIs or {{\"uri\", \"night\"}}: {err}") from err
+    return out
 
 
 def read_manifest(data: bytes, where: str) -> list[dict]:

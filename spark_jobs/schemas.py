@@ -39,7 +39,11 @@ def _with(schema: pa.Schema, drop=(), retype=None, extra=(), partitions=_TOPIC) 
 VALUE_COLUMNS = [("key_schema_id", pa.int32()), ("value_schema_id", pa.int32()),
                  ("key_format", pa.string()), ("value_format", pa.string()),
                  ("value_json", pa.string()), ("value_error", pa.string())]
-RECORDS = _with(ka.RECORDS_SCHEMA, drop={"crc_valid"}, extra=VALUE_COLUMNS,
+#: records of a partition folder Kafka renamed: ``delete``, ``future`` or ``stray``; null for
+#: a live folder (issue 36; kafkalog.folders, spark_jobs.decode.writing.folder_state)
+FOLDER_STATE = "folder_state"
+_FOLDER_STATE = [(FOLDER_STATE, pa.string())]
+RECORDS = _with(ka.RECORDS_SCHEMA, drop={"crc_valid"}, extra=VALUE_COLUMNS + _FOLDER_STATE,
                 partitions=_INGESTED + [("dt", pa.string())])
 BATCHES = _with(ka.BATCHES_SCHEMA, retype={"crc": pa.int64(), "computed_crc": pa.int64()},
                 partitions=_INGESTED)

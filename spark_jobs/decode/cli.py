@@ -27,7 +27,11 @@ def parse_args(argv):
                     "markers, findings, ledger); see docs/tables.md.")
     p.add_argument("--input", required=True,
                    help="a local directory or s3://bucket/prefix holding <topic>-<partition>/"
-                        "<base offset>.log at any depth, or a JSON manifest of segment URIs")
+                        "<base offset>.log at any depth (renamed -delete/-future/-stray "
+                        "folders read as their topic; the partitions' state files and the log "
+                        "directories' own files, meta.properties, offset checkpoints, KRaft "
+                        "snapshots, quorum-state, are read too), or a JSON manifest of segment "
+                        "URIs")
     p.add_argument("--output", required=True,
                    help="the warehouse root W (local path or s3://): scratch space, and the "
                         "embedded catalog's home where no catalog is configured")

@@ -27,7 +27,7 @@ from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested,
                                         ledger_ranges, plan, read_index_positions)
 from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import Context, make_context, write_driver_table
-from spark_jobs.derive import internal, typed
+from spark_jobs.derive import internal, log_dirs, typed
 from spark_jobs.findings import REPLICA_DIVERGENCE, TIER_DIVERGENCE, Finding
 from spark_jobs.findings import table as findings_table
 from spark_jobs.warehouse import Warehouse, branch_name
@@ -52,7 +52,8 @@ class Run:
 @dataclass
 class Listing:
     """What the input holds: segments, names the job cannot place, the partitions' state
-    files (:mod:`spark_jobs.derive.internal`) and the Schema Registry for its values."""
+    files (:mod:`spark_jobs.derive.internal`), the Schema Registry for its values and the
+    log directories' own files (:mod:`spark_jobs.derive.log_dirs`)."""
 
     segments: list[Segment]
     unparsable: list[str]
@@ -60,6 +61,7 @@ class Listing:
     registry: object
     #: the tier's findings: live remote segments that could not be opened (decode.tier)
     tier_findings: list = field(default_factory=list)
+    log_dir_files: list[dict] = field(default_factory=list)  # {"uri", "night"} each
 
 
 @dataclass
@@ -145,9 +147,10 @@ def list_input(job: Run) -> Listing:
     into the context; a bad manifest or registry ends the job."""
     args = job.args
     state_uris: list[str] = []
+    log_dir_files: list[dict] = []
     try:
         segments, unparsable = discover(args.input, job.s3, state_files=state_uris,
-                                        night=args.night)
+                                        night=args.night, log_dir_files=log_dir_files)
     except layout.ManifestError as err:
         raise SystemExit(f"decode_segments: {err}") from err
     try:
@@ -167,7 +170,8 @@ def list_input(job: Run) -> Listing:
             job.s3, night=args.night)
         segments = segments + remote
         job.timings["tier_list"] = time.time() - t1
-    return Listing(segments, unparsable, state_uris, registry, tier_findings)
+    return Listing(segments, unparsable, state_uris, registry, tier_findings,
+                   log_dir_files)
 
 
 def plan_tasks(job: Run, listing: Listing) -> list[Task]:
@@ -231,13 +235,19 @@ def dedupe(spark, job: Run, decoded: Decoded) -> None:
 
 
 def derive(spark, job: Run, listing: Listing, decoded: Decoded) -> Derived:
-    """The derived tables from the deduplicated records: internal topics and state files
-    (nothing at all where there are none), typed values (nothing where no topic's values
+    """The derived tables from the deduplicated records: internal topics, state files and
+    the log directories' own files (nothing at all where there are none), typed values (nothing where no topic's values
     have a schema)."""
     records = decoded.files["records"]
     t1 = time.time()
     internal_files, internal_rows = internal.derive(spark, job.ctx, job.wh, records,
                                                     listing.state_uris, job.args.run_id)
+    dir_files, dir_rows = log_dirs.derive(job.ctx, job.wh, listing.log_dir_files,
+                                          job.args.run_id)
+    for name, fs in dir_files.items():
+        internal_files.setdefault(name, []).extend(fs)
+    for name, n in dir_rows.items():
+        internal_rows[name] = internal_rows.get(name, 0) + n
     if internal_rows:
         job.timings["internal"] = time.time() - t1
     t1 = time.time()

@@ -119,15 +119,17 @@ class Coverage:
 
 
 def discover(input_uri: str, config: storage.S3Config | None = None, *,
-             state_files: list | None = None, night: str | None = None
-             ) -> tuple[list[Segment], list[str]]:
+             state_files: list | None = None, night: str | None = None,
+             log_dir_files: list | None = None) -> tuple[list[Segment], list[str]]:
     """Every segment under a directory/prefix, or listed by a JSON manifest; and the
     URIs of the ``.log`` objects whose names do not say where they belong. The
     partitions' state files (layout.STATE_FILE_KEY: beside the segments, or the
-    manifest's ``state_files``) are appended to ``state_files`` where one is given.
+    manifest's ``state_files``) are appended to ``state_files`` where one is given, the
+    log directories' own files (layout.LOG_DIR_FILE_KEY, or the manifest's
+    ``log_dir_files``) to ``log_dir_files`` as ``{"uri", "night"}``.
     ``night``: the snapshot night of the segments whose manifest entry names none."""
     if input_uri.endswith(".json"):
-        return _from_manifest(input_uri, config, state_files, night)
+        return _from_manifest(input_uri, config, state_files, night, log_dir_files)
     store = storage.open_store(input_uri, config)
     objects = {o.key: o for o in store.list("")}
     segments, unparsable = [], []
@@ -138,6 +140,8 @@ def discover(input_uri: str, config: storage.S3Config | None = None, *,
                 unparsable.append(store.uri(key))
             elif state_files is not None and layout.parse_state_key(key) is not None:
                 state_files.append(store.uri(key))
+            elif log_dir_files is not None and layout.parse_log_dir_key(key) is not None:
+                log_dir_files.append({"uri": store.uri(key), "night": night})
             continue
         found = {suffix: objects[layout.index_key(key, suffix)] for suffix in layout.INDEX_SUFFIXES
                  if layout.index_key(key, suffix) in objects}
@@ -153,13 +157,16 @@ def discover(input_uri: str, config: storage.S3Config | None = None, *,
     return sorted(segments, key=lambda s: (s.topic, s.partition, s.base_offset, s.uri)), unparsable
 
 
-def _from_manifest(uri: str, config, state_files: list | None = None, night: str | None = None
-                   ) -> tuple[list[Segment], list[str]]:
+def _from_manifest(uri: str, config, state_files: list | None = None, night: str | None = None,
+                   log_dir_files: list | None = None) -> tuple[list[Segment], list[str]]:
     store, key = storage.open_object(uri, config)
     segments, unparsable = [], []
     data = store.read(key)
     if state_files is not None:
         state_files.extend(layout.read_manifest_state_files(data, uri))
+    if log_dir_files is not None:
+        log_dir_files.extend({"uri": e["uri"], "night": e["night"] or night}
+                             for e in layout.read_manifest_log_dir_files(data, uri))
     for entry in layout.read_manifest(data, uri):
         seg_uri = entry["uri"]
         parsed = layout.parse_segment_key(seg_uri)

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 import kafkalog
-from spark_jobs import schemas, storage
+from spark_jobs import layout, schemas, storage
 from spark_jobs.decode import tier
 from spark_jobs.decode.planning import Segment, Task, meets
 from spark_jobs.findings import (REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX, TIER_DIVERGENCE,
@@ -155,8 +155,13 @@ def frame_segment(seg: Segment, s3, tier_access=None) -> Framed:
 
 
 def copy_of(uri: str) -> str:
-    """The copy a segment belongs to: the folder above its ``<topic>-<partition>/``."""
-    return uri.rsplit("/", 2)[0]
+    """The copy a segment belongs to: the folder above its ``<topic>-<partition>/``; for a
+    folder Kafka renamed (``-future``: a move between one broker's log directories in
+    flight, ``-delete``, ``-stray``) the folder itself, so that it is a copy of its own
+    beside the live folder of the same log directory (each offset is then decoded once)."""
+    head, folder, _ = uri.rsplit("/", 2)
+    return head if layout.PARTITION_DIR.fullmatch(folder) and \
+        not folder.endswith(layout.RENAMED_SUFFIXES) else f"{head}/{folder}"
 
 
 def replicated(segments: list[Segment]) -> dict[tuple, list[Segment]]:
@@ -263,8 +268,8 @@ def _damaged_copies(segs: list[Segment], framed: dict[str, Framed], ranges: dict
 
 def _rank(copy: str, count: int, last: int) -> tuple:
     """The primary copy sorts first: the one reaching the highest offset, then the one
-    with most batches."""
-    return (-last, -count, copy)
+    with most batches, then a live folder before a renamed one (:func:`copy_of`)."""
+    return (-last, -count, copy.endswith(layout.RENAMED_SUFFIXES), copy)
 
 
 def _copies_agree(segs: list[Segment], framed: dict[str, Framed]):

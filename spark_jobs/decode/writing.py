@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kafkalog.folders import LIVE, parse_partition_folder
 from spark_jobs import schemas, storage
 from spark_jobs.decode.planning import Task
 from spark_jobs.parquet import PartWriter, partition_path, write_schema
@@ -77,11 +78,20 @@ def lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.T
     cols["run_id"] = _constant(ctx.run_id, n)
     cols["topic"] = _constant(task.topic, n)
     cols[schemas.INGEST_DT] = _constant(ctx.ingest_dt, n)
+    cols[schemas.FOLDER_STATE] = _constant(folder_state(task.uri), n)
     target = write_schema(table)
     names = [name for name in target.names if name in cols]
     out = pa.table([cols[name] for name in names], names=names)
     want = pa.schema([target.field(name) for name in names])
     return out if out.schema == want else out.cast(want)
+
+
+def folder_state(segment_uri: str) -> str | None:
+    """The records' ``folder_state`` of a segment: null in a live partition folder, else
+    ``delete``, ``future`` or ``stray`` (Kafka's renamed folders: kafkalog.folders)."""
+    parsed = parse_partition_folder(segment_uri.rsplit("/", 2)[-2]) if "/" in segment_uri \
+        else None
+    return None if parsed is None or parsed.state == LIVE else parsed.state
 
 
 def _constant(value, n: int) -> pa.DictionaryArray:

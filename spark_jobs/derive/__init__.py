@@ -1,8 +1,10 @@
 """Tables derived from the decode job's output, written in the same run (docs/tables.md).
 
 - :mod:`~spark_jobs.derive.internal` — Kafka's internal topics (consumer offsets, group
-  metadata, transactions, cluster metadata) and the partitions' state files (producer
-  state, leader epochs);
+  metadata, transactions, cluster metadata, share group state) and the partitions' state
+  files (producer state, leader epochs);
+- :mod:`~spark_jobs.derive.log_dirs` — a broker log directory's own files (broker state,
+  offset checkpoints, KRaft snapshots, quorum state);
 - :mod:`~spark_jobs.derive.typed` — a typed table per topic whose values carry an Avro,
   JSON Schema or Protobuf schema, with its pure half :mod:`~spark_jobs.derive.value_types`
   (registry schemas as Arrow types);

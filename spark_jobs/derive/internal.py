@@ -8,6 +8,8 @@ columns: :mod:`spark_jobs.schemas`, docs/tables.md).
   snapshots and replicas never give a record twice. The executors read the files and
   write the derived tables' files (:func:`derive_records`); only file names reach the
   driver. A record that does not decode is an ``internal_record_error`` finding.
+* ``share_group_state`` (``__share_group_state``, KIP-932): one row per record, as
+  :func:`kafkalog.internal.share_group_state.share_group_state_row` makes it.
 * ``producer_state`` (producer-state ``.snapshot`` files) and ``leader_epochs``
   (``leader-epoch-checkpoint``), each row with the ``topic_id`` of the ``partition.metadata``
   beside it: read by the driver (a few small files, :func:`state_tables`); CRC and parse
@@ -26,8 +28,9 @@ import json
 import pyarrow as pa
 
 from kafkalog import state_files as sf
-from kafkalog.internal import (CLUSTER_METADATA, OFFSETS, TOPIC_DECODERS, TRANSACTION_LOG,
-                               MessageError, decode, expand_consumer_protocol)
+from kafkalog.internal import (CLUSTER_METADATA, OFFSETS, SHARE_GROUP_STATE, TOPIC_DECODERS,
+                               TRANSACTION_LOG, MessageError, decode, expand_consumer_protocol)
+from kafkalog.internal.share_group_state import share_group_state_row
 from kafkalog.internal.topics import coordinator_keys
 from spark_jobs import layout, schemas, storage
 from spark_jobs.derive.files import FILE_ROWS, map_files
@@ -39,9 +42,10 @@ DECODER_TABLES = {
     OFFSETS: ("consumer_offsets", "group_metadata"),
     TRANSACTION_LOG: ("transactions",),
     CLUSTER_METADATA: ("cluster_metadata",),
+    SHARE_GROUP_STATE: ("share_group_state",),
 }
 #: the internal topics whose records have tables here (kafkalog decodes more:
-#: ``__share_group_state`` and ``__remote_log_metadata`` stay records only, for now)
+#: ``__remote_log_metadata`` stays records only here)
 TABLED_TOPICS = {t: d for t, d in TOPIC_DECODERS.items() if d in DECODER_TABLES}
 #: state file kind -> the table its rows go to (partition.metadata: a column of both)
 STATE_TABLES = {sf.PRODUCER_SNAPSHOT: "producer_state", sf.LEADER_EPOCH_CHECKPOINT: "leader_epochs"}
@@ -81,11 +85,10 @@ def derived_row(decoder: str, key: bytes | None, value: bytes | None) -> tuple[s
     :class:`MessageError` when it does not decode."""
     d = decode(decoder, key, value)
     if decoder == CLUSTER_METADATA:
-        data = d["data"]
-        return "cluster_metadata", {
-            "type": d["type"], "version": d["version"], "topic_id": data.get("topicId"),
-            "topic_name": data.get("name") if d["type"] == "TOPIC_RECORD" else None,
-            "partition_id": data.get("partitionId"), "data_json": _json(data)}
+        return "cluster_metadata", {"version": d["version"],
+                                    **metadata_columns(d["type"], d["data"])}
+    if decoder == SHARE_GROUP_STATE:
+        return "share_group_state", share_group_state_row(d)
     record_type, k = d["key"]["type"], d["key"]["data"]
     v = d["value"]
     keyed = {"record_type": record_type, "value_version": v["version"] if v else None,
@@ -127,6 +130,17 @@ def derived_row(decoder: str, key: bytes | None, value: bytes | None) -> tuple[s
         "state_timestamp": _ms(data.get("currentStateTimestamp")),
         "members": len(members) if isinstance(members, list) else None,
         "key_json": _json(k), "value_json": _json(expanded["data"]) if expanded else None}
+
+
+def metadata_columns(record_type: str, data: dict | None) -> dict:
+    """A decoded ``__cluster_metadata`` record's columns (``cluster_metadata``, and the
+    KRaft snapshots' ``kraft_snapshots``): its type, the topic id, topic name (of a
+    TOPIC_RECORD) and partition id where it has them, its fields as JSON."""
+    fields = data or {}
+    return {"type": record_type, "topic_id": fields.get("topicId"),
+            "topic_name": fields.get("name") if record_type == "TOPIC_RECORD" else None,
+            "partition_id": fields.get("partitionId"),
+            "data_json": None if data is None else _json(data)}
 
 
 _SOURCE_COLUMNS = ("topic", "partition", "offset", "timestamp", "batch_position", "key",
@@ -224,19 +238,9 @@ def state_tables(uris: list[str], s3, run_id: str) -> dict[str, pa.Table]:
         folders.setdefault(uri[:uri.rstrip("/").rfind("/")], {}).setdefault(
             sf.state_file_kind(parsed[2]), []).append((uri, parsed))
 
-    def fetch(job):
-        kind, uri = job
-        try:
-            store, key = storage.open_object(uri, s3)
-            return sf.READERS[kind](store.read(key)), None
-        except (storage.StorageError, OSError, ValueError) as err:
-            return None, err
-
-    # one GET per file, many at once (on S3 each is a round trip; thousands of partitions)
     jobs = [(kind, uri) for kinds in folders.values() for kind, found in kinds.items()
             for uri, _ in found]
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(STATE_READERS, len(jobs)))) as pool:
-        fetched = dict(zip(jobs, pool.map(fetch, jobs)))
+    fetched = read_files(jobs, sf.READERS, s3)
     out: dict[str, list[dict]] = {"producer_state": [], "leader_epochs": [], "findings": []}
     for folder, kinds in sorted(folders.items()):
         read = {}
@@ -244,13 +248,14 @@ def state_tables(uris: list[str], s3, run_id: str) -> dict[str, pa.Table]:
             for uri, (topic, partition, name) in sorted(found):
                 state, err = fetched[(kind, uri)]
                 if err is not None:
-                    out["findings"].append(_finding(topic, partition, uri, run_id, 0, 0,
-                                                    f"{uri}: cannot be read: {err}"))
+                    out["findings"].append(state_finding(topic, partition, uri, run_id, 0, 0,
+                                                         f"{uri}: cannot be read: {err}"))
                     continue
                 read.setdefault(kind, []).append((uri, topic, partition, name, state))
                 for f in state.findings:
-                    out["findings"].append(_finding(topic, partition, uri, run_id, f.position,
-                                                    f.end, f"{uri}: {f.message}", f.kind))
+                    out["findings"].append(state_finding(topic, partition, uri, run_id,
+                                                         f.position, f.end,
+                                                         f"{uri}: {f.message}", f.kind))
         metadata = read.get(sf.PARTITION_METADATA, [])
         topic_id = metadata[0][4].header.get("topic_id") if metadata else None
         for uri, topic, partition, name, state in read.get(sf.PRODUCER_SNAPSHOT, []):
@@ -269,15 +274,35 @@ def state_tables(uris: list[str], s3, run_id: str) -> dict[str, pa.Table]:
             for name, rows in out.items() if rows}
 
 
-def _finding(topic, partition, uri, run_id, position, end, message,
-             kind="state_file_corrupt") -> dict:
+def read_files(jobs: list[tuple[str, str]], readers: dict, s3) -> dict:
+    """``{(kind, uri): (StateFile, None) or (None, error)}``: each file of ``jobs`` (``(kind,
+    uri)``) read with ``readers[kind]`` from its bytes, one GET per file, many at once (on
+    S3 each is a round trip; thousands of partitions). An error is the file's that could
+    not be fetched or read."""
+    def fetch(job):
+        kind, uri = job
+        try:
+            store, key = storage.open_object(uri, s3)
+            return readers[kind](store.read(key)), None
+        except (storage.StorageError, OSError, ValueError) as err:
+            return None, err
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(STATE_READERS, len(jobs)))) as pool:
+        return dict(zip(jobs, pool.map(fetch, jobs)))
+
+
+def state_finding(topic, partition, uri, run_id, position, end, message,
+                  kind="state_file_corrupt") -> dict:
+    """A finding row about a state file ``uri`` (``segment``: the file)."""
     return Finding(topic=topic, partition=partition, kind=kind, position=position, end=end,
                    message=message, segment=uri, run_id=run_id).row()
 
 
-def write_state_tables(ctx, roots: dict, found: dict[str, pa.Table]) -> dict[str, list[str]]:
-    """Write :func:`state_tables`' output on the driver; ``{table: [file URIs]}``."""
-    writer = PartWriter(ctx, "state", roots)
+def write_state_tables(ctx, roots: dict, found: dict[str, pa.Table],
+                       tag: str = "state") -> dict[str, list[str]]:
+    """Write :func:`state_tables`' output (or another driver's tables and findings) on the
+    driver, its files named by ``tag``; ``{table: [file URIs]}``."""
+    writer = PartWriter(ctx, tag, roots)
     counts: dict = {}
     _write_rows(writer, {n: t.to_pylist() for n, t in found.items() if n != "findings"},
                 found["findings"].to_pylist() if "findings" in found else [], counts)
@@ -314,5 +339,5 @@ def derive(spark, ctx, wh, record_files: list[str], state_uris: list[str],
 
 
 __all__ = ["DECODER_TABLES", "RECORD_ERROR", "STATE_TABLES", "TRANSACTION_STATES", "derive",
-           "derive_records", "derived_row", "internal_files", "rows_of_file", "state_tables",
-           "write_state_tables"]
+           "derive_records", "derived_row", "internal_files", "metadata_columns", "read_files",
+           "rows_of_file", "state_finding", "state_tables", "write_state_tables"]

@@ -292,19 +292,21 @@ def test_state_files_under_an_s3_prefix(tmp_path, s3_endpoint, s3_bucket):
 
 
 def test_internal_topics_without_a_table_stay_records():
-    """kafkalog decodes __share_group_state and __remote_log_metadata, which have no table
-    here yet: their records files are not the derived tables' input, and their rows give
-    no derived row (before, the job's derive step raised KeyError on such a run)."""
+    """kafkalog decodes __remote_log_metadata, which has no table of this module (the tier's
+    remote_segments is issue 34's): its records files are not the derived tables' input,
+    and its rows give no derived row (before, the job's derive step raised KeyError on such
+    a run). __share_group_state has its table since issue 36."""
     import pyarrow as pa
 
     from spark_jobs import schemas
     from spark_jobs.derive import internal
 
     files = [f"/w/records/data/topic={t}/dt=2026-11-20/x.parquet"
-             for t in ("__share_group_state", "__remote_log_metadata", "__consumer_offsets")]
-    assert internal.internal_files(files) == {"__consumer_offsets": files[2:]}
+             for t in ("__remote_log_metadata", "__share_group_state", "__consumer_offsets")]
+    assert internal.internal_files(files) == {"__share_group_state": files[1:2],
+                                              "__consumer_offsets": files[2:]}
     row = {name: None for name in schemas.RECORDS.names}
-    row.update(topic="__share_group_state", partition=0, offset=0, key=b"\x00\x00",
+    row.update(topic="__remote_log_metadata", partition=0, offset=0, key=None,
                value=b"\x00\x00", segment="s", segment_base_offset=0, run_id="r")
     assert internal.rows_of_file(pa.Table.from_pylist([row], schema=schemas.RECORDS)) \
         == ({}, [])

@@ -362,14 +362,17 @@ def test_auth_comes_from_the_environment_only():
     assert values.auth_from_env({values.AUTH_ENV[0]: "u", values.AUTH_ENV[1]: "p"}) == ("u", "p")
 
 
-def test_an_old_records_table_gains_the_columns_and_old_rows_read_null(tmp_path):
-    """A records table an earlier version made (no value columns) evolves on first use
-    (Iceberg schema evolution, optional columns); its rows read as null there."""
+@pytest.mark.parametrize("added", [values.COLUMNS.names, (schemas.FOLDER_STATE,)],
+                         ids=["value_columns", "folder_state"])
+def test_an_old_records_table_gains_the_columns_and_old_rows_read_null(tmp_path, added):
+    """A records table an earlier version made (without the value columns of issue 20, or
+    issue 36's ``folder_state``) evolves on first use (Iceberg schema evolution, optional
+    columns); its rows read as null there."""
     from pyiceberg.catalog import Catalog
     from pyiceberg.schema import assign_fresh_schema_ids
 
     wh = Warehouse(str(tmp_path / "wh"))
-    old = pa.schema([f for f in schemas.RECORDS if f.name not in values.COLUMNS.names])
+    old = pa.schema([f for f in schemas.RECORDS if f.name not in added])
     ice = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(old))
     wh.catalog.create_namespace_if_not_exists(wh.namespace)
     t = wh.catalog.create_table(wh.identifier("records"), schema=ice,
@@ -381,15 +384,14 @@ def test_an_old_records_table_gains_the_columns_and_old_rows_read_null(tmp_path)
     t.append(pa.Table.from_pylist([row], schema=old))
     evolved = wh.table("records")
     names = [f.name for f in evolved.schema().fields]
-    assert set(values.COLUMNS.names) <= set(names)
-    assert all(not evolved.schema().find_field(n).required for n in values.COLUMNS.names)
+    assert set(added) <= set(names)
+    assert all(not evolved.schema().find_field(n).required for n in added)
     got = tables.read_arrow(wh, "records").to_pylist()
-    assert [{k: r[k] for k in values.COLUMNS.names} for r in got] == \
-        [dict.fromkeys(values.COLUMNS.names)]
+    assert [{k: r[k] for k in added} for r in got] == [dict.fromkeys(added)]
     # the Spark reader of s3:// files goes through read_file: an old file reads null there too
     old_file = tables.table_paths(wh, "records")[0]
-    assert tables.read_file(old_file, "records").select(values.COLUMNS.names).to_pylist() == \
-        [dict.fromkeys(values.COLUMNS.names)]
+    assert tables.read_file(old_file, "records").select(list(added)).to_pylist() == \
+        [dict.fromkeys(added)]
 
 
 @pytest.mark.pipeline
