@@ -70,7 +70,7 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     run = read_run(spark, wh, run_id, out)
     internal = internal_checks.load(spark, wh, run_id, run.snapshots, run.ledger, run.listed,
                                     run.published_ledger)
-    internal.update(log_dir_checks.load(spark, wh, run_id, run.snapshots))
+    internal.update(log_dir_checks.load(spark, wh, run_id, run.snapshots, internal))
     absent = absent_partitions(run, policy, topics)
     units = places(run, internal, absent)
     if not units:

@@ -17,8 +17,9 @@ log directory only: two brokers' copies of a partition have two high watermarks.
   ``cluster.id`` (``meta.properties``): one item per log directory, about no partition.
 * ``hanging_transaction``: each open transaction of a producer-state ``.snapshot`` (its
   ``current_txn_first_offset``), class ``closed`` where a COMMIT or ABORT marker of its
-  producer follows that offset in the run (the ``.txnindex`` lists the aborted ones; the
-  decode job checks it against those markers), ``hanging`` where it was open at the snapshot
+  producer follows that offset (in the run, or in the warehouse as of it: a segment an earlier
+  night decoded; the ``.txnindex`` lists the aborted ones, and the decode job checks it
+  against those markers), ``hanging`` where it was open at the snapshot
   for longer than its transaction timeout, ``open`` otherwise. Its age: the snapshot's time
   (the latest ``max_timestamp`` of the partition's batches in the run, else the end of the
   run's night, UTC) minus its start (the first timestamp of the batch at its first offset,
@@ -263,17 +264,32 @@ def units(internal: dict) -> dict:
     return out
 
 
-def load(spark, wh, run_id: str, snapshots: dict) -> dict:
+def load(spark, wh, run_id: str, snapshots: dict, internal: dict) -> dict:
     """The run's ``broker_state`` and ``partition_checkpoints`` rows and the whole
     ``transactions`` table (a transaction's state may be an earlier night's), as of
-    ``snapshots`` (:func:`.inputs.audited_snapshots`); only those the warehouse has."""
+    ``snapshots`` (:func:`.inputs.audited_snapshots`); only those the warehouse has. Where
+    ``internal``'s ``producer_state`` holds open transactions, also ``txn_markers``: every
+    COMMIT/ABORT marker of those partitions the warehouse holds as of the run (one that
+    closes a transaction may lie in a segment an earlier night decoded and this one skipped)."""
     from spark_jobs.tables import read_table
+
+    from .as_of import row_filter
 
     out = {}
     for name in TABLES:
         if name in snapshots:
             out[name] = read_table(spark, wh, name, snapshot=snapshots[name][1],
                                    run_id=None if name == "transactions" else run_id)
+    if "producer_state" in internal and "markers" in snapshots:
+        open_at = [(r[0], r[1], None, None) for r in internal["producer_state"]
+                   .where("current_txn_first_offset >= 0").select("topic", "partition")
+                   .distinct().collect()]
+        if open_at:
+            markers = read_table(spark, wh, "markers", snapshot=snapshots["markers"][1],
+                                 row_filter=row_filter(open_at))
+            out["txn_markers"] = markers.join(
+                spark.createDataFrame([r[:2] for r in open_at], "topic string, partition int"),
+                ["topic", "partition"], "left_semi")
     return out
 
 
@@ -295,7 +311,11 @@ def observe_mixed_cluster(run: RunFrames):
 def observe_hanging_transactions(run: RunFrames):
     """The ``hanging_transaction`` observations of ``run`` (None: no producer_state)."""
     if "producer_state" in run.internal:
+        markers = run.markers.select("topic", "partition", "offset", "producer_id",
+                                     "control_type")
+        if "txn_markers" in run.internal:
+            markers = markers.unionByName(run.internal["txn_markers"].select(*markers.columns))
         return hanging_transaction_checks(run.internal["producer_state"],
-                                          dedup_batches(run.batches), run.markers,
+                                          dedup_batches(run.batches), markers.distinct(),
                                           run.internal.get("transactions"), run.ledger)
     return None

@@ -196,7 +196,7 @@ def audited(spark, tmp_path_factory):
               "--no-publish"], spark=spark)
     for name, rows in dir_rows(dirs).items():
         stage_rows(W, RUN, name, rows)
-    code = check_quality.main(["--warehouse", W, "--run-id", RUN, "--no-docs"], spark=spark)
+    code = check_quality.main(["--warehouse", W, "--run-id", RUN], spark=spark)  # Data Docs too
     rows = [r for r in tables.read_arrow(W, "dq_results").to_pylist() if r["run_id"] == RUN]
     return code, rows, dirs
 
