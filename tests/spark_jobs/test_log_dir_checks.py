@@ -254,9 +254,12 @@ def test_log_start_moved(audited):
 
 
 def test_mixed_cluster(audited):
+    from spark_jobs.audit.results import place
+
     _, rows, dirs = audited
     assert results(rows, "mixed_cluster") == {(None, None): ("fail", 3, 3)}
     row, = [r for r in rows if r["check"] == "mixed_cluster"]
+    assert place(row) == f"log directories of {NIGHT}"  # check_quality's FAIL line, the verdict
     messages = sorted(i["message"] for i in json.loads(row["details"])["items"])
     assert messages[0] == (f"log directory {dirs['b1']} (node 1) belongs to cluster.id A; the 3 "
                            f"log directories of night {NIGHT} belong to 3 clusters: "
