@@ -40,6 +40,18 @@ UTF-8 (``invalid_header_key``).
   registry holds: ``schema_decode`` warns).
 * a ``_SUCCESS`` marker and a ``README.txt`` beside the partitions (not segments:
   the planner ignores them).
+* night 2 also holds a second broker's log directory, ``broker-2/`` (issue 36), as a broker
+  that crashed leaves it: ``meta.properties`` and the four offset checkpoints but no
+  ``.kafka_cleanshutdown``; ``ledger-0`` ends in a torn batch past its recovery point (5)
+  — expected after an unclean shutdown, Kafka's recovery cuts it off — and holds offsets 8..9
+  past its high watermark (8: written, never replicated: ``beyond_high_watermark``);
+  ``transfers-0``'s producer 7000 has had a transaction open for ten minutes with no marker,
+  longer than the 60 s timeout (``hanging_transaction``, pinning the last stable offset at 0).
+  The audit reads the log directory's files once the decode job fills ``broker_state`` and
+  ``partition_checkpoints`` from them; the hanging transaction and the torn tail (as a live
+  tail until then) show already. (A deleted topic's ``-delete`` folder is not here yet: until
+  the job reads such folders as their topic, its ``.log`` is an ``unparsable_name`` finding,
+  which fails the night.)
 
 Everything is deterministic (fixed timestamps, fixed content), so a second run
 writes the same bytes and the warehouse counts stay the same.
@@ -53,8 +65,9 @@ import shutil
 from pathlib import Path
 
 from kafkalog.demo import write_legacy
+from kafkalog.state_writer import meta_properties_text, offset_checkpoint_text
 from kafkalog.writer import (SegmentWriter, WriteRecord, encode_producer_snapshot,
-                             internal_record, leader_epoch_checkpoint_text,
+                             encode_v2_batch, internal_record, leader_epoch_checkpoint_text,
                              partition_metadata_text)
 
 from . import schemas
@@ -254,6 +267,44 @@ def _cluster_metadata(directory: Path) -> None:
               for p in (0, 1)))])
 
 
+# ------------------------------------------------------------------ broker-2 (night 2)
+#: the second broker's log directory, under the night's folder
+BROKER_2 = "broker-2"
+#: its meta.properties (Kafka UUIDs: 22 characters of URL-safe base64)
+CLUSTER_ID, BROKER_2_DIRECTORY_ID = "a2Fma2Fsb2ctZGVtby0wMQ", "YnJva2VyLTItbG9nZGlyMQ"
+#: (topic, partition): (recovery point, high watermark); ledger-0's tail (10..) lies past both
+BROKER_2_CHECKPOINTS = {("ledger", 0): (5, 8), ("transfers", 0): (5, 5)}
+HANGING_PRODUCER = 7000
+
+
+def _broker2(directory: Path) -> None:
+    """Night 2's ``broker-2/`` (the module docstring)."""
+    ts = T0 + 26 * HOUR
+    with SegmentWriter(directory / "ledger-0", 0) as w:
+        w.append([_payment(k, ts + k) for k in range(5)], codec="zstd")          # 0..4
+        w.append([_payment(k, ts + 1000 + k) for k in range(5, 10)], codec="zstd")  # 5..9
+        # the broker died writing offsets 10..13: half a batch on disk
+        batch = encode_v2_batch(w.next_offset, [_payment(k, ts + 2000) for k in range(10, 14)])
+        w.append_raw(batch[: len(batch) // 2])
+    with SegmentWriter(directory / "transfers-0", 0) as w:
+        w.append([_payment(k, ts + k) for k in range(3)], producer_id=HANGING_PRODUCER,
+                 producer_epoch=0, base_sequence=0, transactional=True)          # 0..2, open
+        w.append([_payment(k, ts + 10 * 60_000 + k) for k in range(3, 5)])      # 3..4
+    (directory / "transfers-0" / f"{5:020d}.snapshot").write_bytes(encode_producer_snapshot([{
+        "producer_id": HANGING_PRODUCER, "producer_epoch": 0, "last_sequence": 2,
+        "last_offset": 2, "offset_delta": 2, "timestamp": ts + 2, "coordinator_epoch": 0,
+        "current_txn_first_offset": 0}]))
+    (directory / "meta.properties").write_text(meta_properties_text(
+        CLUSTER_ID, 2, directory_id=BROKER_2_DIRECTORY_ID))
+    points = sorted(BROKER_2_CHECKPOINTS.items())
+    (directory / "recovery-point-offset-checkpoint").write_text(
+        offset_checkpoint_text([(t, p, rp) for (t, p), (rp, _) in points]))
+    (directory / "replication-offset-checkpoint").write_text(
+        offset_checkpoint_text([(t, p, hw) for (t, p), (_, hw) in points]))
+    (directory / "log-start-offset-checkpoint").write_text(offset_checkpoint_text([]))
+    (directory / "cleaner-offset-checkpoint").write_bytes(b"")  # Kafka creates it empty
+
+
 def write_night(root: Path, night: int) -> Path:
     """Write snapshot ``night`` (0 or 1) under ``root/<date>/``; return that directory."""
     out = root / NIGHTS[night]
@@ -270,6 +321,8 @@ def write_night(root: Path, night: int) -> Path:
     _transaction_state(out / "__transaction_state-0", night)
     _cluster_metadata(out / "__cluster_metadata-0")
     schemas.write(out, night, T0, HOUR)
+    if night >= 1:
+        _broker2(out / BROKER_2)
     (out / "_SUCCESS").write_bytes(b"")
     (out / "README.txt").write_text("nightly copy of the broker log directories\n")
     return out

@@ -46,6 +46,11 @@ DESCRIPTIONS = {
                          "last batch in the log.",
     "leader_epoch_checkpoint": "Each batch's partition leader epoch is the leader-epoch-checkpoint's epoch "
                                "for its offset.",
+    "beyond_high_watermark": "No batch of a partition lies at or past the high watermark its log directory's "
+                             "replication-offset-checkpoint names (written, never known replicated).",
+    "hanging_transaction": "No transaction of a producer-state .snapshot is open at the snapshot for longer "
+                           "than its transaction timeout (it would pin the last stable offset).",
+    "mixed_cluster": "The log directories of one snapshot night belong to one cluster.id (meta.properties).",
     "missing_partition": "Every topic-partition the previous snapshot nights held is in this snapshot "
                          "(a topic whose partitions are all gone counts once, as deleted).",
     "snapshot_missing": "Every night the run was to read has a snapshot (at least one segment under "

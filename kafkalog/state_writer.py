@@ -80,3 +80,25 @@ def leader_epoch_checkpoint_text(entries: Iterable[tuple[int, int]], *, version:
 def partition_metadata_text(topic_id: str, *, version: int = 0) -> str:
     """A ``partition.metadata`` naming ``topic_id`` (22-character URL-safe base64)."""
     return f"version: {version}\ntopic_id: {topic_id}\n"
+
+
+def offset_checkpoint_text(entries: Iterable[tuple[str, int, int]], *, version: int = 0) -> str:
+    """One of a log directory's offset checkpoints (``recovery-point-offset-checkpoint``,
+    ``replication-offset-checkpoint``, ``log-start-offset-checkpoint``,
+    ``cleaner-offset-checkpoint``) of ``(topic, partition, offset)`` entries: a version line,
+    a count line, then ``topic partition offset`` lines (Kafka's CheckpointFile)."""
+    entries = list(entries)
+    lines = [str(version), str(len(entries))] + [f"{t} {p} {o}" for t, p, o in entries]
+    return "\n".join(lines) + "\n"
+
+
+def meta_properties_text(cluster_id: str, node_id: int, *, directory_id: str | None = None,
+                         version: int = 1) -> str:
+    """A log directory's ``meta.properties`` as a KRaft broker writes it (version 1:
+    ``node.id``; version 0, ZooKeeper mode: ``broker.id``), with Java's comment and date
+    line first."""
+    lines = ["#", "#Thu Jan 01 00:00:00 UTC 1970", f"cluster.id={cluster_id}"]
+    if directory_id is not None:
+        lines.append(f"directory.id={directory_id}")
+    lines += [f"{'node.id' if version >= 1 else 'broker.id'}={node_id}", f"version={version}"]
+    return "\n".join(lines) + "\n"

@@ -345,3 +345,17 @@ def typed_topic(name: str) -> str | None:
             return None
     topic = "".join(out)
     return topic if re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic) else None
+
+
+#: a file of a partition folder (a segment, a state file) as the log directory that holds it:
+#: its URI up to the partition folder (``<log dir>/<partition folder>/<file>``), the
+#: ``log_dir`` of the log directory's tables (broker_state, partition_checkpoints); a regular
+#: expression in Java's and Python's common syntax, group 1 the log directory
+LOG_DIR_OF_FILE = r"^(.*)/[^/]+/[^/]+$"
+
+
+def log_dir_of(uri: str) -> str | None:
+    """The log directory of a partition folder's file ``uri`` (:data:`LOG_DIR_OF_FILE`);
+    None for a name with no two folders above it."""
+    m = re.match(LOG_DIR_OF_FILE, uri)
+    return m.group(1) if m else None

@@ -3,7 +3,9 @@
 * ``divergence``: two copies of one offset differ (a copy against what the warehouse held);
 * ``replica_divergence``: two brokers' copies of a partition hold other batches at the same
   offsets (:func:`replica_divergences`; which findings these are: :func:`replica_divergence_sql`);
-* ``truncated_tail``: a segment ends in an incomplete entry (class ``active_segment`` in the
+* ``truncated_tail``: a segment ends in an incomplete entry (class ``unclean_shutdown`` where
+  its broker did not shut down cleanly and the tail lies past the recovery point: Kafka's log
+  recovery cuts it off, :func:`.log_dir_checks.unclean_tails`; class ``active_segment`` in the
   partition's newest segment, where a live broker was still writing);
 * ``decoder_findings``: every other kind (class = the kind), but ``crc_mismatch`` (the ``crc``
   check's) and ``value_decode_error`` (``schema_decode``'s).
@@ -15,6 +17,8 @@ from spark_jobs.findings import DIVERGENCE, REPLICA_DIVERGENCE, REPLICA_DIVERGEN
 
 from .context import newest_segments
 from .inputs import RunFrames
+from .log_dir_checks import UNCLEAN_COLUMNS, unclean_tails
+from .policy import UNCLEAN_SHUTDOWN
 from .observations import as_observations
 
 
@@ -26,27 +30,38 @@ def replica_divergence_sql() -> str:
             f"startswith(f.message, '{REPLICA_DIVERGENCE_PREFIX}')))")
 
 
-def finding_checks(findings, newest_segments):
+def finding_checks(findings, newest_segments, unclean=None):
     """Decoder and job findings: ``divergence``, ``truncated_tail`` (class
+    ``unclean_shutdown`` for the tails of ``unclean`` (:func:`.log_dir_checks.unclean_tails`),
     ``active_segment`` in the partition's newest segment of the run, where a
     live broker was still writing) and ``decoder_findings`` (class = kind).
     ``crc_mismatch`` belongs to :func:`.crc.crc_failures`, ``value_decode_error`` to
     :mod:`.schema_decode` (which counts them from ``records``). ``newest_segments``:
     (topic, partition, segment) of each partition's newest segment."""
+    if unclean is None:
+        unclean = findings.sparkSession.createDataFrame([], UNCLEAN_COLUMNS)
     return as_observations(findings.sparkSession.sql("""
         SELECT CASE WHEN f.kind IN ('divergence', 'truncated_tail') THEN f.kind
                     ELSE 'decoder_findings' END AS check,
                f.topic, f.partition,
-               CASE WHEN f.kind = 'truncated_tail' AND n.segment IS NOT NULL THEN 'active_segment'
+               CASE WHEN f.kind = 'truncated_tail' AND u.segment IS NOT NULL THEN :unclean
+                    WHEN f.kind = 'truncated_tail' AND n.segment IS NOT NULL THEN 'active_segment'
                     ELSE f.kind END AS class,
                f.base_offset AS first_offset, f.last_offset, 1L AS offsets,
                f.bytes AS value, f.segment, f.position,
-               format_string('%s in %s at %d..%s: %s', f.kind, f.segment, f.position,
-                             COALESCE(CAST(f.end AS string), '?'), f.message) AS message
+               format_string('%s in %s at %d..%s: %s%s', f.kind, f.segment, f.position,
+                             COALESCE(CAST(f.end AS string), '?'), f.message,
+                             IF(u.segment IS NULL, '', format_string(
+                               '; expected: %s has no .kafka_cleanshutdown and the tail (offset '
+                               '%d) lies past the recovery point %d, so Kafka''s log recovery '
+                               'truncates it', u.log_dir, u.tail_offset, u.recovery_point)))
+                 AS message
         FROM {f} f LEFT JOIN {n} n ON n.topic = f.topic AND n.partition = f.partition
                                    AND n.segment = f.segment
+        LEFT JOIN (SELECT DISTINCT * FROM {u}) u ON u.segment = f.segment
+             AND u.position <=> f.position AND f.kind = 'truncated_tail'
         WHERE f.kind NOT IN ('crc_mismatch', 'value_decode_error') AND NOT """ + replica_divergence_sql(),
-        f=findings, n=newest_segments))
+        f=findings, n=newest_segments, u=unclean, args={"unclean": UNCLEAN_SHUTDOWN}))
 
 
 def replica_divergences(findings):
@@ -66,7 +81,8 @@ def replica_divergences(findings):
 
 def observe_findings(run: RunFrames):
     """The ``divergence``, ``truncated_tail`` and ``decoder_findings`` observations of ``run``."""
-    return finding_checks(run.findings, newest_segments(run.batches, run.ledger))
+    return finding_checks(run.findings, newest_segments(run.batches, run.ledger),
+                          unclean_tails(run.internal, run.findings, run.batches))
 
 
 def observe_replica_divergences(run: RunFrames):

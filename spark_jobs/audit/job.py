@@ -25,7 +25,7 @@ from typing import Any
 from spark_jobs import layout, storage
 from spark_jobs.warehouse import Warehouse
 
-from . import absence, as_of, context, internal_checks, results, rows
+from . import absence, as_of, context, internal_checks, log_dir_checks, results, rows
 from .checks import run_checks
 from .inputs import audited_snapshots, load_tables
 from .observations import dedup_batches
@@ -70,6 +70,7 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     run = read_run(spark, wh, run_id, out)
     internal = internal_checks.load(spark, wh, run_id, run.snapshots, run.ledger, run.listed,
                                     run.published_ledger)
+    internal.update(log_dir_checks.load(spark, wh, run_id, run.snapshots, internal))
     absent = absent_partitions(run, policy, topics)
     units = places(run, internal, absent)
     if not units:
@@ -136,10 +137,18 @@ def places(run: AuditedRun, internal: dict, absent) -> dict:
     """Step 2: (topic, partition) -> ``{unit: n}`` of every place of the run
     (:func:`.rows.partition_units`), with the internal topics' and state files' counts; where
     the run names a night, every partition counts as one ``partitions`` and each partition it
-    lacks is a place of ``missing_partition`` only."""
+    lacks is a place of ``missing_partition`` only; the night's log directories are the place
+    (None, None) of ``mixed_cluster`` (:mod:`.log_dir_checks`)."""
     units = rows.partition_units(run.tables)
     for tp, counts in internal_checks.units(internal, dedup_batches(run.tables["batches"])).items():
         if tp in units:
+            units[tp].update(counts)
+    for tp, counts in log_dir_checks.units(internal).items():
+        if tp == (None, None):  # the log directories: a place about no partition
+            place = units.setdefault(tp, {ONLY: set()})
+            place[ONLY] = set(place.get(ONLY) or ()) | {log_dir_checks.MIXED_CLUSTER}
+            place.update(counts)
+        elif tp in units:
             units[tp].update(counts)
     if absent is not None:
         for tp in units:

@@ -9,14 +9,16 @@ the query reads them:
    did not decode (pseudo 2: the offsets earlier runs ingested of it); in offset order, a
    gap is a row whose base offset is past the largest last offset before it.
 2. :func:`classify_gaps` — each gap's class, in the order they are tried:
-   ``unreadable_bytes``, ``retention``, ``missing_segment``, ``aborted_txn``, ``compaction``,
-   ``unexplained`` (expectations/README.md states each rule), and its message.
+   ``unreadable_bytes``, ``log_start_moved`` (a gap at the partition's head that ends where
+   its ``log-start-offset-checkpoint`` says the log starts), ``retention``,
+   ``missing_segment``, ``aborted_txn``, ``compaction``, ``unexplained`` (expectations/README.md states each rule), and its message.
 """
 
 from __future__ import annotations
 
 from .context import LISTED_COLUMNS, PRIOR_COLUMNS
 from .inputs import RunFrames
+from .log_dir_checks import LOG_START_COLUMNS, LOG_START_MOVED, log_starts
 from .observations import as_observations
 
 #: finding kinds that mean bytes of a segment did not decode into batches
@@ -148,20 +150,29 @@ ABORTED = """a AS (  -- an ABORT whose transaction was open across the whole gap
           WHERE m.control_type = 'ABORT' AND m.offset > g.hi
             AND (m.prev_marker IS NULL OR m.prev_marker < g.lo)
           GROUP BY g.topic, g.partition, g.lo)"""
+#: per gap at a partition's head: a log-start-offset-checkpoint (``{ls}``) whose log start
+#: is the offset after it
+LOG_START = """ls AS (
+          SELECT g.topic, g.partition, g.lo, MIN(s.file) AS ls_file
+          FROM g JOIN {ls} s ON s.topic = g.topic AND s.partition = g.partition
+                            AND s.log_start_offset = g.hi + 1
+          WHERE g.at_head GROUP BY g.topic, g.partition, g.lo)"""
 #: each gap with every explanation found (``{ct}``: the topics the policy declares compacted)
 EVIDENCE = """c AS (
           SELECT g.*, u.kind AS u_kind, u.f_segment, u.f_position, u.f_bytes,
-                 a.abort_offset, a.producer_id,
+                 a.abort_offset, a.producer_id, ls.ls_file,
                  ct.topic IS NOT NULL AS topic_compacted,
                  CASE WHEN g.segment_base_offset <= g.lo OR g.prev_segment IS NULL THEN g.next_compacted
                       ELSE g.prev_compacted END AS seg_compacted
           FROM g LEFT JOIN u ON u.topic = g.topic AND u.partition = g.partition AND u.lo = g.lo
           LEFT JOIN a ON a.topic = g.topic AND a.partition = g.partition AND a.lo = g.lo
+          LEFT JOIN ls ON ls.topic = g.topic AND ls.partition = g.partition AND ls.lo = g.lo
           LEFT JOIN {ct} ct ON ct.topic = g.topic)"""
 #: the first explanation that holds, in the order of the module docstring
 CLASSIFIED = """k AS (
           SELECT *, CASE
               WHEN u_kind IS NOT NULL THEN 'unreadable_bytes'
+              WHEN ls_file IS NOT NULL THEN '""" + LOG_START_MOVED + """'
               WHEN at_boundary AND after_prior THEN 'retention'
               WHEN at_boundary AND (COALESCE(prev_compacted, false) OR topic_compacted) THEN 'compaction'
               WHEN at_boundary THEN 'missing_segment'
@@ -175,6 +186,9 @@ GAP_MESSAGE = """CASE class
                    'offsets %d..%d: segment %s lies in the hole but yielded no batches', lo, hi, f_segment)
                    ELSE format_string('offsets %d..%d lie in bytes that did not decode: %s in %s at position %s',
                    lo, hi, u_kind, f_segment, COALESCE(CAST(f_position AS string), '?')) END
+                 WHEN '""" + LOG_START_MOVED + """' THEN format_string(
+                   'offsets %d..%d of %s-%d: %s says the log starts at %d (DeleteRecords or retention moved it)',
+                   lo, hi, topic, partition, ls_file, hi + 1)
                  WHEN 'retention' THEN format_string(
                    'offsets %d..%d: the previous run ended at %d in %s; this run starts at segment %s (base %d): the log start moved (retention or DeleteRecords)',
                    lo, hi, lo - 1, prev_segment, segment, segment_base_offset)
@@ -210,7 +224,8 @@ OBSERVATIONS = """
         FROM k"""
 
 
-def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_topics=()):
+def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_topics=(),
+                log_start=None):
     """Gaps in the offsets of each partition, classified (see the module docstring).
 
     ``ledger``: :func:`.context.listed_segments`, whose ``carried_last`` says what earlier
@@ -218,6 +233,7 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
     carried_last``); it may also be plain ledger rows (nothing carried): a listed segment in
     a hole that yielded no batches makes the hole ``unreadable_bytes``. ``prior``:
     :func:`.context.prior_ends`. ``compacted_topics``: topics the policy declares compacted.
+    ``log_start``: :func:`.log_dir_checks.log_starts` (None: none known).
     """
     spark = batches.sparkSession
     if prior is None:
@@ -225,8 +241,10 @@ def offset_gaps(batches, markers, findings, prior=None, ledger=None, compacted_t
     listed = as_listed(spark, ledger)
     compacted = spark.createDataFrame([(t,) for t in compacted_topics] or [("\u0000",)],
                                       "topic string")
-    gaps = find_gaps(batches, listed, prior).localCheckpoint()  # few rows, read four times below
-    return classify_gaps(gaps, batches, markers, findings, listed, compacted)
+    if log_start is None:
+        log_start = spark.createDataFrame([], LOG_START_COLUMNS)
+    gaps = find_gaps(batches, listed, prior).localCheckpoint()  # few rows, read five times below
+    return classify_gaps(gaps, batches, markers, findings, listed, compacted, log_start)
 
 
 def as_listed(spark, ledger):
@@ -246,12 +264,12 @@ def find_gaps(batches, listed, prior):
     return batches.sparkSession.sql(query, b=batches, l=listed, prior=prior)
 
 
-def classify_gaps(gaps, batches, markers, findings, listed, compacted):
+def classify_gaps(gaps, batches, markers, findings, listed, compacted, log_start):
     """Step 2: the observations of the ``gaps`` of :func:`find_gaps`, classified."""
-    query = with_ctes(GAP_ROWS, UNREADABLE, UNREADABLE_PER_GAP, MARKERS, ABORTED, EVIDENCE,
-                      CLASSIFIED) + OBSERVATIONS
+    query = with_ctes(GAP_ROWS, UNREADABLE, UNREADABLE_PER_GAP, MARKERS, ABORTED, LOG_START,
+                      EVIDENCE, CLASSIFIED) + OBSERVATIONS
     return as_observations(gaps.sparkSession.sql(query, g=gaps, f=findings, l=listed, b=batches,
-                                                 m=markers, ct=compacted))
+                                                 m=markers, ct=compacted, ls=log_start))
 
 
 def observe(run: RunFrames):
@@ -259,4 +277,5 @@ def observe(run: RunFrames):
     topics its policy declares compacted)."""
     return offset_gaps(run.batches, run.markers, run.findings, prior=run.prior,
                        ledger=run.listed,
-                       compacted_topics=[t for t in run.topics if run.policy.compacted(t)])
+                       compacted_topics=[t for t in run.topics if run.policy.compacted(t)],
+                       log_start=log_starts(run.internal))

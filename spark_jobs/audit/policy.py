@@ -14,6 +14,11 @@ import os
 
 SEVERITIES = ("pass", "warn", "fail")
 RANK = {s: i for i, s in enumerate(SEVERITIES)}
+#: ``truncated_tail``'s classes graded by a key of their own beside its ``severity``: the
+#: partition's newest segment (a live broker's), a tail Kafka's recovery cuts off after an
+#: unclean shutdown (:mod:`.log_dir_checks`)
+ACTIVE_SEGMENT, UNCLEAN_SHUTDOWN = "active_segment", "unclean_shutdown"
+TAIL_CLASSES = (ACTIVE_SEGMENT, UNCLEAN_SHUTDOWN)
 
 DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                             "expectations", "policy.yaml")
@@ -45,7 +50,7 @@ def _validate(node, where: str) -> None:
     if isinstance(node, dict):
         for k, v in node.items():
             key = f"{where}.{k}" if where else str(k)
-            if k in ("severity", "beyond_tolerance", "active_segment") or where.endswith(
+            if k in ("severity", "beyond_tolerance", *TAIL_CLASSES) or where.endswith(
                     (".classes", ".kinds")):
                 if v not in SEVERITIES:
                     raise PolicyError(f"{key}: {v!r} is not one of {', '.join(SEVERITIES)}")
@@ -113,8 +118,8 @@ class Policy:
                 return table.get(kind, table.get("other", table.get("unexplained", "fail")))
             if kind == "beyond_tolerance":
                 return conf.get("beyond_tolerance", "fail")
-            if kind == "active_segment":
-                return conf.get("active_segment", conf.get("severity", "fail"))
+            if kind in TAIL_CLASSES:
+                return conf.get(kind, conf.get("severity", "fail"))
         return conf.get("severity", "fail")
 
     def headline(self, topic: str, check: str) -> str:

@@ -10,7 +10,8 @@ observes it.
   DAG's plan writes (:func:`.results.write_missing_nights`);
 * **optional**: a place gets a result of it only where it applies (the internal topics' and
   state files' checks where the partition has a committed offset, a .snapshot, a
-  checkpoint; ``missing_partition`` where the run read a named night; ``snapshot_missing``,
+  checkpoint; the log directory's where it has a high watermark, an open transaction, a
+  ``meta.properties``; ``missing_partition`` where the run read a named night; ``snapshot_missing``,
   the plan's, never a partition's); every other check gives every place a result.
 
 The order is the order of a run's dq_results rows and of its Data Docs suites.
@@ -21,11 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import (absence, crc, findings_checks, internal_checks, offsets, records, schema_decode,
-               timestamps)
+from . import (absence, crc, findings_checks, internal_checks, log_dir_checks, offsets, records,
+               schema_decode, timestamps)
 from .absence import MISSING_PARTITION
-from .units import (BATCHES, CHECKPOINTED_BATCHES, COMMITTED_OFFSETS, NIGHTS, PARTITIONS,
-                    PRODUCERS, RECORDS, SEGMENTS)
+from .log_dir_checks import (BEYOND_HIGH_WATERMARK, CHECKPOINT_AHEAD, CLOSED, HANGING,
+                             HANGING_TRANSACTION, LOG_START_MOVED, MIXED_CLUSTER, OPEN)
+from .policy import ACTIVE_SEGMENT, UNCLEAN_SHUTDOWN
+from .units import (BATCHES, CHECKPOINTED_BATCHES, COMMITTED_OFFSETS, HIGH_WATERMARKS, LOG_DIRS,
+                    NIGHTS, OPEN_TRANSACTIONS, PARTITIONS, PRODUCERS, RECORDS, SEGMENTS)
 
 #: a night the run was to read whose snapshot prefix holds no segment: the DAG's plan writes
 #: this result (one row per such night, topic and partition null) and decodes nothing
@@ -49,8 +53,9 @@ class Check:
 #: the checks of the run's records, batches, markers and findings: a result for every place
 DATA_CHECKS = (
     Check("crc", BATCHES, ("crc_mismatch",), crc.observe),
-    Check("offset_gaps", BATCHES, ("unreadable_bytes", "retention", "missing_segment",
-                                   "aborted_txn", "compaction", "unexplained"), offsets.observe),
+    Check("offset_gaps", BATCHES, ("unreadable_bytes", LOG_START_MOVED, "retention",
+                                   "missing_segment", "aborted_txn", "compaction", "unexplained"),
+          offsets.observe),
     Check("record_gaps", RECORDS, ("control_marker", "compaction", "excluded_batch", "batch_gap",
                                    "unexplained"), records.observe_record_gaps),
     Check("record_count", BATCHES, ("count_exceeds_span", "records_missing", "records_extra",
@@ -63,7 +68,7 @@ DATA_CHECKS = (
     Check("divergence", SEGMENTS, ("divergence",), findings_checks.observe_findings),
     Check("replica_divergence", SEGMENTS, ("divergence",),
           findings_checks.observe_replica_divergences),
-    Check("truncated_tail", SEGMENTS, ("truncated_tail", "active_segment"),
+    Check("truncated_tail", SEGMENTS, ("truncated_tail", ACTIVE_SEGMENT, UNCLEAN_SHUTDOWN),
           findings_checks.observe_findings),
     Check(DECODER_FINDINGS, SEGMENTS, None, findings_checks.observe_findings),
     Check(schema_decode.CHECK, RECORDS, ("unknown_schema_id", "malformed", "beyond_max_share"),
@@ -85,13 +90,23 @@ INTERNAL_TOPIC_CHECKS = (
           ("agrees", "disagrees", "before_first_entry"), internal_checks.observe_leader_epochs,
           optional=True),
 )
+#: the checks of a broker log directory's own files (:mod:`.log_dir_checks`, issue 36);
+#: ``mixed_cluster``'s place is about no partition: (None, None)
+LOG_DIR_CHECKS = (
+    Check(BEYOND_HIGH_WATERMARK, HIGH_WATERMARKS, (BEYOND_HIGH_WATERMARK, CHECKPOINT_AHEAD),
+          log_dir_checks.observe_beyond_high_watermark, optional=True),
+    Check(HANGING_TRANSACTION, OPEN_TRANSACTIONS, (HANGING, OPEN, CLOSED),
+          log_dir_checks.observe_hanging_transactions, optional=True),
+    Check(MIXED_CLUSTER, LOG_DIRS, (MIXED_CLUSTER,), log_dir_checks.observe_mixed_cluster,
+          optional=True),
+)
 #: the plan's result of a night without a snapshot
 SNAPSHOT_MISSING_CHECK = Check(SNAPSHOT_MISSING, NIGHTS, (SNAPSHOT_MISSING_CLASS,), None,
                                optional=True)
 
 #: check name -> :class:`Check`, every check in dq_results' order
 CHECKS = {c.name: c for c in (*DATA_CHECKS, MISSING_PARTITION_CHECK, *INTERNAL_TOPIC_CHECKS,
-                              SNAPSHOT_MISSING_CHECK)}
+                              *LOG_DIR_CHECKS, SNAPSHOT_MISSING_CHECK)}
 #: check name -> the unit its ``observed`` count is made of (:data:`CHECKS`' units)
 UNITS = {name: c.unit for name, c in CHECKS.items()}
 #: the checks a place gets a result of only where they apply

@@ -28,6 +28,7 @@ from .. import schemas
 from ..schemas import NIGHT
 from ..warehouse import AUDITED
 from .policy import RANK, Policy, worst
+from .log_dir_checks import MIXED_CLUSTER
 from .registry import SNAPSHOT_MISSING, SNAPSHOT_MISSING_CLASS, UNITS
 
 #: a result's details hold at most this many items (the worst first); ``more_items`` counts
@@ -204,11 +205,14 @@ UNPLACED = "(outside any partition)"
 
 def place(row) -> str:
     """What a dq_results row is about, in words: ``orders-0``; a topic (``clicks``: every
-    partition of it gone); the night of a ``snapshot_missing`` row; :data:`UNPLACED`."""
+    partition of it gone); the night of a ``snapshot_missing`` row; the night's log
+    directories (``mixed_cluster``); :data:`UNPLACED`."""
     if row["topic"] is not None:
         return row["topic"] if row["partition"] is None else f"{row['topic']}-{row['partition']}"
     if row["check"] == SNAPSHOT_MISSING:
         return row.get(NIGHT) or "?"
+    if row["check"] == MIXED_CLUSTER:
+        return f"log directories of {row.get(NIGHT) or '?'}"
     return UNPLACED
 
 

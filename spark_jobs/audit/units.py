@@ -15,6 +15,10 @@ NIGHTS = "nights"
 #: the checks of Kafka's internal topics and state files (:mod:`.internal_checks`)
 COMMITTED_OFFSETS, PRODUCERS, CHECKPOINTED_BATCHES = (
     "committed offsets", "producers", "checkpointed batches")
+#: the checks of a log directory's own files (:mod:`.log_dir_checks`): a partition's high
+#: watermarks (one per log directory holding it), its open transactions, a night's log
+#: directories
+HIGH_WATERMARKS, OPEN_TRANSACTIONS, LOG_DIRS = "high watermarks", "open transactions", "log directories"
 
 #: a place's key naming the only checks it gets results of (a partition this snapshot lacks:
 #: ``missing_partition``; findings outside any partition: ``decoder_findings``)

@@ -39,7 +39,7 @@ import pytest
 
 # expected_records: the distinct (partition, offset) per topic of CRC-valid records, decoded
 # from the snapshot files with kafkalog; warehouse_rows / record_keys read the published tables
-from test_dags_e2e import expected_records, record_keys, warehouse_rows  # noqa: E402
+from test_dags_e2e import demo_segments, expected_records, record_keys, warehouse_rows  # noqa: E402
 
 from demo import data as demo_data, servers  # noqa: E402
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID as DAG_ID  # noqa: E402
@@ -187,8 +187,7 @@ def expected_keys(root: Path, dates) -> dict[str, set]:
                        for p, o in keys},
            "batches": set(), "markers": set()}
     for date in dates:
-        for log in sorted((root / date).glob("*/*.log")):
-            topic, _, partition = log.parent.name.rpartition("-")
+        for log, topic, partition in demo_segments(root / date):
             tables = kafkalog.decode(log)
             for row in tables.batches.select(["base_offset", "crc_valid"]).to_pylist():
                 if row["crc_valid"]:

@@ -503,11 +503,13 @@ def test_snapshot_dates_and_prefix():
 
 # ------------------------------------------------------------------ S3 listing (moto)
 def _expected_segments(root: Path, date: str) -> list[tuple]:
+    from test_dags_e2e import demo_segments
+
     out = []
-    for log in sorted((root / date).glob("*/*.log")):
-        topic, _, partition = log.parent.name.rpartition("-")
-        out.append((topic, int(partition), int(log.stem), log.stat().st_size))
+    for log, topic, partition in demo_segments(root / date):
+        out.append((topic, partition, int(log.stem), log.stat().st_size))
     return sorted(out)
+
 
 
 @pytest.fixture(scope="module")

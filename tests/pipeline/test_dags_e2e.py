@@ -32,14 +32,23 @@ NIGHTS = ("2026-11-20", "2026-11-21")
 
 
 # ------------------------------------------------------------------ expectations
+def demo_segments(night: Path) -> list[tuple[Path, str, int]]:
+    """(path, topic, partition) of every segment of a demo night, at any depth (night 2 has a
+    second broker's log directory: demo.data.BROKER_2), by the snapshot grammar
+    (spark_jobs.layout.SEGMENT_KEY)."""
+    from spark_jobs import layout
+
+    return [(log, m["topic"], int(m["partition"])) for log in sorted(night.rglob("*.log"))
+            if (m := layout.SEGMENT_KEY.search(log.relative_to(night).as_posix()))]
+
+
 def expected_records(root: Path, dates) -> dict[str, set]:
     """topic -> {(partition, offset)} of the data records in the snapshots of ``dates``."""
     import kafkalog
 
     out: dict[str, set] = {}
     for date in dates:
-        for log in sorted((root / date).glob("*/*.log")):
-            topic, _, partition = log.parent.name.rpartition("-")
+        for log, topic, partition in demo_segments(root / date):
             t = kafkalog.decode(log).records
             for offset, ok in zip(t.column("offset").to_pylist(), t.column("crc_valid").to_pylist()):
                 if ok:
@@ -243,6 +252,9 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     verdict = xcom(run_id2, "check_quality")
     assert verdict["fail"] == 0 and verdict["warn"] > 0 and verdict["pass"] > 0, verdict
     assert verdict["warned"]["offset_gaps"] == ["payments-1"], verdict
+    # the second broker's folder (demo.data.BROKER_2): producer 7000's transaction in
+    # transfers-0, open ten minutes with no marker, past the 60 s default timeout
+    assert verdict["warned"]["hanging_transaction"] == ["transfers-0"], verdict
     assert asset_extra(run_id2)["verdict"] == verdict
     # and the run's note, beside its state in Airflow's views (kafkalog_pipeline.notes)
     note = run_note(api, run_id2)
