@@ -46,12 +46,11 @@ UTF-8 (``invalid_header_key``).
   — expected after an unclean shutdown, Kafka's recovery cuts it off — and holds offsets 8..9
   past its high watermark (8: written, never replicated: ``beyond_high_watermark``);
   ``transfers-0``'s producer 7000 has had a transaction open for ten minutes with no marker,
-  longer than the 60 s timeout (``hanging_transaction``, pinning the last stable offset at 0).
-  The audit reads the log directory's files once the decode job fills ``broker_state`` and
+  longer than the 60 s timeout (``hanging_transaction``, pinning the last stable offset at 0);
+  ``audit-log-0.<id>-delete`` is a deleted topic's folder whose data is still there. The
+  audit reads the log directory's files once the decode job fills ``broker_state`` and
   ``partition_checkpoints`` from them; the hanging transaction and the torn tail (as a live
-  tail until then) show already. (A deleted topic's ``-delete`` folder is not here yet: until
-  the job reads such folders as their topic, its ``.log`` is an ``unparsable_name`` finding,
-  which fails the night.)
+  tail until then) show already.
 
 Everything is deterministic (fixed timestamps, fixed content), so a second run
 writes the same bytes and the warehouse counts stay the same.
@@ -272,6 +271,8 @@ def _cluster_metadata(directory: Path) -> None:
 BROKER_2 = "broker-2"
 #: its meta.properties (Kafka UUIDs: 22 characters of URL-safe base64)
 CLUSTER_ID, BROKER_2_DIRECTORY_ID = "a2Fma2Fsb2ctZGVtby0wMQ", "YnJva2VyLTItbG9nZGlyMQ"
+#: the folder Kafka renamed when the topic ``audit-log`` was deleted (LocalLog.logDeleteDirName)
+DELETED_FOLDER = "audit-log-0.61756469742d6c6f672d64656c657465-delete"
 #: (topic, partition): (recovery point, high watermark); ledger-0's tail (10..) lies past both
 BROKER_2_CHECKPOINTS = {("ledger", 0): (5, 8), ("transfers", 0): (5, 5)}
 HANGING_PRODUCER = 7000
@@ -294,6 +295,9 @@ def _broker2(directory: Path) -> None:
         "producer_id": HANGING_PRODUCER, "producer_epoch": 0, "last_sequence": 2,
         "last_offset": 2, "offset_delta": 2, "timestamp": ts + 2, "coordinator_epoch": 0,
         "current_txn_first_offset": 0}]))
+    with SegmentWriter(directory / DELETED_FOLDER, 0) as w:
+        w.append([WriteRecord(b"audit", b"event-%d" % k, timestamp=T0 + 25 * HOUR + k)
+                  for k in range(3)])
     (directory / "meta.properties").write_text(meta_properties_text(
         CLUSTER_ID, 2, directory_id=BROKER_2_DIRECTORY_ID))
     points = sorted(BROKER_2_CHECKPOINTS.items())
