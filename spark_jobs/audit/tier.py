@@ -71,13 +71,14 @@ class TierInputs:
     segments: list[dict]
     listed: list | None = None
     keys: set = field(default_factory=set)
+    prefix: str = ""  # the tier's key prefix (the plugin's key.prefix)
     divergences: list[dict] = field(default_factory=list)
 
 
-def list_tier(uri: str, s3: storage.S3Config | None = None) -> tuple[list, set]:
+def list_tier(uri: str, s3: storage.S3Config | None = None) -> tuple[list, set, str]:
     """The tier under ``uri`` (``s3://bucket/key-prefix``, or a local folder holding a copy of
-    the bucket) listed once: ``(segments, keys)``, keys relative to the bucket (the folder).
-    Raises :class:`TierListingError`."""
+    the bucket) listed once: ``(segments, keys, key prefix)``, keys relative to the bucket
+    (the folder). Raises :class:`TierListingError`."""
     if storage.is_s3(uri):
         bucket, _, prefix = uri[len("s3://"):].partition("/")
         store = storage.open_store(f"s3://{bucket}", s3)
@@ -88,7 +89,7 @@ def list_tier(uri: str, s3: storage.S3Config | None = None) -> tuple[list, set]:
     except (storage.StorageError, OSError) as err:
         raise TierListingError(f"--tiered-storage {uri}: {err}") from err
     segments, _ = tier_layout.group_segments(listing)
-    return segments, {k for k, _ in listing}
+    return segments, {k for k, _ in listing}, prefix
 
 
 def load(spark, wh, run_id: str, snapshots: dict, findings, tiered_storage: str | None = None
@@ -107,7 +108,7 @@ def load(spark, wh, run_id: str, snapshots: dict, findings, tiered_storage: str 
                            "position", "message").collect()]
     inputs = TierInputs(rows, divergences=divergences)
     if tiered_storage:
-        inputs.listed, inputs.keys = list_tier(tiered_storage, wh.s3)
+        inputs.listed, inputs.keys, inputs.prefix = list_tier(tiered_storage, wh.s3)
     if not rows and not divergences and not inputs.listed:
         return {}
     return {KEY: inputs}
@@ -183,21 +184,22 @@ def orphan_observations(rows: list[dict], policy) -> list[tuple]:
     return out
 
 
-def expected_keys(row: dict, found, aiven: bool) -> dict:
-    """suffix -> the key a live segment's object should have: where its custom metadata
-    names one, that; else beside the listed segment ``found``; else None (not found)."""
-    suffixes = tier_layout.AIVEN_SUFFIXES if aiven or (found and found.layout == tier_layout.AIVEN) \
-        else (tier_layout.LOG,)
-    out = {}
-    for s in suffixes:
-        if row.get("object_key") and s != tier_layout.MANIFEST:
-            out[s] = tier_layout.object_key("", "", s, {"object_prefix": row.get("object_prefix") or "",
-                                                       "object_key": row["object_key"]})
-        elif found is not None:
-            out[s] = found.base + s
-        else:
-            out[s] = None
-    return out
+def expected_keys(row: dict, found, aiven: bool, prefix: str = "") -> dict:
+    """suffix -> the key a live segment's object should have, as the plugin finds it
+    (ObjectKeyFactory): where its custom metadata names a prefix or a main path, those
+    (:func:`kafkalog.tiered.layout.object_key`, the tier's ``prefix`` for what it does not
+    name); else beside the listed segment ``found``; else at the tier's own prefix. A plain
+    copy (minio-rsm) has its ``.log`` only."""
+    plain = ((found is not None and found.layout == tier_layout.PLAIN)
+             or (not aiven and found is None))
+    if plain:
+        return {tier_layout.LOG: found.base + tier_layout.LOG if found is not None else None}
+    custom = {k: row[k] for k in ("object_prefix", "object_key") if row.get(k) is not None}
+    main = tier_layout.main_path(row["topic"], row["topic_id"], row["partition"],
+                                 row["start_offset"], row["segment_id"])
+    if not custom and found is not None:
+        return {s: found.base + s for s in tier_layout.AIVEN_SUFFIXES}
+    return {s: tier_layout.object_key(prefix, main, s, custom) for s in tier_layout.AIVEN_SUFFIXES}
 
 
 def _index(listed) -> tuple[dict, dict]:
@@ -207,15 +209,16 @@ def _index(listed) -> tuple[dict, dict]:
     return by_id, by_offset
 
 
-def missing_observations(rows: list[dict], listed, keys: set) -> list[tuple]:
-    """``tier_missing_objects``: each live segment whose objects the listing lacks."""
+def missing_observations(rows: list[dict], listed, keys: set, prefix: str = "") -> list[tuple]:
+    """``tier_missing_objects``: each live segment whose objects the listing (``keys``, under
+    the tier's key ``prefix``) lacks."""
     by_id, by_offset = _index(listed)
     aiven = any(s.layout == tier_layout.AIVEN for s in listed) or not listed
     out = []
     for r in _live(rows):
         found = by_id.get(r["segment_id"]) or by_offset.get(
             (r["topic"], r["partition"], r["start_offset"]))
-        want = expected_keys(r, found, aiven)
+        want = expected_keys(r, found, aiven, prefix)
         gone = sorted(s for s, k in want.items() if k is None or k not in keys)
         if gone:
             out.append(_obs(MISSING, r, "missing_object", value=len(gone), message=(
@@ -331,7 +334,7 @@ def observe_orphans(run: RunFrames):
 
 
 def observe_missing(run: RunFrames):
-    return _observe(run, lambda t: missing_observations(t.segments, t.listed, t.keys)
+    return _observe(run, lambda t: missing_observations(t.segments, t.listed, t.keys, t.prefix)
                     if t.segments and t.listed is not None else None)
 
 
