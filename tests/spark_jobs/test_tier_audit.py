@@ -248,9 +248,10 @@ def test_remote_segments_and_the_tier_audit(spark, tmp_path, s3_endpoint, s3_buc
     wh.commit_files("findings", "n2", write_driver_table(ctx, "findings", found, "tier"),
                     chunk_id="tier")
 
-    def audit(*extra):
-        code = check_quality.main(["--warehouse", W, "--run-id", "n2", "--no-docs",
-                                   "--s3-endpoint", s3_endpoint, *extra], spark=spark)
+    def audit(*extra, docs=False):
+        code = check_quality.main(["--warehouse", W, "--run-id", "n2", "--s3-endpoint",
+                                   s3_endpoint, *extra, *(() if docs else ("--no-docs",))],
+                                  spark=spark)
         return code, [r for r in tables.read_arrow(wh, "dq_results").to_pylist()
                       if r["run_id"] == "n2"]
 
@@ -265,7 +266,9 @@ def test_remote_segments_and_the_tier_audit(spark, tmp_path, s3_endpoint, s3_buc
     assert {r["check"] for r in dq if r["check"].startswith("tier_")} == set(PLANTED) - {
         "tier_missing_objects", "tier_unreferenced_objects"}
 
-    code, dq = audit("--tiered-storage", f"s3://{s3_bucket}/{PREFIX}")
+    # with the tier, and the Data Docs (their suites must agree with dq_results)
+    code, dq = audit("--tiered-storage", f"s3://{s3_bucket}/{PREFIX}", docs=True)
+    assert code == check_quality.EXIT_CHECKS_FAILED
     tier_rows = [r for r in dq if r["check"].startswith("tier_")]
     # every flag of the whole audit is a planted one, each found once by its own check
     flagged = {(r["check"], r["partition"], r["failed"]) for r in dq if r["status"] != "pass"}
