@@ -11,7 +11,8 @@ night 1's plus more events (an overlapping snapshot): a copy finished, a segment
   written here, not kafkalog.internal.remote_log.segment_rows) for each night, and again
   after a rerun of night 2.
 * Each partition but the clean one plants one tier anomaly; each is flagged exactly once,
-  by its own check, and nothing else of the tier audit is flagged.
+  by its own check, and nothing else is flagged but night 2's one undecodable metadata record
+  (an ``internal_record_error`` finding, found once, a rerun included).
 """
 
 from __future__ import annotations
@@ -151,13 +152,19 @@ def records(events) -> list[tuple[bytes, int]]:
     return out
 
 
-def write_snapshot(root, events):
+#: a record of an api key __remote_log_metadata does not have (night 2's last): a finding
+UNDECODABLE = framed(7, b"")
+
+
+def write_snapshot(root, events, undecodable=False):
     for p in range(8):
         with SegmentWriter(root / f"{TOPIC}-{p}", 1000) as w:
             w.append([WriteRecord(b"k", b"v%d" % i, timestamp=T0 + i) for i in range(2)])
     with SegmentWriter(root / "__remote_log_metadata-0", 0) as w:
         for value, ts in records(events):
             w.append([WriteRecord(None, value, timestamp=ts)])
+        if undecodable:
+            w.append([WriteRecord(None, UNDECODABLE, timestamp=ts)])
 
 
 def replay(events, night, run_id) -> list[dict]:
@@ -222,7 +229,7 @@ def test_remote_segments_and_the_tier_audit(spark, tmp_path, s3_endpoint, s3_buc
     snaps = []
     for night, events in zip(NIGHTS, (NIGHT1, NIGHT1 + NIGHT2)):
         snap = tmp_path / night
-        write_snapshot(snap, events)
+        write_snapshot(snap, events, undecodable=night == NIGHTS[1])
         snaps.append(snap)
 
     # night 1, published; night 2 over an overlapping snapshot, staged
@@ -271,9 +278,14 @@ def test_remote_segments_and_the_tier_audit(spark, tmp_path, s3_endpoint, s3_buc
     assert code == check_quality.EXIT_CHECKS_FAILED
     tier_rows = [r for r in dq if r["check"].startswith("tier_")]
     # every flag of the whole audit is a planted one, each found once by its own check
-    flagged = {(r["check"], r["partition"], r["failed"]) for r in dq if r["status"] != "pass"}
-    assert flagged == {(c, p, 1) for c, p in PLANTED.items()} | {
-        ("tier_leader_epochs", PLANTED_EPOCH_REGRESSION, 1)}
+    # (and the undecodable metadata record: one internal_record_error finding, a warning)
+    flagged = {(r["check"], r["topic"], r["partition"], r["failed"]) for r in dq
+               if r["status"] != "pass"}
+    assert flagged == {(c, TOPIC, p, 1) for c, p in PLANTED.items()} | {
+        ("tier_leader_epochs", TOPIC, PLANTED_EPOCH_REGRESSION, 1),
+        ("decoder_findings", "__remote_log_metadata", 0, 1)}
+    assert [f["kind"] for f in tables.read_arrow(wh, "findings", ref=branch_name("n2"))
+            .to_pylist() if f["topic"] == "__remote_log_metadata"] == ["internal_record_error"]
     classes = {(r["check"], r["partition"]): r["details"] for r in tier_rows}
     assert '"orphan"' in classes[("tier_copy_orphans", 1)]
     assert '"in_flight"' in classes[("tier_copy_orphans", 0)]  # A2, 5 min old: passes
@@ -286,3 +298,5 @@ def test_remote_segments_and_the_tier_audit(spark, tmp_path, s3_endpoint, s3_buc
     # a rerun of night 2 changes nothing
     job.main(args, spark=spark)
     assert remote_rows(W, branch_name("n2"), "n2") == expected2
+    assert [f["kind"] for f in tables.read_arrow(wh, "findings", ref=branch_name("n2"))
+            .to_pylist() if f["topic"] == "__remote_log_metadata"] == ["internal_record_error"]
