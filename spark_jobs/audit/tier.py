@@ -37,14 +37,13 @@ from dataclasses import dataclass, field
 
 from kafkalog.tiered import layout as tier_layout
 from spark_jobs import storage
+from spark_jobs.derive.remote import TABLE  # the table the metadata checks read
 from spark_jobs.findings import TIER_DIVERGENCE
 
 from .inputs import RunFrames
 from .observations import observation_frame
 from .units import REMOTE_SEGMENTS, TIERED_PARTITIONS, TIER_SEGMENTS
 
-#: the table the metadata checks read (spark_jobs.derive.remote.TABLE)
-TABLE = "remote_segments"
 #: where :func:`load` keeps its inputs in :attr:`.inputs.RunFrames.internal`
 KEY = "tier"
 #: the check names (:data:`.registry.TIER_CHECKS`)
@@ -356,7 +355,7 @@ def observe_divergence(run: RunFrames):
 
 
 __all__ = ["DEFAULT_GRACE_MINUTES", "DIVERGENCE", "EPOCHS", "KEY", "MISSING", "ORPHANS",
-           "REUPLOADS", "TABLE", "TierInputs", "TierListingError", "UNREFERENCED",
+           "REUPLOADS", "TierInputs", "TierListingError", "UNREFERENCED",
            "divergence_observations", "epoch_observations", "expected_keys", "list_tier",
            "load", "missing_observations", "observe_divergence", "observe_epochs",
            "observe_missing", "observe_orphans", "observe_reuploads", "observe_unreferenced",
