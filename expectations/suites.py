@@ -51,6 +51,16 @@ DESCRIPTIONS = {
     "hanging_transaction": "No transaction of a producer-state .snapshot is open at the snapshot for longer "
                            "than its transaction timeout (it would pin the last stable offset).",
     "mixed_cluster": "The log directories of one snapshot night belong to one cluster.id (meta.properties).",
+    "tier_copy_orphans": "Every remote segment copy __remote_log_metadata started has finished, or "
+                         "started within the grace period (in flight).",
+    "tier_missing_objects": "Every live remote segment's objects (.log, .indexes, .rsm-manifest) are "
+                            "in the tier.",
+    "tier_unreferenced_objects": "Every segment in the tier is a segment __remote_log_metadata "
+                                 "knows and has not deleted.",
+    "tier_reuploads": "Each start offset of a tiered partition was copied to the tier once.",
+    "tier_leader_epochs": "Consecutive live remote segments continue each other's offsets and "
+                          "leader epochs.",
+    "tier_divergence": "Remote and local copies of the same offsets hold the same batches.",
     "missing_partition": "Every topic-partition the previous snapshot nights held is in this snapshot "
                          "(a topic whose partitions are all gone counts once, as deleted).",
     "snapshot_missing": "Every night the run was to read has a snapshot (at least one segment under "

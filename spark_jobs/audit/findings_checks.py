@@ -8,12 +8,14 @@
   recovery cuts it off, :func:`.log_dir_checks.unclean_tails`; class ``active_segment`` in the
   partition's newest segment, where a live broker was still writing);
 * ``decoder_findings``: every other kind (class = the kind), but ``crc_mismatch`` (the ``crc``
-  check's) and ``value_decode_error`` (``schema_decode``'s).
+  check's), ``value_decode_error`` (``schema_decode``'s) and ``tier_divergence`` (the tier
+  audit's, :mod:`.tier`).
 """
 
 from __future__ import annotations
 
-from spark_jobs.findings import DIVERGENCE, REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX
+from spark_jobs.findings import (DIVERGENCE, REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX,
+                                 TIER_DIVERGENCE)
 
 from .context import newest_segments
 from .inputs import RunFrames
@@ -60,7 +62,8 @@ def finding_checks(findings, newest_segments, unclean=None):
                                    AND n.segment = f.segment
         LEFT JOIN (SELECT DISTINCT * FROM {u}) u ON u.segment = f.segment
              AND u.position <=> f.position AND f.kind = 'truncated_tail'
-        WHERE f.kind NOT IN ('crc_mismatch', 'value_decode_error') AND NOT """ + replica_divergence_sql(),
+        WHERE f.kind NOT IN ('crc_mismatch', 'value_decode_error', '""" + TIER_DIVERGENCE + """')
+          AND NOT """ + replica_divergence_sql(),
         f=findings, n=newest_segments, u=unclean, args={"unclean": UNCLEAN_SHUTDOWN}))
 
 
