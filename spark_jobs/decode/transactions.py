@@ -28,11 +28,11 @@ Two places resolve it, so that the decode path stays a single pass:
 
 from __future__ import annotations
 
-import bisect
 import os
 import re
 import tempfile
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -46,11 +46,12 @@ REWRITE_SUFFIX = re.compile(r"~txn[0-9a-z]+$")
 
 class MarkerIndex:
     """COMMIT/ABORT markers by key (a producer id, or (topic, partition, producer id)):
-    :meth:`state` gives a record's outcome by the rule above."""
+    :meth:`state` gives a record's outcome by the rule above, :meth:`states` many records'
+    at once (vectorised per producer)."""
 
     def __init__(self):
-        self._by: dict = {}  # key -> [(offset, epoch, state)], sorted when asked
-        self._sorted: set = set()
+        self._by: dict = {}  # key -> [(offset, epoch, state)]
+        self._arrays: dict = {}  # key -> (offsets, epochs, states) sorted, as numpy arrays
         self.count = 0
 
     def add(self, keys, epochs, offsets, control_types, valid=None) -> None:
@@ -62,26 +63,54 @@ class MarkerIndex:
             if state is None or ok is False:
                 continue
             self._by.setdefault(key, []).append((offset, epoch, state))
-            self._sorted.discard(key)
+            self._arrays.pop(key, None)
             self.count += 1
+
+    def _sorted(self, key):
+        found = self._arrays.get(key)
+        if found is None:
+            markers = sorted(self._by[key])
+            found = self._arrays[key] = (
+                np.array([m[0] for m in markers], np.int64),
+                np.array([m[1] for m in markers], np.int64),
+                np.array([m[2] for m in markers], object))
+        return found
 
     def state(self, key, epoch: int, offset: int) -> str | None:
         """The state the first marker of ``key`` after ``offset`` with an epoch not below
         ``epoch`` gives; None where there is none (yet)."""
-        found = self._by.get(key)
-        if not found:
+        if key not in self._by:
             return None
-        if key not in self._sorted:
-            found.sort()
-            self._sorted.add(key)
-        i = bisect.bisect_right(found, (offset, float("inf")))
-        for marker_offset, marker_epoch, state in found[i:]:
-            if marker_epoch >= epoch:
-                return state
-        return None
+        offsets, epochs, states = self._sorted(key)
+        i = int(np.searchsorted(offsets, offset, side="right"))
+        later = np.nonzero(epochs[i:] >= epoch)[0]
+        return states[i + later[0]] if len(later) else None
 
-    def states(self, keys, epochs, offsets) -> list:
-        return [self.state(k, e, o) for k, e, o in zip(keys, epochs, offsets)]
+    def states(self, keys, epochs, offsets) -> np.ndarray:
+        """:meth:`state` of each record (parallel sequences), an object array (None: no
+        marker yet): per key, the first marker after each offset found by a binary
+        search; only where that marker's epoch is below the record's (a stale marker)
+        is the next one looked for record by record."""
+        keys = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
+        epochs, offsets = np.asarray(epochs, np.int64), np.asarray(offsets, np.int64)
+        out = np.full(len(offsets), None, object)
+        if not self._by or not len(offsets):
+            return out
+        for key in (np.unique(keys) if keys.dtype != object else set(keys.tolist())):
+            key = key.item() if hasattr(key, "item") else key
+            if key not in self._by:
+                continue
+            rows = np.nonzero(keys == key)[0] if keys.dtype != object else \
+                np.array([i for i, k in enumerate(keys.tolist()) if k == key], np.int64)
+            m_offsets, m_epochs, m_states = self._sorted(key)
+            at = np.searchsorted(m_offsets, offsets[rows], side="right")
+            found = at < len(m_offsets)
+            rows, at = rows[found], at[found]
+            fits = m_epochs[at] >= epochs[rows]
+            out[rows[fits]] = m_states[at[fits]]
+            for r in rows[~fits]:  # a stale marker first: the next one that fits, if any
+                out[r] = self.state(key, int(epochs[r]), int(offsets[r]))
+        return out
 
 
 def _with_state(rows, states) -> pa.Table:
@@ -94,15 +123,27 @@ def _with_state(rows, states) -> pa.Table:
     return table.append_column(schemas.TXN_STATE, column)
 
 
+#: the transactional rows a task holds back for their markers, at most (Arrow bytes): kafkalog's
+#: stream hands markers over when their own buffer fills or at the end, so a task of a
+#: transactional topic would otherwise hold its records until then; past this, rows are
+#: written ``open`` and resolved after the commit (:func:`resolve_open`)
+MAX_WAITING_BYTES = 64 << 20
+
+
 class InTask:
     """One task's transactional rows, held back until their marker comes in the same
     task (kafkalog's stream hands records and markers over in batches of their own, in
     either order)."""
 
-    def __init__(self):
+    def __init__(self, max_waiting_bytes: int = MAX_WAITING_BYTES):
         self.markers = MarkerIndex()
         self.waiting: list[pa.Table] = []
+        self.max_waiting_bytes = max_waiting_bytes
         self.resolved = 0
+
+    @property
+    def waiting_bytes(self) -> int:
+        return sum(t.nbytes for t in self.waiting)
 
     def take(self, rows) -> pa.Table:
         """The rows of ``rows`` to write now, with their state: those outside transactions
@@ -116,17 +157,24 @@ class InTask:
         return ready
 
     def _split(self, rows: pa.Table):
-        txn = pc.fill_null(rows.column("is_transactional"), False).to_pylist()
-        found = self.markers.states(rows.column("producer_id").to_pylist(),
-                                    rows.column("producer_epoch").to_pylist(),
-                                    rows.column("offset").to_pylist())
-        states = [s if t else None for s, t in zip(found, txn)]
-        wait = pa.array([t and s is None for s, t in zip(found, txn)])
-        rows = _with_state(rows, states)
-        self.resolved += sum(1 for s in states if s is not None)
-        if not pc.any(wait).as_py():
+        txn = pc.fill_null(rows.column("is_transactional"), False).to_numpy(zero_copy_only=False)
+        states = np.full(rows.num_rows, None, object)
+        where = np.nonzero(txn)[0]
+        states[where] = self.markers.states(
+            rows.column("producer_id").to_numpy(zero_copy_only=False)[where],
+            rows.column("producer_epoch").to_numpy(zero_copy_only=False)[where],
+            rows.column("offset").to_numpy(zero_copy_only=False)[where])
+        known = states != None  # noqa: E711 - elementwise on an object array
+        wait = txn & ~known
+        rows = _with_state(rows, pa.array(states, pa.string()))
+        self.resolved += int(known.sum())
+        if not wait.any():
             return rows, None
-        return rows.filter(pc.invert(wait)), rows.filter(wait)
+        if self.waiting_bytes + rows.nbytes > self.max_waiting_bytes:
+            # no more held back: written open, the driver's step resolves them
+            return _with_state(rows, pa.array(np.where(wait, schemas.TXN_OPEN, states),
+                                              pa.string())), None
+        return rows.filter(pa.array(~wait)), rows.filter(pa.array(wait))
 
     def add_markers(self, batch) -> pa.Table | None:
         """Take in a batch of markers; the waiting rows they resolve (None: none)."""
@@ -137,7 +185,8 @@ class InTask:
                          batch.column("crc_valid").to_pylist())
         if not self.waiting:
             return None
-        ready, waiting = self._split(pa.concat_tables(self.waiting))
+        held, self.waiting = pa.concat_tables(self.waiting), []
+        ready, waiting = self._split(held)
         self.waiting = [waiting] if waiting is not None else []
         return ready if ready.num_rows else None
 
@@ -225,8 +274,8 @@ def plan_rewrites(wh, run_id: str, head: int, chunk_id: str | None = None) -> di
     if not wanted:
         return {"files": {}, "rows": 0}
     topics = sorted({t for t, _ in wanted})
-    paths = tables.table_paths(wh, "records", snapshot=head,
-                               row_filter=And(is_open, In("topic", topics)))
+    paths = tables.table_paths(wh, "records", snapshot=head, row_filter=And(
+        is_open, And(In("topic", topics), In("partition", sorted({p for _, p in wanted})))))
     cache.update(_files_rows([p for p in paths if p not in cache], config))
     lowest = None
     for rows in cache.values():
@@ -299,5 +348,5 @@ def resolve_open(wh, run_id: str, ctx, chunk_id: str | None = None) -> dict:
                        f"after {COMMIT_ATTEMPTS} tries")
 
 
-__all__ = ["InTask", "MarkerIndex", "REWRITE_SUFFIX", "plan_rewrites", "resolve_open",
+__all__ = ["InTask", "MAX_WAITING_BYTES", "MarkerIndex", "REWRITE_SUFFIX", "plan_rewrites", "resolve_open",
            "rewritten_path"]

@@ -10,14 +10,17 @@ resolution (spark_jobs.decode.transactions) is used to make the expectation.
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 from pathlib import Path
 
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import decode as job
-from spark_jobs import tables
+from spark_jobs import storage, tables
 from spark_jobs.decode import transactions
+from spark_jobs.publish import publish_run
+from spark_jobs.warehouse import Warehouse
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 HEAD = struct.Struct(">qiibIhiqqqhii")  # v2 batch header, 61 bytes
@@ -239,6 +242,52 @@ def test_txn_state_equals_the_replay_over_nights_reruns_and_splits(spark, tmp_pa
     assert states(split) == want2
 
 
+def test_a_reapplied_publish_carries_the_rewrites(spark, tmp_path):
+    """Night 2 published after another run moved main (a re-applied publish): its rewrites
+    of night 1's files go to main with it, the files they replace leave it."""
+    n1, n2 = write_nights(tmp_path)
+    other = tmp_path / "other"
+    with SegmentWriter(other / "refunds-0", 0) as w:
+        plain(w, 3)
+    wh = tmp_path / "wh"
+    run(spark, n1, wh, "night-1")
+    s2 = run(spark, n2, wh, "night-2", "--no-publish")
+    assert s2["txn_resolved"]["rows"] == 6
+    run(spark, other, wh, "refunds")  # main moves on after night 2 forked from it
+    out = publish_run(Warehouse(str(wh)), "night-2")
+    assert out["tables"]["records"] == "re-applied"
+    want = expected(n2) + expected(other)
+    assert states(wh) == sorted(want)
+
+
+def test_on_s3_in_chunks(spark, tmp_path, s3_bucket, s3_endpoint, s3_catalog):
+    """The same nights on the S3 protocol (moto), night 2 in two chunks of one run (a
+    partition stays in one chunk): night 1's open rows rewritten on S3, each chunk
+    resolving its own partitions on the shared branch."""
+    import boto3
+
+    n1, n2 = write_nights(tmp_path)
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    for night, root in (("n1", n1), ("n2", n2)):
+        for path in root.rglob("*"):
+            if path.is_file():
+                client.upload_file(str(path), s3_bucket, f"{night}/{path.relative_to(root).as_posix()}")
+    wh = f"s3://{s3_bucket}/warehouse"
+    run(spark, f"s3://{s3_bucket}/n1", wh, "night-1", "--catalog", s3_catalog)
+    for chunk, part in enumerate(("payments-0", "payments-1")):
+        segments = [f"s3://{s3_bucket}/n2/{part}/{p.name}" for p in sorted((n2 / part).glob("*.log"))]
+        client.put_object(Bucket=s3_bucket, Key=f"m/chunk-{chunk}.json",
+                          Body=json.dumps({"segments": segments}).encode())
+        run(spark, f"s3://{s3_bucket}/m/chunk-{chunk}.json", wh, "night-2", "--chunk-id", str(chunk),
+            "--no-publish", "--catalog", s3_catalog)
+    remote = Warehouse(wh, s3_catalog, s3=storage.S3Config.from_env())
+    assert publish_run(remote, "night-2")["tables"]["records"] == "fast-forward"
+    t = tables.read_arrow(remote, "records", columns=("topic", "partition", "offset", "txn_state"))
+    got = sorted(zip(*(t.column(c).to_pylist() for c in ("topic", "partition", "offset", "txn_state"))))
+    assert got == expected(n2)
+    assert all(p.startswith(f"s3://{s3_bucket}/") for p in tables.table_paths(remote, "records"))
+
+
 def test_read_committed_helpers_read_the_column(spark, tmp_path):
     """tables.transaction_status gives txn_state where written, and resolves rows
     written before the column existed (null) by the same rule."""
@@ -275,3 +324,42 @@ def test_rewritten_file_names_keep_their_run():
     once = transactions.rewritten_path(path, "ff0")
     assert once == "s3://b/wh/data/records/topic=t/dt=d/abc~x1~t00001~txnff0.parquet"
     assert transactions.rewritten_path(once, "aa1").endswith("t00001~txnaa1.parquet")
+
+
+def _rows(offsets, pids, txn=True):
+    import pyarrow as pa
+
+    return pa.table({"offset": pa.array(offsets, pa.int64()),
+                     "producer_id": pa.array(pids, pa.int64()),
+                     "producer_epoch": pa.array([0] * len(offsets), pa.int16()),
+                     "is_transactional": pa.array([txn] * len(offsets))})
+
+
+def _markers(offsets, pids, kinds):
+    import pyarrow as pa
+
+    return pa.table({"offset": pa.array(offsets, pa.int64()),
+                     "producer_id": pa.array(pids, pa.int64()),
+                     "producer_epoch": pa.array([0] * len(offsets), pa.int16()),
+                     "control_type": pa.array(kinds), "crc_valid": pa.array([True] * len(offsets))})
+
+
+def _state(t):
+    return dict(zip(t.column("offset").to_pylist(), t.column("txn_state").to_pylist()))
+
+
+def test_in_task_holds_rows_until_their_marker_in_either_order():
+    task = transactions.InTask()
+    assert _state(task.take(_rows([0, 1], [1, 1], txn=False))) == {0: None, 1: None}
+    assert task.take(_rows([2, 3], [5, 6])).num_rows == 0  # both wait
+    assert _state(task.add_markers(_markers([4], [5], ["ABORT"]))) == {2: "aborted"}
+    task.add_markers(_markers([9], [7], ["COMMIT"]))  # a marker before its records come
+    assert _state(task.take(_rows([7, 8], [7, 6]))) == {7: "committed"}
+    assert _state(task.leftovers()) == {3: "open", 8: "open"}
+    assert task.leftovers() is None
+
+
+def test_in_task_writes_rows_open_past_its_memory_bound():
+    task = transactions.InTask(max_waiting_bytes=0)
+    assert _state(task.take(_rows([2, 3], [5, 6]))) == {2: "open", 3: "open"}
+    assert task.add_markers(_markers([4], [5], ["COMMIT"])) is None
