@@ -30,10 +30,12 @@ def warehouse_of(warehouse, config: storage.S3Config | None = None) -> Warehouse
 
 
 def table_paths(wh: Warehouse, name: str, *, snapshot: int | None = None,
-                ref: str | None = None, row_filter=None, run_id: str | None = None) -> list[str]:
+                ref: str | None = None, row_filter=None, run_id: str | None = None,
+                keep=None) -> list[str]:
     """The data files of table ``name`` at ``snapshot`` (or branch/tag ``ref``; default
     ``main``'s current) that may hold rows matching ``row_filter`` (a pyiceberg
-    expression or string) and, with ``run_id``, that run's files only."""
+    expression or string) and, with ``run_id``, that run's files only; ``keep(table,
+    data_file)``: only the files it keeps."""
     table = wh.load(name)
     if table is None:
         return []
@@ -51,7 +53,8 @@ def table_paths(wh: Warehouse, name: str, *, snapshot: int | None = None,
         if task.delete_files:
             raise CatalogError(f"{name}: snapshot {snapshot} has delete files, "
                                "which this pipeline never writes and cannot read")
-        if run_id is None or is_run_file(task.file.file_path, run_id):
+        if (run_id is None or is_run_file(task.file.file_path, run_id)) and \
+                (keep is None or keep(table, task.file)):
             paths.append(task.file.file_path)
     return paths
 

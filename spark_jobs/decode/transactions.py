@@ -216,6 +216,12 @@ def _open_mask(table: pa.Table):
     return pc.fill_null(pc.equal(table.column(schemas.TXN_STATE), schemas.TXN_OPEN), False)
 
 
+def _has_state_column(table, data_file) -> bool:
+    """Whether a records data file was written with ``txn_state`` (its statistics count
+    the column): one written before holds no ``open`` row, though pruning cannot tell."""
+    return table.schema().find_field(schemas.TXN_STATE).field_id in (data_file.value_counts or {})
+
+
 def rewritten_path(path: str, attempt: str) -> str:
     """A rewritten data file's path: beside ``path``, its name ``path``'s (without an
     earlier rewrite's suffix) with ``~txn<attempt>``."""
@@ -268,13 +274,13 @@ def plan_rewrites(wh, run_id: str, head: int, chunk_id: str | None = None) -> di
                                                pa.array(list(schemas.TXN_ENDS))))
     is_open = EqualTo(schemas.TXN_STATE, schemas.TXN_OPEN)
     cache = _files_rows(mine(tables.table_paths(wh, "records", snapshot=head, row_filter=is_open,
-                                                run_id=run_id)), config)
+                                                run_id=run_id, keep=_has_state_column)), config)
     for rows in cache.values():
         wanted |= _partitions_with(rows, _open_mask(rows))
     if not wanted:
         return {"files": {}, "rows": 0}
     topics = sorted({t for t, _ in wanted})
-    paths = tables.table_paths(wh, "records", snapshot=head, row_filter=And(
+    paths = tables.table_paths(wh, "records", snapshot=head, keep=_has_state_column, row_filter=And(
         is_open, And(In("topic", topics), In("partition", sorted({p for _, p in wanted})))))
     cache.update(_files_rows([p for p in paths if p not in cache], config))
     lowest = None
