@@ -13,7 +13,7 @@ from pathlib import Path
 from spark_jobs.layout import typed_topic
 from spark_jobs.audit.policy import RANK
 from spark_jobs.audit.results import parse_details, place
-from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES
+from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES, TXN_STATE
 
 from .servers import warehouse
 
@@ -36,6 +36,9 @@ def table_counts(out: Path) -> dict:
     counts["records_by_topic"] = {r["values"]: r["counts"]
                                   for r in pc.value_counts(topics).to_pylist()} if len(topics) else {}
     counts["records_by_topic"] = dict(sorted(counts["records_by_topic"].items()))
+    states = read_arrow(wh, "records", columns=(TXN_STATE,)).column(TXN_STATE).fill_null("null")
+    counts["records_by_txn_state"] = dict(sorted(
+        (r["values"], r["counts"]) for r in pc.value_counts(states).to_pylist())) if len(states) else {}
     return counts
 
 
@@ -139,6 +142,8 @@ def report(out: Path, results: list[dict]) -> int:
         print(f"  {wh.namespace}.{name:<{width}} {counts[name]:>6} rows  "
               f"(typed: {typed_topic(name)}'s values)")
     print("  records by topic: " + ", ".join(f"{t}={n}" for t, n in counts["records_by_topic"].items()))
+    print("  records by txn_state (read committed: null or committed; docs/tables.md): "
+          + ", ".join(f"{t}={n}" for t, n in counts["records_by_txn_state"].items()))
     print("  values in Schema Registry's wire format (records.value_json; docs/schemas.md):")
     for line in value_lines(wh):
         print(f"    {line}")

@@ -43,7 +43,15 @@ VALUE_COLUMNS = [("key_schema_id", pa.int32()), ("value_schema_id", pa.int32()),
 #: a live folder (issue 36; kafkalog.folders, spark_jobs.decode.writing.folder_state)
 FOLDER_STATE = "folder_state"
 _FOLDER_STATE = [(FOLDER_STATE, pa.string())]
-RECORDS = _with(ka.RECORDS_SCHEMA, drop={"crc_valid"}, extra=VALUE_COLUMNS + _FOLDER_STATE,
+#: a transactional record's outcome (issue 35; spark_jobs/decode/transactions.py): the state
+#: the first COMMIT/ABORT marker of its producer after it gives (:data:`TXN_ENDS`), or
+#: :data:`TXN_OPEN` while none is known in any night; null for a record outside transactions
+TXN_STATE = "txn_state"
+TXN_OPEN = "open"
+#: a marker's control_type -> the txn_state of the records it ends
+TXN_ENDS = {"COMMIT": "committed", "ABORT": "aborted"}
+RECORDS = _with(ka.RECORDS_SCHEMA, drop={"crc_valid"},
+                extra=VALUE_COLUMNS + _FOLDER_STATE + [(TXN_STATE, pa.string())],
                 partitions=_INGESTED + [("dt", pa.string())])
 BATCHES = _with(ka.BATCHES_SCHEMA, retype={"crc": pa.int64(), "computed_crc": pa.int64()},
                 partitions=_INGESTED)
@@ -113,10 +121,11 @@ PARTITIONS = {
 #: columns whose min/max statistics the job's data files carry, and the catalog keeps
 #: (queries, the dedupe and a run's replacement by ``run_id`` prune on them; on key/value
 #: bytes they would cost ~10% of a write). The partition columns' are what the catalog takes as a file's partition
-#: value: without them a file would be registered with null partitions.
+#: value: without them a file would be registered with null partitions. txn_state's let the
+#: leftover resolution find the files holding open rows ('aborted' < 'committed' < 'open').
 STATISTICS = ("topic", "dt", INGEST_DT, "run_id", "partition", "offset", "timestamp", "base_offset",
               "last_offset", "position", "batch_position", "segment_base_offset",
-              "max_timestamp", "first_timestamp")
+              "max_timestamp", "first_timestamp", TXN_STATE)
 
 DECODE_TABLES = layout.DECODE_TABLES
 #: every table

@@ -30,10 +30,12 @@ def warehouse_of(warehouse, config: storage.S3Config | None = None) -> Warehouse
 
 
 def table_paths(wh: Warehouse, name: str, *, snapshot: int | None = None,
-                ref: str | None = None, row_filter=None, run_id: str | None = None) -> list[str]:
+                ref: str | None = None, row_filter=None, run_id: str | None = None,
+                keep=None) -> list[str]:
     """The data files of table ``name`` at ``snapshot`` (or branch/tag ``ref``; default
     ``main``'s current) that may hold rows matching ``row_filter`` (a pyiceberg
-    expression or string) and, with ``run_id``, that run's files only."""
+    expression or string) and, with ``run_id``, that run's files only; ``keep(table,
+    data_file)``: only the files it keeps."""
     table = wh.load(name)
     if table is None:
         return []
@@ -51,7 +53,8 @@ def table_paths(wh: Warehouse, name: str, *, snapshot: int | None = None,
         if task.delete_files:
             raise CatalogError(f"{name}: snapshot {snapshot} has delete files, "
                                "which this pipeline never writes and cannot read")
-        if run_id is None or is_run_file(task.file.file_path, run_id):
+        if (run_id is None or is_run_file(task.file.file_path, run_id)) and \
+                (keep is None or keep(table, task.file)):
             paths.append(task.file.file_path)
     return paths
 
@@ -134,29 +137,37 @@ def read_arrow(warehouse, name: str, *, snapshot: int | None = None, ref: str | 
 def transaction_status(records, markers):
     """``records`` with ``txn_status``: committed | aborted | open (null if not transactional).
 
-    A transactional record belongs to the first marker of its producer (id and
-    epoch) in its partition at a higher offset; no such marker yet means open.
+    The decode job writes it as ``records.txn_state`` (:mod:`spark_jobs.decode.transactions`);
+    this reads that column, and resolves here only the transactional rows written before it
+    existed (null there): a transactional record belongs to the first COMMIT/ABORT marker
+    of its producer id in its partition at a higher offset whose epoch is not below the
+    record's; no such marker yet means open.
     """
     from pyspark.sql import Window, functions as F
 
-    m = markers.where(F.col("control_type").isin("COMMIT", "ABORT")).select(
-        "topic", "partition", "producer_id", "producer_epoch",
+    state = F.col(schemas.TXN_STATE)
+    txn = records.where("is_transactional")
+    known = txn.where(state.isNotNull()).withColumn("txn_status", state)
+    older = txn.where(state.isNull())
+    m = markers.where(F.col("control_type").isin(*schemas.TXN_ENDS)).select(
+        "topic", "partition", "producer_id", F.col("producer_epoch").alias("marker_epoch"),
         F.col("offset").alias("marker_offset"), F.col("control_type"))
     m = m.dropDuplicates(["topic", "partition", "marker_offset"])
-    txn = records.where("is_transactional")
-    joined = txn.alias("r").join(
+    joined = older.alias("r").join(
         m.alias("m"),
         (F.col("r.topic") == F.col("m.topic")) & (F.col("r.partition") == F.col("m.partition"))
         & (F.col("r.producer_id") == F.col("m.producer_id"))
-        & (F.col("m.marker_offset") > F.col("r.offset")),
+        & (F.col("m.marker_offset") > F.col("r.offset"))
+        & (F.col("m.marker_epoch") >= F.col("r.producer_epoch")),
         "left")
     w = Window.partitionBy("r.topic", "r.partition", "r.offset").orderBy(F.col("m.marker_offset").asc_nulls_last())
+    ends = F.lit(None).cast("string")
+    for kind, outcome in schemas.TXN_ENDS.items():
+        ends = F.when(F.col("m.control_type") == kind, outcome).otherwise(ends)
     first = (joined.withColumn("_rank", F.row_number().over(w)).where("_rank = 1")
-             .select("r.*", F.when(F.col("m.control_type") == "COMMIT", "committed")
-                     .when(F.col("m.control_type") == "ABORT", "aborted")
-                     .otherwise("open").alias("txn_status")))
+             .select("r.*", F.coalesce(ends, F.lit(schemas.TXN_OPEN)).alias("txn_status")))
     plain = records.where("NOT is_transactional").withColumn("txn_status", F.lit(None).cast("string"))
-    return plain.unionByName(first)
+    return plain.unionByName(known).unionByName(first)
 
 
 def read_committed(records, markers):

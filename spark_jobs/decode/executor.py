@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 import kafkalog
 from spark_jobs import storage
-from spark_jobs.decode import tier, values
+from spark_jobs.decode import tier, transactions, values
 from spark_jobs.decode.planning import DEFAULT_SPLIT_BYTES, Task
 from spark_jobs.decode.results import TaskResult
 from spark_jobs.decode.writing import Context, lineage, records_out
@@ -284,6 +284,8 @@ class _Window:
         self.by_last: dict[int, tuple] | None = {} if task.timeindex_uri else None
         # offset -> (producer id, control type, batch position), for the .txnindex check
         self.controls: dict[int, tuple] | None = {} if task.txnindex_uri else None
+        # transactional rows waiting for their marker in this task
+        self.txn = transactions.InTask()
 
     def before_cut(self, name: str, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch``'s rows of entries before :attr:`cut` (the next task's)."""
@@ -301,7 +303,16 @@ class _Window:
         self.stats["findings"] += batch.num_rows
         self.write("findings", batch)
 
+    def write_records(self, rows) -> None:
+        """Records rows (with their txn_state) with their lineage, into one file per day."""
+        out = lineage(rows, "records", self.task, self.ctx)  # crc_valid is not a records column
+        records_out(self.writer, out, self.task.topic)
+        self.stats["records"] += out.num_rows
+
     def final_stats(self) -> dict:
+        left = self.txn.leftovers()  # no marker in this task: open until the driver's step
+        if left is not None:
+            self.write_records(left)
         if self.last_batch is not None:
             self.stats["last_batch_position"], self.stats["last_batch_crc"] = self.last_batch
         return self.stats
@@ -313,9 +324,7 @@ def _records(w: _Window, batch: pa.RecordBatch) -> bool:
     good = batch.filter(batch.column("crc_valid")) \
         if not pc.all(batch.column("crc_valid")).as_py() else batch
     good = values.with_columns(good, w.values.columns(good))
-    rows = lineage(good, "records", w.task, w.ctx)  # crc_valid is not a records column
-    records_out(w.writer, rows, w.task.topic)
-    w.stats["records"] += rows.num_rows
+    w.write_records(w.txn.take(good))  # transactional rows wait for their marker
     found = w.values.take_findings()
     if found:
         w.write_findings(pa.RecordBatch.from_pylist(found, schema=TASK_COLUMNS))
@@ -357,6 +366,9 @@ def _markers(w: _Window, batch: pa.RecordBatch) -> bool:
             batch.column("control_type").to_pylist(),
             batch.column("batch_position").to_pylist())))
     w.write("markers", batch)
+    resolved = w.txn.add_markers(batch)
+    if resolved is not None:
+        w.write_records(resolved)
     return False
 
 

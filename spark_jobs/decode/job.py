@@ -20,7 +20,7 @@ import kafkalog
 from kafkalog.schemas import RegistryError
 from spark_jobs import layout, schemas, storage, tables
 from spark_jobs import publish as publishing
-from spark_jobs.decode import replicas, tier, values
+from spark_jobs.decode import replicas, tier, transactions, values
 from spark_jobs.decode.deduplication import resolve_pending
 from spark_jobs.decode.executor import run_tasks
 from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested, ingested,
@@ -109,7 +109,9 @@ def run(args, spark=None) -> dict:
             spark.stop()
     counts = write_driver_tables(job, listing, decoded, derived)
     commit(job, listing, decoded, derived)
+    resolved = resolve_transactions(job)
     out = summary(job, listing, decoded, derived, counts)
+    out["txn_resolved"] = resolved
     if not args.no_publish:
         t1 = time.time()
         publishing.publish_run(job.wh, args.run_id)
@@ -323,6 +325,16 @@ def commit(job: Run, listing: Listing, decoded: Decoded, derived: Derived) -> No
     job.timings["commit"] = time.time() - t1
 
 
+def resolve_transactions(job: Run) -> dict:
+    """The open transactional rows that the markers on the run's branch now decide,
+    rewritten on the branch (:func:`~spark_jobs.decode.transactions.resolve_open`):
+    ``{"rows": n, "files": k}``."""
+    t1 = time.time()
+    out = transactions.resolve_open(job.wh, job.args.run_id, job.ctx, job.args.chunk_id)
+    job.timings["transactions"] = time.time() - t1
+    return out
+
+
 def summary(job: Run, listing: Listing, decoded: Decoded, derived: Derived,
             counts: dict[str, int]) -> dict:
     """The summary the job prints (before publishing: ``published`` False, no timings)."""
@@ -360,5 +372,5 @@ def unparsable_findings(uris: list[str], run_id: str) -> pa.Table:
 
 
 __all__ = ["Decoded", "Derived", "Listing", "Run", "begin", "commit", "dedupe", "derive",
-           "frame_replicas", "list_input", "plan_tasks", "run", "run_decode_tasks", "summary",
-           "unparsable_findings", "write_driver_tables"]
+           "frame_replicas", "list_input", "plan_tasks", "resolve_transactions", "run",
+           "run_decode_tasks", "summary", "unparsable_findings", "write_driver_tables"]

@@ -203,6 +203,26 @@ class Warehouse:
         return self._commit(name, branch_name(run_id), add=files, summary=props,
                             remove=lambda p: is_run_file(p, run_id, chunk_id))
 
+    def replace_files(self, name: str, run_id: str, drop: list[str], add: list[str], *,
+                      parent: int, summary: dict | None = None) -> int | None:
+        """One snapshot on run ``run_id``'s branch of table ``name``, whose head must be
+        ``parent``: the live files ``drop`` replaced by ``add`` (a copy-on-write rewrite of
+        rows, e.g. their transaction state, :mod:`spark_jobs.decode.transactions`).
+        ``CommitFailedException`` where the branch moved or a file of ``drop`` is not live
+        at ``parent``: the caller reads the branch again and decides again."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        table = self.table(name)
+        live = {f.file_path for f in live_files(table, parent)}
+        gone = set(drop)
+        if not gone <= live:
+            raise CommitFailedException(f"{name}: {len(gone - live)} files to replace are not "
+                                        f"live at snapshot {parent}")
+        props = {RUN_ID: run_id, STAGE: "staged", FILES: str(len(add)), **airflow_summary(),
+                 **(summary or {})}
+        return self._commit(name, branch_name(run_id), add=add, remove=gone.__contains__,
+                            summary=props, parent=parent)
+
     def _commit(self, name: str, ref: str, *, add: list[str], remove, summary: dict,
                 parent: int | None = None) -> int | None:
         """One overwrite snapshot on ``ref``: drop the live files ``remove`` selects, add
@@ -358,11 +378,11 @@ class Warehouse:
                     if marker:  # the re-applied snapshot is a commit of its own: mark first
                         table = self._mark(name, run_id, True, table)
                         marker = None
-                    mine = [f for f in live_files(table, head) if is_run_file(f.file_path, run_id)]
+                    mine, replaced = self._branch_changes(table, name, run_id, fork, main, head)
                     summary = {**snapshot_summary(table, head), STAGE: "published",
                                PUBLISHED_FROM: str(head)}
-                    self._commit(name, MAIN, add=mine, remove=lambda p: is_run_file(p, run_id),
-                                 summary=summary, parent=main)
+                    self._commit(name, MAIN, add=mine, summary=summary, parent=main,
+                                 remove=lambda p: is_run_file(p, run_id) or p in replaced)
                     return "re-applied", self._drop_branch(name, branch)
                 commit_refs(table, moves, properties=marker)
                 return action, table
@@ -370,6 +390,24 @@ class Warehouse:
                 log.info("%s: main moved while publishing run %s; checking again", name, run_id)
                 backoff(attempt)
         raise CatalogError(f"{name}: could not publish run {run_id!r} after {COMMIT_ATTEMPTS} tries")
+
+    @staticmethod
+    def _branch_changes(table, name: str, run_id: str, fork: int, main: int, head: int):
+        """What run ``run_id``'s branch changed since ``fork``, to re-apply onto ``main``:
+        the files it added (its own, and rewrites of earlier runs' files: :meth:`replace_files`)
+        and the files of earlier runs it replaced. :class:`ConflictError` where ``main``
+        no longer holds one of those (rewritten meanwhile: the run must run again)."""
+        base = {f.file_path for f in live_files(table, fork)}
+        at_head = live_files(table, head)
+        added = [f for f in at_head if is_run_file(f.file_path, run_id) or f.file_path not in base]
+        replaced = {p for p in base - {f.file_path for f in at_head} if not is_run_file(p, run_id)}
+        gone = replaced - {f.file_path for f in live_files(table, main)}
+        if gone:
+            raise ConflictError(
+                f"{name}: run {run_id!r} rewrote {len(gone)} files that main no longer holds "
+                f"(e.g. {sorted(gone)[0]}): run {run_id!r} again, or discard it",
+                table=name, files=len(gone))
+        return added, replaced
 
     def _drop_branch(self, name: str, branch: str, table=None):
         """Drop ``branch`` of table ``name`` (``table``: as just loaded, for the first
