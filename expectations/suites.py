@@ -46,6 +46,16 @@ DESCRIPTIONS = {
                          "last batch in the log.",
     "leader_epoch_checkpoint": "Each batch's partition leader epoch is the leader-epoch-checkpoint's epoch "
                                "for its offset.",
+    "tier_copy_orphans": "Every remote segment copy __remote_log_metadata started has finished, or "
+                         "started within the grace period (in flight).",
+    "tier_missing_objects": "Every live remote segment's objects (.log, .indexes, .rsm-manifest) are "
+                            "in the tier.",
+    "tier_unreferenced_objects": "Every segment in the tier is a segment __remote_log_metadata "
+                                 "knows and has not deleted.",
+    "tier_reuploads": "Each start offset of a tiered partition was copied to the tier once.",
+    "tier_leader_epochs": "Consecutive live remote segments continue each other's offsets and "
+                          "leader epochs.",
+    "tier_divergence": "Remote and local copies of the same offsets hold the same batches.",
     "missing_partition": "Every topic-partition the previous snapshot nights held is in this snapshot "
                          "(a topic whose partitions are all gone counts once, as deleted).",
     "snapshot_missing": "Every night the run was to read has a snapshot (at least one segment under "

@@ -50,6 +50,11 @@ def parse_args(argv):
                    help="the topics the run was asked to read, as comma-separated fnmatch "
                         "patterns (the DAG's `topics`; default all): a partition of another "
                         "topic is not missing")
+    p.add_argument("--tiered-storage", metavar="URI",
+                   help="the tier of the run's tiered topics (s3://bucket/key-prefix as the "
+                        "remote storage plugin's key.prefix, or a local copy of the bucket): "
+                        "listed once for the tier audit's object checks (docs/tiered.md; "
+                        "default: the tier's metadata checks only)")
     p.add_argument("--no-docs", action="store_true", help="skip great-expectations and Data Docs")
     return p.parse_args(argv)
 
@@ -84,7 +89,8 @@ def main(argv=None, spark=None) -> int:
         print(f"check_quality: policy: {err}", file=sys.stderr)
         return 2
     config = None
-    if storage.is_s3(args.warehouse) or args.s3_endpoint:
+    if (storage.is_s3(args.warehouse) or args.s3_endpoint
+            or storage.is_s3(args.tiered_storage or "")):
         config = storage.S3Config.from_env(args.s3_endpoint)
     wh = Warehouse(args.warehouse, args.catalog, args.namespace, config)
     if spark is None:
@@ -93,7 +99,7 @@ def main(argv=None, spark=None) -> int:
         spark = build_session("check_quality", master=args.master)
     try:
         rows = audit(spark, wh, args.run_id, policy=policy, docs=not args.no_docs,
-                     topics=args.topics)
+                     topics=args.topics, tiered_storage=args.tiered_storage)
     except (LookupError, storage.StorageError, CatalogError) as err:
         print(f"check_quality: {err}", file=sys.stderr)
         return 2

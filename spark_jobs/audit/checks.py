@@ -14,6 +14,7 @@ classification rules are documented in expectations/README.md.
 
 from __future__ import annotations
 
+from . import tier
 from .context import listed_segments
 from .inputs import RunFrames
 from .observations import union_all
@@ -31,8 +32,10 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=Non
     known); ``internal``: the frames of :mod:`.internal_checks` (``consumer_lag``,
     ``producer_state``, ``leader_epochs``) where the run has them; ``absent``:
     :func:`.absence.missing_partitions`."""
+    tiered = {t for t, _ in tier.units(internal or {})}  # tiered topics without a local tail
     run = RunFrames(tables=tables, policy=policy, run_id=run_id,
-                    topics=run_topics(tables, absent), prior=prior, internal=internal or {},
+                    topics=tuple(sorted(set(run_topics(tables, absent)) | tiered - {None})),
+                    prior=prior, internal=internal or {},
                     absent=absent, kinds=batch_kinds(tables["batches"]).cache(),
                     listed=listed_segments(tables["ledger"], run_id=run_id) if listed is None
                     else listed)

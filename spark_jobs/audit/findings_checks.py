@@ -6,12 +6,14 @@
 * ``truncated_tail``: a segment ends in an incomplete entry (class ``active_segment`` in the
   partition's newest segment, where a live broker was still writing);
 * ``decoder_findings``: every other kind (class = the kind), but ``crc_mismatch`` (the ``crc``
-  check's) and ``value_decode_error`` (``schema_decode``'s).
+  check's), ``value_decode_error`` (``schema_decode``'s) and ``tier_divergence`` (the tier
+  audit's, :mod:`.tier`).
 """
 
 from __future__ import annotations
 
-from spark_jobs.findings import DIVERGENCE, REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX
+from spark_jobs.findings import (DIVERGENCE, REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX,
+                                 TIER_DIVERGENCE)
 
 from .context import newest_segments
 from .inputs import RunFrames
@@ -45,7 +47,8 @@ def finding_checks(findings, newest_segments):
                              COALESCE(CAST(f.end AS string), '?'), f.message) AS message
         FROM {f} f LEFT JOIN {n} n ON n.topic = f.topic AND n.partition = f.partition
                                    AND n.segment = f.segment
-        WHERE f.kind NOT IN ('crc_mismatch', 'value_decode_error') AND NOT """ + replica_divergence_sql(),
+        WHERE f.kind NOT IN ('crc_mismatch', 'value_decode_error', '""" + TIER_DIVERGENCE + """')
+          AND NOT """ + replica_divergence_sql(),
         f=findings, n=newest_segments))
 
 

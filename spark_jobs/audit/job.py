@@ -25,12 +25,12 @@ from typing import Any
 from spark_jobs import layout, storage
 from spark_jobs.warehouse import Warehouse
 
-from . import absence, as_of, context, internal_checks, results, rows
+from . import absence, as_of, context, internal_checks, results, rows, tier
 from .checks import run_checks
 from .inputs import audited_snapshots, load_tables
 from .observations import dedup_batches
 from .policy import Policy
-from .registry import CHECKS, OPTIONAL_CHECKS
+from .registry import CHECKS, OPTIONAL_CHECKS, TIER_CHECK_NAMES, UNITS
 from .units import ONLY, PARTITIONS
 
 
@@ -61,15 +61,18 @@ class AuditedRun:
 
 
 def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
-          out=None, topics: str | None = None):
+          out=None, topics: str | None = None, tiered_storage: str | None = None):
     """Run the audit; return the dq_results rows (also committed to ``dq_results``), with the
     run's ``snapshot_missing`` rows (its plan's: kept as they are, counted in the verdict).
-    ``topics``: the run's topic filter (layout.topic_matcher; None: all)."""
+    ``topics``: the run's topic filter (layout.topic_matcher; None: all); ``tiered_storage``:
+    the tier to list for the tier audit (:mod:`.tier`; None: its metadata checks only)."""
     out = out or sys.stdout
     store = storage.open_store(wh.root, wh.s3)
     run = read_run(spark, wh, run_id, out)
     internal = internal_checks.load(spark, wh, run_id, run.snapshots, run.ledger, run.listed,
                                     run.published_ledger)
+    internal.update(tier.load(spark, wh, run_id, run.snapshots, run.tables["findings"],
+                              tiered_storage))
     absent = absent_partitions(run, policy, topics)
     units = places(run, internal, absent)
     if not units:
@@ -147,6 +150,10 @@ def places(run: AuditedRun, internal: dict, absent) -> dict:
                 units[tp][PARTITIONS] = 1
         for r in absent.select("topic", "partition").collect():
             units[(r.topic, r.partition)] = {PARTITIONS: 1, ONLY: {absence.MISSING_PARTITION}}
+    for tp, counts in tier.units(internal).items():  # a tiered partition without a local tail:
+        units.setdefault(tp, {ONLY: set()}).update(counts)  # the tier checks only
+        if ONLY in units[tp]:
+            units[tp][ONLY] |= {c for c in TIER_CHECK_NAMES if counts.get(UNITS[c])}
     return units
 
 

@@ -10,7 +10,8 @@ observes it.
   DAG's plan writes (:func:`.results.write_missing_nights`);
 * **optional**: a place gets a result of it only where it applies (the internal topics' and
   state files' checks where the partition has a committed offset, a .snapshot, a
-  checkpoint; ``missing_partition`` where the run read a named night; ``snapshot_missing``,
+  checkpoint; the tier audit's where the partition is tiered; ``missing_partition`` where
+  the run read a named night; ``snapshot_missing``,
   the plan's, never a partition's); every other check gives every place a result.
 
 The order is the order of a run's dq_results rows and of its Data Docs suites.
@@ -22,10 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import (absence, crc, findings_checks, internal_checks, offsets, records, schema_decode,
-               timestamps)
+               tier, timestamps)
 from .absence import MISSING_PARTITION
 from .units import (BATCHES, CHECKPOINTED_BATCHES, COMMITTED_OFFSETS, NIGHTS, PARTITIONS,
-                    PRODUCERS, RECORDS, SEGMENTS)
+                    PRODUCERS, RECORDS, REMOTE_SEGMENTS, SEGMENTS, TIER_SEGMENTS,
+                    TIERED_PARTITIONS)
 
 #: a night the run was to read whose snapshot prefix holds no segment: the DAG's plan writes
 #: this result (one row per such night, topic and partition null) and decodes nothing
@@ -85,19 +87,35 @@ INTERNAL_TOPIC_CHECKS = (
           ("agrees", "disagrees", "before_first_entry"), internal_checks.observe_leader_epochs,
           optional=True),
 )
+#: the tier audit (:mod:`.tier`): where a partition has remote segments, a listed tier, a
+#: tier_divergence finding
+TIER_CHECKS = (
+    Check(tier.ORPHANS, REMOTE_SEGMENTS, ("orphan", "in_flight"), tier.observe_orphans,
+          optional=True),
+    Check(tier.MISSING, TIER_SEGMENTS, ("missing_object",), tier.observe_missing, optional=True),
+    Check(tier.UNREFERENCED, TIER_SEGMENTS, ("unreferenced", "deleted_segment"),
+          tier.observe_unreferenced, optional=True),
+    Check(tier.REUPLOADS, REMOTE_SEGMENTS, ("reupload",), tier.observe_reuploads, optional=True),
+    Check(tier.EPOCHS, REMOTE_SEGMENTS, ("offset_gap", "offset_overlap", "epoch_regression"),
+          tier.observe_epochs, optional=True),
+    Check(tier.DIVERGENCE, TIERED_PARTITIONS, ("divergence",), tier.observe_divergence,
+          optional=True),
+)
 #: the plan's result of a night without a snapshot
 SNAPSHOT_MISSING_CHECK = Check(SNAPSHOT_MISSING, NIGHTS, (SNAPSHOT_MISSING_CLASS,), None,
                                optional=True)
 
 #: check name -> :class:`Check`, every check in dq_results' order
 CHECKS = {c.name: c for c in (*DATA_CHECKS, MISSING_PARTITION_CHECK, *INTERNAL_TOPIC_CHECKS,
-                              SNAPSHOT_MISSING_CHECK)}
+                              *TIER_CHECKS, SNAPSHOT_MISSING_CHECK)}
 #: check name -> the unit its ``observed`` count is made of (:data:`CHECKS`' units)
 UNITS = {name: c.unit for name, c in CHECKS.items()}
 #: the checks a place gets a result of only where they apply
 OPTIONAL_CHECKS = frozenset(name for name, c in CHECKS.items() if c.optional)
 #: the checks of Kafka's internal topics and state files
 INTERNAL_CHECKS = frozenset(c.name for c in INTERNAL_TOPIC_CHECKS)
+#: the tier audit's checks
+TIER_CHECK_NAMES = frozenset(c.name for c in TIER_CHECKS)
 
 
 def observers() -> list[Callable]:

@@ -16,6 +16,11 @@ NIGHTS = "nights"
 COMMITTED_OFFSETS, PRODUCERS, CHECKPOINTED_BATCHES = (
     "committed offsets", "producers", "checkpointed batches")
 
+#: the tier audit (:mod:`.tier`): the remote segments ``remote_segments`` has of a partition,
+#: the segments of its metadata and of the tier's listing together, and 1 for a tiered one
+REMOTE_SEGMENTS, TIER_SEGMENTS, TIERED_PARTITIONS = (
+    "remote segments", "tier segments", "tiered partitions")
+
 #: a place's key naming the only checks it gets results of (a partition this snapshot lacks:
 #: ``missing_partition``; findings outside any partition: ``decoder_findings``)
 ONLY = "only"

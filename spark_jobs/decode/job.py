@@ -27,7 +27,7 @@ from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested,
                                         ledger_ranges, plan, read_index_positions)
 from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import Context, make_context, write_driver_table
-from spark_jobs.derive import internal, typed
+from spark_jobs.derive import internal, remote, typed
 from spark_jobs.findings import REPLICA_DIVERGENCE, TIER_DIVERGENCE, Finding
 from spark_jobs.findings import table as findings_table
 from spark_jobs.warehouse import Warehouse, branch_name
@@ -240,6 +240,15 @@ def derive(spark, job: Run, listing: Listing, decoded: Decoded) -> Derived:
                                                     listing.state_uris, job.args.run_id)
     if internal_rows:
         job.timings["internal"] = time.time() - t1
+    t1 = time.time()
+    remote_files, remote_rows = remote.derive(job.ctx, job.wh, job.bases, job.ledger, records,
+                                              listing.segments, job.args.run_id, job.args.night)
+    if remote_rows:  # remote_segments, replayed from __remote_log_metadata as of the run
+        job.timings["remote"] = time.time() - t1
+        for name, fs in remote_files.items():
+            internal_files.setdefault(name, []).extend(fs)
+        for name, n in remote_rows.items():
+            internal_rows[name] = internal_rows.get(name, 0) + n
     t1 = time.time()
     typed_files, typed_rows = typed.derive(spark, job.ctx, job.wh, records, listing.registry)
     if typed_rows or typed_files:

@@ -3,6 +3,8 @@
 - :mod:`~spark_jobs.derive.internal` — Kafka's internal topics (consumer offsets, group
   metadata, transactions, cluster metadata) and the partitions' state files (producer
   state, leader epochs);
+- :mod:`~spark_jobs.derive.remote` — ``remote_segments``: ``__remote_log_metadata`` replayed as
+  of the run (tiered storage);
 - :mod:`~spark_jobs.derive.typed` — a typed table per topic whose values carry an Avro,
   JSON Schema or Protobuf schema, with its pure half :mod:`~spark_jobs.derive.value_types`
   (registry schemas as Arrow types);

@@ -112,8 +112,10 @@ def test_the_registry_is_the_one_table_of_checks():
     assert registry.UNITS == {name: c.unit for name, c in registry.CHECKS.items()}
     assert registry.OPTIONAL_CHECKS == {
         "committed_offset_beyond_log_end", "committed_offset_before_log_start",
-        "producer_snapshot", "leader_epoch_checkpoint", "missing_partition", "snapshot_missing"}
+        "producer_snapshot", "leader_epoch_checkpoint", "missing_partition", "snapshot_missing",
+        *registry.TIER_CHECK_NAMES}
     assert registry.INTERNAL_CHECKS < registry.OPTIONAL_CHECKS
+    assert registry.TIER_CHECK_NAMES < registry.OPTIONAL_CHECKS
     for name, check in registry.CHECKS.items():
         assert check.name == name
         # only decoder_findings' classes are open (the finding kinds)
