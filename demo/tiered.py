@@ -120,13 +120,12 @@ def write_tier(out: Path) -> int:
     n = 0
     for name, (start, end, key_id, _, _) in SEGMENTS.items():
         data, indexes = remote_segment(name)
-        seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
         objects = segment_objects(
             data, indexes, prefix=TIER_PREFIX, topic=TOPIC, topic_id=TOPIC_ID,
             partition=PARTITION, start_offset=start, end_offset=end,
             segment_id=kafka_uuid(name), chunk_size=CHUNK_SIZE, compression=True,
             key_id=key_id, public_key=ring[key_id].public_key(),
-            random_bytes=random.Random(seed).randbytes)
+            random_bytes=random.Random(f"demo-tier-{name}").randbytes)  # the same each run
         for key, body in objects.items():
             path = folder / key
             path.parent.mkdir(parents=True, exist_ok=True)
