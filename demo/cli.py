@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
 
-from . import data
+from . import data, tiered
 from .nights import dagtest, run_night, run_note, run_verdict
 from .report import report
 from .servers import (DemoError, airflow_env, api_server_args, exclusive, free_port, migrate,
@@ -29,7 +29,9 @@ def _run(out: Path) -> int:
     snapshots = out / "snapshots"
     for night in data.write_nights(snapshots):
         print(f"Wrote snapshot {night}")
-    server, endpoint = start_s3(snapshots)
+    print(f"Wrote {tiered.write_tier(out)} tiered-storage objects under {out / tiered.TIER_FOLDER}"
+          f" (key ring {out / tiered.KEYS_FOLDER})")
+    server, endpoint = start_s3(snapshots, out)
     try:
         env = airflow_env(out, endpoint)
         migrate(env, log_dir)
@@ -58,9 +60,11 @@ def _ui(out: Path, port: int | None) -> int:
     snapshots = out / "snapshots"
     if not snapshots.is_dir():
         data.write_nights(snapshots)
+    if not (out / tiered.TIER_FOLDER).is_dir():
+        tiered.write_tier(out)
     log_dir = out / "pipeline-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    server, endpoint = start_s3(snapshots)
+    server, endpoint = start_s3(snapshots, out)
     port = port or free_port()
     env = airflow_env(out, endpoint, api_port=port)
     home = Path(env["AIRFLOW_HOME"])

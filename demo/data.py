@@ -38,6 +38,9 @@ UTF-8 (``invalid_header_key``).
   (Protobuf): values in Schema Registry's wire format and the registry's own topic
   (:mod:`demo.schemas`; on night 2, one click whose schema id no
   registry holds: ``schema_decode`` warns).
+* ``events-0`` and ``__remote_log_metadata-0``: a topic in tiered storage, its local tail
+  and the metadata of its remote segments (:mod:`demo.tiered`: the tier itself, compressed
+  and encrypted, one planted orphan copy: ``tier_copy_orphans`` warns).
 * a ``_SUCCESS`` marker and a ``README.txt`` beside the partitions (not segments:
   the planner ignores them).
 * night 2 also holds a second broker's log directory, ``broker-2/`` (issue 36), as a broker
@@ -69,7 +72,7 @@ from kafkalog.writer import (SegmentWriter, WriteRecord, encode_producer_snapsho
                              encode_v2_batch, internal_record, leader_epoch_checkpoint_text,
                              partition_metadata_text)
 
-from . import schemas
+from . import schemas, tiered
 
 NIGHTS = ("2026-11-20", "2026-11-21")
 T0 = 1_795_132_800_000  # 2026-11-20T00:00:00Z
@@ -327,6 +330,7 @@ def write_night(root: Path, night: int) -> Path:
     schemas.write(out, night, T0, HOUR)
     if night >= 1:
         _broker2(out / BROKER_2)
+    tiered.write_local(out, night)
     (out / "_SUCCESS").write_bytes(b"")
     (out / "README.txt").write_text("nightly copy of the broker log directories\n")
     return out

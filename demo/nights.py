@@ -14,9 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
+from kafkalog_pipeline.settings import NIGHTLY_DAG_ID, TIER_PARAM
 
-from .servers import metadata_query
+from . import tiered
+from .servers import BUCKET, metadata_query
 
 
 # ------------------------------------------------------------------ progress of a night
@@ -197,9 +198,11 @@ def dagtest(date: str) -> int:
     fail_abandoned_runs(NIGHTLY_DAG_ID)
     logical = dt.datetime.fromisoformat(date).replace(hour=3, tzinfo=dt.timezone.utc)
     # run_after = logical date: the run id is manual__<logical date>, the same on every
-    # demo run, so a rerun replaces that run's output instead of adding a new run
+    # demo run, so a rerun replaces that run's output instead of adding a new run; the
+    # tiered topic's tier as the run's param (its key ring is a setting: demo.tiered)
     with dag_test_like_a_worker():
-        dr = dag.test(logical_date=logical, run_after=logical)
+        dr = dag.test(logical_date=logical, run_after=logical,
+                      run_conf={TIER_PARAM: tiered.tier_uri(BUCKET)})
     states = {ti.task_id + (f"[{ti.map_index}]" if ti.map_index >= 0 else ""): str(ti.state)
               for ti in dr.get_task_instances()}
     print(json.dumps({"run_id": dr.run_id, "state": str(dr.state), "tasks": states}), flush=True)

@@ -15,7 +15,8 @@ from spark_jobs.audit.policy import RANK
 from spark_jobs.audit.results import parse_details, place
 from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES, TXN_STATE
 
-from .servers import warehouse
+from . import tiered
+from .servers import BUCKET, warehouse
 
 
 def table_counts(out: Path) -> dict:
@@ -128,6 +129,38 @@ def value_lines(wh) -> list[str]:
     return lines
 
 
+def tier_records_line(wh) -> str:
+    """The tiered topic's records (demo.tiered), every run's: each offset once?"""
+    from pyiceberg.expressions import EqualTo
+
+    from spark_jobs.tables import read_arrow
+
+    offsets = read_arrow(wh, "records", row_filter=EqualTo("topic", tiered.TOPIC),
+                         columns=("offset",)).column("offset").to_pylist()
+    span = f"offsets {min(offsets)}..{max(offsets)}" if offsets else "no offsets"
+    once = "each once" if len(offsets) == len(set(offsets)) else "SOME MORE THAN ONCE"
+    return (f"{tiered.TOPIC}-{tiered.PARTITION}: {len(offsets)} records, {span}, {once} "
+            f"(the remote segments of {tiered.tier_uri(BUCKET)} and the local tail)")
+
+
+def tier_check_line(wh, run_id: str) -> str:
+    """Each tier check's outcome in run ``run_id``, worst first, with its causes."""
+    from pyiceberg.expressions import EqualTo
+
+    from spark_jobs.audit.registry import TIER_CHECK_NAMES
+    from spark_jobs.tables import read_arrow
+
+    rows = [r for r in read_arrow(wh, "dq_results", row_filter=EqualTo("run_id", run_id),
+                                  columns=("check", "topic", "partition", "status",
+                                           "details")).to_pylist()
+            if r["check"] in TIER_CHECK_NAMES]
+    checks = []
+    for row in sorted(rows, key=lambda r: (_rank(r["status"]), r["check"], place(r))):
+        causes = _causes(row["details"])
+        checks.append(f"{row['check']} {row['status']}" + (f" ({causes})" if causes else ""))
+    return "tier checks: " + (", ".join(checks) or "none ran")
+
+
 def report(out: Path, results: list[dict]) -> int:
     counts = table_counts(out)
     wh = warehouse(out)
@@ -154,7 +187,9 @@ def report(out: Path, results: list[dict]) -> int:
             print(f"Data quality of {r['run_id']}: {counts_ or 'no results'}")
             for line in dq["problems"]:
                 print(f"  {line}")
+            print(f"  {tier_check_line(wh, r['run_id'])}")
             print(f"  report:  {dq['report'] or '(missing)'}")
+    print(f"Tiered storage: {tier_records_line(wh)}")
     print("Query the tables, e.g. the checks that warned or failed, every run's:\n"
           f"  {problems_query(out, wh)}")
     previous_path = out / "demo-counts.json"

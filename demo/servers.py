@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
 
-from . import data
+from . import data, tiered
 
 BUCKET = "kafka-snapshots"
 PREFIX = "snapshots"
@@ -89,6 +89,7 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         **local_connections(endpoint, DEMO_KEY),
+        **tiered.settings_env(out),  # the tier's key ring (demo.tiered)
         # the pipeline's settings (Variables would win over these)
         "KAFKALOG_WAREHOUSE": str(out / "warehouse"),
         # the Iceberg catalog `kafkalog` (SQLite under the warehouse): out/.pyiceberg.yaml
@@ -114,8 +115,9 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
     return env
 
 
-def start_s3(snapshots: Path):
-    """A moto server on 127.0.0.1 holding the snapshots; returns (server, endpoint URL)."""
+def start_s3(snapshots: Path, out: Path | None = None):
+    """A moto server on 127.0.0.1 holding the snapshots (and ``out``'s tiered-storage tier,
+    :mod:`demo.tiered`); returns (server, endpoint URL)."""
     import logging
 
     import boto3
@@ -130,6 +132,9 @@ def start_s3(snapshots: Path):
                           aws_access_key_id=DEMO_KEY, aws_secret_access_key=DEMO_KEY)
     n = data.upload(snapshots, BUCKET, PREFIX, client)
     print(f"S3 endpoint {endpoint}: {n} objects in s3://{BUCKET}/{PREFIX}/")
+    if out is not None:
+        n = tiered.upload(out, BUCKET, client)
+        print(f"  and {n} tiered-storage objects in {tiered.tier_uri(BUCKET)}")
     return server, endpoint
 
 

@@ -11,7 +11,8 @@ encrypted, an ``.indexes`` object with the segment's five indexes, and a plainte
 - :mod:`.chunks`: the chunk index, from any byte range of the segment to the chunks holding it;
 - :mod:`.crypto`: the key ring (RSA-OAEP with SHA3-512 unwraps the data key) and AES-GCM;
 - :mod:`.objects`: where objects are read from (a local folder, or S3 with ranged GETs);
-- :mod:`.reader`: :class:`RemoteSegment`, the original bytes back a chunk at a time.
+- :mod:`.reader`: :class:`RemoteSegment`, the original bytes back a chunk at a time;
+- :mod:`.writer`: a segment's three objects as the plugin uploads them (the demo's tier).
 
 ``__remote_log_metadata``, Kafka's record of which segments are in the tier, is read by
 :mod:`kafkalog.internal.remote_log`.

@@ -215,3 +215,14 @@ def decode_chunk_sizes(data: bytes) -> list[int]:
     if any(not 0 <= v <= INT32_MAX for v in values):
         raise ValueError(f"a chunk size outside 0..{INT32_MAX}: {min(values)}..{max(values)}")
     return values
+
+
+def encode_chunk_sizes(values: list[int]) -> bytes:
+    """The twin of :func:`decode_chunk_sizes` (the same layout), for :mod:`.writer`."""
+    if len(values) < 2:
+        return _COUNT.pack(len(values)) + b"".join(_LAST.pack(v) for v in values)
+    body = values[:-1]
+    base = min(body)
+    width = max((v - base).bit_length() + 7 >> 3 for v in body) or 1
+    return (_HEAD.pack(len(values), base, width)
+            + b"".join((v - base).to_bytes(width, "big") for v in body) + _LAST.pack(values[-1]))

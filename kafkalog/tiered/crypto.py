@@ -90,6 +90,19 @@ def oaep_decode(em: bytes, hash_name: str = OAEP_HASH, label: bytes = b"") -> by
     return rest[1:]
 
 
+def oaep_encode(message: bytes, k: int, seed: bytes, hash_name: str = OAEP_HASH,
+                label: bytes = b"") -> bytes:
+    """EME-OAEP encoding (RFC 8017 7.1.1 step 2), the twin of :func:`oaep_decode`: the
+    ``k``-byte encoded message for ``seed`` (``h_len`` random bytes), for :mod:`.writer`."""
+    h_len = hashlib.new(hash_name).digest_size
+    if len(message) > k - 2 * h_len - 2 or len(seed) != h_len:
+        raise ValueError(f"OAEP with {hash_name}: {len(message)} bytes do not fit {k} bytes")
+    db = (hashlib.new(hash_name, label).digest() + bytes(k - len(message) - 2 * h_len - 2)
+          + b"\x01" + message)
+    masked_db = _xor(db, mgf1(seed, k - h_len - 1, hash_name))
+    return b"\x00" + _xor(seed, mgf1(masked_db, h_len, hash_name)) + masked_db
+
+
 def _rsa_raw(private, ciphertext: bytes) -> bytes:
     """``ciphertext ** d mod n`` with the key's CRT values, as ``k`` bytes."""
     numbers = private.private_numbers()

@@ -51,6 +51,9 @@ RESULTS = [
     row(NIGHT_2, "crc", "orders", 0, "pass"),
     row(NIGHT_2, "record_count", "legacy", 0, "pass", "not json"),
     row(NIGHT_1, "crc", "orders", 0, "pass"),
+    # the tiered topic's checks (demo.tiered): its planted orphan copy
+    row(NIGHT_2, "tier_missing_objects", "events", 0, "pass"),
+    row(NIGHT_2, "tier_copy_orphans", "events", 0, "warn", details(orphan=("warn", 1))),
 ]
 
 
@@ -60,6 +63,7 @@ def test_problem_lines_name_each_check_that_did_not_pass_worst_first():
         "fail crc: orders-1 (crc_mismatch 3)",
         "warn decoder_findings: orders-0 (index_mismatch 2), payments-0 (invalid_header_key 1)",
         "warn offset_gaps: payments-1 (missing_segment 1)",  # retention passed: not a cause
+        "warn tier_copy_orphans: events-0 (orphan 1)",
     ]
     assert report.problem_lines([r for r in RESULTS if r["run_id"] == NIGHT_1]) == []
 
@@ -170,11 +174,14 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
     assert night_1.splitlines()[0] == f"Data quality of {NIGHT_1}: 1 pass"
     assert "  report:  (missing)" in night_1
     night_2 = text[text.index(f"Data quality of {NIGHT_2}"):].splitlines()
-    assert night_2[:4] == [
-        f"Data quality of {NIGHT_2}: 1 fail, 3 warn, 2 pass",
+    assert night_2[:6] == [
+        f"Data quality of {NIGHT_2}: 1 fail, 4 warn, 3 pass",
         "  fail crc: orders-1 (crc_mismatch 3)",
         "  warn decoder_findings: orders-0 (index_mismatch 2), payments-0 (invalid_header_key 1)",
-        "  warn offset_gaps: payments-1 (missing_segment 1)"]
+        "  warn offset_gaps: payments-1 (missing_segment 1)",
+        "  warn tier_copy_orphans: events-0 (orphan 1)",
+        "  tier checks: tier_copy_orphans warn (orphan 1), tier_missing_objects pass"]
+    assert "  tier checks: none ran" in night_1.splitlines()
     queries = [ln.strip() for ln in text.splitlines() if "PYICEBERG_HOME=" in ln]
     assert len(queries) == 1 and "{'" not in text  # one query; no Python dict of counts
     assert "  kafka.values__shop_dot_orders      1 rows  (typed: shop.orders's values)" \
@@ -187,7 +194,7 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     listed = proc.stdout.splitlines()[1:]
-    assert len(listed) == 4 and all(" pass " not in ln for ln in listed)
+    assert len(listed) == 5 and all(" pass " not in ln for ln in listed)
     assert sum("offset_gaps" in ln and "payments" in ln for ln in listed) == 1
 
 
@@ -235,3 +242,72 @@ def test_demo_and_ui_do_not_run_over_one_directory_at_once(tmp_path):
     assert p.returncode == -9
     with servers.exclusive(out, "make demo"):
         assert (out / ".demo.lock").read_text().strip() == f"make demo (pid {os.getpid()})"
+
+
+# ------------------------------------------------------------------ the tiered topic's data
+def _batches(log: bytes) -> dict:
+    """first offset -> (last offset, the batch's bytes), framed by hand (v2: baseOffset int64,
+    batchLength int32, ..., lastOffsetDelta int32 at byte 23)."""
+    import struct
+
+    out, pos = {}, 0
+    while pos + 12 <= len(log):
+        base, length = struct.unpack_from(">qi", log, pos)
+        (delta,) = struct.unpack_from(">i", log, pos + 23)
+        out[base] = (base + delta, log[pos:pos + 12 + length])
+        pos += 12 + length
+    assert pos == len(log)
+    return out
+
+
+def test_the_demo_tier_holds_each_offset_once_beside_its_tail_and_one_orphan(tmp_path):
+    """demo.tiered's nights and tier, replayed here: the copies whose last event is
+    COPY_SEGMENT_FINISHED (a state machine of this test's) and the local tail cover the
+    topic's offsets without a hole, overlapping only where the bytes agree; exactly one copy
+    (the orphan) only started, its objects in the tier; every object reads back with the key
+    ring (``kafkalog tiered cat``, the README's command) and names a key the ring holds."""
+    from demo import data, tiered
+    from kafkalog.internal.remote_log import read_events
+
+    data.write_nights(tmp_path / "snapshots")
+    assert tiered.write_tier(tmp_path) == 3 * len(tiered.SEGMENTS)
+    night = tmp_path / "snapshots" / data.NIGHTS[-1]
+    last_state: dict = {}
+    for e in read_events(str(night / "__remote_log_metadata-0" / f"{0:020d}.log")):
+        seg = e.data["remoteLogSegmentId"]
+        assert seg["topicIdPartition"] == {"name": tiered.TOPIC, "id": tiered.TOPIC_ID,
+                                           "partition": tiered.PARTITION}
+        state = {0: "started", 1: "finished"}[e.data["remoteLogSegmentState"]]
+        assert (last_state.get(seg["id"]), state) in ((None, "started"), ("started", "finished"))
+        last_state[seg["id"]] = state
+    orphans = [s for s, state in last_state.items() if state == "started"]
+    assert orphans == [tiered.kafka_uuid(tiered.ORPHAN)]
+
+    keys = sorted((tmp_path / tiered.KEYS_FOLDER).glob("*.pem"))
+    assert [k.stem for k in keys] == list(tiered.KEY_IDS)
+    covered: dict = {}  # offset -> the batch bytes that hold it
+    manifests = sorted((tmp_path / tiered.TIER_FOLDER).rglob("*.rsm-manifest"))
+    assert len(manifests) == len(last_state)
+    for manifest in manifests:
+        segment_id = manifest.name.split("-", 1)[1][:-len(".rsm-manifest")]
+        assert json.loads(manifest.read_bytes())["encryption"]["dataKey"].split(":")[0] in \
+            tiered.KEY_IDS
+        out = tmp_path / f"{segment_id}.log"
+        proc = subprocess.run([sys.executable, "-m", "kafkalog", "tiered", "cat",
+                               *(a for k in keys for a in ("--private-key", str(k))),
+                               str(manifest), "-o", str(out)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        if last_state[segment_id] != "finished":
+            continue
+        for base, (last, raw) in _batches(out.read_bytes()).items():
+            for o in range(base, last + 1):
+                assert o not in covered
+                covered[o] = raw
+    remote = set(covered)
+    tail = night / f"{tiered.TOPIC}-{tiered.PARTITION}"
+    for base, (last, raw) in _batches((tail / f"{tiered.LOCAL_START:020d}.log").read_bytes()).items():
+        for o in range(base, last + 1):
+            assert covered.setdefault(o, raw) == raw  # the overlap: the same batch
+    assert sorted(covered) == list(range(tiered.local_end(len(data.NIGHTS) - 1) + 1))
+    assert remote & set(range(tiered.LOCAL_START, len(covered))) == set(
+        range(tiered.LOCAL_START, max(remote) + 1)) != set()  # the tail overlaps the tier
