@@ -690,7 +690,7 @@ def test_plan_run_lists_every_segment_and_weighs_only_bytes_to_decode(
 
     def sizes(date):
         return {log.relative_to(snapshot_root / date).as_posix(): log.stat().st_size
-                for log in (snapshot_root / date).glob("*/*.log")}
+                for log in (snapshot_root / date).rglob("*.log")}  # broker-2/ is deeper
 
     def planned(summary):
         """{segment path under the night: chunk id} of the plan's manifests."""
@@ -717,9 +717,20 @@ def test_plan_run_lists_every_segment_and_weighs_only_bytes_to_decode(
         store, key = storage.open_object(uri, access.resolved())
         for f in layout.read_manifest_state_files(store.read(key), uri):
             state[f.split(f"/{date}/", 1)[1]] = int(args[args.index("--chunk-id") + 1])
-    assert state == {f"payments-0/{name}": planned(summary)["payments-0/00000000000000000015.log"]
-                     for name in ("00000000000000000015.snapshot", "leader-epoch-checkpoint",
-                                  "partition.metadata")}
+    chunks = planned(summary)
+
+    def chunk_of_folder(folder):  # a partition stays in one chunk
+        found = {c for p, c in chunks.items() if p.startswith(folder + "/")}
+        assert len(found) == 1, (folder, found)
+        return found.pop()
+
+    assert state == {**{f"payments-0/{name}": chunks["payments-0/00000000000000000015.log"]
+                        for name in ("00000000000000000015.snapshot", "leader-epoch-checkpoint",
+                                     "partition.metadata")},
+                     # broker-2's hanging producer (demo.data) and the tiered topic's local tail
+                     "broker-2/transfers-0/00000000000000000005.snapshot":
+                         chunk_of_folder("broker-2/transfers-0"),
+                     "events-0/leader-epoch-checkpoint": chunk_of_folder("events-0")}
     assert planned(summary)["payments-1/00000000000000000000.log"] is not None
     assert summary["segments"] == len(new)
     assert summary["already_ingested"] == sum(old.get(p) == n for p, n in new.items()) > 0

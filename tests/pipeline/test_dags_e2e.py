@@ -221,10 +221,11 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     # through the alias, each one the publish moved (night 1 brings rows for all of them:
     # Avro, JSON Schema and Protobuf values)
     typed = {"values__clicks", "values__shipments", "values__shop_dot_orders"}
-    # the derived tables this snapshot has rows for (no log directory files, share groups
-    # or tier here: their tables get no event)
+    # the derived tables this snapshot has rows for: issue 19's, and remote_segments (the
+    # demo's __remote_log_metadata-0; no tier is read here); night 1 has no log directory
+    # files and no share groups: their tables get no event
     DERIVED_TABLES = ("consumer_offsets", "group_metadata", "transactions", "cluster_metadata",
-                      "producer_state", "leader_epochs")
+                      "producer_state", "leader_epochs", "remote_segments")
     assert set(Warehouse(str(wh)).typed_tables()) == typed
     assert asset_names(run_id) == {f"kafkalog.{n}" for n in
                                    {*TABLE_NAMES, *DERIVED_TABLES, *typed}}
@@ -259,10 +260,12 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     # and the run's note, beside its state in Airflow's views (kafkalog_pipeline.notes)
     note = run_note(api, run_id2)
     assert note.startswith(f"DQ: {verdict['warn']} warned: ") and "offset_gaps payments-1" in note
-    # night 2 brings new offset commits, state files, orders and clicks, but no group,
-    # transaction or cluster metadata records and no new shipments: no event for those
+    # night 2 brings new offset commits, state files, orders and clicks, broker-2's own
+    # files (broker_state, partition_checkpoints) and the tier's state as of the night, but
+    # no group, transaction or cluster metadata records and no new shipments: no event for those
     assert asset_names(run_id2) == {f"kafkalog.{n}" for n in
-                                    {*TABLE_NAMES, *DERIVED_TABLES, *typed}} - {
+                                    {*TABLE_NAMES, *DERIVED_TABLES, *typed, "broker_state",
+                                     "partition_checkpoints"}} - {
         "kafkalog.group_metadata", "kafkalog.transactions", "kafkalog.cluster_metadata",
         "kafkalog.values__shipments"}
     counts = {name: len(warehouse_rows(wh, name)) for name in ("records", "batches", "markers")}
