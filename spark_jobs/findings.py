@@ -35,6 +35,9 @@ REPLICA_DIVERGENCE_PREFIX = "replica divergence:"
 #: offsets holding different batches (issue 34: the job's reconciliation of tier and
 #: local tail; the audit's tier check ``tier_divergence``)
 TIER_DIVERGENCE = "tier_divergence"
+#: how a tier divergence's message starts (a remote copy against the local one), beside
+#: :data:`REPLICA_DIVERGENCE_PREFIX`
+TIER_DIVERGENCE_PREFIX = "tier divergence:"
 
 #: the columns of a finding a decode task fills (the lineage columns come after)
 TASK_COLUMNS = pa.schema([f for f in schemas.FINDINGS if f.name in (
@@ -79,4 +82,4 @@ def task_batch(found: Iterable[Finding]) -> pa.RecordBatch:
 
 
 __all__ = ["DIVERGENCE", "REPLICA_DIVERGENCE", "REPLICA_DIVERGENCE_PREFIX", "TASK_COLUMNS",
-           "Finding", "table", "task_batch"]
+           "TIER_DIVERGENCE", "TIER_DIVERGENCE_PREFIX", "Finding", "table", "task_batch"]

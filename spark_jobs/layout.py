@@ -352,10 +352,3 @@ def typed_topic(name: str) -> str | None:
 #: ``log_dir`` of the log directory's tables (broker_state, partition_checkpoints); a regular
 #: expression in Java's and Python's common syntax, group 1 the log directory
 LOG_DIR_OF_FILE = r"^(.*)/[^/]+/[^/]+$"
-
-
-def log_dir_of(uri: str) -> str | None:
-    """The log directory of a partition folder's file ``uri`` (:data:`LOG_DIR_OF_FILE`);
-    None for a name with no two folders above it."""
-    m = re.match(LOG_DIR_OF_FILE, uri)
-    return m.group(1) if m else None

@@ -48,10 +48,7 @@ from spark_jobs import layout, schemas, storage
 from spark_jobs.decode import tier
 from spark_jobs.decode.planning import Segment, Task, meets
 from spark_jobs.findings import (REPLICA_DIVERGENCE, REPLICA_DIVERGENCE_PREFIX, TIER_DIVERGENCE,
-                                 Finding)
-
-#: how a tier divergence's message starts (a remote copy against the local one)
-TIER_DIVERGENCE_PREFIX = "tier divergence:"
+                                 TIER_DIVERGENCE_PREFIX, Finding)
 
 #: the finding kind of a copy's batch whose CRC fails where another copy's was decoded
 #: (the decoder never reads it; the audit's ``decoder_findings``, policy: warn)
