@@ -36,6 +36,11 @@
   beside the snapshot: its live remote segments, as the snapshot's `__remote_log_metadata`
   names them, reconciled with the local tail; the key ring from the `kafkalog_tier_keys`
   setting (docs/tiered.md). The run is then one chunk.
+- `latest_topics`: a regular expression (whole topic name) of topics that get a
+  `latest__<topic>` table, the latest committed record per key as of each night (compacted
+  topics get one anyway; docs/tables.md "Latest per key").
+- `cdc_topics`: the same for Debezium topics' `cdc__<topic>` tables, the source table as of
+  each night (topics whose values are Debezium envelopes get one anyway; docs/debezium.md).
 - `rerun_of`: leave empty; the DAG sets it on the rerun it triggers.
 
 **Never twice**
@@ -114,6 +119,18 @@ default_args = {
                         "as the snapshot's __remote_log_metadata names them, reconciled with "
                         "the local tail; encrypted segments need the key ring (setting "
                         "kafkalog_tier_keys: a folder of PEM files). See docs/tiered.md."),
+        settings.LATEST_PARAM: Param(
+            None, type=["null", "string"], title="Latest-per-key topics",
+            description="Empty (the default): compacted topics only. Set: a regular "
+                        "expression (whole topic name); those topics also get "
+                        "latest__<topic>, the latest committed record per key as of each "
+                        "night, tagged night-YYYY-MM-DD. See docs/tables.md."),
+        settings.CDC_PARAM: Param(
+            None, type=["null", "string"], title="Debezium topics",
+            description="Empty (the default): topics whose values are Debezium envelopes. "
+                        "Set: a regular expression (whole topic name); those topics also get "
+                        "cdc__<topic>, the source table per key as of each night. See "
+                        "docs/debezium.md."),
         tasks.RERUN_OF: Param(
             None, type=["null", "string"], title="Rerun of (set by the DAG)",
             description="Leave empty. The DAG sets it on the run it triggers when a run's "

@@ -66,6 +66,10 @@ PARSE_TIME: dict[str, tuple[str, str]] = {
 
 #: the DAG param naming a tier to read beside the snapshot (``s3://bucket/prefix``; empty: none)
 TIER_PARAM = "tiered_storage"
+#: the DAG params naming topics (a regular expression, whole name) for per-key state tables:
+#: ``latest__<topic>`` and Debezium's ``cdc__<topic>`` (issue 35; empty: only the topics
+#: found compacted, or whose values are Debezium envelopes)
+LATEST_PARAM, CDC_PARAM = "latest_topics", "cdc_topics"
 
 AWS_CONN_ID = "aws_default"
 SPARK_CONN_ID = "spark_default"

@@ -26,6 +26,7 @@ the warehouse, i.e. has planned and not yet finished publishing
 from __future__ import annotations
 
 import json
+import re
 import logging
 
 from spark_jobs import layout, storage
@@ -82,7 +83,8 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
              warehouse: str | None = None, bucket: str | None = None,
              prefix: str | None = None, template: str | None = None,
              access: storage.S3Config | None = None,
-             schema_registry: str | None = None, tiered_storage: str | None = None) -> dict:
+             schema_registry: str | None = None, tiered_storage: str | None = None,
+             latest_topics: str | None = None, cdc_topics: str | None = None) -> dict:
     """List the snapshot(s), plan chunks, write one manifest per chunk.
 
     Every listed segment goes to the decode job, so that its ledger (and the audit,
@@ -103,6 +105,10 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     listed whatever ``topics`` says, and the run is one chunk (a chunk replays the whole
     metadata and reads every live remote segment; docs/tiered.md).
 
+    ``latest_topics`` / ``cdc_topics``: regular expressions naming topics that get a
+    latest-per-key / a Debezium source table besides those found by evidence (docs/tables.md);
+    a bad one is a ``ValueError`` before anything is listed.
+
     Returns ``{"warehouse", "run_id", "dates", "prefixes", "chunks": [summary...],
     "segments", "already_ingested", "bytes", "ignored", "schemas", "decode_args": [[argv...], ...]}``
     (``segments``: listed; ``already_ingested``: of them, unchanged since an earlier
@@ -115,6 +121,13 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
     prefix = prefix if prefix is not None else settings.get("snapshot_prefix")
     template = template or settings.get("snapshot_template")
     access = access or settings.s3_access()
+    for flag, pattern in ((layout.LATEST_TOPICS_FLAG, latest_topics),
+                          (layout.CDC_TOPICS_FLAG, cdc_topics)):
+        try:
+            re.compile(pattern or "")
+        except re.error as err:
+            raise ValueError(f"{flag.lstrip('-').replace('-', '_')}: not a regular "
+                             f"expression: {err}") from err
     target = settings.get_int("chunk_bytes")
     max_chunks = 1 if tiered_storage else settings.get_int("max_chunks")
     if tiered_storage and not layout.topic_matcher(topics)(layout.REMOTE_LOG_METADATA_TOPIC):
@@ -163,7 +176,8 @@ def plan_run(*, run_id: str, dates: list[str], topics=None, reprocess: bool = Fa
             input=store.uri(key), output=warehouse, run_id=run_id, chunk_id=chunk.chunk_id,
             catalog=wh.catalog_name, namespace=wh.namespace, reprocess=bool(reprocess),
             s3_endpoint=access.endpoint_url, more=tuple(registry_args),
-            tiered_storage=tiered_storage or None)
+            tiered_storage=tiered_storage or None, latest_topics=latest_topics or None,
+            cdc_topics=cdc_topics or None)
         decode_args.append([DECODE_JOB, *spec.argv()])
         log.info("chunk %d: %d segments, %d bytes, partitions %s", chunk.chunk_id,
                  len(chunk.segments), chunk.bytes, ", ".join(chunk.summary()["partitions"]))
@@ -360,7 +374,9 @@ def plan_from_context(context) -> list[list[str]]:
         summary = plan_run(run_id=context["run_id"], dates=dates,
                            topics=params.get("topics"), reprocess=bool(params.get("reprocess")),
                            schema_registry=url,
-                           tiered_storage=params.get(settings.TIER_PARAM) or None)
+                           tiered_storage=params.get(settings.TIER_PARAM) or None,
+                           latest_topics=params.get(settings.LATEST_PARAM) or None,
+                           cdc_topics=params.get(settings.CDC_PARAM) or None)
     except (settings.SettingError, snapshots.PermanentS3Error, ValueError) as err:
         raise fail(str(err)) from err
     ti = context["ti"]

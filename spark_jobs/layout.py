@@ -222,6 +222,8 @@ class ChunkSpec:
     s3_endpoint: str | None = None
     more: tuple[str, ...] = ()  # further arguments (the Schema Registry's)
     tiered_storage: str | None = None  # the tier the chunk also reads (TIERED_STORAGE_FLAG)
+    latest_topics: str | None = None  # LATEST_TOPICS_FLAG's regular expression
+    cdc_topics: str | None = None  # CDC_TOPICS_FLAG's
 
     def argv(self) -> list[str]:
         """The job's arguments: the chunk, decoded into the run's branch (``--no-publish``:
@@ -235,6 +237,10 @@ class ChunkSpec:
             args += ["--s3-endpoint", self.s3_endpoint]
         if self.tiered_storage:
             args += [TIERED_STORAGE_FLAG, self.tiered_storage]
+        if self.latest_topics:
+            args += [LATEST_TOPICS_FLAG, self.latest_topics]
+        if self.cdc_topics:
+            args += [CDC_TOPICS_FLAG, self.cdc_topics]
         return args + list(self.more)
 
     @staticmethod
@@ -321,16 +327,14 @@ def chunk_manifest_key(token: str, chunk_id: int) -> str:
     return f"{run_folder(STAGING, token)}/_manifests/chunk-{chunk_id}.json"
 
 
-def typed_table_name(topic: str) -> str:
-    """The typed table of ``topic``."""
-    return TYPED_PREFIX + topic.replace("_", "__").replace(".", "_dot_")
+def _escaped(prefix: str, topic: str) -> str:
+    return prefix + topic.replace("_", "__").replace(".", "_dot_")
 
 
-def typed_topic(name: str) -> str | None:
-    """The topic whose typed table is ``name``, else None (not a typed table's name)."""
-    if not name.startswith(TYPED_PREFIX):
+def _unescaped(prefix: str, name: str) -> str | None:
+    if not name.startswith(prefix):
         return None
-    rest, out, i = name[len(TYPED_PREFIX):], [], 0
+    rest, out, i = name[len(prefix):], [], 0
     while i < len(rest):
         if rest[i] != "_":
             out.append(rest[i])
@@ -345,6 +349,57 @@ def typed_topic(name: str) -> str | None:
             return None
     topic = "".join(out)
     return topic if re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic) else None
+
+
+def typed_table_name(topic: str) -> str:
+    """The typed table of ``topic``."""
+    return _escaped(TYPED_PREFIX, topic)
+
+
+def typed_topic(name: str) -> str | None:
+    """The topic whose typed table is ``name``, else None (not a typed table's name)."""
+    return _unescaped(TYPED_PREFIX, name)
+
+
+#: per-key state tables (issue 35, docs/tables.md "Latest per key", "Change data capture"):
+#: ``latest__<escaped topic>`` (a compacted topic's latest committed record per key) and
+#: ``cdc__<escaped topic>`` (a Debezium topic's source table); escaped as the typed tables
+#: are. The kinds, by prefix:
+LATEST, CDC = "latest", "cdc"
+KEYED_PREFIXES = {LATEST: "latest__", CDC: "cdc__"}
+#: the decode job's flags naming topics for them by a regular expression
+LATEST_TOPICS_FLAG, CDC_TOPICS_FLAG = "--latest-topics", "--cdc-topics"
+#: the tag of a keyed table's state as of a night (``night-YYYY-MM-DD``)
+NIGHT_TAG_PREFIX = "night-"
+
+
+def keyed_table_name(kind: str, topic: str) -> str:
+    """The per-key state table of ``kind`` (:data:`LATEST`, :data:`CDC`) for ``topic``."""
+    return _escaped(KEYED_PREFIXES[kind], topic)
+
+
+def latest_table_name(topic: str) -> str:
+    """``latest__<escaped topic>``."""
+    return keyed_table_name(LATEST, topic)
+
+
+def cdc_table_name(topic: str) -> str:
+    """``cdc__<escaped topic>``."""
+    return keyed_table_name(CDC, topic)
+
+
+def keyed_table(name: str) -> tuple[str, str] | None:
+    """``(kind, topic)`` of a per-key state table's name, else None."""
+    for kind, prefix in KEYED_PREFIXES.items():
+        topic = _unescaped(prefix, name)
+        if topic is not None:
+            return kind, topic
+    return None
+
+
+def night_tag(night: str) -> str:
+    """The tag of a keyed table's state as of ``night``."""
+    return NIGHT_TAG_PREFIX + night
 
 
 #: a file of a partition folder (a segment, a state file) as the log directory that holds it:

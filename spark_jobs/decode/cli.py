@@ -73,8 +73,30 @@ def parse_args(argv):
                         "local tail are reconciled batch by batch. Encrypted segments need the "
                         f"key ring: {layout.TIER_KEYS_ENV}=a folder of PKCS#8 PEM files, key id "
                         "= file name without .pem (docs/tiered.md)")
+    p.add_argument(layout.LATEST_TOPICS_FLAG, dest="latest_topics", type=_regex, metavar="REGEX",
+                   help="also keep a latest-per-key table (latest__<topic>: the latest "
+                        "committed record per partition and key, tombstones deleting) for the "
+                        "topics whose whole name matches; compacted topics get one without "
+                        "(docs/tables.md \"Latest per key\")")
+    p.add_argument(layout.CDC_TOPICS_FLAG, dest="cdc_topics", type=_regex, metavar="REGEX",
+                   help="also keep a change-data-capture table (cdc__<topic>: the source "
+                        "table's rows per Debezium key) for the topics whose whole name "
+                        "matches; topics whose values look like Debezium envelopes get one "
+                        "without (docs/debezium.md)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     return p.parse_args(argv)
+
+
+def _regex(text: str) -> str:
+    """A topic regular expression of the command line (checked here: a bad one is a usage
+    error, not a failure after the decode)."""
+    import re
+
+    try:
+        re.compile(text)
+    except re.error as err:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {err}") from err
+    return text
 
 
 def main(argv=None, spark=None) -> dict:

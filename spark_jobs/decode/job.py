@@ -27,7 +27,7 @@ from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested,
                                         ledger_ranges, plan, read_index_positions)
 from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import Context, make_context, write_driver_table
-from spark_jobs.derive import internal, log_dirs, remote, typed
+from spark_jobs.derive import internal, keyed_tables, log_dirs, remote, typed
 from spark_jobs.findings import REPLICA_DIVERGENCE, TIER_DIVERGENCE, Finding
 from spark_jobs.findings import table as findings_table
 from spark_jobs.warehouse import Warehouse, branch_name
@@ -110,8 +110,12 @@ def run(args, spark=None) -> dict:
     counts = write_driver_tables(job, listing, decoded, derived)
     commit(job, listing, decoded, derived)
     resolved = resolve_transactions(job)
+    committed = resolved.pop("committed", None)
+    refreshed = refresh_keyed(job, listing, decoded, committed)
     out = summary(job, listing, decoded, derived, counts)
     out["txn_resolved"] = resolved
+    if refreshed:
+        out["keyed"] = refreshed
     if not args.no_publish:
         t1 = time.time()
         publishing.publish_run(job.wh, args.run_id)
@@ -335,6 +339,38 @@ def resolve_transactions(job: Run) -> dict:
     return out
 
 
+def refresh_keyed(job: Run, listing: Listing, decoded: Decoded, committed) -> dict:
+    """The per-key state tables (latest per key, Debezium's source tables) of the topics
+    this submission wrote, refreshed on the run's branch after its commit and transaction
+    resolution (:mod:`spark_jobs.derive.keyed`); their findings committed too. Returns
+    ``{table: keys changed}``."""
+    t1 = time.time()
+    partitions: dict[str, set[int]] = {}
+    for r in decoded.results:
+        if r.ledger["records"]:
+            partitions.setdefault(r.ledger["topic"], set()).add(r.ledger["partition"])
+    if committed is not None:
+        for t, p in zip(committed.column("topic").to_pylist(),
+                        committed.column("partition").to_pylist()):
+            partitions.setdefault(t, set()).add(p)
+    plans = keyed_tables.plan(job.wh, job.args, job.bases, partitions, decoded.files)
+    if not plans:
+        return {}
+    night = max((s.night for s in listing.segments if s.night), default=None) or job.args.night
+    out, found = {}, []
+    for k in plans:
+        done = keyed_tables.refresh_table(job.wh, k, job.args.run_id, night,
+                                          partitions[k.topic], committed, job.published)
+        out[k.name] = done["keys"]
+        found += done["findings"]
+    if found:
+        files = write_driver_table(job.ctx, "findings", findings_table(
+            [replace(f, run_id=job.args.run_id) for f in found]), "keyed")
+        job.wh.add_files("findings", job.args.run_id, files, summary={"kafkalog.step": "keyed"})
+    job.timings["keyed"] = time.time() - t1
+    return out
+
+
 def summary(job: Run, listing: Listing, decoded: Decoded, derived: Derived,
             counts: dict[str, int]) -> dict:
     """The summary the job prints (before publishing: ``published`` False, no timings)."""
@@ -372,5 +408,5 @@ def unparsable_findings(uris: list[str], run_id: str) -> pa.Table:
 
 
 __all__ = ["Decoded", "Derived", "Listing", "Run", "begin", "commit", "dedupe", "derive",
-           "frame_replicas", "list_input", "plan_tasks", "resolve_transactions", "run",
+           "frame_replicas", "list_input", "plan_tasks", "refresh_keyed", "resolve_transactions", "run",
            "run_decode_tasks", "summary", "unparsable_findings", "write_driver_tables"]

@@ -254,7 +254,8 @@ def _delete_files(paths, config) -> None:
 def plan_rewrites(wh, run_id: str, head: int, chunk_id: str | None = None) -> dict:
     """What :func:`resolve_open` rewrites at ``head`` of the run's branch of ``records``:
     ``{path: rows with their new states}`` of the files holding an ``open`` row whose
-    state is now known, and the count of rows resolved (``{"files": {...}, "rows": n}``)."""
+    state is now known, the count of rows resolved and the rows now committed (``{"files":
+    {...}, "rows": n, "committed": [tables]}``)."""
     from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In
 
     from spark_jobs import tables
@@ -278,7 +279,7 @@ def plan_rewrites(wh, run_id: str, head: int, chunk_id: str | None = None) -> di
     for rows in cache.values():
         wanted |= _partitions_with(rows, _open_mask(rows))
     if not wanted:
-        return {"files": {}, "rows": 0}
+        return {"files": {}, "rows": 0, "committed": []}
     topics = sorted({t for t, _ in wanted})
     paths = tables.table_paths(wh, "records", snapshot=head, keep=_has_state_column, row_filter=And(
         is_open, And(In("topic", topics), In("partition", sorted({p for _, p in wanted})))))
@@ -290,7 +291,7 @@ def plan_rewrites(wh, run_id: str, head: int, chunk_id: str | None = None) -> di
             low = pc.min(opened.column("offset")).as_py()
             lowest = low if lowest is None else min(lowest, low)
     if lowest is None:
-        return {"files": {}, "rows": 0}
+        return {"files": {}, "rows": 0, "committed": []}
     index = MarkerIndex()
     found = tables.read_arrow(wh, "markers", ref=branch, config=config, row_filter=And(
         In("topic", topics), GreaterThanOrEqual("offset", lowest)))
@@ -298,7 +299,7 @@ def plan_rewrites(wh, run_id: str, head: int, chunk_id: str | None = None) -> di
                        found.column("producer_id").to_pylist())),
               found.column("producer_epoch").to_pylist(), found.column("offset").to_pylist(),
               found.column("control_type").to_pylist(), found.column("crc_valid").to_pylist())
-    out, resolved = {}, 0
+    out, resolved, committed = {}, 0, []
     for path, rows in cache.items():
         states = rows.column(schemas.TXN_STATE).to_pylist()
         keys = zip(rows.column("topic").to_pylist(), rows.column("partition").to_pylist(),
@@ -314,14 +315,18 @@ def plan_rewrites(wh, run_id: str, head: int, chunk_id: str | None = None) -> di
         if changed:
             out[path] = _with_state(rows, states)
             resolved += changed
-    return {"files": out, "rows": resolved}
+            now = pc.equal(out[path].column(schemas.TXN_STATE), schemas.TXN_ENDS["COMMIT"])
+            committed.append(out[path].filter(pc.and_(pc.fill_null(now, False),
+                                                      _open_mask(rows))))
+    return {"files": out, "rows": resolved, "committed": committed}
 
 
 def resolve_open(wh, run_id: str, ctx, chunk_id: str | None = None) -> dict:
     """Resolve the ``open`` rows that the markers on run ``run_id``'s branch now decide
     (see the module's text), committing the rewritten files to the branch in one
     snapshot; a branch moved meanwhile (another chunk of the run) is read again. Returns
-    ``{"rows": resolved, "files": rewritten}``."""
+    ``{"rows": resolved, "files": rewritten, "committed": the rows now committed}`` (the
+    per-key tables fold those in: :mod:`spark_jobs.derive.keyed`)."""
     from pyiceberg.exceptions import CommitFailedException
 
     from spark_jobs.warehouse import CatalogError, branch_name
@@ -333,7 +338,7 @@ def resolve_open(wh, run_id: str, ctx, chunk_id: str | None = None) -> dict:
         head = table.refs()[branch_name(run_id)].snapshot_id
         plan = plan_rewrites(wh, run_id, head, chunk_id)
         if not plan["files"]:
-            return {"rows": 0, "files": 0}
+            return {"rows": 0, "files": 0, "committed": None}
         written = {}
         try:
             for path, rows in plan["files"].items():
@@ -349,7 +354,8 @@ def resolve_open(wh, run_id: str, ctx, chunk_id: str | None = None) -> dict:
         except BaseException:
             _delete_files(written.values(), wh.s3)
             raise
-        return {"rows": plan["rows"], "files": len(written)}
+        return {"rows": plan["rows"], "files": len(written),
+                "committed": pa.concat_tables(plan["committed"]) if plan["committed"] else None}
     raise CatalogError(f"records: could not resolve open transactions of run {run_id!r} "
                        f"after {COMMIT_ATTEMPTS} tries")
 

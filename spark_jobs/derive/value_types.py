@@ -330,7 +330,7 @@ def _columns(top: pa.StructType) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _norm(t: pa.DataType) -> pa.DataType:
+def normalized(t: pa.DataType) -> pa.DataType:
     """``t`` as this module writes it (what Iceberg reads back as large types, tz +00:00)."""
     if pa.types.is_large_string(t):
         return pa.string()
@@ -339,19 +339,19 @@ def _norm(t: pa.DataType) -> pa.DataType:
     if pa.types.is_timestamp(t):
         return pa.timestamp("us", tz="UTC")
     if pa.types.is_struct(t):
-        return pa.struct([pa.field(t.field(i).name, _norm(t.field(i).type))
+        return pa.struct([pa.field(t.field(i).name, normalized(t.field(i).type))
                           for i in range(t.num_fields)])
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(_norm(t.value_type))
+        return pa.list_(normalized(t.value_type))
     if pa.types.is_map(t):
-        return pa.map_(_norm(t.key_type), _norm(t.item_type))
+        return pa.map_(normalized(t.key_type), normalized(t.item_type))
     return t
 
 
 def merge(old: pa.DataType, new: pa.DataType, where: str = "value") -> pa.DataType:
     """``old`` widened by the struct fields ``new`` adds; :class:`Untyped` where a type
     changes (no promotion: int -> long is a change here, stated in docs/schemas.md)."""
-    old, new = _norm(old), _norm(new)
+    old, new = normalized(old), normalized(new)
     if pa.types.is_struct(old) and pa.types.is_struct(new):
         have = {old.field(i).name: old.field(i).type for i in range(old.num_fields)}
         out = []
@@ -397,6 +397,6 @@ def converter(t: pa.DataType):
     return lambda v: v
 
 
-__all__ = ["LINEAGE", "TABLE_MESSAGE", "TYPED_FORMATS", "Untyped", "arrow_type", "converter",
+__all__ = ["LINEAGE", "TABLE_MESSAGE", "TYPED_FORMATS", "Untyped", "arrow_type", "converter", "normalized",
            "json_schema_type", "merge", "message_indexes", "protobuf_converter", "protobuf_plan",
            "protobuf_type", "subject", "value_schema"]

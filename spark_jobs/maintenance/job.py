@@ -42,7 +42,8 @@ def existing_tables(wh: Warehouse, names=None) -> list[str]:
     if names:
         return [n for n in names if wh.load(n) is not None]
     existing = wh.table_names()
-    return [n for n in schemas.ALL_NAMES if n in existing] + list(wh.typed_tables(existing))
+    return ([n for n in schemas.ALL_NAMES if n in existing] + list(wh.typed_tables(existing))
+            + list(wh.keyed_tables(existing)))
 
 
 def maintain(wh: Warehouse, *, names=None,

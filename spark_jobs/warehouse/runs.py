@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from spark_jobs import layout, schemas, storage
-from spark_jobs.warehouse import ddl, snapshots
+from spark_jobs.warehouse import ddl, snapshots, tags
 from spark_jobs.warehouse.catalog import DEFAULT_CATALOG, DEFAULT_NAMESPACE, load_catalog
 from spark_jobs.warehouse.errors import CatalogError, ConflictError, NotAudited, NothingStaged
 from spark_jobs.warehouse.history import (ancestry, check_overlap, fork_point, is_published,
@@ -53,7 +53,8 @@ class Warehouse:
         return load_catalog(self.root, self.catalog_name, self.s3)
 
     def identifier(self, name: str) -> tuple[str, str]:
-        if name not in schemas.TABLES and layout.typed_topic(name) is None:
+        if name not in schemas.TABLES and layout.typed_topic(name) is None \
+                and layout.keyed_table(name) is None:
             raise KeyError(f"no warehouse table named {name!r}")
         return (self.namespace, name)
 
@@ -87,7 +88,8 @@ class Warehouse:
         return table
 
     def typed_table(self, name: str, schema: pa.Schema):
-        """Typed table ``name`` (:func:`layout.typed_table_name`) with at least the columns of
+        """Typed table ``name`` (:func:`layout.typed_table_name`; a per-key state table,
+        :func:`layout.keyed_table`, is made so too) with at least the columns of
         ``schema``: made where missing (unpartitioned, with its empty first snapshot), else
         evolved by Iceberg's ``union_by_name`` (new columns optional, old rows read null).
         The caller has checked that ``schema`` only adds to the table's columns
@@ -111,13 +113,13 @@ class Warehouse:
 
     def run_tables(self) -> tuple[str, ...]:
         """The tables a decode run writes and publishes, in publish order: the decode
-        tables, with the derived tables (:data:`schemas.DERIVED_TABLES`) that exist
-        already before the ledger (a warehouse that never saw an internal topic or a
-        state file has none, and pays nothing for them)."""
+        tables, with the derived tables (:data:`schemas.DERIVED_TABLES`), the typed and the
+        per-key state tables that exist already before the ledger (a warehouse that never
+        saw an internal topic or a state file has none, and pays nothing for them)."""
         existing = self.table_names()  # one listing, not a lookup per table: every run asks
         derived = tuple(n for n in schemas.DERIVED_TABLES if n in existing)
         return (schemas.DECODE_TABLES[:-1] + derived + self.typed_tables(existing)
-                + schemas.DECODE_TABLES[-1:])
+                + self.keyed_tables(existing) + schemas.DECODE_TABLES[-1:])
 
     def table_names(self) -> set[str]:
         """The names of the namespace's tables (one catalog listing; none: empty)."""
@@ -133,6 +135,11 @@ class Warehouse:
         ``existing``: a listing already made (:meth:`table_names`)."""
         names = self.table_names() if existing is None else existing
         return tuple(sorted(n for n in names if layout.typed_topic(n) is not None))
+
+    def keyed_tables(self, existing: set[str] | None = None) -> tuple[str, ...]:
+        """The per-key state tables that exist (:func:`layout.keyed_table`), sorted."""
+        names = self.table_names() if existing is None else existing
+        return tuple(sorted(n for n in names if layout.keyed_table(n) is not None))
 
     def begin_table(self, name: str, run_id: str) -> int:
         """Join (or make) run ``run_id``'s branch on table ``name``, which the run writes
@@ -202,6 +209,15 @@ class Warehouse:
             props[CHUNK_ID] = chunk_id
         return self._commit(name, branch_name(run_id), add=files, summary=props,
                             remove=lambda p: is_run_file(p, run_id, chunk_id))
+
+    def add_files(self, name: str, run_id: str, files: list[str], *,
+                  summary: dict | None = None) -> int | None:
+        """Add ``files`` to run ``run_id``'s branch of table ``name``, keeping what is there
+        (a step after the submission's commit: its per-key tables' findings)."""
+        props = {RUN_ID: run_id, STAGE: "staged", FILES: str(len(files)), **airflow_summary(),
+                 **(summary or {})}
+        return self._commit(name, branch_name(run_id), add=files, summary=props,
+                            remove=lambda p: False)
 
     def replace_files(self, name: str, run_id: str, drop: list[str], add: list[str], *,
                       parent: int, summary: dict | None = None) -> int | None:
@@ -308,6 +324,7 @@ class Warehouse:
             if marked or any(published_snapshot(t, run_id) is not None for t in tables.values()):
                 if marked:
                     self._mark(names[0], run_id, False)
+                tags.tag_run(self, run_id, names)  # (a publish that stopped before its tags)
                 return {name: "published" for name in names}
             raise NothingStaged(f"run {run_id!r} has no branch {branch} and nothing published "
                                 f"in catalog {self.catalog_name!r}: nothing to publish")
@@ -325,6 +342,7 @@ class Warehouse:
                     self._mark(names[0], run_id, False)  # nothing of it reached main
                 raise
         self._mark(names[0], run_id, False, tables[names[0]])
+        tags.tag_run(self, run_id, names)  # the per-key tables' state as of the run's night
         return out
 
     def _mark(self, name: str, run_id: str, on: bool, table=None):

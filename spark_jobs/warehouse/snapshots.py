@@ -49,11 +49,13 @@ def adding_snapshot():
 
 
 def commit_refs(table, moves: dict[str, tuple[int | None, int | None]], *,
-                properties: dict | None = None, removed: tuple[str, ...] = ()) -> None:
+                properties: dict | None = None, removed: tuple[str, ...] = (),
+                tags: dict[str, tuple[int | None, int]] | None = None) -> None:
     """One compare-and-swap commit of ``table``'s branches and properties: each
     ``branch: (now, then)`` in ``moves`` must point at snapshot ``now`` (None: not exist)
-    and then points at ``then`` (None: dropped); ``properties`` are set and ``removed``
-    taken away in the same commit. Raises ``CommitFailedException`` where a branch is not
+    and then points at ``then`` (None: dropped); each ``tag: (now, then)`` of ``tags`` the
+    same for a tag (made or moved); ``properties`` are set and ``removed`` taken away in
+    the same commit. Raises ``CommitFailedException`` where a branch is not
     where the caller saw it; updates ``table`` in place.
 
     The updates and requirements go to the catalog as they are (what a REST catalog's
@@ -73,6 +75,10 @@ def commit_refs(table, moves: dict[str, tuple[int | None, int | None]], *,
         requirements.append(AssertRefSnapshotId(ref=ref, snapshot_id=now))
         updates.append(RemoveSnapshotRefUpdate(ref_name=ref) if then is None else
                        SetSnapshotRefUpdate(ref_name=ref, type=SnapshotRefType.BRANCH,
+                                            snapshot_id=then))
+    for ref, (now, then) in (tags or {}).items():
+        requirements.append(AssertRefSnapshotId(ref=ref, snapshot_id=now))
+        updates.append(SetSnapshotRefUpdate(ref_name=ref, type=SnapshotRefType.TAG,
                                             snapshot_id=then))
     if properties:
         updates.append(SetPropertiesUpdate(updates=properties))
