@@ -10,7 +10,8 @@ exist only once a run had rows for them, so ``publish`` declares one alias,
 :data:`DERIVED_ALIAS`, and adds an event through it for each such table the publish
 moved (:data:`DERIVED_ASSETS`): a DAG scheduled on ``DERIVED_ASSETS["consumer_offsets"]``
 runs after the nights that brought new commits, not after every night. The typed
-per-topic tables (``values__<topic>``, issue 20) are announced the same way:
+per-topic tables (``values__<topic>``, issue 20) and the per-key state tables
+(``latest__<topic>``, ``cdc__<topic>``, issue 35) are announced the same way:
 :func:`derived_asset` gives their asset (``table_asset("values__shop_dot_orders")``).
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, AssetAlias
 
-from spark_jobs.layout import DERIVED_TABLES, TABLE_NAMES, typed_topic
+from spark_jobs.layout import DERIVED_TABLES, TABLE_NAMES, keyed_table, typed_topic
 
 GROUP = "kafkalog"
 
@@ -35,7 +36,8 @@ DERIVED_ALIAS = AssetAlias(name="kafkalog.derived_tables", group=GROUP)
 
 def derived_asset(name: str) -> Asset | None:
     """The asset announced through :data:`DERIVED_ALIAS` when a publish moves table
-    ``name``: a derived or typed table's; ``None`` for the fixed tables (own outlets)."""
+    ``name``: a derived, typed or per-key state table's; ``None`` for the fixed tables (own outlets)."""
     if name in DERIVED_ASSETS:
         return DERIVED_ASSETS[name]
-    return table_asset(name) if typed_topic(name) is not None else None
+    return table_asset(name) if typed_topic(name) is not None or keyed_table(name) is not None \
+        else None

@@ -77,9 +77,10 @@ def replay(entries) -> dict:
     return state
 
 
-def table_state(wh: str, partition: int = 0, snapshot: int | None = None) -> dict:
+def table_state(wh: str, partition: int = 0, snapshot: int | None = None,
+                table: str = TABLE) -> dict:
     w = Warehouse(wh)
-    t = w.load(TABLE)
+    t = w.load(table)
     rows = t.scan(snapshot_id=snapshot).to_arrow().to_pylist() if snapshot else \
         t.scan().to_arrow().to_pylist()
     out = {}
@@ -150,3 +151,49 @@ def test_latest_equals_replay_over_nights_reruns_and_overlaps(spark, tmp_path):
     assert table_state(wh) == before
     rows = tables.read_arrow(wh, "records", columns=("offset",))
     assert rows.num_rows == len({o for o in rows.column("offset").to_pylist()})
+
+
+def test_a_compacted_topic_gets_its_table_by_itself_and_only_touched_partitions_are_rewritten(
+        spark, tmp_path):
+    """No --latest-topics: the cleaner's evidence (a batch spanning more offsets than it
+    holds records, a batch with a delete horizon) makes the table. Night 2 changes partition
+    1 only: partition 0's state file stays the same file. DuckDB reads every table and tag
+    as pyiceberg does."""
+    from tests.duckdb_engine import compare_refs, compare_warehouse
+
+    def night(root: Path, n: int):
+        for p in (0, 1):
+            with SegmentWriter(root / f"cleaned-{p}", 0) as w:
+                # compacted: offsets 0..3 hold only two records (deltas 0 and 3)
+                w.append([WriteRecord(b"k0", b"v0", timestamp=T0),
+                          WriteRecord(b"k1", b"v1", timestamp=T0, offset_delta=3)])
+                w.append([WriteRecord(b"k2", None, timestamp=T0)], delete_horizon_ms=T0 + 1)
+                w.append([WriteRecord(b"k2", b"again", timestamp=T0)])
+                if n == 2 and p == 1:
+                    w.append([WriteRecord(b"k0", b"night2", timestamp=T0)])
+        with SegmentWriter(root / "plain-0", 0) as w:
+            w.append([WriteRecord(b"k", b"v", timestamp=T0)])
+        return root
+
+    wh = str(tmp_path / "wh")
+    for n in (1, 2):
+        job.main(["--input", str(night(tmp_path / f"n{n}", n)), "--output", wh, "--run-id",
+                  f"r{n}", "--night", f"2025-11-2{n}"], spark=spark)
+        if n == 1:
+            w = Warehouse(wh)
+            assert "latest__plain" not in w.table_names()
+            before = {p: table_paths(w, p) for p in (0, 1)}
+    w = Warehouse(wh)
+    assert table_state(wh, 0, table="latest__cleaned") == \
+        {"k0": (0, "v0"), "k1": (3, "v1"), "k2": (5, "again")}
+    assert table_state(wh, 1, table="latest__cleaned") == \
+        {"k0": (6, "night2"), "k1": (3, "v1"), "k2": (5, "again")}
+    assert table_paths(w, 0) == before[0] and table_paths(w, 1) != before[1]
+    assert compare_warehouse(w)["latest__cleaned"] == 6
+    assert compare_refs(w)[("latest__cleaned", layout.night_tag("2025-11-21"))] == 6
+
+
+def table_paths(w: Warehouse, partition: int) -> list[str]:
+    from pyiceberg.expressions import EqualTo
+
+    return sorted(tables.table_paths(w, "latest__cleaned", row_filter=EqualTo("partition", partition)))

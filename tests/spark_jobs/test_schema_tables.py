@@ -715,3 +715,41 @@ def test_protobuf_rows_are_the_messages_serialized(kinds, snapshot):
     node = refused[(0, kinds.ids[0])]
     assert list(refused) == [(0, kinds.ids[0])] and node[:3] == [3, 3, 1]
     assert "message indexes [1] name kinds.v1.Node, not kinds.v1.All" in node[6]
+
+
+def test_latest_tables_carry_the_typed_columns(spark, snapshot, tmp_path):
+    """latest__<topic> of topics with a value schema (issue 35): per key the latest record's
+    offset, as a replay of the records table gives it, with the typed table's columns of that
+    record (the same values the typed table holds at that offset)."""
+    from spark_jobs import decode as job
+
+    wh = tmp_path / "wh"
+    out = job.main(["--input", str(snapshot), "--output", str(wh), "--run-id", "n1",
+                    "--night", "2026-11-20", "--latest-topics", r"orders|shop\.items|kinds"],
+                   spark=spark)
+    w = Warehouse(str(wh))
+    checked = 0
+    for topic in ("orders", "shop.items", "kinds"):
+        latest = {}
+        for r in sorted(tables.read_arrow(str(wh), "records").to_pylist(), key=lambda r: r["offset"]):
+            if r["topic"] == topic and r["key"] is not None:
+                latest[r["key"]] = r["offset"] if r["value"] is not None else None
+        want = {k: o for k, o in latest.items() if o is not None}
+        name = layout.latest_table_name(topic)
+        rows = w.load(name).scan().to_arrow().to_pylist() if want else []
+        assert {r["key"]: r["offset"] for r in rows} == want
+        typed = {r["kafka_offset"]: r for r in
+                 w.load(layout.typed_table_name(topic)).scan().to_arrow().to_pylist()}
+        for r in rows:
+            value_cols = [c for c in r if c not in ("partition", "key", "value", "offset",
+                                                    "timestamp", "headers", "value_json",
+                                                    "night", "run_id")]
+            assert value_cols, name
+            if r["offset"] in typed:
+                assert {c: r[c] for c in value_cols} == {c: typed[r["offset"]][c]
+                                                         for c in value_cols}
+                checked += 1
+            assert r["night"] == "2026-11-20"
+        if want:
+            assert out["keyed"][name] == len(want)
+    assert checked
