@@ -93,9 +93,10 @@ def table_state(wh: str, partition: int = 0, snapshot: int | None = None,
 
 def write_nights(tmp: Path):
     """Night 1: a key moving between values, a tombstone, an aborted transaction, one
-    left open (its COMMIT comes on night 2), a tombstone of a key after its open write.
-    Night 2 (its snapshot holds night 1's bytes and more): the COMMIT, more updates, a
-    transaction that deletes a key and is aborted."""
+    left open (its COMMIT comes on night 2), a tombstone of a key after its open write, a
+    transaction left open whose ABORT comes on night 2. Night 2 (its snapshot holds night
+    1's bytes and more): the COMMIT and the ABORT, more updates, a transaction that deletes
+    a key and is aborted."""
     n2 = tmp / "n2" / f"{TOPIC}-0"
     log = Log(n2)
     log.put(("a", "a1"), ("b", "b1"), ("c", "c1"))
@@ -105,8 +106,11 @@ def write_nights(tmp: Path):
     log.end(7, commit=False)
     log.put(("d", "d-late"), ("e", "e-late"), pid=8)  # its COMMIT is on night 2
     log.put(("e", None))  # a later tombstone: e stays deleted after the late commit
+    log.put(("f", "f1"))
+    log.put(("f", "f-never"), pid=10)  # its ABORT is on night 2: f stays f1
     night1_cut, night1_entries = log.w.position, list(log.entries)
     log.end(8, commit=True)
+    log.end(10, commit=False)
     log.put(("a", "a3"), ("b", "b2"))
     log.put(("c", None), pid=9)
     log.end(9, commit=False)
@@ -125,8 +129,9 @@ def run(spark, src, out, run_id, night, *extra) -> dict:
 
 def test_replay_sees_each_case(tmp_path):
     _, _, e1, e2 = write_nights(tmp_path)
-    assert replay(e1) == {"a": (3, "a2"), "c": (0 + 2, "c1")}
-    assert replay(e2) == {"a": (11, "a3"), "b": (12, "b2"), "c": (2, "c1"), "d": (7, "d-late")}
+    assert replay(e1) == {"a": (3, "a2"), "c": (2, "c1"), "f": (10, "f1")}
+    assert replay(e2) == {"a": (14, "a3"), "b": (15, "b2"), "c": (2, "c1"), "d": (7, "d-late"),
+                          "f": (10, "f1")}
 
 
 def test_latest_equals_replay_over_nights_reruns_and_overlaps(spark, tmp_path):
@@ -197,3 +202,19 @@ def table_paths(w: Warehouse, partition: int) -> list[str]:
     from pyiceberg.expressions import EqualTo
 
     return sorted(tables.table_paths(w, "latest__cleaned", row_filter=EqualTo("partition", partition)))
+
+
+def test_a_backfilled_older_night_leaves_the_later_tags(spark, tmp_path):
+    """Night 2 is published first, then night 1 arrives (a backfill): the state is still
+    the replay of everything (night 1 adds nothing night 2 lacks), night 2's tag stays where
+    it was and no night-1 tag claims a state that holds night 2."""
+    n1, n2, e1, e2 = write_nights(tmp_path)
+    wh = str(tmp_path / "wh")
+    run(spark, n2, wh, "late", "2025-11-22")
+    t = Warehouse(wh).load(TABLE)
+    tag2 = t.snapshot_by_name(layout.night_tag("2025-11-22")).snapshot_id
+    run(spark, n1, wh, "early", "2025-11-21")
+    t = Warehouse(wh).load(TABLE)
+    assert table_state(wh) == replay(e2)
+    assert t.snapshot_by_name(layout.night_tag("2025-11-22")).snapshot_id == tag2
+    assert t.snapshot_by_name(layout.night_tag("2025-11-21")) is None
