@@ -218,3 +218,44 @@ def test_a_backfilled_older_night_leaves_the_later_tags(spark, tmp_path):
     assert table_state(wh) == replay(e2)
     assert t.snapshot_by_name(layout.night_tag("2025-11-22")).snapshot_id == tag2
     assert t.snapshot_by_name(layout.night_tag("2025-11-21")) is None
+
+
+@pytest.mark.pipeline
+def test_a_night_killed_at_its_last_commit_points_then_retried_equals_the_replay(spark, tmp_path):
+    """Night 2 dies at each of the catalog commits of its txn resolution, its refresh and
+    its publish (the tags too): the task's retry (a rerun of the decode, a publish again)
+    leaves exactly the replay, tagged."""
+    from test_faults import Crash, crash_at_commit
+
+    n1, n2, e1, e2 = write_nights(tmp_path)
+
+    def night1(wh):
+        run(spark, n1, wh, "night-1", "2025-11-21")
+
+    probe = str(tmp_path / "probe")
+    night1(probe)
+    with crash_at_commit(None) as count:
+        run(spark, n2, probe, "night-2", "2025-11-22", "--no-publish")
+    decode_commits = count[0]
+    with crash_at_commit(None) as count:
+        Warehouse(probe).publish("night-2")
+    publish_commits = count[0]
+    points = [("decode", k) for k in range(decode_commits - 3, decode_commits)] + \
+        [("publish", k) for k in range(publish_commits - 4, publish_commits)]
+    for where, k in points:
+        wh = str(tmp_path / f"wh-{where}-{k}")
+        night1(wh)
+        if where == "decode":
+            with pytest.raises(Crash), crash_at_commit(k):
+                run(spark, n2, wh, "night-2", "2025-11-22", "--no-publish")
+            assert table_state(wh) == replay(e1), (where, k)  # main: night 1's state
+            run(spark, n2, wh, "night-2", "2025-11-22", "--no-publish")
+        else:
+            run(spark, n2, wh, "night-2", "2025-11-22", "--no-publish")
+            with pytest.raises(Crash), crash_at_commit(k):
+                Warehouse(wh).publish("night-2")
+        Warehouse(wh).publish("night-2")
+        assert table_state(wh) == replay(e2), (where, k)
+        t = Warehouse(wh).load(TABLE)
+        assert t.snapshot_by_name(layout.night_tag("2025-11-22")).snapshot_id == \
+            t.current_snapshot().snapshot_id, (where, k)
