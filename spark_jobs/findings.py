@@ -39,6 +39,14 @@ TIER_DIVERGENCE = "tier_divergence"
 #: :data:`REPLICA_DIVERGENCE_PREFIX`
 TIER_DIVERGENCE_PREFIX = "tier divergence:"
 
+#: a record of a Debezium topic that is no change of its ``cdc__`` table: its key or value is
+#: not what Debezium writes, or a value does not fit the table's column
+#: (spark_jobs.derive.cdc; the record stays in ``records``)
+CDC_PARSE_ERROR = "cdc_parse_error"
+#: a Debezium change the ``cdc__`` table does not apply: ``t`` (a truncate: every row of the
+#: source table goes, which a per-key table cannot say)
+CDC_UNSUPPORTED_OP = "cdc_unsupported_op"
+
 #: the columns of a finding a decode task fills (the lineage columns come after)
 TASK_COLUMNS = pa.schema([f for f in schemas.FINDINGS if f.name in (
     "kind", "position", "end", "message", "base_offset", "last_offset", "bytes", "raw")])
@@ -81,5 +89,6 @@ def task_batch(found: Iterable[Finding]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([f.task_row() for f in found], schema=TASK_COLUMNS)
 
 
-__all__ = ["DIVERGENCE", "REPLICA_DIVERGENCE", "REPLICA_DIVERGENCE_PREFIX", "TASK_COLUMNS",
-           "TIER_DIVERGENCE", "TIER_DIVERGENCE_PREFIX", "Finding", "table", "task_batch"]
+__all__ = ["CDC_PARSE_ERROR", "CDC_UNSUPPORTED_OP", "DIVERGENCE", "REPLICA_DIVERGENCE",
+           "REPLICA_DIVERGENCE_PREFIX", "TASK_COLUMNS", "TIER_DIVERGENCE",
+           "TIER_DIVERGENCE_PREFIX", "Finding", "table", "task_batch"]
