@@ -250,7 +250,10 @@ def candidates(wh, ref: str, keyed: Keyed, run_id: str, partitions: set[int],
                      row_filter=And(where, EqualTo("run_id", run_id)))
     parts = [own]
     if resolved is not None and resolved.num_rows:
-        parts.append(resolved.select(list(READ)).cast(own.schema))
+        mine = pc.and_(pc.equal(resolved.column("topic"), topic),
+                       pc.is_in(resolved.column("partition"),
+                                pa.array(sorted(partitions), pa.int32())))
+        parts.append(resolved.filter(mine).select(list(READ)).cast(own.schema))
     rows = pa.concat_tables(parts)
     lows = {}
     for p, o in zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist()):
