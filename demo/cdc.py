@@ -8,7 +8,7 @@ event format (the PostgreSQL connector page: the key struct, the ``Envelope`` wi
 so ``before`` holds the whole old row.
 
 * Night 1 (offsets 0..2): the initial snapshot, a read (``op`` ``r``) of rows 1001..1003, all in
-  the snapshot's transaction at one LSN.
+  the snapshot's transaction at one LSN, a batch each.
 * Night 2 (the same segment grown, 3..6): an update of 1001 (``u``), an insert of 1004
   (``c``), and a delete of 1002 (``d``) followed by its tombstone (same key, null value), each
   its own PostgreSQL transaction.
@@ -131,7 +131,8 @@ def write(night_dir: Path, night: int, t0: int, hour: int) -> None:
     """``dbserver1.inventory.customers-0`` of snapshot ``night``: one segment, grown on night 2."""
     with SegmentWriter(night_dir / f"{TOPIC}-{PARTITION}", 0, index_interval_bytes=512,
                        preallocate_bytes=1024) as w:
-        batches = [_snapshot(t0, hour)] + (_streamed(t0, hour) if night >= 1 else [])
+        # linger.ms 0 (Connect's producer default): each snapshot read goes in its own batch
+        batches = [[r] for r in _snapshot(t0, hour)] + (_streamed(t0, hour) if night >= 1 else [])
         for records in batches:
             w.append(records, producer_id=PRODUCER_ID, producer_epoch=0,
                      base_sequence=w.next_offset)
