@@ -16,6 +16,19 @@
   beside ``payments-0`` its state files: the producer-state ``.snapshot`` Kafka wrote when the
   segment rolled, a ``leader-epoch-checkpoint`` and ``partition.metadata`` (all agreeing with
   the log).
+* ``customers-0`` (issue 35 item 2): a compacted topic, JSON values keyed ``cust-N``.
+  Segment 0 as the log cleaner left it before night 1 (the same bytes both nights): batches
+  0..3 and 6..8 keep their base and last offsets but hold 2 records each (2, 3; 6, 8), the
+  batch that held 4..5 is gone (an offset gap graded ``compaction``), and 9..11 (cust-4's
+  tombstone, cust-5, cust-6) carries the delete horizon (attributes bit 6). The active
+  segment (from 12) grows: night 1 writes 12..14, producer 8100's transaction 15..16 and its
+  ABORT at 17 (cust-1 ``platinum`` and cust-10 never show), producer 8200's transaction
+  18..19 (cust-2 ``gold``, cust-8) left open, and 20 (cust-0 ``gold``); night 2 appends 8200's
+  COMMIT at 21 and 22..25 (cust-0 back to ``silver``, cust-3's tombstone, cust-9, cust-5).
+* ``dbserver1.inventory.customers-0`` (issue 35 item 3): Debezium's PostgreSQL change events
+  with the JsonConverter's schema wrapper (:mod:`demo.cdc`): night 1 the snapshot reads of
+  rows 1001..1003, night 2 an update of 1001, an insert of 1004, a delete of 1002 and its
+  tombstone.
 * ``__consumer_offsets-0``: the group coordinator's log: group ``billing`` (membership and
   offset commits, caught up on ``payments-0``), group ``reports`` lagging on ``orders-1``, and
   group ``replayer``, whose committed offset of ``payments-1`` is past that partition's log end
@@ -72,7 +85,7 @@ from kafkalog.writer import (SegmentWriter, WriteRecord, encode_producer_snapsho
                              encode_v2_batch, internal_record, leader_epoch_checkpoint_text,
                              partition_metadata_text)
 
-from . import schemas, tiered
+from . import cdc, schemas, tiered
 
 NIGHTS = ("2026-11-20", "2026-11-21")
 T0 = 1_795_132_800_000  # 2026-11-20T00:00:00Z
@@ -194,6 +207,75 @@ def _payments(directory: Path, partition: int, night: int) -> None:
     for name in os.listdir(directory):
         if name.startswith(f"{rolled_at:020d}."):
             os.remove(directory / name)
+
+
+# ------------------------------------------------------------------ customers-0 (compacted)
+#: delete.retention.ms (Kafka's default, a day): the cleaner stamps a batch holding a tombstone
+#: it keeps with the time it may drop it, cleaning time plus this
+DELETE_RETENTION_MS = 24 * HOUR
+CUSTOMERS_CLEANED_AT = T0 + HOUR
+#: the producers of customers-0's transactions: one aborted (night 1), one whose COMMIT
+#: lands on night 2
+ABORTED_PRODUCER, LATE_COMMIT_PRODUCER = 8100, 8200
+
+
+def _customer(key: str, tier: str | None, at: int, offset_delta: int | None = None) -> WriteRecord:
+    value = None if tier is None else json.dumps({"customer": key, "tier": tier}).encode()
+    return WriteRecord(key.encode(), value, timestamp=at, offset_delta=offset_delta)
+
+
+def _customers_cleaned(directory: Path) -> int:
+    """Segment 0 as the log cleaner rewrote it before night 1. Before cleaning it held
+    0..11 in four batches: 0..3 (cust-0..3), 4..5 (cust-4 gold, cust-5 bronze), 6..8 (cust-0,
+    cust-5, cust-1) and 9..11 (cust-4's tombstone, cust-5, cust-6). The cleaner kept the last
+    record of each key: a batch keeps its base and last offset with fewer records (0..3 holds
+    2, 6..8 holds 2), batch 4..5 is gone (an offset gap), and 9..11, holding the tombstone it
+    keeps until the delete horizon, is stamped with that horizon (attributes bit 6)."""
+    at = lambda offset: T0 + offset * 60_000  # noqa: E731  (when each was produced)
+    with SegmentWriter(directory, 0, index_interval_bytes=256) as w:
+        w.append([_customer("cust-2", "silver", at(2), 2),
+                  _customer("cust-3", "bronze", at(3), 3)], last_offset_delta=3)
+        w.skip_to(6)
+        w.append([_customer("cust-0", "silver", at(6), 0),
+                  _customer("cust-1", "silver", at(8), 2)], codec="lz4", last_offset_delta=2)
+        w.append([_customer("cust-4", None, at(9)), _customer("cust-5", "gold", at(10)),
+                  _customer("cust-6", "gold", at(11))], codec="lz4",
+                 delete_horizon_ms=CUSTOMERS_CLEANED_AT + DELETE_RETENTION_MS)
+        return w.next_offset
+
+
+def _customers_active(directory: Path, base: int, night: int) -> None:
+    """The active segment (not cleaned yet), night 2's bytes night 1's and more: an aborted
+    transaction (producer 8100), a transaction open at night 1's copy (producer 8200) whose
+    COMMIT is night 2's first entry, plain writes around them, and on night 2 a tombstone."""
+    with SegmentWriter(directory, base, index_interval_bytes=256,
+                       preallocate_bytes=1024) as w:
+        at = lambda n, offset: T0 + n * 24 * HOUR + 2 * HOUR + offset * 60_000  # noqa: E731
+        o = w.next_offset
+        w.append([_customer(k, t, at(0, o + i)) for i, (k, t) in enumerate(
+            (("cust-1", "gold"), ("cust-3", "silver"), ("cust-7", "bronze")))])
+        o = w.next_offset
+        w.append([_customer("cust-1", "platinum", at(0, o)), _customer("cust-10", "gold", at(0, o + 1))],
+                 producer_id=ABORTED_PRODUCER, producer_epoch=0, base_sequence=0,
+                 transactional=True)
+        w.append_marker(producer_id=ABORTED_PRODUCER, producer_epoch=0, commit=False,
+                        coordinator_epoch=1, timestamp=at(0, w.next_offset))
+        o = w.next_offset
+        w.append([_customer("cust-2", "gold", at(0, o)), _customer("cust-8", "silver", at(0, o + 1))],
+                 producer_id=LATE_COMMIT_PRODUCER, producer_epoch=0, base_sequence=0,
+                 transactional=True)
+        w.append([_customer("cust-0", "gold", at(0, w.next_offset))])
+        if night < 1:
+            return
+        w.append_marker(producer_id=LATE_COMMIT_PRODUCER, producer_epoch=0, commit=True,
+                        coordinator_epoch=1, timestamp=at(1, w.next_offset))
+        o = w.next_offset
+        w.append([_customer(k, t, at(1, o + i)) for i, (k, t) in enumerate(
+            (("cust-0", "silver"), ("cust-3", None), ("cust-9", "bronze"), ("cust-5", "platinum")))])
+
+
+def _customers(directory: Path, night: int) -> None:
+    _customers_active(directory, _customers_cleaned(directory), night)
 
 
 # ------------------------------------------------------------------ internal topics
@@ -327,6 +409,8 @@ def write_night(root: Path, night: int) -> Path:
     _consumer_offsets(out / "__consumer_offsets-0", night)
     _transaction_state(out / "__transaction_state-0", night)
     _cluster_metadata(out / "__cluster_metadata-0")
+    _customers(out / "customers-0", night)
+    cdc.write(out, night, T0, HOUR)
     schemas.write(out, night, T0, HOUR)
     if night >= 1:
         _broker2(out / BROKER_2)

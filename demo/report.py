@@ -1,4 +1,5 @@
-"""What ``make demo`` prints at the end: the tables and their row counts, the values decoded
+"""What ``make demo`` prints at the end: the tables and their row counts (the per-key state
+tables' also as of each night they are tagged with), the values decoded
 from Schema Registry's wire format, each night's data-quality results (the checks that warned
 or failed, with their causes) and report, one query to copy, and whether the counts changed
 since the previous ``make demo``.
@@ -10,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from spark_jobs.layout import typed_topic
+from spark_jobs.layout import LATEST, NIGHT_TAG_PREFIX, keyed_table, typed_topic
 from spark_jobs.audit.policy import RANK
 from spark_jobs.audit.results import parse_details, place
 from spark_jobs.schemas import ALL_NAMES, NAMES as TABLES, TXN_STATE
@@ -32,6 +33,9 @@ def table_counts(out: Path) -> dict:
         counts[name] = read_arrow(wh, name, columns=("run_id",)).num_rows
     # the typed per-topic tables (docs/tables.md): their columns are the topics' own
     for name in wh.typed_tables():
+        counts[name] = len(wh.table(name).scan(selected_fields=("run_id",)).to_arrow())
+    # the per-key state tables (latest__, cdc__): rows on main
+    for name in wh.keyed_tables():
         counts[name] = len(wh.table(name).scan(selected_fields=("run_id",)).to_arrow())
     topics = read_arrow(wh, "records", columns=("topic",)).column("topic")
     counts["records_by_topic"] = {r["values"]: r["counts"]
@@ -161,6 +165,22 @@ def tier_check_line(wh, run_id: str) -> str:
     return "tier checks: " + (", ".join(checks) or "none ran")
 
 
+def night_counts(wh, name: str) -> dict[str, int]:
+    """A per-key state table's rows as of each night it is tagged with (``night-YYYY-MM-DD``)."""
+    table = wh.table(name)
+    return {tag.removeprefix(NIGHT_TAG_PREFIX): len(table.scan(
+                snapshot_id=ref.snapshot_id, selected_fields=("run_id",)).to_arrow())
+            for tag, ref in sorted(table.refs().items()) if tag.startswith(NIGHT_TAG_PREFIX)}
+
+
+def keyed_note(wh, name: str) -> str:
+    """What a per-key state table holds, and its rows as of each tagged night."""
+    kind, topic = keyed_table(name)
+    what = "latest record per key" if kind == LATEST else "source table"
+    nights = ", ".join(f"{night} {n}" for night, n in night_counts(wh, name).items())
+    return f"({kind}: {topic}'s {what}; as of night: {nights or 'no tag'})"
+
+
 def report(out: Path, results: list[dict]) -> int:
     counts = table_counts(out)
     wh = warehouse(out)
@@ -168,12 +188,15 @@ def report(out: Path, results: list[dict]) -> int:
           f"configuration {out / '.pyiceberg.yaml'}):")
     fixed = [n for n in ALL_NAMES if n in counts]
     typed = sorted(n for n in counts if typed_topic(n) is not None)
-    width = max(map(len, fixed + typed))
+    keyed = sorted(n for n in counts if keyed_table(n) is not None)
+    width = max(map(len, fixed + typed + keyed))
     for name in fixed:
         print(f"  {wh.namespace}.{name:<{width}} {counts[name]:>6} rows")
     for name in typed:
         print(f"  {wh.namespace}.{name:<{width}} {counts[name]:>6} rows  "
               f"(typed: {typed_topic(name)}'s values)")
+    for name in keyed:
+        print(f"  {wh.namespace}.{name:<{width}} {counts[name]:>6} rows  {keyed_note(wh, name)}")
     print("  records by topic: " + ", ".join(f"{t}={n}" for t, n in counts["records_by_topic"].items()))
     print("  records by txn_state (read committed: null or committed; docs/tables.md): "
           + ", ".join(f"{t}={n}" for t, n in counts["records_by_txn_state"].items()))

@@ -134,7 +134,28 @@ def demo_out(tmp_path_factory):
     wh.typed_table(layout.typed_table_name("shop.orders"), typed).append(
         pa.Table.from_pylist([{"run_id": NIGHT_1, "id": 1}], typed))
     shipments_table(out / "snapshot", wh)
+    keyed_table(wh)
     return out
+
+
+#: a per-key state table's rows as of each night (its ``night-`` tags), in the fixture
+KEYED_ROWS = {"2026-11-20": 3, "2026-11-21": 2}
+
+
+def keyed_table(wh):
+    """A latest__ table tagged per night as the decode job leaves one (spark_jobs.warehouse.tags):
+    night 1's state (3 keys) and night 2's (2: one key deleted), each tag on its snapshot."""
+    from spark_jobs.warehouse import tags
+
+    schema = pa.schema([("partition", pa.int32()), ("key", pa.binary()), ("offset", pa.int64()),
+                        ("night", pa.string()), ("run_id", pa.string())])
+    table = wh.typed_table(layout.latest_table_name("customers"), schema)
+    rows = [{"partition": 0, "key": b"cust-%d" % i, "offset": i, "night": "2026-11-20",
+             "run_id": NIGHT_1} for i in range(KEYED_ROWS["2026-11-20"])]
+    table.append(pa.Table.from_pylist(rows, schema))
+    tags.tag_night(wh, [table.name()[-1]], "2026-11-20")
+    wh.table(table.name()[-1]).overwrite(pa.Table.from_pylist(rows[:KEYED_ROWS["2026-11-21"]], schema))
+    tags.tag_night(wh, [table.name()[-1]], "2026-11-21")
 
 
 def shipments_table(snapshot: Path, wh):
@@ -188,6 +209,8 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
         in text.splitlines()
     assert "  kafka.values__shipments            4 rows  (typed: shipments's values)" \
         in text.splitlines()  # the names in one column
+    assert ("  kafka.latest__customers            2 rows  (latest: customers's latest record "
+            "per key; as of night: 2026-11-20 3, 2026-11-21 2)") in text.splitlines()
 
     # the query, pasted into a shell from another directory, lists the problems of both runs
     proc = subprocess.run(["bash", "-c", queries[0]], capture_output=True, text=True, cwd="/",
@@ -206,7 +229,7 @@ def test_the_demo_warehouse_reads_the_same_in_duckdb(demo_out):
 
     counts = duckdb_engine.compare_warehouse(Warehouse(str(demo_out / "warehouse")))
     assert counts == {"dq_results": len(RESULTS), "values__shipments": 4,
-                      "values__shop_dot_orders": 1}
+                      "values__shop_dot_orders": 1, "latest__customers": KEYED_ROWS["2026-11-21"]}
 
 
 # ------------------------------------------------------------------ make demo / make ui
