@@ -332,7 +332,8 @@ def latest_schema(wh, topic: str) -> pa.Schema:
 
 def table_columns(table) -> pa.Schema:
     """An Iceberg table's columns as this package writes them (not pyiceberg's large types)."""
-    return pa.schema([pa.field(f.name, normalized(f.type)) for f in table.schema().as_arrow()])
+    return pa.schema([pa.field(f.name, normalized(f.type, keep_zone=True))
+                      for f in table.schema().as_arrow()])
 
 
 def merged(have: pa.Schema, want: pa.Schema) -> pa.Schema:

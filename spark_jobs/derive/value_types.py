@@ -330,21 +330,25 @@ def _columns(top: pa.StructType) -> pa.Schema:
     return pa.schema(fields)
 
 
-def normalized(t: pa.DataType) -> pa.DataType:
-    """``t`` as this module writes it (what Iceberg reads back as large types, tz +00:00)."""
+def normalized(t: pa.DataType, *, keep_zone: bool = False) -> pa.DataType:
+    """``t`` as this module writes it (what Iceberg reads back as large types, tz +00:00);
+    ``keep_zone``: a timestamp without a zone stays without (Iceberg's ``timestamp`` beside
+    ``timestamptz``: a table whose columns have both, the cdc tables')."""
     if pa.types.is_large_string(t):
         return pa.string()
     if pa.types.is_large_binary(t):
         return pa.binary()
     if pa.types.is_timestamp(t):
-        return pa.timestamp("us", tz="UTC")
+        return pa.timestamp("us", tz=None if keep_zone and t.tz is None else "UTC")
     if pa.types.is_struct(t):
-        return pa.struct([pa.field(t.field(i).name, normalized(t.field(i).type))
+        return pa.struct([pa.field(t.field(i).name, normalized(t.field(i).type,
+                                                               keep_zone=keep_zone))
                           for i in range(t.num_fields)])
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(normalized(t.value_type))
+        return pa.list_(normalized(t.value_type, keep_zone=keep_zone))
     if pa.types.is_map(t):
-        return pa.map_(normalized(t.key_type), normalized(t.item_type))
+        return pa.map_(normalized(t.key_type, keep_zone=keep_zone),
+                       normalized(t.item_type, keep_zone=keep_zone))
     return t
 
 

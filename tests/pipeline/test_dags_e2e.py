@@ -227,8 +227,12 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     DERIVED_TABLES = ("consumer_offsets", "group_metadata", "transactions", "cluster_metadata",
                       "producer_state", "leader_epochs", "remote_segments")
     assert set(Warehouse(str(wh)).typed_tables()) == typed
+    # the per-key state tables (issue 35): customers and orders show the cleaner's work
+    # (orders-1's compacted batch), dbserver1.inventory.customers holds Debezium envelopes
+    keyed = {"latest__customers", "latest__orders", "cdc__dbserver1_dot_inventory_dot_customers"}
+    assert set(Warehouse(str(wh)).keyed_tables()) == keyed
     assert asset_names(run_id) == {f"kafkalog.{n}" for n in
-                                   {*TABLE_NAMES, *DERIVED_TABLES, *typed}}
+                                   {*TABLE_NAMES, *DERIVED_TABLES, *typed, *keyed}}
 
     # night 2: rolled segments seen on night 1 are not decoded again, new bytes are
     run_id2, state, tasks = run(dag, NIGHTS[1])
@@ -264,8 +268,8 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     # files (broker_state, partition_checkpoints) and the tier's state as of the night, but
     # no group, transaction or cluster metadata records and no new shipments: no event for those
     assert asset_names(run_id2) == {f"kafkalog.{n}" for n in
-                                    {*TABLE_NAMES, *DERIVED_TABLES, *typed, "broker_state",
-                                     "partition_checkpoints"}} - {
+                                    {*TABLE_NAMES, *DERIVED_TABLES, *typed, *keyed,
+                                     "broker_state", "partition_checkpoints"}} - {
         "kafkalog.group_metadata", "kafkalog.transactions", "kafkalog.cluster_metadata",
         "kafkalog.values__shipments"}
     counts = {name: len(warehouse_rows(wh, name)) for name in ("records", "batches", "markers")}

@@ -157,3 +157,35 @@ def test_debezium_topic_state_per_night(nights):
     assert ops == [["r", "r", "r"], ["r", "r", "r", "u", "c", "d", None]]
     night_1 = next((nights[0] / DEBEZIUM).glob("*.log")).read_bytes()
     assert next((nights[1] / DEBEZIUM).glob("*.log")).read_bytes().startswith(night_1)
+
+
+def test_the_job_builds_these_states_night_by_night(spark, nights, tmp_path):
+    """The decode job over the two partitions, night by night: latest__customers and the
+    cdc table hold the literal states above (the source's MicroTimestamp typed as a
+    timestamp without zone, as Connect's schema says), and each night's tag reads that
+    night's state."""
+    import datetime as dt
+    import shutil
+
+    from spark_jobs import decode as job
+    from spark_jobs import layout
+    from spark_jobs.warehouse import Warehouse
+
+    wh = str(tmp_path / "wh")
+    for n, night in enumerate(nights):
+        src = tmp_path / f"in{n}"
+        for part in (CUSTOMERS, DEBEZIUM):
+            shutil.copytree(night / part, src / part)
+        job.main(["--input", str(src), "--output", wh, "--run-id", f"n{n}",
+                  "--night", data.NIGHTS[n]], spark=spark)
+    w = Warehouse(wh)
+    latest, table = w.load("latest__customers"), w.load(layout.cdc_table_name(cdc.TOPIC))
+    for n, night in enumerate(data.NIGHTS):
+        tag = layout.night_tag(night)
+        rows = latest.scan(snapshot_id=latest.snapshot_by_name(tag).snapshot_id).to_arrow()
+        assert {r["key"].decode(): (r["offset"], json.loads(r["value"])["tier"])
+                for r in rows.to_pylist()} == LATEST[n]
+        rows = table.scan(snapshot_id=table.snapshot_by_name(tag).snapshot_id).to_arrow()
+        assert {r["id"]: (r["op"], r["email"]) for r in rows.to_pylist()} == CDC[n]
+        assert rows.schema.field("updated_at").type.tz is None
+        assert all(isinstance(r["updated_at"], dt.datetime) for r in rows.to_pylist())
