@@ -163,10 +163,13 @@ class SnapshotWriter:
 
     def _drop(self, remove) -> list:
         """The head's data manifests: as they are where ``remove`` selects none of their
-        files, else rewritten with those files' entries marked deleted."""
+        files, else rewritten with those files' entries marked deleted; one that holds no
+        live file any more (all its entries deleted by an earlier snapshot) is left out."""
         manifests = []
         for manifest in data_manifests(self.table, self.head):
             entries = manifest.fetch_manifest_entry(self.table.io, discard_deleted=True)
+            if not entries:  # only deleted entries (an earlier rewrite's): no longer listed,
+                continue     # as Iceberg's own writers leave them (else they pile up a night)
             drop = [remove(e.data_file.file_path) for e in entries]
             if not any(drop):
                 manifests.append(manifest)  # kept as it is

@@ -259,3 +259,19 @@ def test_a_night_killed_at_its_last_commit_points_then_retried_equals_the_replay
         t = Warehouse(wh).load(TABLE)
         assert t.snapshot_by_name(layout.night_tag("2025-11-22")).snapshot_id == \
             t.current_snapshot().snapshot_id, (where, k)
+
+
+def test_manifests_do_not_pile_up_night_after_night(spark, tmp_path):
+    """Six nights each change the state: a manifest whose files were all replaced is not
+    listed again by the next snapshot (they would pile up a night, and every scan and
+    every refresh would read them: the refresh would grow with history)."""
+    wh = str(tmp_path / "wh")
+    for n in range(6):
+        log = Log(tmp_path / f"n{n}" / f"{TOPIC}-0")
+        for k in range(n + 1):
+            log.put(("k", f"v{k}"))
+        log.close()
+        run(spark, tmp_path / f"n{n}", wh, f"r{n}", f"2025-11-{10 + n}")
+    t = Warehouse(wh).load(TABLE)
+    assert table_state(wh) == {"k": (5, "v5")}
+    assert len(t.current_snapshot().manifests(t.io)) <= 2
