@@ -104,14 +104,14 @@ def run(args, spark=None) -> dict:
         run_decode_tasks(spark, job, decoded)
         dedupe(spark, job, decoded)
         derived = derive(spark, job, listing, decoded)
+        counts = write_driver_tables(job, listing, decoded, derived)
+        commit(job, listing, decoded, derived)
+        resolved = resolve_transactions(job)
+        committed = resolved.pop("committed", None)
+        refreshed = refresh_keyed(spark, job, listing, decoded, committed)  # on the executors
     finally:
         if own_session and args.master is not None:
             spark.stop()
-    counts = write_driver_tables(job, listing, decoded, derived)
-    commit(job, listing, decoded, derived)
-    resolved = resolve_transactions(job)
-    committed = resolved.pop("committed", None)
-    refreshed = refresh_keyed(job, listing, decoded, committed)
     out = summary(job, listing, decoded, derived, counts)
     out["txn_resolved"] = resolved
     if refreshed:
@@ -339,10 +339,11 @@ def resolve_transactions(job: Run) -> dict:
     return out
 
 
-def refresh_keyed(job: Run, listing: Listing, decoded: Decoded, committed) -> dict:
+def refresh_keyed(spark, job: Run, listing: Listing, decoded: Decoded, committed) -> dict:
     """The per-key state tables (latest per key, Debezium's source tables) of the topics
     this submission wrote, refreshed on the run's branch after its commit and transaction
-    resolution (:mod:`spark_jobs.derive.keyed`); their findings committed too. Returns
+    resolution, each partition folded on the executors (:mod:`spark_jobs.derive.keyed`,
+    :mod:`spark_jobs.derive.keyed_tasks`); their findings committed too. Returns
     ``{table: keys changed}``."""
     t1 = time.time()
     partitions: dict[str, set[int]] = {}
@@ -359,7 +360,7 @@ def refresh_keyed(job: Run, listing: Listing, decoded: Decoded, committed) -> di
     night = max((s.night for s in listing.segments if s.night), default=None) or job.args.night
     out, found = {}, []
     for k in plans:
-        done = keyed_tables.refresh_table(job.wh, k, job.args.run_id, night,
+        done = keyed_tables.refresh_table(spark, job.wh, k, job.args.run_id, night,
                                           partitions[k.topic], committed, job.published)
         out[k.name] = done["keys"]
         found += done["findings"]

@@ -237,12 +237,8 @@ def committed(records: pa.Table) -> pa.Table:
                                                             ("offset", "ascending")]))
 
 
-def changes(records: pa.Table, schema: pa.Schema | None = None
-            ) -> tuple[pa.Table, pa.Schema, list[Finding]]:
-    """The change frame of a Debezium topic's ``records`` (columns of
-    :data:`spark_jobs.schemas.RECORDS`; the module's text), the table's columns (``schema``,
-    the table as it stands, widened by what the records bring: :func:`table_schema`) and the
-    findings."""
+def _parse(records: pa.Table) -> _Parsed:
+    """``records`` outside aborted and open transactions, each parsed."""
     rows = committed(records)
     parsed = _Parsed(rows)
     texts = rows.column("value_json").to_pylist() if "value_json" in rows.column_names \
@@ -250,6 +246,27 @@ def changes(records: pa.Table, schema: pa.Schema | None = None
     for i, (key, value, text) in enumerate(zip(rows.column("key").to_pylist(),
                                                rows.column("value").to_pylist(), texts)):
         parsed.add(i, key, value, text)
+    return parsed
+
+
+def sources(records: pa.Table) -> tuple[list[dict], list[str], list[str]]:
+    """What the changes of ``records`` widen a table by (:func:`table_schema`'s arguments):
+    the envelope schemas and the untyped source column names, each in the order met, and
+    the position fields present. The parts of a topic's records (its Kafka partitions,
+    each on an executor) give :func:`changes`' columns when concatenated in partition order
+    (envelopes, untyped names, positions each), as :func:`changes` of all of them would."""
+    parsed = _parse(records)
+    return list(parsed.envelopes.values()), list(parsed.untyped), sorted(parsed.positions)
+
+
+def changes(records: pa.Table, schema: pa.Schema | None = None
+            ) -> tuple[pa.Table, pa.Schema, list[Finding]]:
+    """The change frame of a Debezium topic's ``records`` (columns of
+    :data:`spark_jobs.schemas.RECORDS`; the module's text), the table's columns (``schema``,
+    the table as it stands, widened by what the records bring: :func:`table_schema`) and the
+    findings."""
+    parsed = _parse(records)
+    rows = parsed.rows
     columns = table_schema(parsed.envelopes.values(), untyped=parsed.untyped,
                            positions=parsed.positions, base=schema)
     frame_schema = keyed.change_schema(columns)
@@ -313,4 +330,4 @@ def _misfits(values: list[dict], frame_schema: pa.Schema) -> dict[int, str]:
 
 __all__ = ["DETECT", "HEAD", "META", "POSITIONS", "RECORD", "RENAMED_PREFIX", "RESERVED",
            "canonical", "changes", "column_name", "committed", "is_cdc", "key_text",
-           "table_schema"]
+           "sources", "table_schema"]

@@ -15,14 +15,16 @@ of records: :func:`latest_changes` here, :mod:`spark_jobs.derive.cdc` for Debezi
 :func:`apply` folds changes into a partition's state: pure, idempotent (the same changes
 again change nothing, so reruns and overlapping snapshots change nothing).
 
-**The refresh** (:func:`refresh`, on the driver after the run's commit and its
-transaction resolution): the *candidates* of a partition are the run's own records of it
+**The refresh** (:mod:`spark_jobs.derive.keyed_tasks`: planned on the driver after the
+run's commit and its transaction resolution, folded on the executors, one task per Kafka
+partition): the *candidates* of a partition are the run's own records of it
 on the branch and the records whose transaction the run resolved committed. A candidate
 at or below the highest offset ``main`` held of the partition when the run began (a late
 marker, a backfilled night) may be older than a change already folded in, or than a
 tombstone that removed its key: then every record of the partition from that offset on is
 read again, so the fold sees the key's whole later history. The partition's state files
-are read, the changes folded in, and one file per touched partition written; the files
+are read, the changes folded in, and one file written per partition where a key changed
+(or none where its last key went); the files
 replace the old ones in one snapshot on the run's branch (copy-on-write, no delete files).
 State files are not named by the run (:func:`state_path`), so a rerun's branch keeps
 ``main``'s state and folds the same changes in again. A table whose first rows this run
@@ -218,7 +220,7 @@ def read_state(paths: list[str], schema: pa.Schema, config) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-# --------------------------------------------------------------------- the refresh
+# --------------------------------------------------------------------- a table and its candidates
 
 @dataclass
 class Keyed:
@@ -230,44 +232,6 @@ class Keyed:
     name: str
     schema: pa.Schema
     new: bool = False
-
-
-def candidates(wh, ref: str, keyed: Keyed, run_id: str, partitions: set[int],
-               resolved: pa.Table | None, published: dict) -> pa.Table:
-    """The records a refresh folds in (see the module's text): the run's own records of
-    ``partitions`` on branch ``ref`` and its ``resolved`` ones; from the lowest of those
-    at or below ``published`` (``{(topic, partition): [(first, last)]}``: the offset ranges
-    ``main`` held when the run began), every record of the partition from there on."""
-    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, Or
-
-    from spark_jobs.tables import read_arrow
-
-    topic = keyed.topic
-    where = And(EqualTo("topic", topic), In("partition", sorted(partitions)))
-    if keyed.new:
-        return read_arrow(wh, "records", ref=ref, columns=READ, row_filter=where)
-    own = read_arrow(wh, "records", ref=ref, columns=READ,
-                     row_filter=And(where, EqualTo("run_id", run_id)))
-    parts = [own]
-    if resolved is not None and resolved.num_rows:
-        mine = pc.and_(pc.equal(resolved.column("topic"), topic),
-                       pc.is_in(resolved.column("partition"),
-                                pa.array(sorted(partitions), pa.int32())))
-        parts.append(resolved.filter(mine).select(list(READ)).cast(own.schema))
-    rows = pa.concat_tables(parts)
-    lows = {}
-    for p, o in zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist()):
-        held = published.get((topic, p))
-        if held and o <= max(hi for _, hi in held):
-            lows[p] = min(lows.get(p, o), o)
-    if lows:
-        again = read_arrow(wh, "records", ref=ref, columns=READ, row_filter=And(
-            EqualTo("topic", topic), And(In("partition", sorted(lows)),
-                                         GreaterThanOrEqual("offset", min(lows.values())))))
-        keep = [o >= lows[p] for p, o in zip(again.column("partition").to_pylist(),
-                                             again.column("offset").to_pylist())]
-        rows = pa.concat_tables([rows, again.filter(pa.array(keep, pa.bool_()))])
-    return distinct_offsets(rows)
 
 
 def distinct_offsets(rows: pa.Table) -> pa.Table:
@@ -285,38 +249,6 @@ def distinct_offsets(rows: pa.Table) -> pa.Table:
     first = np.ones(len(order), bool)
     first[1:] = (p[1:] != p[:-1]) | (o[1:] != o[:-1])
     return rows.take(pa.array(order[first]))
-
-
-def with_typed(wh, ref: str, rows: pa.Table, columns: pa.Schema) -> pa.Table:
-    """``rows`` (records) with the typed table's value columns of their (partition,
-    offset), read from the topic's typed table on ``ref`` (null where it has no row)."""
-    from pyiceberg.expressions import And, GreaterThanOrEqual, In
-
-    value_cols = [f for f in columns if f.name not in LATEST.names and f.name not in TAIL.names]
-    if not value_cols or rows.num_rows == 0:
-        return rows
-    topic = rows.column("topic")[0].as_py()
-    table = wh.load(layout.typed_table_name(topic))
-    found = None
-    if table is not None and ref in table.refs():
-        low = pc.min(rows.column("offset")).as_py()
-        found = table.scan(snapshot_id=table.refs()[ref].snapshot_id, row_filter=And(
-            In("kafka_partition", sorted(set(rows.column("partition").to_pylist()))),
-            GreaterThanOrEqual("kafka_offset", low))).to_arrow()
-    at = {}
-    if found is not None:
-        for i, (p, o) in enumerate(zip(found.column("kafka_partition").to_pylist(),
-                                       found.column("kafka_offset").to_pylist())):
-            at[(p, o)] = i
-    idx = [at.get((p, o)) for p, o in zip(rows.column("partition").to_pylist(),
-                                           rows.column("offset").to_pylist())]
-    for f in value_cols:
-        if found is not None and f.name in found.column_names:
-            col = found.column(f.name).take(pa.array(idx, pa.int64())).cast(f.type)
-        else:
-            col = pa.nulls(rows.num_rows, f.type)
-        rows = rows.append_column(f, col) if f.name not in rows.column_names else rows
-    return rows
 
 
 def latest_schema(wh, topic: str) -> pa.Schema:
@@ -344,33 +276,6 @@ def merged(have: pa.Schema, want: pa.Schema) -> pa.Schema:
     return pa.schema(body + extra + list(TAIL))
 
 
-def fold(wh, keyed: Keyed, changes: pa.Table, head: int, night: str | None,
-         run_id: str) -> tuple[list[str], dict[str, pa.Table], int]:
-    """What folding ``changes`` into table ``keyed`` at snapshot ``head`` of its branch
-    replaces: the live files holding the touched partitions, and the new files' rows by
-    path (one file per partition); and the number of keys changed."""
-    from pyiceberg.expressions import In
-
-    from spark_jobs.tables import table_paths
-
-    touched = sorted(set(changes.column("partition").to_pylist()))
-    if not touched:
-        return [], {}, 0
-    drop = table_paths(wh, keyed.name, snapshot=head, row_filter=In("partition", touched))
-    old = read_state(drop, keyed.schema, wh.s3)
-    root = wh.data_root(keyed.name)
-    out, changed = {}, 0
-    parts = old.column("partition").to_numpy(zero_copy_only=False)
-    for p in sorted(set(parts.tolist()) | set(touched)):
-        state = old.filter(pa.array(parts == p))
-        mine = changes.filter(pc.equal(changes.column("partition"), p))
-        after = apply(state, mine, keyed.kind, night, run_id)
-        changed += count_changed(state, after)
-        if after.num_rows:
-            out[state_path(root, p)] = after
-    return drop, out, changed
-
-
 def count_changed(before: pa.Table, after: pa.Table) -> int:
     """Keys whose row changed, came or went between two states of a partition."""
     def rows(t):
@@ -379,58 +284,8 @@ def count_changed(before: pa.Table, after: pa.Table) -> int:
     return len(rows(before) ^ rows(after))
 
 
-def refresh(wh, keyed: Keyed, run_id: str, night: str | None, partitions: set[int],
-            resolved: pa.Table | None, published: dict, make_changes) -> dict:
-    """Refresh ``keyed`` on run ``run_id``'s branch (see the module's text): candidates of
-    ``partitions`` → changes (``make_changes(records, schema)``: the kind's change frame,
-    the table's columns and findings; the table is made or widened to them) → folded into
-    the state files → one snapshot. Returns ``{"keys": n,
-    "files": k, "findings": [...]}``."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    from spark_jobs.warehouse import CatalogError, branch_name
-    from spark_jobs.warehouse.snapshots import COMMIT_ATTEMPTS, backoff
-
-    ref = branch_name(run_id)
-    rows = candidates(wh, ref, keyed, run_id, partitions, resolved, published)
-    changes, schema, found = make_changes(rows, keyed.schema)
-    table = wh.load(keyed.name)
-    keyed.schema = schema if table is None else merged(table_columns(table), schema)
-    wh.typed_table(keyed.name, keyed.schema)  # made, or widened by a new column
-    if keyed.new:  # made by this run (or first written): its branch begins now
-        wh.begin_table(keyed.name, run_id)
-    for attempt in range(COMMIT_ATTEMPTS):
-        head = wh.table(keyed.name).refs()[ref].snapshot_id
-        drop, files, changed = fold(wh, keyed, changes, head, night, run_id)
-        if not changed:
-            return {"keys": 0, "files": 0, "findings": found}
-        try:
-            for path, state in files.items():
-                write_state(path, state, wh.s3)
-            wh.replace_files(keyed.name, run_id, drop, list(files), parent=head,
-                             summary={"kafkalog.step": keyed.kind, "kafkalog.keys": changed,
-                                      **({"kafkalog.night": night} if night else {})})
-        except CommitFailedException:
-            _forget(files, wh.s3)
-            backoff(attempt)
-            continue
-        except BaseException:
-            _forget(files, wh.s3)
-            raise
-        return {"keys": changed, "files": len(files), "findings": found}
-    raise CatalogError(f"{keyed.name}: could not refresh on run {run_id!r} after "
-                       f"{COMMIT_ATTEMPTS} tries")
-
-
-def _forget(files, config) -> None:
-    try:
-        storage.delete_objects(list(files), config)
-    except (storage.StorageError, OSError):  # an orphan: maintenance's orphans removes it
-        pass
-
-
 __all__ = ["CHANGE_COLUMNS", "DELETE", "Keyed", "LATEST", "READ", "TAIL", "UPSERT", "apply",
-           "candidates", "compacted_topics", "merged", "table_columns", "count_changed", "distinct_offsets", "fold",
-           "is_auto_topic", "latest_changes", "latest_schema", "matcher", "change_schema", "row_columns",
-           "read_state", "refresh", "state_keys", "state_path", "visible", "with_typed",
+           "change_schema", "compacted_topics", "count_changed", "distinct_offsets",
+           "is_auto_topic", "latest_changes", "latest_schema", "matcher", "merged",
+           "read_state", "row_columns", "state_keys", "state_path", "table_columns", "visible",
            "write_state"]

@@ -78,19 +78,13 @@ def plan(wh, args, bases: dict, partitions: dict, files: dict) -> list[keyed.Key
     return out
 
 
-def refresh_table(wh, k: keyed.Keyed, run_id: str, night: str | None, partitions: set[int],
-                  committed, published: dict) -> dict:
-    """Refresh one keyed table (:func:`keyed.refresh`) with its kind's changes."""
-    if k.kind == layout.LATEST:
-        def changes(rows, schema):
-            rows = keyed.with_typed(wh, branch_name(run_id), rows, schema)
-            return keyed.latest_changes(rows, schema), schema, []
-    else:
-        from spark_jobs.derive import cdc
+def refresh_table(spark, wh, k: keyed.Keyed, run_id: str, night: str | None,
+                  partitions: set[int], committed, published: dict) -> dict:
+    """Refresh one keyed table with its kind's changes, folded on the executors
+    (:func:`spark_jobs.derive.keyed_tasks.refresh`)."""
+    from spark_jobs.derive import keyed_tasks
 
-        def changes(rows, schema):
-            return cdc.changes(keyed.visible(rows), schema)
-    return keyed.refresh(wh, k, run_id, night, partitions, committed, published, changes)
+    return keyed_tasks.refresh(spark, wh, k, run_id, night, partitions, committed, published)
 
 
 __all__ = ["SAMPLE", "plan", "refresh_table", "run_batches", "sample"]
