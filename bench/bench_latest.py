@@ -26,10 +26,13 @@ and its number of ``night-`` tags. At the end the table is checked against a rep
 what the bench wrote, a dict per partition written here (no spark_jobs code): every
 (partition, key, offset, value) must be the same. ``--profile N`` runs night N under
 cProfile (the driver, where the refresh runs) and writes the functions under the refresh
-to ``profile-night-N.txt``; a profiled night is left out of the medians.
+to ``profile-night-N.txt`` (the raw stats to ``.prof``); a profiled night is left out of
+the medians. ``--maintain-every N`` runs ``spark_jobs.maintenance.maintain`` after every
+N-th night (off by default: the figures are the job's with nothing maintaining the tables).
 
     .venv/bin/python bench/bench_latest.py [--nights 300] [--keys 20000] [--updates 2000]
-        [--partitions 2] [--retention 3] [--profile N ...] [--quick] [--json FILE]
+        [--partitions 2] [--retention 3] [--profile N ...] [--maintain-every N] [--quick]
+        [--json FILE]
 
 ``--quick`` is 12 nights of 2,000 keys (the bench's own check).
 """
@@ -201,9 +204,11 @@ def profile_night(run, out: Path, night: int) -> dict:
 
     prof = cProfile.Profile()
     s = prof.runcall(run)
+    prof.dump_stats(out.with_suffix(".prof"))
     text = io.StringIO()
     stats = pstats.Stats(prof, stream=text).sort_stats("cumulative")
-    stats.print_callees("refresh_keyed")
+    # the refresh's own steps (keyed.py, keyed_tables.py) and what each calls
+    stats.print_callees(r"keyed(_tables)?\.py|tags\.py")
     stats.print_stats(60)
     out.write_text(f"night {night}: timings {json.dumps(s['timings'])}\n\n" + text.getvalue())
     return s
@@ -223,6 +228,10 @@ def main(argv=None) -> int:
     p.add_argument("--retention", type=int, default=3)
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--profile", type=int, nargs="*", default=[])
+    p.add_argument("--maintain-every", type=int, default=0,
+                   help="run spark_jobs.maintenance.maintain after every N-th night (ages 0, "
+                        "the last 10 snapshots kept besides the tags, as bench_iceberg; "
+                        "default 0: never, as bench_history)")
     p.add_argument("--quick", action="store_true", help="12 nights of 2,000 keys")
     p.add_argument("--out", type=Path, default=HERE / "out" / "latest")
     p.add_argument("--json", type=Path)
@@ -231,8 +240,9 @@ def main(argv=None) -> int:
         args.nights, args.keys = 12, 2_000
     if args.nights < 10:
         p.error("--nights: at least 10 (the baseline is nights 6..10)")
-    from spark_jobs import decode, layout
+    from spark_jobs import decode, layout, maintenance
     from spark_jobs.session import build_session
+    from spark_jobs.warehouse import Warehouse
 
     table = layout.latest_table_name(TOPIC)
     shutil.rmtree(args.out, ignore_errors=True)
@@ -267,6 +277,13 @@ def main(argv=None) -> int:
                    "keys_changed": s["keyed"][table], "records": s["records"],
                    "actions": s["actions"], **s["timings"],
                    **({"profiled": True} if night in args.profile else {})}
+            if args.maintain_every and night % args.maintain_every == 0:
+                t1 = time.perf_counter()
+                m = maintenance.maintain(Warehouse(wh), older_than_days=0, retain_last=10,
+                                         orphan_grace_hours=0)
+                row["maintenance"] = {"seconds": round(time.perf_counter() - t1, 3),
+                                      **{k: m[k] for k in ("expired_snapshots", "files_compacted",
+                                                           "manifests_before", "manifests_after")}}
             nights.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
@@ -288,6 +305,7 @@ def main(argv=None) -> int:
     out = {
         "nights": args.nights, "keys": args.keys, "updates_per_night": args.updates,
         "partitions": args.partitions, "retention": args.retention, "cores": args.cores,
+        "maintain_every": args.maintain_every,
         "rows": len(got), "rows_equal_replay": True,
         "keyed_median_s": {"nights_6_10": base_keyed,
                            f"nights_{late.start}_{late.stop - 1}": late_keyed},
