@@ -361,7 +361,8 @@ def refresh_keyed(spark, job: Run, listing: Listing, decoded: Decoded, committed
     out, found = {}, []
     for k in plans:
         done = keyed_tables.refresh_table(spark, job.wh, k, job.args.run_id, night,
-                                          partitions[k.topic], committed, job.published)
+                                          partitions[k.topic], committed, job.published,
+                                          job.ctx.ingest_dt)
         out[k.name] = done["keys"]
         found += done["findings"]
     if found:

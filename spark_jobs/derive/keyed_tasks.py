@@ -128,62 +128,98 @@ def _scan(table, snapshot: int, row_filter) -> list:
     return out
 
 
-def _lower_bound(data_file, field_id: int) -> int | None:
+def _bound(data_file, field_id: int, upper: bool = False) -> int | None:
+    """A data file's lower (``upper``: upper) bound of an integer column, from its
+    statistics (None: none kept)."""
     from pyiceberg.conversions import from_bytes
-    from pyiceberg.types import LongType
+    from pyiceberg.types import IntegerType, LongType
 
-    raw = (data_file.lower_bounds or {}).get(field_id)
-    return None if raw is None else from_bytes(LongType(), raw)
+    raw = ((data_file.upper_bounds if upper else data_file.lower_bounds) or {}).get(field_id)
+    if raw is None:
+        return None
+    return from_bytes(LongType() if len(raw) == 8 else IntegerType(), raw)
 
 
 def plan(wh, k: keyed.Keyed, run_id: str, partitions: set[int], resolved: pa.Table | None,
-         published: dict) -> list[Item]:
+         published: dict, ingest_dt: str | None = None) -> list[Item]:
     """The candidates' work items of table ``k`` (no state files yet: :func:`with_state`),
-    one per partition of ``partitions`` that has any (see the module's text)."""
-    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, Or
+    one per partition of ``partitions`` that has any (see the module's text). The records
+    files are planned in at most two scans for all the partitions (the run's own, pruned to
+    its ``ingest_dt`` partition where given: the manifests of other days are skipped by
+    their partition summaries; then the partitions read again from ``low``), and shared out
+    by the files' ``partition`` statistics."""
+    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In
 
+    from spark_jobs import schemas
     from spark_jobs.warehouse import branch_name
 
     ref = branch_name(run_id)
     records = wh.table("records")
     snapshot = records.refs()[ref].snapshot_id
     offset_id = records.schema().find_field("offset").field_id
+    partition_id = records.schema().find_field("partition").field_id
     typed_table = None
     if k.kind == layout.LATEST and typed_columns(k.schema):
         typed_table = wh.load(layout.typed_table_name(k.topic))
         if typed_table is not None and ref not in typed_table.refs():
             typed_table = None
-    items = []
-    for p in sorted(partitions):
-        where = And(EqualTo("topic", k.topic), EqualTo("partition", p))
-        mine = _resolved_of(resolved, k.topic, p)
-        if k.new:
-            files, low, lowest = _scan(records, snapshot, where), FROM_START, None
-        else:
-            own = _scan(records, snapshot, And(where, EqualTo("run_id", run_id)))
-            firsts = [_lower_bound(f, offset_id) for f in own]
+    parts = sorted(partitions)
+    where = And(EqualTo("topic", k.topic), In("partition", parts))
+    if k.new:
+        files = _by_partition(_scan(records, snapshot, where), partition_id, parts)
+        lows = {p: FROM_START for p in parts}
+        lowest = {p: None for p in parts}
+    else:
+        own_filter = And(where, EqualTo("run_id", run_id))
+        if ingest_dt:
+            own_filter = And(own_filter, EqualTo(schemas.INGEST_DT, ingest_dt))
+        files = _by_partition(_scan(records, snapshot, own_filter), partition_id, parts)
+        lows, lowest = {}, {}
+        for p in parts:
+            mine = _resolved_of(resolved, k.topic, p)
+            firsts = [_bound(f, offset_id) for f in files[p]]
             firsts = [FROM_START if o is None else o for o in firsts]
             firsts += mine.column("offset").to_pylist() if mine is not None else []
             held = published.get((k.topic, p))
             top = max(hi for _, hi in held) if held else None
             again = [o for o in firsts if top is not None and o <= top]
-            low = min(again) if again else None
-            lowest = min(firsts) if firsts else None
-            files = own if low is None else _scan(
-                records, snapshot, And(where, Or(EqualTo("run_id", run_id),
-                                                 GreaterThanOrEqual("offset", low))))
-        if not files and mine is None:
+            lows[p] = min(again) if again else None
+            lowest[p] = min(firsts) if firsts else None
+        again = sorted(p for p in parts if lows[p] is not None)
+        if again:  # the partitions read again from their low (one scan for them all)
+            more = _by_partition(_scan(records, snapshot, And(
+                And(EqualTo("topic", k.topic), In("partition", again)),
+                GreaterThanOrEqual("offset", min(lows[p] for p in again)))), partition_id, again)
+            for p in again:
+                seen = {f.file_path for f in files[p]}
+                files[p] = files[p] + [f for f in more[p] if f.file_path not in seen]
+    items = []
+    for p in parts:
+        mine = _resolved_of(resolved, k.topic, p)
+        if not files[p] and mine is None:
             continue
         typed = []
         if typed_table is not None:
             tfilter = EqualTo("kafka_partition", p)
-            if lowest is not None and lowest != FROM_START:
-                tfilter = And(tfilter, GreaterThanOrEqual("kafka_offset", lowest))
+            if lowest[p] is not None and lowest[p] != FROM_START:
+                tfilter = And(tfilter, GreaterThanOrEqual("kafka_offset", lowest[p]))
             typed = [f.file_path for f in _scan(
                 typed_table, typed_table.refs()[ref].snapshot_id, tfilter)]
-        items.append(Item(p, [f.file_path for f in files], low,
+        items.append(Item(p, [f.file_path for f in files[p]], lows[p],
                           None if mine is None else to_ipc(mine), typed=typed))
     return items
+
+
+def _by_partition(data_files: list, field_id: int, partitions: list[int]) -> dict[int, list]:
+    """``data_files`` shared out to the Kafka partitions their ``partition`` statistics
+    span (a file without them: to every partition)."""
+    out = {p: [] for p in partitions}
+    for f in data_files:
+        lo, hi = _bound(f, field_id), _bound(f, field_id, upper=True)
+        for p in partitions:
+            if (lo is None or lo <= p) and (hi is None or p <= hi):
+                out[p].append(f)
+    return out
 
 
 def _resolved_of(resolved: pa.Table | None, topic: str, partition: int) -> pa.Table | None:
@@ -361,10 +397,10 @@ def cdc_columns(spark, items: list[Item], job: Fold, base: pa.Schema) -> pa.Sche
 
 
 def refresh(spark, wh, k: keyed.Keyed, run_id: str, night: str | None, partitions: set[int],
-            resolved: pa.Table | None, published: dict) -> dict:
+            resolved: pa.Table | None, published: dict, ingest_dt: str | None = None) -> dict:
     """Refresh table ``k`` on run ``run_id``'s branch on the executors (the module's text;
     ``published``: ``{(topic, partition): [(first, last)]}``, the offset ranges ``main``
-    held when the run began). Returns ``{"keys": n, "files": k, "findings": [...]}``."""
+    held when the run began; ``ingest_dt``: the run's records' partition value). Returns ``{"keys": n, "files": k, "findings": [...]}``."""
     from pyiceberg.exceptions import CommitFailedException
 
     from spark_jobs.findings import Finding
@@ -372,7 +408,7 @@ def refresh(spark, wh, k: keyed.Keyed, run_id: str, night: str | None, partition
     from spark_jobs.warehouse.snapshots import COMMIT_ATTEMPTS, backoff
 
     ref = branch_name(run_id)
-    items = plan(wh, k, run_id, partitions, resolved, published)
+    items = plan(wh, k, run_id, partitions, resolved, published, ingest_dt)
     job = Fold(k.kind, k.topic, run_id, night, k.schema, k.schema, "", wh.s3)
     schema = cdc_columns(spark, items, job, k.schema) if k.kind == layout.CDC else k.schema
     table = wh.load(k.name)
