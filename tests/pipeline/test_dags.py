@@ -87,7 +87,8 @@ def test_wiring_write_audit_publish(dag):
     assert {a.name for a in publish.outlets} == {a.name for a in TABLE_ASSETS.values()} | {
         DERIVED_ALIAS.name}
     assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess",
-                                      "schema_registry_conn_id", "rerun_of", "tiered_storage"}
+                                      "schema_registry_conn_id", "rerun_of", "tiered_storage",
+                                      "latest_topics", "cdc_topics"}
     assert plan.retries >= 1
     # after publish, the rerun after a conflict: a teardown (out of the run's state), run only
     # when publish failed or could not, triggering this very DAG
@@ -823,6 +824,12 @@ def test_a_chunk_spec_renders_the_decode_jobs_arguments_and_names_its_task():
         spec.input, spec.output, spec.run_id, "3", True, "c", "n", True, spec.s3_endpoint,
         "s3://b/_schemas.json")
     assert "--reprocess" not in ChunkSpec(**{**vars(spec), "reprocess": False}).argv()
+    keyed = parse_args(ChunkSpec(**{**vars(spec), "latest_topics": r"shop\..*",
+                                    "cdc_topics": "dbserver1[.].*"}).argv())
+    assert (keyed.latest_topics, keyed.cdc_topics) == (r"shop\..*", "dbserver1[.].*")
+    assert (args.latest_topics, args.cdc_topics) == (None, None)
+    with pytest.raises(SystemExit):  # a bad regular expression is a usage error
+        parse_args([*spec.argv(), "--latest-topics", "("])
 
     class Task:
         application_args = ["spark_jobs.decode_segments", *spec.argv()]
