@@ -34,13 +34,20 @@ def run_batches(wh, run_id: str) -> pa.Table:
 
 
 def sample(wh, run_id: str, topic: str, record_files: list[str]) -> pa.Table:
-    """Up to :data:`SAMPLE` of the run's records of ``topic`` (from one of its files)."""
+    """Up to :data:`SAMPLE` of the run's records of ``topic``: the first rows of one of its
+    files, their ``value``/``value_json`` only (through the table's FileIO: the footer and
+    those columns of the first row group are read, ranged on S3, not the whole file)."""
+    import pyarrow.parquet as pq
+
     from spark_jobs.parquet import topic_of
-    from spark_jobs.tables import read_file
 
     for path in record_files:
         if topic_of(path) == topic:
-            return read_file(path, "records", wh.s3).slice(0, SAMPLE)
+            with wh.table("records").io.new_input(path).open() as stream:
+                batches = pq.ParquetFile(stream).iter_batches(
+                    batch_size=SAMPLE, columns=["value", "value_json"])
+                first = next(batches, None)
+            return pa.Table.from_batches([first]) if first is not None else None
     return None
 
 
