@@ -1,4 +1,4 @@
-"""Per-key state tables (issue 35; docs/tables.md "Latest per key", "Change data capture"):
+"""Per-key state tables (issue 35; docs/tables.md "Latest per key", docs/debezium.md "The cdc table"):
 ``latest__<topic>`` (the latest committed record per key of a compacted topic) and
 ``cdc__<topic>`` (a Debezium topic's source table), one state machine for both.
 
