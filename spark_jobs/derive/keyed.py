@@ -1,5 +1,5 @@
-"""Per-key state tables (issue 35; docs/tables.md "Latest per key", docs/debezium.md "The cdc table"):
-``latest__<topic>`` (the latest committed record per key of a compacted topic) and
+"""Per-key state tables (issue 35; docs/tables.md "Latest per key", docs/debezium.md "The
+cdc table"): ``latest__<topic>`` (the latest committed record per key of a compacted topic) and
 ``cdc__<topic>`` (a Debezium topic's source table), one state machine for both.
 
 **What is in a table.** Per (Kafka partition, key) the row of the key's latest change as
