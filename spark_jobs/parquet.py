@@ -69,6 +69,29 @@ def parquet_options(schema: pa.Schema) -> dict:
                 column_encoding={c: "DELTA_BINARY_PACKED" for c in delta})
 
 
+def read_parquet(path: str, config=None) -> pa.Table:
+    """A whole Parquet file the pipeline wrote (local or ``s3://``), as its file holds it."""
+    import io
+
+    store, key = storage.open_object(path, config)
+    return pq.read_table(io.BytesIO(store.read(key)))
+
+
+def write_parquet(path: str, rows: pa.Table, config=None) -> None:
+    """Write ``rows`` as one Parquet file at ``path`` (local or ``s3://``), with the job's
+    options for their schema (:func:`parquet_options`): written locally, then put there."""
+    fd, local = tempfile.mkstemp(suffix=".parquet", prefix="kafkalog-")
+    os.close(fd)
+    try:
+        with pq.ParquetWriter(local, rows.schema, **parquet_options(rows.schema)) as writer:
+            writer.write_table(rows)
+        store, key = storage.open_object(path, config)
+        store.put_file(key, local)  # (a local store moves the file there)
+    finally:
+        if os.path.exists(local):
+            os.unlink(local)
+
+
 class PartWriter:
     """Parquet files of one task, one per table and partition value, moved into the
     table's data folder (``roots``) at the end; :meth:`commit` returns their URIs.
@@ -164,4 +187,5 @@ def topic_of(path: str) -> str | None:
 
 
 __all__ = ["DELTA_COLUMNS", "DICTIONARY_COLUMNS", "LINEAGE_DICTIONARIES", "PLAIN_COLUMNS",
-           "PartWriter", "parquet_options", "partition_path", "topic_of", "write_schema"]
+           "PartWriter", "parquet_options", "partition_path", "read_parquet", "topic_of",
+           "write_parquet", "write_schema"]

@@ -456,6 +456,15 @@ def delete_objects(uris, config: S3Config | None = None) -> None:
         store.delete(keys)
 
 
+def delete_uncommitted(uris, config: S3Config | None = None) -> None:
+    """Delete files a commit refused (or never made): best effort; one left behind is an
+    orphan, which maintenance's orphan removal deletes."""
+    try:
+        delete_objects(list(uris), config)
+    except (StorageError, OSError):
+        pass
+
+
 def open_store(root: str, config: S3Config | None = None) -> LocalStore | S3Store:
     """The store for ``root`` (``s3://bucket/prefix`` or a local path)."""
     return S3Store(root, config) if is_s3(root) else LocalStore(root)

@@ -12,12 +12,11 @@ readers see exactly the snapshot's rows.
 
 from __future__ import annotations
 
-import io
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from . import schemas, storage
+from .parquet import read_parquet
 from .warehouse import CatalogError, Warehouse, is_run_file
 
 
@@ -62,8 +61,7 @@ def table_paths(wh: Warehouse, name: str, *, snapshot: int | None = None,
 def read_file(path: str, name: str, config: storage.S3Config | None = None) -> pa.Table:
     """One data file of table ``name`` (any file the pipeline wrote), in the table's schema
     (a column an earlier version did not write reads as null, as Iceberg reads it)."""
-    store, key = storage.open_object(path, config)
-    table = pq.read_table(io.BytesIO(store.read(key)))
+    table = read_parquet(path, config)
     for f in schemas.TABLES[name]:
         if f.name not in table.column_names:
             table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))

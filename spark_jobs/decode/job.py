@@ -27,7 +27,7 @@ from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested,
                                         ledger_ranges, plan, read_index_positions)
 from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import Context, make_context, write_driver_table
-from spark_jobs.derive import internal, keyed_tables, log_dirs, remote, typed
+from spark_jobs.derive import internal, keyed_tables, keyed_tasks, log_dirs, remote, typed
 from spark_jobs.findings import REPLICA_DIVERGENCE, TIER_DIVERGENCE, Finding
 from spark_jobs.findings import table as findings_table
 from spark_jobs.warehouse import Warehouse, branch_name
@@ -360,9 +360,9 @@ def refresh_keyed(spark, job: Run, listing: Listing, decoded: Decoded, committed
     night = max((s.night for s in listing.segments if s.night), default=None) or job.args.night
     out, found = {}, []
     for k in plans:
-        done = keyed_tables.refresh_table(spark, job.wh, k, job.args.run_id, night,
-                                          partitions[k.topic], committed, job.published,
-                                          job.ctx.ingest_dt)
+        done = keyed_tasks.refresh(spark, job.wh, k, job.args.run_id, night,
+                                   partitions[k.topic], committed, job.published,
+                                   job.ctx.ingest_dt)
         out[k.name] = done["keys"]
         found += done["findings"]
     if found:

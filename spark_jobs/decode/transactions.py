@@ -28,17 +28,14 @@ Two places resolve it, so that the decode path stays a single pass:
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from spark_jobs import schemas, storage
-from spark_jobs.parquet import parquet_options, write_schema
+from spark_jobs.parquet import write_parquet, write_schema
 
 #: the suffix a rewritten data file's name gets (before ``.parquet``)
 REWRITE_SUFFIX = re.compile(r"~txn[0-9a-z]+$")
@@ -232,23 +229,7 @@ def rewritten_path(path: str, attempt: str) -> str:
 
 def _write_file(path: str, rows: pa.Table, config) -> None:
     target = write_schema("records")
-    fd, local = tempfile.mkstemp(suffix=".parquet", prefix="kafkalog-txn-")
-    os.close(fd)
-    try:
-        with pq.ParquetWriter(local, target, **parquet_options(target)) as writer:
-            writer.write_table(rows.select(target.names).cast(target))
-        store, key = storage.open_object(path, config)
-        store.put_file(key, local)  # (a local store moves the file there)
-    finally:
-        if os.path.exists(local):
-            os.unlink(local)
-
-
-def _delete_files(paths, config) -> None:
-    try:
-        storage.delete_objects(list(paths), config)
-    except (storage.StorageError, OSError):  # an orphan: maintenance's orphans removes it
-        pass
+    write_parquet(path, rows.select(target.names).cast(target), config)
 
 
 def plan_rewrites(wh, run_id: str, head: int, chunk_id: str | None = None) -> dict:
@@ -348,11 +329,11 @@ def resolve_open(wh, run_id: str, ctx, chunk_id: str | None = None) -> dict:
                              parent=head, summary={"kafkalog.step": "txn_state",
                                                    "kafkalog.txn-resolved": plan["rows"]})
         except CommitFailedException:
-            _delete_files(written.values(), wh.s3)
+            storage.delete_uncommitted(written.values(), wh.s3)
             backoff(attempt)
             continue
         except BaseException:
-            _delete_files(written.values(), wh.s3)
+            storage.delete_uncommitted(written.values(), wh.s3)
             raise
         return {"rows": plan["rows"], "files": len(written),
                 "committed": pa.concat_tables(plan["committed"]) if plan["committed"] else None}

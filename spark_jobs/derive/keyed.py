@@ -36,20 +36,17 @@ tags each table's state ``night-YYYY-MM-DD`` (:mod:`spark_jobs.warehouse.tags`).
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import uuid
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from spark_jobs import layout, schemas, storage
+from spark_jobs import layout, schemas
 from spark_jobs.derive.value_types import normalized
-from spark_jobs.parquet import parquet_options
+from spark_jobs.parquet import read_parquet, write_parquet
 
 #: the columns a change frame begins with: the partition, the key's identity (bytes), the
 #: record's offset and what the change does
@@ -193,26 +190,14 @@ def state_path(root: str, partition: int) -> str:
 
 def write_state(path: str, rows: pa.Table, config) -> None:
     """Write one state file (the table's columns, the job's Parquet options)."""
-    fd, local = tempfile.mkstemp(suffix=".parquet", prefix="kafkalog-keyed-")
-    os.close(fd)
-    try:
-        with pq.ParquetWriter(local, rows.schema, **parquet_options(rows.schema)) as writer:
-            writer.write_table(rows)
-        store, key = storage.open_object(path, config)
-        store.put_file(key, local)
-    finally:
-        if os.path.exists(local):
-            os.unlink(local)
+    write_parquet(path, rows, config)
 
 
 def read_state(paths: list[str], schema: pa.Schema, config) -> pa.Table:
     """The rows of state files ``paths`` in ``schema`` (a column a file lacks reads null)."""
-    import io
-
     parts = [schema.empty_table()]
     for path in paths:
-        store, key = storage.open_object(path, config)
-        t = pq.read_table(io.BytesIO(store.read(key)))
+        t = read_parquet(path, config)
         for f in schema:
             if f.name not in t.column_names:
                 t = t.append_column(f.name, pa.nulls(t.num_rows, f.type))

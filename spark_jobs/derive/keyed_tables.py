@@ -85,15 +85,4 @@ def plan(wh, args, bases: dict, partitions: dict, files: dict) -> list[keyed.Key
     return out
 
 
-def refresh_table(spark, wh, k: keyed.Keyed, run_id: str, night: str | None,
-                  partitions: set[int], committed, published: dict,
-                  ingest_dt: str | None = None) -> dict:
-    """Refresh one keyed table with its kind's changes, folded on the executors
-    (:func:`spark_jobs.derive.keyed_tasks.refresh`)."""
-    from spark_jobs.derive import keyed_tasks
-
-    return keyed_tasks.refresh(spark, wh, k, run_id, night, partitions, committed, published,
-                               ingest_dt)
-
-
-__all__ = ["SAMPLE", "plan", "refresh_table", "run_batches", "sample"]
+__all__ = ["SAMPLE", "plan", "run_batches", "sample"]

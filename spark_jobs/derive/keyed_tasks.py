@@ -39,16 +39,15 @@ price is reading a cdc topic's candidates twice; a latest table folds in one pas
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from spark_jobs import layout, storage
 from spark_jobs.derive import keyed
+from spark_jobs.parquet import read_parquet
 
 #: what a fold task yields per partition: its new state file (null: none written), the
 #: state files it replaces, the keys changed, its findings (:class:`~spark_jobs.findings.Finding`
@@ -164,6 +163,7 @@ def plan(wh, k: keyed.Keyed, run_id: str, partitions: set[int], resolved: pa.Tab
         if typed_table is not None and ref not in typed_table.refs():
             typed_table = None
     parts = sorted(partitions)
+    mine = {p: _resolved_of(resolved, k.topic, p) for p in parts}
     where = And(EqualTo("topic", k.topic), In("partition", parts))
     if k.new:
         files = _by_partition(_scan(records, snapshot, where), partition_id, parts)
@@ -176,10 +176,9 @@ def plan(wh, k: keyed.Keyed, run_id: str, partitions: set[int], resolved: pa.Tab
         files = _by_partition(_scan(records, snapshot, own_filter), partition_id, parts)
         lows, lowest = {}, {}
         for p in parts:
-            mine = _resolved_of(resolved, k.topic, p)
             firsts = [_bound(f, offset_id) for f in files[p]]
             firsts = [FROM_START if o is None else o for o in firsts]
-            firsts += mine.column("offset").to_pylist() if mine is not None else []
+            firsts += mine[p].column("offset").to_pylist() if mine[p] is not None else []
             held = published.get((k.topic, p))
             top = max(hi for _, hi in held) if held else None
             again = [o for o in firsts if top is not None and o <= top]
@@ -195,8 +194,7 @@ def plan(wh, k: keyed.Keyed, run_id: str, partitions: set[int], resolved: pa.Tab
                 files[p] = files[p] + [f for f in more[p] if f.file_path not in seen]
     items = []
     for p in parts:
-        mine = _resolved_of(resolved, k.topic, p)
-        if not files[p] and mine is None:
+        if not files[p] and mine[p] is None:
             continue
         typed = []
         if typed_table is not None:
@@ -206,7 +204,7 @@ def plan(wh, k: keyed.Keyed, run_id: str, partitions: set[int], resolved: pa.Tab
             typed = [f.file_path for f in _scan(
                 typed_table, typed_table.refs()[ref].snapshot_id, tfilter)]
         items.append(Item(p, [f.file_path for f in files[p]], lows[p],
-                          None if mine is None else to_ipc(mine), typed=typed))
+                          None if mine[p] is None else to_ipc(mine[p]), typed=typed))
     return items
 
 
@@ -251,11 +249,6 @@ def typed_columns(columns: pa.Schema) -> list[pa.Field]:
 
 
 # ------------------------------------------------------------------ a task
-
-def _read(path: str, config) -> pa.Table:
-    store, key = storage.open_object(path, config)
-    return pq.read_table(io.BytesIO(store.read(key)))
-
 
 def candidate_rows(item: dict, job: Fold) -> pa.Table:
     """The candidate records of a work item (a row of :data:`ITEM`), each offset once."""
@@ -311,7 +304,7 @@ def typed_rows(item: dict, job: Fold) -> pa.Table | None:
     want = typed_columns(job.changes)
     parts = []
     for path in item["typed"]:
-        t = _read(path, job.s3)
+        t = read_parquet(path, job.s3)
         t = t.filter(pc.fill_null(pc.equal(t.column("kafka_partition"), item["partition"]),
                                   False))
         cols = {c: t.column(c).cast(pa.int64() if c == "kafka_offset" else pa.int32())
@@ -433,22 +426,15 @@ def refresh(spark, wh, k: keyed.Keyed, run_id: str, night: str | None, partition
                              summary={"kafkalog.step": k.kind, "kafkalog.keys": changed,
                                       **({"kafkalog.night": night} if night else {})})
         except CommitFailedException:
-            _forget(files, wh.s3)
+            storage.delete_uncommitted(files, wh.s3)
             backoff(attempt)
             continue
         except BaseException:
-            _forget(files, wh.s3)
+            storage.delete_uncommitted(files, wh.s3)
             raise
         return {"keys": changed, "files": len(files), "findings": found}
     raise CatalogError(f"{k.name}: could not refresh on run {run_id!r} after "
                        f"{COMMIT_ATTEMPTS} tries")
-
-
-def _forget(files, config) -> None:
-    try:
-        storage.delete_objects(list(files), config)
-    except (storage.StorageError, OSError):  # an orphan: maintenance's orphans removes it
-        pass
 
 
 __all__ = ["FOLDED", "FROM_START", "Fold", "ITEM", "Item", "SOURCES", "candidate_rows",
