@@ -44,7 +44,16 @@ S3_ENV = {
 LONGEST_FIRST = ("test_dags_e2e.py", "test_backfill.py")
 
 
+#: fixtures that start a Spark session or an S3 server: a test using one (directly or through
+#: another fixture) is a pipeline test whether or not its module says so, so that it runs once
+PIPELINE_FIXTURES = frozenset({"spark", "s3_endpoint"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m "not pipeline"`` deselects by marker
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if PIPELINE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.pipeline)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: rest as collected
 
