@@ -47,7 +47,8 @@ import pyarrow.compute as pc
 from spark_jobs import schemas
 from spark_jobs.derive import debezium as dbz
 from spark_jobs.derive import keyed
-from spark_jobs.findings import CDC_PARSE_ERROR, CDC_UNSUPPORTED_OP, Finding
+from spark_jobs.findings import (CDC_PARSE_ERROR, CDC_UNSUPPORTED_OP, CDC_UNTYPED_COLUMN,
+                                 CDC_VALUE_ERROR, Finding)
 
 #: the columns a cdc table begins with: the Kafka partition and the key's canonical JSON text
 HEAD = pa.schema([schemas.RECORDS.field("partition"), pa.field("key", pa.string())])
@@ -153,9 +154,12 @@ def _json_default(value):
 
 def _cell(value, column: pa.DataType, typed: bool):
     """A source value as its column holds it: JSON text in a string column unless the value
-    is a typed string; else the value itself (Arrow checks the fit)."""
+    is a typed string (or a typed Decimal: its text); else the value itself (Arrow checks
+    the fit)."""
     if value is None or not pa.types.is_string(column) or (typed and isinstance(value, str)):
         return value
+    if typed and isinstance(value, decimal.Decimal):  # a decimal without a fixed scale
+        return str(value)
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       default=_json_default)
 
@@ -209,16 +213,11 @@ class _Parsed:
                              "table; the cdc table applies changes per key and keeps its rows")
                 return
             text = key_text(key)
-            typed = False
-            if change.row is not None:
-                _, schema = dbz.unwrap(dbz.loads(value_json if value_json is not None
-                                                 else value, "value"))
-                if schema is not None:
-                    typed = True
-                    self.envelopes.setdefault(canonical(schema), schema)
-                    dbz.row_schema(schema)  # a schema without an 'after' struct: an error here
-                else:
-                    self.untyped.update(dict.fromkeys(change.row))
+            typed = change.schema is not None
+            if typed:
+                self.envelopes.setdefault(canonical(change.schema), change.schema)
+            elif change.row is not None:
+                self.untyped.update(dict.fromkeys(change.row))
         except dbz.DebeziumError as err:
             self.finding(i, CDC_PARSE_ERROR, str(err))
             return
@@ -272,19 +271,25 @@ def changes(records: pa.Table, schema: pa.Schema | None = None
     frame_schema = keyed.change_schema(columns)
     values = [_values(change, text, typed, columns) for change, text, typed in parsed.changes]
     kept = parsed.kept
-    bad = _misfits(values, frame_schema)
-    if bad:
-        for j in sorted(bad):
-            parsed.finding(kept[j], CDC_PARSE_ERROR, bad[j])
-        good = [j for j in range(len(kept)) if j not in bad]
-        values, kept = [values[j] for j in good], [kept[j] for j in good]
+    noted: set[str] = set()
+    for j, (change, _, _) in enumerate(parsed.changes):
+        for name, why in change.notes:
+            if column_name(name) not in noted:  # once per column: the first record with it
+                noted.add(column_name(name))
+                parsed.finding(kept[j], CDC_UNTYPED_COLUMN, f"column {column_name(name)}: {why}")
+        for name, why in change.errors:
+            parsed.finding(kept[j], CDC_VALUE_ERROR, f"column {column_name(name)} is null in "
+                           f"the row: {why}")
+    for (j, name), why in sorted(_misfits(values, frame_schema).items()):
+        parsed.finding(kept[j], CDC_VALUE_ERROR, f"column {name} is null in the row: {why}")
     take = pa.array(kept, pa.int64())
     out = {"partition": rows.column("partition").take(take),
            "offset": rows.column("offset").take(take),
            "timestamp": rows.column("timestamp").take(take)}
     arrays = [out[f.name].cast(f.type) if f.name in out
               else pa.array([v.get(f.name) for v in values], f.type) for f in frame_schema]
-    return pa.Table.from_arrays(arrays, schema=frame_schema), columns, parsed.found
+    found = sorted(parsed.found, key=lambda f: (f.partition or 0, f.base_offset or 0))
+    return pa.Table.from_arrays(arrays, schema=frame_schema), columns, found
 
 
 def _values(change: dbz.Change, text: str, typed: bool, columns: pa.Schema) -> dict:
@@ -300,21 +305,23 @@ def _values(change: dbz.Change, text: str, typed: bool, columns: pa.Schema) -> d
     return out
 
 
-def _misfits(values: list[dict], frame_schema: pa.Schema) -> dict[int, str]:
-    """Rows whose values do not fit their columns, with why (the positions are typed here,
-    in place)."""
-    bad: dict[int, str] = {}
+def _misfits(values: list[dict], frame_schema: pa.Schema) -> dict[tuple[int, str], str]:
+    """The cells whose values do not fit their columns, ``(row, column) -> why``, each made
+    null in place (the positions are typed here, in place): a row is never lost for one
+    column."""
+    bad: dict[tuple[int, str], str] = {}
     for j, row in enumerate(values):
         for name in POSITIONS:
             if name in row:
                 try:
                     row[name] = _position(row[name], frame_schema.field(name).type, name)
                 except dbz.DebeziumError as err:
-                    bad.setdefault(j, str(err))
+                    bad[(j, name)] = str(err)
+                    row[name] = None
     for f in frame_schema:
         if f.name in ("partition", "offset", "timestamp"):
             continue
-        column = [None if j in bad else row.get(f.name) for j, row in enumerate(values)]
+        column = [row.get(f.name) for row in values]
         try:
             pa.array(column, f.type)
             continue
@@ -324,7 +331,8 @@ def _misfits(values: list[dict], frame_schema: pa.Schema) -> dict[int, str]:
             try:
                 pa.array([value], f.type)
             except _FIT_ERRORS as err:
-                bad.setdefault(j, f"column {f.name} ({f.type}): {value!r} does not fit: {err}")
+                bad[(j, f.name)] = f"{value!r:.120} does not fit {f.type}: {err}"
+                values[j][f.name] = None
     return bad
 
 
