@@ -103,13 +103,17 @@ def table_schema(envelope_schemas=(), *, untyped=(), positions=(),
     """A cdc table's columns (the module's text): ``base``'s (the table as it stands) widened
     by the source columns of ``envelope_schemas`` (Connect schemas of envelopes, typed), the
     source column names ``untyped`` (of envelopes without a schema: JSON text), and the
-    position fields ``positions`` (besides those the schemas' ``source`` has)."""
+    position fields ``positions`` (besides those the schemas' ``source`` has). A position
+    column is typed as :data:`POSITIONS` says unless the table has it, or a schema's
+    ``source`` types it as a string (Oracle's ``txId``)."""
     source: dict[str, pa.DataType] = {}
     present = set(positions)
+    kinds: dict[str, pa.DataType] = {}  # a position column's type where it is not POSITIONS'
     if base is not None:
         for f in base:
             if f.name in POSITIONS:
                 present.add(f.name)
+                kinds[f.name] = f.type
             elif f.name not in RESERVED:
                 source[f.name] = f.type
     for envelope in envelope_schemas:
@@ -118,12 +122,18 @@ def table_schema(envelope_schemas=(), *, untyped=(), positions=(),
         src = dbz.field_schema(envelope, "source")
         if src is not None and str(src.get("type", "")).lower() == "struct":
             struct = dbz.arrow_type(src)
-            present.update(struct.field(i).name for i in range(struct.num_fields)
-                           if struct.field(i).name in POSITIONS)
+            for i in range(struct.num_fields):
+                f = struct.field(i)
+                if f.name in POSITIONS:
+                    present.add(f.name)
+                    # Oracle's txId is text ("6.28.807"), PostgreSQL's an int64
+                    if pa.types.is_string(f.type):
+                        kinds.setdefault(f.name, f.type)
     for name in untyped:
         source.setdefault(column_name(name), pa.string())
     return pa.schema(list(HEAD) + [pa.field(n, t) for n, t in source.items()] + list(META)
-                     + [pa.field(n, POSITIONS[n]) for n in dbz.POSITION_FIELDS if n in present]
+                     + [pa.field(n, kinds.get(n, POSITIONS[n])) for n in dbz.POSITION_FIELDS
+                        if n in present]
                      + list(RECORD) + list(keyed.TAIL))
 
 
