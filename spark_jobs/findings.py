@@ -98,5 +98,6 @@ def task_batch(found: Iterable[Finding]) -> pa.RecordBatch:
 
 
 __all__ = ["CDC_PARSE_ERROR", "CDC_UNSUPPORTED_OP", "CDC_UNTYPED_COLUMN", "CDC_VALUE_ERROR",
-           "DIVERGENCE", "REPLICA_DIVERGENCE", "REPLICA_DIVERGENCE_PREFIX", "TASK_COLUMNS", "TIER_DIVERGENCE",
+           "DIVERGENCE", "REPLICA_DIVERGENCE", "REPLICA_DIVERGENCE_PREFIX", "TASK_COLUMNS",
+           "TIER_DIVERGENCE",
            "TIER_DIVERGENCE_PREFIX", "Finding", "table", "task_batch"]

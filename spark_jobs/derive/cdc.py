@@ -16,9 +16,14 @@ table's columns from ``after``; ``op``; ``source_ts_ms``; the source position fi
   the JSON text of each value (``42``, ``"Anne"``, ``{"a":1}``; a JSON null is null):
   guessing Arrow types from JSON values would fix a column's type by its first value.
 - A column is typed once, by the first envelope that has it (or by the table as it stands);
-  a later envelope adding columns widens the table (a new column is null in older rows). A
-  value that does not fit its column's type is a :data:`~spark_jobs.findings.CDC_PARSE_ERROR`
-  finding, not a change.
+  a later envelope adding columns widens the table (a new column is null in older rows).
+- **One bad value costs one column, never the row**: a value that does not convert by its
+  Connect schema, or does not fit its column's type, is null in a row that lands, and a
+  :data:`~spark_jobs.findings.CDC_VALUE_ERROR` finding names the column, the offset and why
+  (its ``raw``: the record's value). A column of a Connect type unknown here holds each
+  value's JSON text, with one :data:`~spark_jobs.findings.CDC_UNTYPED_COLUMN` note per
+  column and frame. A MongoDB document's fields are typed from their Extended JSON
+  (:mod:`spark_jobs.derive.extended_json`).
 - A source column named like one of the table's own columns (:data:`RESERVED`: ``key``,
   ``offset``, ``timestamp``, ``op``, a position field, ...) is called ``after_<name>``.
 

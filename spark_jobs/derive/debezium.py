@@ -20,9 +20,13 @@ without the wrapper; a null key is a table without one. After a delete Debezium 
 Recognition is by shape (:func:`is_envelope`: an ``op`` Debezium writes, a ``source`` struct,
 and ``before`` or ``after`` for row events) or by name (:func:`is_cdc_topic` with a topic regex,
 ``--cdc-topics``). Typing follows the Connect schema where the wrapper gives one
-(:func:`convert`: Connect's primitive types and the logical types Debezium's connectors use);
-without a schema the row's values stay as the JSON has them. Bad input is a
-:class:`DebeziumError` naming the field and the value, never a silently dropped change.
+(:func:`convert_row`, :func:`convert`: the types as Kafka's JsonConverter writes their names,
+and the logical types Debezium's connectors use); without a schema the row's values stay as
+the JSON has them. A MongoDB event's ``after`` is the document's Extended JSON text, read
+into its fields by :mod:`spark_jobs.derive.extended_json` and typed from that. A record that
+is no change (bad JSON, no envelope, a bad key, a row event without a row) is a
+:class:`DebeziumError` naming why; a value of one column that cannot be typed costs that
+column only (:attr:`Change.errors`), never the row.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ _INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 # type: io.debezium.data.Json, Uuid, Xml, Enum, EnumSet, Ltree (strings), Bits (bytes),
 # io.debezium.time.Year (int32), MicroDuration, Interval, geometry structs, ...
 DATE = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")  # int32 days
-TIMESTAMP_MS = ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp")  # int64
+# int64 ms since the epoch (Connect's name is the one a MongoDB document's $date is given)
+TIMESTAMP_MS = ("io.debezium.time.Timestamp", extended_json.TIMESTAMP)
 MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"  # int64 microseconds since the epoch
 NANO_TIMESTAMP = "io.debezium.time.NanoTimestamp"  # int64 nanoseconds since the epoch
 ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"  # ISO 8601 string with its zone
@@ -525,7 +530,8 @@ def row_schema(envelope_schema: dict) -> pa.Schema:
     after = field_schema(envelope_schema, "after")
     if after is None or str(after.get("type", "")).lower() != "struct":
         raise DebeziumError("the envelope's schema has no 'after' struct")
-    return pa.schema([pa.field(n, column_type(s)[0]) for n, s in map(_field, after.get("fields") or ())])
+    fields = map(_field, after.get("fields") or ())
+    return pa.schema([pa.field(n, column_type(s)[0]) for n, s in fields])
 
 
 def _short(value, limit: int = 120) -> str:

@@ -9,16 +9,16 @@ source document's top-level fields, each typed from its Extended JSON form, and 
 Connect schema of the columns it made, so that the cdc table types them as it types a
 relational row (:mod:`spark_jobs.derive.debezium`):
 
-| Extended JSON | Connect schema | value |
-|---|---|---|
-| ``{"$oid": hex}`` | ``string`` | the 24 hex digits |
-| ``{"$numberInt": s}``, ``{"$numberLong": s}``, a JSON integer | ``int64`` | ``int`` |
-| ``{"$numberDouble": s}``, a JSON number with a fraction | ``double`` | ``float`` (``"NaN"``, ``"Infinity"`` too) |
-| ``{"$numberDecimal": s}`` | ``string`` | the decimal's text (no fixed scale) |
-| ``{"$date": ...}`` (``{"$numberLong": ms}``, ms, or ISO 8601 text) | ``int64`` ``org.apache.kafka.connect.data.Timestamp`` | the ms since the epoch |
-| ``{"$binary": {"base64", "subType"}}`` (or the legacy ``{"$binary", "$type"}``) | ``bytes`` | base64 text |
-| a string, ``true``/``false`` | ``string``, ``boolean`` | as is |
-| a nested document, an array, any other ``$`` type | ``string`` | its Extended JSON text |
+- ``{"$oid": hex}``: ``string``, the 24 hex digits;
+- ``{"$numberInt": s}``, ``{"$numberLong": s}``, a JSON integer: ``int64``;
+- ``{"$numberDouble": s}`` (``"NaN"``, ``"Infinity"`` too), a JSON number with a fraction:
+  ``double``;
+- ``{"$numberDecimal": s}``: ``string``, the decimal's text (no fixed scale);
+- ``{"$date": ...}`` (``{"$numberLong": ms}``, ms, or ISO 8601 text): ``int64`` named
+  ``org.apache.kafka.connect.data.Timestamp``, the ms since the epoch;
+- ``{"$binary": {"base64", "subType"}}`` (or the legacy ``{"$binary", "$type"}``): ``bytes``;
+- a string, ``true``/``false``: ``string``, ``boolean``;
+- a nested document, an array, any other ``$`` type: ``string``, its Extended JSON text.
 
 A field whose value is null gives no column type: the column is left out of the row (it
 reads null, as the document has it). The specification: mongodb/specifications,
@@ -32,6 +32,7 @@ import binascii
 import datetime as dt
 import json
 
+#: Connect's Timestamp logical type (int64 ms since the epoch), the Connect type of a $date
 TIMESTAMP = "org.apache.kafka.connect.data.Timestamp"
 
 
