@@ -201,6 +201,7 @@ class _Parsed:
         self.kept: list[int] = []
         self.changes: list[tuple[dbz.Change, str, bool]] = []
         self.envelopes: dict[str, dict] = {}
+        self.columns: set[str] = set()  # the source columns of the envelopes kept
         self.untyped: dict[str, None] = {}
         self.positions: set[str] = set()
         self.found: list[Finding] = []
@@ -218,6 +219,19 @@ class _Parsed:
             partition=r.get("partition"), segment=r.get("segment"),
             segment_base_offset=r.get("segment_base_offset"), run_id=r.get("run_id")))
 
+    def envelope(self, schema: dict) -> None:
+        """Keep an envelope schema that can widen the table: one with a ``source`` (its
+        position fields) or a column not met before. MongoDB's (one per set of a document's
+        fields, :mod:`spark_jobs.derive.extended_json`) would otherwise be one per document;
+        leaving out one that brings nothing new gives :func:`table_schema` the same columns."""
+        text = canonical(schema)
+        if text in self.envelopes:
+            return
+        names = set(dbz.row_schema(schema).names)
+        if dbz.field_schema(schema, "source") is not None or not names <= self.columns:
+            self.envelopes[text] = schema
+            self.columns |= names
+
     def add(self, i: int, key, value, value_json) -> None:
         try:
             change = dbz.parse(key, value, value_json=value_json)
@@ -230,7 +244,7 @@ class _Parsed:
             text = key_text(key)
             typed = change.schema is not None
             if typed:
-                self.envelopes.setdefault(canonical(change.schema), change.schema)
+                self.envelope(change.schema)
             elif change.row is not None:
                 self.untyped.update(dict.fromkeys(change.row))
         except dbz.DebeziumError as err:

@@ -465,3 +465,27 @@ def test_the_key_text_is_the_same_with_or_without_the_wrapper():
 ])
 def test_detection(events, pattern, want):
     assert cdc.is_cdc(TOPIC, records(events), pattern) is want
+
+
+def test_mongodb_documents_of_different_fields_widen_one_table():
+    """Documents of one collection with different fields: every field a column (typed by
+    the first document that has it), an envelope kept only where it brings a column."""
+    key, value = dbz_events.connector_events("mongodb")[0]
+    create = json.loads(value)
+    docs = [{"_id": {"$numberLong": str(i)}, "name": f"n{i}"} for i in range(5)]
+    docs[3]["score"] = {"$numberDouble": "1.5"}
+    docs[4]["score"] = "high"  # a later document's field of another type: that cell only
+    pairs = [(json.dumps({**json.loads(key), "payload": {"id": str(i)}}),
+              json.dumps({**create, "payload": {**create["payload"], "after": json.dumps(d)}}))
+             for i, d in enumerate(docs)]
+    envelopes, untyped, _ = cdc.sources(keyed_records(pairs))
+    assert len(envelopes) == 2 and untyped == []
+    frame, columns, found = cdc.changes(keyed_records(pairs), cdc.table_schema())
+    assert [columns.field(n).type for n in ("_id", "name", "score")] == \
+        [pa.int64(), pa.string(), pa.float64()]
+    got = fold(frame)
+    assert [got[f'{{"id":"{i}"}}']["score"] for i in range(5)] == [None, None, None, 1.5, None]
+    assert [(f.kind, f.base_offset) for f in found] == [(findings.CDC_VALUE_ERROR, 4)]
+    want = replay([(i, k, v) for i, (k, v) in enumerate(pairs)])
+    assert {k: {n: got[k][n] for n in r if n != "score"} for k, r in want.items()} == \
+        {k: {n: v for n, v in r.items() if n != "score"} for k, r in want.items()}
