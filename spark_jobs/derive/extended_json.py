@@ -130,3 +130,6 @@ def columns(text) -> tuple[dict, dict, list[tuple[str, str]]]:
         fields.append({**schema, "field": name})
         row[name] = out
     return row, {"type": "struct", "optional": True, "fields": fields}, errors
+
+
+__all__ = ["TIMESTAMP", "ExtendedJsonError", "columns", "value"]
