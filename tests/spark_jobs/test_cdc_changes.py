@@ -7,6 +7,9 @@ schema wrapper; an AvroConverter value as the decode job renders it in ``records
 The expectation is :mod:`cdc_replay` (Debezium's documented semantics, nothing of
 spark_jobs.derive): the change frame, folded here per key in offset order, must leave the same
 rows. Typed columns are compared with the replay's JSON values converted here by hand.
+Debezium's own events (tests/data/debezium/, its README; debezium_events) are folded the same
+way: the connector pages' PostgreSQL, SQL Server, Oracle and MongoDB events, the tutorial's
+products table, a SQL Server DECIMAL/DATETIME row.
 """
 
 from __future__ import annotations

@@ -7,6 +7,13 @@ without it, each delete followed by its tombstone, plus a snapshot read ``r``. T
 listings carry ``// <1>`` call-outs and, once, a trailing comma; the texts here are those
 listings as valid JSON (``version`` made concrete). The expected outputs are literals, and a
 replay written here (a dict per key: upsert, delete) checks where a stream leaves the table.
+
+Below those, Debezium's own events vendored verbatim under tests/data/debezium/ (its README:
+repository, commit, path and lines; read by debezium_events): the PostgreSQL, SQL Server,
+Oracle and MongoDB pages' listings (debezium/debezium aad5519902997a3627fe296f77ea6d3452e9acce),
+the Debezium Server page's SQL Server DECIMAL row, and the tutorial's products events as
+apache/flink keeps them (a4726a83ad6d56dff76011a44918f293d015c260,
+flink-formats/flink-json/src/test/resources/debezium-data-schema-include.txt).
 """
 
 from __future__ import annotations
