@@ -43,6 +43,14 @@ TIER_DIVERGENCE_PREFIX = "tier divergence:"
 #: not what Debezium writes, or a value does not fit the table's column
 #: (spark_jobs.derive.cdc; the record stays in ``records``)
 CDC_PARSE_ERROR = "cdc_parse_error"
+#: one column of a Debezium change whose value cannot be typed (a value that does not fit
+#: its Connect schema or the table's column): the row lands with that column null; the
+#: finding names the column, the offset and why, its ``raw`` the record's value
+#: (spark_jobs.derive.cdc)
+CDC_VALUE_ERROR = "cdc_value_error"
+#: a ``cdc__`` table column whose Connect schema type is unknown to the parser: it holds each
+#: value's JSON text; one finding per column and change frame, at the first record with it
+CDC_UNTYPED_COLUMN = "cdc_untyped_column"
 #: a Debezium change the ``cdc__`` table does not apply: ``t`` (a truncate: every row of the
 #: source table goes, which a per-key table cannot say)
 CDC_UNSUPPORTED_OP = "cdc_unsupported_op"
@@ -89,6 +97,7 @@ def task_batch(found: Iterable[Finding]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([f.task_row() for f in found], schema=TASK_COLUMNS)
 
 
-__all__ = ["CDC_PARSE_ERROR", "CDC_UNSUPPORTED_OP", "DIVERGENCE", "REPLICA_DIVERGENCE",
-           "REPLICA_DIVERGENCE_PREFIX", "TASK_COLUMNS", "TIER_DIVERGENCE",
+__all__ = ["CDC_PARSE_ERROR", "CDC_UNSUPPORTED_OP", "CDC_UNTYPED_COLUMN", "CDC_VALUE_ERROR",
+           "DIVERGENCE", "REPLICA_DIVERGENCE", "REPLICA_DIVERGENCE_PREFIX", "TASK_COLUMNS",
+           "TIER_DIVERGENCE",
            "TIER_DIVERGENCE_PREFIX", "Finding", "table", "task_batch"]

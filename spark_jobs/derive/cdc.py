@@ -16,9 +16,14 @@ table's columns from ``after``; ``op``; ``source_ts_ms``; the source position fi
   the JSON text of each value (``42``, ``"Anne"``, ``{"a":1}``; a JSON null is null):
   guessing Arrow types from JSON values would fix a column's type by its first value.
 - A column is typed once, by the first envelope that has it (or by the table as it stands);
-  a later envelope adding columns widens the table (a new column is null in older rows). A
-  value that does not fit its column's type is a :data:`~spark_jobs.findings.CDC_PARSE_ERROR`
-  finding, not a change.
+  a later envelope adding columns widens the table (a new column is null in older rows).
+- **One bad value costs one column, never the row**: a value that does not convert by its
+  Connect schema, or does not fit its column's type, is null in a row that lands, and a
+  :data:`~spark_jobs.findings.CDC_VALUE_ERROR` finding names the column, the offset and why
+  (its ``raw``: the record's value). A column of a Connect type unknown here holds each
+  value's JSON text, with one :data:`~spark_jobs.findings.CDC_UNTYPED_COLUMN` note per
+  column and frame. A MongoDB document's fields are typed from their Extended JSON
+  (:mod:`spark_jobs.derive.extended_json`).
 - A source column named like one of the table's own columns (:data:`RESERVED`: ``key``,
   ``offset``, ``timestamp``, ``op``, a position field, ...) is called ``after_<name>``.
 
@@ -47,7 +52,8 @@ import pyarrow.compute as pc
 from spark_jobs import schemas
 from spark_jobs.derive import debezium as dbz
 from spark_jobs.derive import keyed
-from spark_jobs.findings import CDC_PARSE_ERROR, CDC_UNSUPPORTED_OP, Finding
+from spark_jobs.findings import (CDC_PARSE_ERROR, CDC_UNSUPPORTED_OP, CDC_UNTYPED_COLUMN,
+                                 CDC_VALUE_ERROR, Finding)
 
 #: the columns a cdc table begins with: the Kafka partition and the key's canonical JSON text
 HEAD = pa.schema([schemas.RECORDS.field("partition"), pa.field("key", pa.string())])
@@ -102,13 +108,17 @@ def table_schema(envelope_schemas=(), *, untyped=(), positions=(),
     """A cdc table's columns (the module's text): ``base``'s (the table as it stands) widened
     by the source columns of ``envelope_schemas`` (Connect schemas of envelopes, typed), the
     source column names ``untyped`` (of envelopes without a schema: JSON text), and the
-    position fields ``positions`` (besides those the schemas' ``source`` has)."""
+    position fields ``positions`` (besides those the schemas' ``source`` has). A position
+    column is typed as :data:`POSITIONS` says unless the table has it, or a schema's
+    ``source`` types it as a string (Oracle's ``txId``)."""
     source: dict[str, pa.DataType] = {}
     present = set(positions)
+    kinds: dict[str, pa.DataType] = {}  # a position column's type where it is not POSITIONS'
     if base is not None:
         for f in base:
             if f.name in POSITIONS:
                 present.add(f.name)
+                kinds[f.name] = f.type
             elif f.name not in RESERVED:
                 source[f.name] = f.type
     for envelope in envelope_schemas:
@@ -117,12 +127,18 @@ def table_schema(envelope_schemas=(), *, untyped=(), positions=(),
         src = dbz.field_schema(envelope, "source")
         if src is not None and str(src.get("type", "")).lower() == "struct":
             struct = dbz.arrow_type(src)
-            present.update(struct.field(i).name for i in range(struct.num_fields)
-                           if struct.field(i).name in POSITIONS)
+            for i in range(struct.num_fields):
+                f = struct.field(i)
+                if f.name in POSITIONS:
+                    present.add(f.name)
+                    # Oracle's txId is text ("6.28.807"), PostgreSQL's an int64
+                    if pa.types.is_string(f.type):
+                        kinds.setdefault(f.name, f.type)
     for name in untyped:
         source.setdefault(column_name(name), pa.string())
     return pa.schema(list(HEAD) + [pa.field(n, t) for n, t in source.items()] + list(META)
-                     + [pa.field(n, POSITIONS[n]) for n in dbz.POSITION_FIELDS if n in present]
+                     + [pa.field(n, kinds.get(n, POSITIONS[n])) for n in dbz.POSITION_FIELDS
+                        if n in present]
                      + list(RECORD) + list(keyed.TAIL))
 
 
@@ -153,9 +169,12 @@ def _json_default(value):
 
 def _cell(value, column: pa.DataType, typed: bool):
     """A source value as its column holds it: JSON text in a string column unless the value
-    is a typed string; else the value itself (Arrow checks the fit)."""
+    is a typed string (or a typed Decimal: its text); else the value itself (Arrow checks
+    the fit)."""
     if value is None or not pa.types.is_string(column) or (typed and isinstance(value, str)):
         return value
+    if typed and isinstance(value, decimal.Decimal):  # a decimal without a fixed scale
+        return str(value)
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       default=_json_default)
 
@@ -182,6 +201,7 @@ class _Parsed:
         self.kept: list[int] = []
         self.changes: list[tuple[dbz.Change, str, bool]] = []
         self.envelopes: dict[str, dict] = {}
+        self.columns: set[str] = set()  # the source columns of the envelopes kept
         self.untyped: dict[str, None] = {}
         self.positions: set[str] = set()
         self.found: list[Finding] = []
@@ -199,6 +219,19 @@ class _Parsed:
             partition=r.get("partition"), segment=r.get("segment"),
             segment_base_offset=r.get("segment_base_offset"), run_id=r.get("run_id")))
 
+    def envelope(self, schema: dict) -> None:
+        """Keep an envelope schema that can widen the table: one with a ``source`` (its
+        position fields) or a column not met before. MongoDB's (one per set of a document's
+        fields, :mod:`spark_jobs.derive.extended_json`) would otherwise be one per document;
+        leaving out one that brings nothing new gives :func:`table_schema` the same columns."""
+        text = canonical(schema)
+        if text in self.envelopes:
+            return
+        names = set(dbz.row_schema(schema).names)
+        if dbz.field_schema(schema, "source") is not None or not names <= self.columns:
+            self.envelopes[text] = schema
+            self.columns |= names
+
     def add(self, i: int, key, value, value_json) -> None:
         try:
             change = dbz.parse(key, value, value_json=value_json)
@@ -209,16 +242,11 @@ class _Parsed:
                              "table; the cdc table applies changes per key and keeps its rows")
                 return
             text = key_text(key)
-            typed = False
-            if change.row is not None:
-                _, schema = dbz.unwrap(dbz.loads(value_json if value_json is not None
-                                                 else value, "value"))
-                if schema is not None:
-                    typed = True
-                    self.envelopes.setdefault(canonical(schema), schema)
-                    dbz.row_schema(schema)  # a schema without an 'after' struct: an error here
-                else:
-                    self.untyped.update(dict.fromkeys(change.row))
+            typed = change.schema is not None
+            if typed:
+                self.envelope(change.schema)
+            elif change.row is not None:
+                self.untyped.update(dict.fromkeys(change.row))
         except dbz.DebeziumError as err:
             self.finding(i, CDC_PARSE_ERROR, str(err))
             return
@@ -272,19 +300,25 @@ def changes(records: pa.Table, schema: pa.Schema | None = None
     frame_schema = keyed.change_schema(columns)
     values = [_values(change, text, typed, columns) for change, text, typed in parsed.changes]
     kept = parsed.kept
-    bad = _misfits(values, frame_schema)
-    if bad:
-        for j in sorted(bad):
-            parsed.finding(kept[j], CDC_PARSE_ERROR, bad[j])
-        good = [j for j in range(len(kept)) if j not in bad]
-        values, kept = [values[j] for j in good], [kept[j] for j in good]
+    noted: set[str] = set()
+    for j, (change, _, _) in enumerate(parsed.changes):
+        for name, why in change.notes:
+            if column_name(name) not in noted:  # once per column: the first record with it
+                noted.add(column_name(name))
+                parsed.finding(kept[j], CDC_UNTYPED_COLUMN, f"column {column_name(name)}: {why}")
+        for name, why in change.errors:
+            parsed.finding(kept[j], CDC_VALUE_ERROR, f"column {column_name(name)} is null in "
+                           f"the row: {why}")
+    for (j, name), why in sorted(_misfits(values, frame_schema).items()):
+        parsed.finding(kept[j], CDC_VALUE_ERROR, f"column {name} is null in the row: {why}")
     take = pa.array(kept, pa.int64())
     out = {"partition": rows.column("partition").take(take),
            "offset": rows.column("offset").take(take),
            "timestamp": rows.column("timestamp").take(take)}
     arrays = [out[f.name].cast(f.type) if f.name in out
               else pa.array([v.get(f.name) for v in values], f.type) for f in frame_schema]
-    return pa.Table.from_arrays(arrays, schema=frame_schema), columns, parsed.found
+    found = sorted(parsed.found, key=lambda f: (f.partition or 0, f.base_offset or 0))
+    return pa.Table.from_arrays(arrays, schema=frame_schema), columns, found
 
 
 def _values(change: dbz.Change, text: str, typed: bool, columns: pa.Schema) -> dict:
@@ -300,21 +334,23 @@ def _values(change: dbz.Change, text: str, typed: bool, columns: pa.Schema) -> d
     return out
 
 
-def _misfits(values: list[dict], frame_schema: pa.Schema) -> dict[int, str]:
-    """Rows whose values do not fit their columns, with why (the positions are typed here,
-    in place)."""
-    bad: dict[int, str] = {}
+def _misfits(values: list[dict], frame_schema: pa.Schema) -> dict[tuple[int, str], str]:
+    """The cells whose values do not fit their columns, ``(row, column) -> why``, each made
+    null in place (the positions are typed here, in place): a row is never lost for one
+    column."""
+    bad: dict[tuple[int, str], str] = {}
     for j, row in enumerate(values):
         for name in POSITIONS:
             if name in row:
                 try:
                     row[name] = _position(row[name], frame_schema.field(name).type, name)
                 except dbz.DebeziumError as err:
-                    bad.setdefault(j, str(err))
+                    bad[(j, name)] = str(err)
+                    row[name] = None
     for f in frame_schema:
         if f.name in ("partition", "offset", "timestamp"):
             continue
-        column = [None if j in bad else row.get(f.name) for j, row in enumerate(values)]
+        column = [row.get(f.name) for row in values]
         try:
             pa.array(column, f.type)
             continue
@@ -324,7 +360,8 @@ def _misfits(values: list[dict], frame_schema: pa.Schema) -> dict[int, str]:
             try:
                 pa.array([value], f.type)
             except _FIT_ERRORS as err:
-                bad.setdefault(j, f"column {f.name} ({f.type}): {value!r} does not fit: {err}")
+                bad[(j, f.name)] = f"{value!r:.120} does not fit {f.type}: {err}"
+                values[j][f.name] = None
     return bad
 
 

@@ -20,9 +20,13 @@ without the wrapper; a null key is a table without one. After a delete Debezium 
 Recognition is by shape (:func:`is_envelope`: an ``op`` Debezium writes, a ``source`` struct,
 and ``before`` or ``after`` for row events) or by name (:func:`is_cdc_topic` with a topic regex,
 ``--cdc-topics``). Typing follows the Connect schema where the wrapper gives one
-(:func:`convert`: Connect's primitive types and the logical types Debezium's connectors use);
-without a schema the row's values stay as the JSON has them. Bad input is a
-:class:`DebeziumError` naming the field and the value, never a silently dropped change.
+(:func:`convert_row`, :func:`convert`: the types as Kafka's JsonConverter writes their names,
+and the logical types Debezium's connectors use); without a schema the row's values stay as
+the JSON has them. A MongoDB event's ``after`` is the document's Extended JSON text, read
+into its fields by :mod:`spark_jobs.derive.extended_json` and typed from that. A record that
+is no change (bad JSON, no envelope, a bad key, a row event without a row) is a
+:class:`DebeziumError` naming why; a value of one column that cannot be typed costs that
+column only (:attr:`Change.errors`), never the row.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+from spark_jobs.derive import extended_json
 
 #: the ``op`` values Debezium writes: create, read (a snapshot), update, delete, truncate, message
 OPS = ("c", "r", "u", "d", "t", "m")
@@ -52,17 +58,33 @@ POSITION_FIELDS = ("lsn", "txId", "xmin", "sequence",
                    "change_lsn", "commit_lsn", "event_serial_no",
                    "scn", "commit_scn")
 
-# Connect logical types (a schema's ``name``) used by Debezium's relational connectors
+# Kafka Connect's JsonConverter writes a schema's ``type`` with the names of its JsonSchema
+# constants (apache/kafka connect/json/.../JsonSchema.java): FLOAT32 as "float", FLOAT64 as
+# "double"; it reads no others ("float32" is "Unknown schema type"). Each primitive's column:
+PRIMITIVES = {"boolean": pa.bool_(), "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(),
+              "int64": pa.int64(), "float": pa.float32(), "double": pa.float64(),
+              "bytes": pa.binary(), "string": pa.string()}
+COMPOUND = ("array", "map", "struct")
+_INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+
+# Logical types (a schema's ``name``): Connect's own and those of Debezium's SQL connectors
+# (debezium.io, each connector's "Data type mappings"). Names not here keep their Connect
+# type: io.debezium.data.Json, Uuid, Xml, Enum, EnumSet, Ltree (strings), Bits (bytes),
+# io.debezium.time.Year (int32), MicroDuration, Interval, geometry structs, ...
 DATE = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")  # int32 days
-TIMESTAMP_MS = ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp")  # int64
+# int64 ms since the epoch (Connect's name is the one a MongoDB document's $date is given)
+TIMESTAMP_MS = ("io.debezium.time.Timestamp", extended_json.TIMESTAMP)
 MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"  # int64 microseconds since the epoch
+NANO_TIMESTAMP = "io.debezium.time.NanoTimestamp"  # int64 nanoseconds since the epoch
 ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"  # ISO 8601 string with its zone
 TIME_MS = ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time")  # int32 ms of the day
 MICRO_TIME = "io.debezium.time.MicroTime"  # int64 microseconds of the day
+NANO_TIME = "io.debezium.time.NanoTime"  # int64 nanoseconds of the day
+ZONED_TIME = "io.debezium.time.ZonedTime"  # ISO 8601 time with its offset: kept as the string
 DECIMAL = "org.apache.kafka.connect.data.Decimal"  # bytes: big-endian two's complement, scale
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"  # struct {scale, value}
-
-_INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+#: the most digits an Arrow (and Iceberg) decimal column holds; a wider Decimal is text
+MAX_PRECISION = 38
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
@@ -78,7 +100,14 @@ class Change:
     :data:`ACTIONS`' values; ``key``: the Debezium key's fields (None: no key); ``row``: the
     ``after`` row for an upsert, typed where the envelope has a schema (else None);
     ``source_ts_ms``: when the change was made in the source database; ``ts_ms``: when the
-    connector processed it; ``position``: the source's :data:`POSITION_FIELDS` present."""
+    connector processed it; ``position``: the source's :data:`POSITION_FIELDS` present.
+
+    ``schema``: the Connect schema the row was typed by (the wrapper's envelope schema, or
+    for a MongoDB document the one :mod:`~spark_jobs.derive.extended_json` gives: an
+    envelope with its ``after`` struct); None for an untyped row. ``errors``: ``(column,
+    why)`` of the row's columns whose value could not be typed (null in ``row``);
+    ``notes``: ``(column, why)`` of the columns whose Connect type is unknown here (their
+    JSON text in ``row``)."""
 
     op: str | None
     action: str
@@ -87,6 +116,9 @@ class Change:
     source_ts_ms: int | None = None
     ts_ms: int | None = None
     position: dict = field(default_factory=dict)
+    schema: dict | None = field(default=None, compare=False)
+    errors: tuple = ()
+    notes: tuple = ()
 
     @property
     def tombstone(self) -> bool:
@@ -172,17 +204,50 @@ def parse(key, value, *, value_json: str | None = None) -> Change:
     payload, schema = unwrap(obj)
     op = payload["op"]
     source = payload["source"]
-    row = None
+    row, typed_by, errors, notes = None, None, (), ()
     if ACTIONS[op] == UPSERT:
         after = payload.get("after")
-        if not isinstance(after, dict):
-            raise DebeziumError(f"op {op!r} without an 'after' row: {_short(after)}")
-        after_schema = field_schema(schema, "after") if schema is not None else None
-        row = convert(after, after_schema, "after") if after_schema is not None else after
+        if isinstance(after, str):
+            row, typed_by, errors = _document(after)
+            row, more, notes = convert_row(row, field_schema(typed_by, "after"), "after")
+            errors += more
+        elif not isinstance(after, dict):
+            raise DebeziumError(_no_after(op, payload, after))
+        elif schema is not None:
+            after_schema = field_schema(schema, "after")
+            if after_schema is None or str(after_schema.get("type", "")).lower() != "struct":
+                raise DebeziumError("the envelope's schema has no 'after' struct")
+            typed_by = schema
+            row, errors, notes = convert_row(after, after_schema, "after")
+        else:
+            row = after
     return Change(op, ACTIONS[op], parsed_key, row,
                   source_ts_ms=_int_or_none(source.get("ts_ms"), "source.ts_ms"),
                   ts_ms=_int_or_none(payload.get("ts_ms"), "ts_ms"),
-                  position={f: source[f] for f in POSITION_FIELDS if f in source})
+                  position={f: source[f] for f in POSITION_FIELDS if f in source},
+                  schema=typed_by, errors=tuple(errors), notes=tuple(notes))
+
+
+def _document(after: str) -> tuple[dict, dict, list]:
+    """A MongoDB ``after`` (the document's Extended JSON text) as ``(row, envelope schema,
+    errors)``: the document's top-level fields typed from their Extended JSON."""
+    try:
+        row, struct, errors = extended_json.columns(after)
+    except extended_json.ExtendedJsonError as err:
+        raise DebeziumError(f"after: a string that is no MongoDB document: {err}") from err
+    return row, {"type": "struct", "fields": [{**struct, "field": "after"}]}, [
+        (name, f"after.{name}: {why}") for name, why in errors]
+
+
+def _no_after(op: str, payload: dict, after) -> str:
+    """Why an upsert has no row, in the terms of the connector that wrote it."""
+    if "updateDescription" in payload or "patch" in payload or \
+            payload["source"].get("connector") == "mongodb":
+        return (f"op {op!r} of MongoDB without the document's state: 'after' is "
+                f"{_short(after)} and only the update's description ('updateDescription' or "
+                f"'patch') says what changed (the connector's capture.mode does not look up "
+                f"the full document); a cdc table row needs the whole document")
+    return f"op {op!r} without an 'after' row: {_short(after)}"
 
 
 def field_schema(struct: dict, name: str) -> dict | None:
@@ -206,10 +271,44 @@ def _field(spec: dict) -> tuple[str, dict]:
 
 
 # ------------------------------------------------------------------ typing by Connect schema
+def convert_row(row: dict, schema: dict, path: str = "after"
+                ) -> tuple[dict, list[tuple[str, str]], list[tuple[str, str]]]:
+    """A row (a struct's JSON) typed column by column by its struct ``schema``: ``(row,
+    errors, notes)``. A column whose value does not convert is null, with ``(column, why)``
+    in ``errors``; a column whose Connect type is unknown here (:func:`column_type`) holds
+    its value's JSON text, with ``(column, why)`` in ``notes``; a field the schema does not
+    have is left out, with an error. One bad column never costs the row."""
+    out: dict = {}
+    errors: list[tuple[str, str]] = []
+    notes: list[tuple[str, str]] = []
+    names = set()
+    for spec in schema.get("fields") or ():
+        name, fspec = _field(spec)
+        names.add(name)
+        value = row.get(name)
+        _, note = column_type(fspec)
+        if note is not None:
+            notes.append((name, f"{path}.{name}: {note}"))
+            out[name] = None if value is None else json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            continue
+        try:
+            out[name] = convert(value, fspec, f"{path}.{name}")
+        except DebeziumError as err:
+            out[name] = None
+            errors.append((name, str(err)))
+    for name in row.keys() - names:
+        errors.append((name, f"{path}.{name}: a field the envelope's schema does not have "
+                             f"({_short(row[name])})"))
+    return out, errors, notes
+
+
 def convert(value, schema: dict, path: str):
     """``value`` (as the JSON gives it) typed by its Connect ``schema``: ints range-checked,
-    ``bytes`` from base64, the logical types of Debezium's temporal and decimal columns as
-    ``date``/``datetime``/``time``/``Decimal`` (:func:`arrow_type` gives their columns)."""
+    ``float``/``double`` (non-finite ones as the converter's strings), ``bytes`` from
+    base64, maps as a JSON object or a list of pairs, the logical types of Debezium's
+    temporal and decimal columns as ``date``/``datetime``/``time``/``Decimal``
+    (:func:`arrow_type` gives their columns). Raises :class:`DebeziumError`."""
     if value is None:
         return None
     kind = str(schema.get("type", "")).lower()
@@ -219,7 +318,7 @@ def convert(value, schema: dict, path: str):
             return _LOGICAL[name](value, schema, path)
         if kind in _INT_BITS:
             return _int(value, _INT_BITS[kind], path)
-        if kind in ("float32", "float64"):
+        if kind in ("float", "double"):
             return _float(value, path)
         if kind == "boolean":
             if not isinstance(value, bool):
@@ -235,9 +334,17 @@ def convert(value, schema: dict, path: str):
             return [convert(v, schema.get("items") or {}, f"{path}[{i}]")
                     for i, v in enumerate(_typed(value, list, "an array", path))]
         if kind == "map":
+            # string keys: a JSON object; other keys: a JSON array of [key, value] pairs
             pairs = value.items() if isinstance(value, dict) else _typed(value, list, "a map", path)
-            return {convert(k, schema.get("keys") or {}, f"{path}.key"):
-                    convert(v, schema.get("values") or {}, f"{path}[{k!r}]") for k, v in pairs}
+            out = {}
+            for pair in pairs:
+                if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                    raise DebeziumError(f"{path}: a map entry that is no [key, value] pair: "
+                                        f"{_short(pair)}")
+                k, v = pair
+                out[convert(k, schema.get("keys") or {}, f"{path}.key")] = \
+                    convert(v, schema.get("values") or {}, f"{path}[{k!r}]")
+            return out
         if kind == "struct":
             obj = _typed(value, dict, "a struct", path)
             fields = [_field(spec) for spec in schema.get("fields") or ()]
@@ -301,20 +408,30 @@ def _timestamp(unit: str):
     return conv
 
 
+def _nano_timestamp(value, schema, path):
+    # nanoseconds since the epoch; the column holds microseconds (digits past them dropped)
+    return _EPOCH + dt.timedelta(microseconds=_int(value, 64, path) // 1000)
+
+
+_PAST_MICROS = re.compile(r"(\.[0-9]{6})[0-9]+")
+
+
 def _zoned(value, schema, path):
     # ISO 8601 with a zone ("2018-06-20T13:37:03Z"); digits past microseconds are dropped
     text = _typed(value, str, "an ISO 8601 timestamp", path)
-    parsed = dt.datetime.fromisoformat(text)
+    parsed = dt.datetime.fromisoformat(_PAST_MICROS.sub(r"\1", text, count=1))
     if parsed.tzinfo is None:
         raise DebeziumError(f"{path}: {text!r} has no zone")
     return parsed.astimezone(dt.timezone.utc)
 
 
-def _time(unit: str, bits: int):
+def _time(unit: str, bits: int, per_micro: int = 1):
     def conv(value, schema, path):
-        of_day = dt.timedelta(**{unit: _int(value, bits, path)})
+        count = _int(value, bits, path)
+        of_day = dt.timedelta(**{unit: count // per_micro})
         if not dt.timedelta(0) <= of_day < dt.timedelta(days=1):
-            raise DebeziumError(f"{path}: {value} {unit} is not a time of day")
+            raise DebeziumError(f"{path}: {value} {unit if per_micro == 1 else 'nanoseconds'} "
+                                f"is not a time of day")
         return (_EPOCH + of_day).time()
     return conv
 
@@ -348,35 +465,47 @@ _LOGICAL = {
     **{n: _date for n in DATE},
     **{n: _timestamp("milliseconds") for n in TIMESTAMP_MS},
     MICRO_TIMESTAMP: _timestamp("microseconds"),
+    NANO_TIMESTAMP: _nano_timestamp,
     ZONED_TIMESTAMP: _zoned,
     **{n: _time("milliseconds", 32) for n in TIME_MS},
     MICRO_TIME: _time("microseconds", 64),
+    NANO_TIME: _time("microseconds", 64, per_micro=1000),
     DECIMAL: _decimal,
     VARIABLE_SCALE_DECIMAL: _variable_decimal,
 }
 
 
+#: the column of each logical type :data:`_LOGICAL` converts (a Decimal's: :func:`arrow_type`)
+LOGICAL_COLUMNS = {
+    **{n: pa.date32() for n in DATE}, **{n: pa.timestamp("ms") for n in TIMESTAMP_MS},
+    MICRO_TIMESTAMP: pa.timestamp("us"), NANO_TIMESTAMP: pa.timestamp("us"),
+    ZONED_TIMESTAMP: pa.timestamp("us", tz="UTC"),
+    **{n: pa.time64("us") for n in TIME_MS}, MICRO_TIME: pa.time64("us"),
+    NANO_TIME: pa.time64("us"), VARIABLE_SCALE_DECIMAL: pa.string()}
+
+
 def arrow_type(schema: dict) -> pa.DataType:
     """The Arrow column of values :func:`convert` gives for a Connect ``schema``. A decimal
-    without ``connect.decimal.precision`` gets 38 digits; a variable-scale decimal has no
-    fixed scale: a string column (``str`` of the Decimal)."""
+    gets ``connect.decimal.precision`` digits (38 without it); one wider than
+    :data:`MAX_PRECISION`, or with a scale outside 0..precision, and a variable-scale decimal
+    (no fixed scale) are string columns (``str`` of the Decimal). Raises
+    :class:`DebeziumError` for a type the JsonConverter does not write."""
     kind = str(schema.get("type", "")).lower()
     name = schema.get("name")
-    params = schema.get("parameters") or {}
-    logical = {**{n: pa.date32() for n in DATE}, **{n: pa.timestamp("ms") for n in TIMESTAMP_MS},
-               MICRO_TIMESTAMP: pa.timestamp("us"), ZONED_TIMESTAMP: pa.timestamp("us", tz="UTC"),
-               **{n: pa.time32("ms") for n in TIME_MS}, MICRO_TIME: pa.time64("us"),
-               VARIABLE_SCALE_DECIMAL: pa.string()}
-    if name in logical:
-        return logical[name]
+    if name in LOGICAL_COLUMNS:
+        return LOGICAL_COLUMNS[name]
     if name == DECIMAL:
-        return pa.decimal128(int(params.get("connect.decimal.precision", 38)),
-                             int(params.get("scale", 0)))
-    primitives = {"int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
-                  "float32": pa.float32(), "float64": pa.float64(), "boolean": pa.bool_(),
-                  "string": pa.string(), "bytes": pa.binary()}
-    if kind in primitives:
-        return primitives[kind]
+        params = schema.get("parameters") or {}
+        try:
+            precision = int(params.get("connect.decimal.precision", MAX_PRECISION))
+            scale = int(params.get("scale", 0))
+        except (TypeError, ValueError) as err:
+            raise DebeziumError(f"a Decimal with parameters {params!r}: {err}") from err
+        if not 0 <= scale <= precision <= MAX_PRECISION or precision == 0:
+            return pa.string()
+        return pa.decimal128(precision, scale)
+    if kind in PRIMITIVES:
+        return PRIMITIVES[kind]
     if kind == "array":
         return pa.list_(arrow_type(schema.get("items") or {}))
     if kind == "map":
@@ -386,12 +515,23 @@ def arrow_type(schema: dict) -> pa.DataType:
     raise DebeziumError(f"unknown Connect schema type {schema.get('type')!r}")
 
 
+def column_type(schema: dict) -> tuple[pa.DataType, str | None]:
+    """A source column's Arrow type and, for a Connect type unknown here, the note saying
+    so: such a column is a string holding each value's JSON text."""
+    try:
+        return arrow_type(schema), None
+    except DebeziumError as err:
+        return pa.string(), f"{err}: kept as its JSON text"
+
+
 def row_schema(envelope_schema: dict) -> pa.Schema:
-    """The Arrow columns of the source table: the envelope schema's ``after`` struct."""
+    """The Arrow columns of the source table: the envelope schema's ``after`` struct, each
+    by :func:`column_type`."""
     after = field_schema(envelope_schema, "after")
     if after is None or str(after.get("type", "")).lower() != "struct":
         raise DebeziumError("the envelope's schema has no 'after' struct")
-    return pa.schema(list(arrow_type(after)))
+    fields = map(_field, after.get("fields") or ())
+    return pa.schema([pa.field(n, column_type(s)[0]) for n, s in fields])
 
 
 def _short(value, limit: int = 120) -> str:

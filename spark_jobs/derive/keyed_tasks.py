@@ -33,7 +33,7 @@ order would; the fold pass then uses those columns. The alternative, each task w
 its own file's columns and the driver widening the table to their union, could type one
 new column two ways (a Connect type in one partition, JSON text in another, when one
 partition's first envelope has the wrapper and another's has not), and would judge a
-value's fit (a ``cdc_parse_error``) against a column the table does not end with. The
+value's fit (a ``cdc_value_error``) against a column the table does not end with. The
 price is reading a cdc topic's candidates twice; a latest table folds in one pass.
 """
 

@@ -12,11 +12,17 @@ alone (debezium.io, "Data change events"), not from the product's parser.
   reports the truncate instead, so the replay keeps them unless told ``truncate="clear"``.
 - ``m`` (a logical decoding message) changes no row.
 
-Rows come back as the JSON has them (no typing by the Connect schema).
+Rows come back as the JSON has them (no typing by the Connect schema). A MongoDB event's
+``after`` is the document as MongoDB Extended JSON text (debezium.io, the MongoDB connector's
+"Change events"); its row is the document's top-level fields in relaxed form
+(mongodb/specifications, ``source/extended-json/extended-json.md``): ``$oid`` its hex text,
+``$numberInt``/``$numberLong`` integers, ``$numberDouble`` a float, ``$date`` milliseconds
+since the epoch; a field that is null is left out (it reads null); other values as they are.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 
@@ -35,6 +41,35 @@ def envelope_of(value_json) -> dict:
     if isinstance(obj, dict) and set(obj) == {"schema", "payload"}:
         obj = obj["payload"]
     return obj
+
+
+def relaxed(value):
+    """One top-level value of a MongoDB document in Extended JSON's relaxed form."""
+    if not isinstance(value, dict) or len(value) != 1:
+        return value
+    (tag, inner), = value.items()
+    if tag == "$oid":
+        return inner
+    if tag in ("$numberInt", "$numberLong"):
+        return int(inner)
+    if tag == "$numberDouble":
+        return float(inner)
+    if tag == "$date":
+        if isinstance(inner, dict):
+            return int(inner["$numberLong"])
+        if isinstance(inner, str):
+            when = dt.datetime.fromisoformat(inner.replace("Z", "+00:00"))
+            return int(when.timestamp() * 1000)
+        return inner
+    return value
+
+
+def row_of(after) -> dict:
+    """The source row of an upsert's ``after``: a struct's JSON, or a MongoDB document's
+    Extended JSON text."""
+    if isinstance(after, str):
+        return {k: relaxed(v) for k, v in json.loads(after).items() if v is not None}
+    return dict(after)
 
 
 def replay(events, truncate: str = "keep") -> dict[str, dict]:
@@ -62,7 +97,7 @@ def replay(events, truncate: str = "keep") -> dict[str, dict]:
         if op == "m" or key is None:
             continue
         if op in ("c", "r", "u"):
-            rows[key] = dict(envelope["after"])
+            rows[key] = row_of(envelope["after"])
         elif op == "d":
             rows.pop(key, None)
         else:

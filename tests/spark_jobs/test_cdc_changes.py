@@ -7,10 +7,14 @@ schema wrapper; an AvroConverter value as the decode job renders it in ``records
 The expectation is :mod:`cdc_replay` (Debezium's documented semantics, nothing of
 spark_jobs.derive): the change frame, folded here per key in offset order, must leave the same
 rows. Typed columns are compared with the replay's JSON values converted here by hand.
+Debezium's own events (tests/data/debezium/, its README; debezium_events) are folded the same
+way: the connector pages' PostgreSQL, SQL Server, Oracle and MongoDB events, the tutorial's
+products table, a SQL Server DECIMAL/DATETIME row.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 
@@ -299,15 +303,118 @@ def test_transactions_truncate_message_and_bad_records():
     assert replay(committed, truncate="clear") == {}
 
 
-def test_a_value_that_does_not_fit_its_column_is_a_finding():
-    """The table typed ``id`` as int32 by a schema; a schema-less ``id`` of text does not fit."""
+def test_a_value_that_does_not_fit_its_column_costs_that_column_only():
+    """The table typed ``id`` as int32 by a schema; a schema-less ``id`` of text does not fit:
+    the row lands with ``id`` null, and one finding names the column, the offset and why."""
     events = [PG_EVENTS[0],
               (1, mysql_key(9), mysql_value("c", None, {"id": "nine", "first_name": "N"}, 100))]
     frame, columns, found = cdc.changes(records(events), cdc.table_schema())
     assert columns.field("id").type == pa.int32()
-    assert frame.column("offset").to_pylist() == [0]
-    assert [(f.kind, f.base_offset) for f in found] == [(findings.CDC_PARSE_ERROR, 1)]
-    assert "column id" in found[0].message
+    assert frame.column("offset").to_pylist() == [0, 1]
+    row = frame.to_pylist()[1]
+    assert (row["key"], row["id"], row["first_name"]) == ('{"id":9}', None, '"N"')
+    assert [(f.kind, f.base_offset) for f in found] == [(findings.CDC_VALUE_ERROR, 1)]
+    assert found[0].message.startswith("offset 1: column id is null in the row: 'nine' "
+                                       "does not fit int32")
+    assert found[0].raw == events[1][2].encode()
+
+
+def test_a_value_its_schema_cannot_type_and_an_unknown_type():
+    """A value that does not convert by its Connect schema (a date of text) is null in a row
+    that lands, one finding per such cell; a column of a type the JsonConverter does not
+    write ("float64", Connect's in-memory name) holds its JSON text, one note for the column."""
+    odd = envelope_schema(ROW + fields(("float64", True, "score")), PG_SOURCE)
+    source = json.loads(PG_EVENTS[0][2])["payload"]["source"]
+    def event(offset, after):
+        return (offset, pg_key(after["id"]), wrap(odd, {"before": None, "after": after,
+                                                        "source": source, "op": "c"}))
+    events = [event(0, {**ANNE, "birth_date": "1980-01-01", "score": 1.5}),
+              event(1, {**BOB, "score": 2})]
+    frame, columns, found = cdc.changes(records(events), cdc.table_schema())
+    assert (columns.field("birth_date").type, columns.field("score").type) == \
+        (pa.date32(), pa.string())
+    got = fold(frame)
+    assert got['{"id":1}']["birth_date"] is None and got['{"id":1}']["first_name"] == "Anne"
+    assert [got[k]["score"] for k in ('{"id":1}', '{"id":2}')] == ["1.5", "2"]
+    assert [(f.kind, f.base_offset) for f in found] == [
+        (findings.CDC_UNTYPED_COLUMN, 0), (findings.CDC_VALUE_ERROR, 0)]
+    assert "column score: after.score: unknown Connect schema type 'float64'" in found[0].message
+    assert "column birth_date is null in the row: after.birth_date: expected int32" \
+        in found[1].message
+
+
+# ------------------------------------------------------------------ Debezium's own events
+import debezium_events as dbz_events  # noqa: E402
+
+
+def keyed_records(pairs, first: int = 0) -> pa.Table:
+    return records([(first + i, k, v) for i, (k, v) in enumerate(pairs)])
+
+
+@pytest.mark.parametrize("connector", ["postgresql", "sqlserver", "oracle", "mongodb"])
+def test_the_connector_pages_events_replay(connector):
+    """Each connector page's create, update, delete and tombstone, with the schema wrapper
+    (MongoDB: the document's Extended JSON): the frame folds to the replay."""
+    pairs = dbz_events.connector_events(connector)
+    frame, columns, found = cdc.changes(keyed_records(pairs), cdc.table_schema())
+    assert found == []
+    want = replay([(i, k, v) for i, (k, v) in enumerate(pairs)])
+    assert fold(frame) == {} == want  # the page's row is created, updated, then deleted
+    # the create and update alone: the updated row, typed as the JSON has it
+    frame, columns, found = cdc.changes(keyed_records(pairs[:2]), cdc.table_schema())
+    want = replay([(i, k, v) for i, (k, v) in enumerate(pairs[:2])])
+    got = fold(frame)
+    assert found == [] and sorted(got) == sorted(want) and len(want) == 1
+    for key, row in want.items():
+        assert {n: got[key][n] for n in row} == row
+    if connector == "oracle":
+        assert columns.field("txId").type == pa.string() and got[key]["txId"] == "6.9.809"
+    if connector == "sqlserver":
+        assert got[key]["event_serial_no"] == 2  # the page writes the int64 as "2"
+
+
+def test_the_tutorial_products_replay_with_the_double_weight():
+    values = dbz_events.products()
+    pairs = [(dbz_events.product_key(v), v) for v in values]
+    frame, columns, found = cdc.changes(keyed_records(pairs, 100), cdc.table_schema())
+    assert found == [] and frame.num_rows == 16
+    assert columns.field("weight").type == pa.float64()
+    want = replay([(100 + i, k, v) for i, (k, v) in enumerate(pairs)])
+    got = fold(frame)
+    assert sorted(got) == sorted(want) and len(want) == 10
+    for key, row in want.items():
+        assert {n: got[key][n] for n in row} == row
+    assert (got['{"id":107}']["weight"], got['{"id":107}']["pos"]) == (5.099999904632568, 717)
+
+
+def emp_snapshot() -> tuple[str, str]:
+    """The Debezium Server page's SQL Server emp row as its snapshot read: the documented
+    delete's key, schema and source, ``op`` ``r`` and its ``before`` row as ``after``."""
+    key, value = dbz_events.redis_emp()
+    payload = value["payload"]
+    read = {**payload, "before": None, "after": payload["before"], "op": "r"}
+    return key, json.dumps({"schema": value["schema"], "payload": read})
+
+
+def unscaled(text: str, scale: int):
+    """Connect's Decimal bytes by hand: big-endian two's complement, then the scale."""
+    import decimal
+    return decimal.Decimal(int.from_bytes(base64.b64decode(text), "big", signed=True)).scaleb(-scale)
+
+
+def test_a_decimal_and_datetime_table_replays():
+    key, value = emp_snapshot()
+    frame, columns, found = cdc.changes(records([(0, key, value)]), cdc.table_schema())
+    assert found == []
+    assert (columns.field("sal").type, columns.field("hiredate").type) == \
+        (pa.decimal128(19, 4), pa.timestamp("ms"))
+    want = replay([(0, key, value)])
+    got = fold(frame)
+    (k, row), = want.items()
+    typed = {**row, "sal": unscaled(row["sal"], 4), "comm": unscaled(row["comm"], 4),
+             "hiredate": dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=row["hiredate"])}
+    assert {n: got[k][n] for n in row} == typed
+    assert str(got[k]["sal"]) == "200000.0000" and got[k]["hiredate"] == dt.datetime(2019, 7, 9)
 
 
 # ------------------------------------------------------------------ the table's columns
@@ -361,3 +468,27 @@ def test_the_key_text_is_the_same_with_or_without_the_wrapper():
 ])
 def test_detection(events, pattern, want):
     assert cdc.is_cdc(TOPIC, records(events), pattern) is want
+
+
+def test_mongodb_documents_of_different_fields_widen_one_table():
+    """Documents of one collection with different fields: every field a column (typed by
+    the first document that has it), an envelope kept only where it brings a column."""
+    key, value = dbz_events.connector_events("mongodb")[0]
+    create = json.loads(value)
+    docs = [{"_id": {"$numberLong": str(i)}, "name": f"n{i}"} for i in range(5)]
+    docs[3]["score"] = {"$numberDouble": "1.5"}
+    docs[4]["score"] = "high"  # a later document's field of another type: that cell only
+    pairs = [(json.dumps({**json.loads(key), "payload": {"id": str(i)}}),
+              json.dumps({**create, "payload": {**create["payload"], "after": json.dumps(d)}}))
+             for i, d in enumerate(docs)]
+    envelopes, untyped, _ = cdc.sources(keyed_records(pairs))
+    assert len(envelopes) == 2 and untyped == []
+    frame, columns, found = cdc.changes(keyed_records(pairs), cdc.table_schema())
+    assert [columns.field(n).type for n in ("_id", "name", "score")] == \
+        [pa.int64(), pa.string(), pa.float64()]
+    got = fold(frame)
+    assert [got[f'{{"id":"{i}"}}']["score"] for i in range(5)] == [None, None, None, 1.5, None]
+    assert [(f.kind, f.base_offset) for f in found] == [(findings.CDC_VALUE_ERROR, 4)]
+    want = replay([(i, k, v) for i, (k, v) in enumerate(pairs)])
+    assert {k: {n: got[k][n] for n in r if n != "score"} for k, r in want.items()} == \
+        {k: {n: v for n, v in r.items() if n != "score"} for k, r in want.items()}

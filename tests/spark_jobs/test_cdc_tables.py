@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from cdc_replay import replay
 from test_cdc_changes import (ANNE, BOB, mysql_key, mysql_value, pg_key, pg_value,
                               typed_expected, untyped_expected)
@@ -22,6 +23,8 @@ from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import decode as job
 from spark_jobs import layout
 from spark_jobs.warehouse import Warehouse
+
+pytestmark = pytest.mark.pipeline
 
 T0 = 1_763_683_200_000
 PG, MYSQL = "dbserver1.inventory.customers", "mysql1.shop.customers"
@@ -141,3 +144,56 @@ def test_cdc_tables_equal_the_replay_over_nights_reruns_and_overlaps(spark, tmp_
     assert counts[layout.cdc_table_name(PG)] == 2 and counts[layout.cdc_table_name(MYSQL)] == 1
     assert compare_refs(w)[(layout.cdc_table_name(PG), layout.night_tag("2025-11-21"))] == 2
     assert json.loads(anne["tags"]) == []
+
+
+def test_debeziums_own_events_make_tables_equal_to_the_replay(spark, tmp_path):
+    """Debezium's own events through the job (tests/data/debezium, debezium_events), each
+    topic found by its shape: the tutorial's products table (MySQL, a DOUBLE ``weight``:
+    every event with the JsonConverter's "double"), the SQL Server, Oracle and MongoDB pages'
+    create and update, the Debezium Server page's SQL Server DECIMAL/DATETIME row, and a
+    products update whose ``weight`` cannot be typed: its row lands with ``weight`` null and
+    one finding names the column and the offset."""
+    import datetime as dt
+
+    import debezium_events as dbz_events
+    from test_cdc_changes import emp_snapshot, unscaled
+
+    from spark_jobs import findings
+
+    values = dbz_events.products()
+    bad = json.loads(values[9])  # the update of 106
+    bad["payload"]["after"]["weight"] = "heavy"
+    products = [(dbz_events.product_key(v), v) for v in values] + [
+        (dbz_events.product_key(values[9]), json.dumps(bad))]
+    topics = {"dbserver1.inventory.products": products,
+              "server1.dbo.customers": dbz_events.connector_events("sqlserver")[:2],
+              "server1.DEBEZIUM.CUSTOMERS": dbz_events.connector_events("oracle")[:2],
+              "fulfillment.inventory.customers": dbz_events.connector_events("mongodb")[:2],
+              "redislabs.dbo.emp": [emp_snapshot()]}
+    want = {}
+    for topic, pairs in topics.items():
+        w = SegmentWriter(tmp_path / "in" / f"{topic}-0", 0)
+        for key, value in pairs:
+            w.append([WriteRecord(key.encode(), value.encode(), timestamp=T0 + w.next_offset)])
+        w.close()
+        want[topic] = replay([(i, k, v) for i, (k, v) in enumerate(pairs)])
+    wh = str(tmp_path / "wh")
+    out = job.main(["--input", str(tmp_path / "in"), "--output", wh, "--run-id", "d1",
+                    "--night", "2025-11-21"], spark=spark)
+    assert set(out["keyed"]) == {layout.cdc_table_name(t) for t in topics}
+    for topic, rows in want.items():
+        got = state(wh, topic)
+        assert sorted(got) == sorted(rows), topic
+        for key, row in rows.items():
+            if topic == "redislabs.dbo.emp":
+                row = {**row, "sal": unscaled(row["sal"], 4), "comm": unscaled(row["comm"], 4),
+                       "hiredate": dt.datetime(1970, 1, 1)
+                       + dt.timedelta(milliseconds=row["hiredate"])}
+            if topic == "dbserver1.inventory.products" and key == '{"id":106}':
+                row = {**row, "weight": None}  # the last change's weight could not be typed
+            assert {c: got[key][c] for c in row} == row, (topic, key)
+    found = Warehouse(wh).load("findings").scan().to_arrow().to_pylist()
+    cdc = [(f["kind"], f["topic"], f["base_offset"]) for f in found if f["kind"].startswith("cdc")]
+    assert cdc == [(findings.CDC_VALUE_ERROR, "dbserver1.inventory.products", 16)]
+    message = next(f["message"] for f in found if f["kind"] == findings.CDC_VALUE_ERROR)
+    assert "column weight" in message and "offset 16" in message and "'heavy'" in message
