@@ -47,7 +47,7 @@ ui: venv
 # one to each worker (tests/conftest.py: LONGEST_FIRST; xdist's reordering is off so that it
 # keeps that order). `make test TEST_WORKERS=` runs in one process.
 TEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
-test: venv browser
+test: venv browser postgres
 	KAFKALOG_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(TEST_WORKERS) --durations=25
 	KAFKALOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(TEST_WORKERS) -m "not pipeline"
 
@@ -62,6 +62,13 @@ screenshots: venv browser
 .PHONY: browser
 browser:
 	command -v chromium || (apt-get update && apt-get install -y chromium)
+
+# Debian's PostgreSQL server for the tests that run a throwaway one (tests/postgres.py: the
+# docker stack's catalog database, commits whose answer a proxy drops); apt-get needs root.
+.PHONY: postgres
+postgres:
+	command -v initdb || ls /usr/lib/postgresql/*/bin/initdb || \
+		(apt-get update && apt-get install -y postgresql)
 
 # Benchmark-only dependencies (aiokafka) are installed here, not by venv.
 # Every benchmark runs, even after one whose target is not met (exit 1); make bench

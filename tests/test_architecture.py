@@ -7,6 +7,8 @@
   reached with ``getattr``, or a library module's attribute replaced);
 - Kafka's wire format (big-endian fixed-width fields) is read only under ``kafkalog/``;
 - no module of product code is over 700 lines;
+- pyiceberg's commit exceptions are named only in ``spark_jobs/warehouse/`` (whose one
+  commit mechanism, ``commits``, turns them into the warehouse's own errors);
 - no test or doc names a path of the build machines.
 """
 
@@ -213,6 +215,24 @@ def test_no_product_module_is_over_700_lines():
     long = {str(p.relative_to(REPO)): n for p in product_files()
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+#: pyiceberg's answers to a commit: only the warehouse's commit mechanism reads them
+COMMIT_EXCEPTIONS = re.compile(r"\bCommit(?:Failed|StateUnknown)Exception\b")
+WAREHOUSE = REPO / "spark_jobs" / "warehouse"
+
+
+def test_pyicebergs_commit_exceptions_only_in_the_warehouse():
+    found = [f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+             for p in product_files() if WAREHOUSE not in p.parents
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if COMMIT_EXCEPTIONS.search(line)]
+    assert found == []
+    # the pattern finds what it is for, and the warehouse has the one place that uses it
+    assert COMMIT_EXCEPTIONS.search("from pyiceberg.exceptions import CommitFailedException")
+    assert COMMIT_EXCEPTIONS.search("except exceptions.CommitStateUnknownException:")
+    assert not COMMIT_EXCEPTIONS.search("except CommitFailed as err:")  # ours
+    assert COMMIT_EXCEPTIONS.search((WAREHOUSE / "commits.py").read_text())
 
 
 #: the build machines' corpus folders, which a user's clone does not have

@@ -308,37 +308,30 @@ def resolve_open(wh, run_id: str, ctx, chunk_id: str | None = None) -> dict:
     snapshot; a branch moved meanwhile (another chunk of the run) is read again. Returns
     ``{"rows": resolved, "files": rewritten, "committed": the rows now committed}`` (the
     per-key tables fold those in: :mod:`spark_jobs.derive.keyed`)."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    from spark_jobs.warehouse import CatalogError, branch_name
-    from spark_jobs.warehouse.snapshots import COMMIT_ATTEMPTS, backoff
+    from spark_jobs.warehouse.commits import Rewrite
 
     attempt_id = ctx.prefix.rsplit("~", 1)[-1]
-    for attempt in range(COMMIT_ATTEMPTS):
-        table = wh.table("records")
-        head = table.refs()[branch_name(run_id)].snapshot_id
-        plan = plan_rewrites(wh, run_id, head, chunk_id)
-        if not plan["files"]:
+
+    def plan(head: int, attempt: int):
+        planned = plan_rewrites(wh, run_id, head, chunk_id)
+        if not planned["files"]:
             return {"rows": 0, "files": 0, "committed": None}
         written = {}
         try:
-            for path, rows in plan["files"].items():
+            for path, rows in planned["files"].items():
                 written[path] = rewritten_path(path, f"{attempt_id}{attempt}")
                 _write_file(written[path], rows, wh.s3)
-            wh.replace_files("records", run_id, list(written), list(written.values()),
-                             parent=head, summary={"kafkalog.step": "txn_state",
-                                                   "kafkalog.txn-resolved": plan["rows"]})
-        except CommitFailedException:
-            storage.delete_uncommitted(written.values(), wh.s3)
-            backoff(attempt)
-            continue
         except BaseException:
             storage.delete_uncommitted(written.values(), wh.s3)
             raise
-        return {"rows": plan["rows"], "files": len(written),
-                "committed": pa.concat_tables(plan["committed"]) if plan["committed"] else None}
-    raise CatalogError(f"records: could not resolve open transactions of run {run_id!r} "
-                       f"after {COMMIT_ATTEMPTS} tries")
+        committed = planned["committed"]
+        return Rewrite(list(written), list(written.values()),
+                       {"kafkalog.step": "txn_state", "kafkalog.txn-resolved": planned["rows"]},
+                       {"rows": planned["rows"], "files": len(written),
+                        "committed": pa.concat_tables(committed) if committed else None})
+
+    return wh.commit_rewrite("records", run_id, plan, what="records: could not resolve open "
+                             f"transactions of run {run_id!r}")
 
 
 __all__ = ["InTask", "MAX_WAITING_BYTES", "MarkerIndex", "REWRITE_SUFFIX", "plan_rewrites", "resolve_open",

@@ -21,8 +21,9 @@ with the kind's function (:func:`keyed.latest_changes` after joining the typed c
 :func:`spark_jobs.derive.cdc.changes`), folds it into the partition's state
 (:func:`keyed.apply`) and, where a key changed, writes the partition's new state file.
 Only file names, counts and findings reach the driver (:data:`FOLDED`), which commits one
-``replace_files`` per table; a commit refused because the branch moved plans the state
-files again at the new head and folds again.
+copy-on-write snapshot per table (:meth:`spark_jobs.warehouse.Warehouse.commit_rewrite`): a
+commit refused because the branch moved plans the state files again at the new head and
+folds again; new state files are deleted only where their commit is known not to have landed.
 
 **A cdc table's columns are one schema** across its partitions: a first pass
 (:func:`sources_of`, :data:`SOURCES`) gives each partition's envelope schemas, untyped
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs import layout, storage
+from spark_jobs import layout
 from spark_jobs.derive import keyed
 from spark_jobs.parquet import read_parquet
 
@@ -394,13 +395,9 @@ def refresh(spark, wh, k: keyed.Keyed, run_id: str, night: str | None, partition
     """Refresh table ``k`` on run ``run_id``'s branch on the executors (the module's text;
     ``published``: ``{(topic, partition): [(first, last)]}``, the offset ranges ``main``
     held when the run began; ``ingest_dt``: the run's records' partition value). Returns ``{"keys": n, "files": k, "findings": [...]}``."""
-    from pyiceberg.exceptions import CommitFailedException
-
     from spark_jobs.findings import Finding
-    from spark_jobs.warehouse import CatalogError, branch_name
-    from spark_jobs.warehouse.snapshots import COMMIT_ATTEMPTS, backoff
+    from spark_jobs.warehouse.commits import Rewrite
 
-    ref = branch_name(run_id)
     items = plan(wh, k, run_id, partitions, resolved, published, ingest_dt)
     job = Fold(k.kind, k.topic, run_id, night, k.schema, k.schema, "", wh.s3)
     schema = cdc_columns(spark, items, job, k.schema) if k.kind == layout.CDC else k.schema
@@ -410,8 +407,8 @@ def refresh(spark, wh, k: keyed.Keyed, run_id: str, night: str | None, partition
     if k.new:  # made by this run (or first written): its branch begins now
         wh.begin_table(k.name, run_id)
     job = Fold(k.kind, k.topic, run_id, night, schema, k.schema, wh.data_root(k.name), wh.s3)
-    for attempt in range(COMMIT_ATTEMPTS):
-        head = wh.table(k.name).refs()[ref].snapshot_id
+
+    def fold(head: int, attempt: int):
         got = _map(spark, with_state(wh, k.name, head, items), fold_partition, job, FOLDED) \
             if items else []
         found = [Finding(**r) for g in got if g.findings is not None
@@ -420,21 +417,13 @@ def refresh(spark, wh, k: keyed.Keyed, run_id: str, night: str | None, partition
         if not changed:
             return {"keys": 0, "files": 0, "findings": found}
         files = [g.file for g in got if g.file is not None]
-        drop = [f for g in got for f in g.dropped]
-        try:
-            wh.replace_files(k.name, run_id, drop, files, parent=head,
-                             summary={"kafkalog.step": k.kind, "kafkalog.keys": changed,
-                                      **({"kafkalog.night": night} if night else {})})
-        except CommitFailedException:
-            storage.delete_uncommitted(files, wh.s3)
-            backoff(attempt)
-            continue
-        except BaseException:
-            storage.delete_uncommitted(files, wh.s3)
-            raise
-        return {"keys": changed, "files": len(files), "findings": found}
-    raise CatalogError(f"{k.name}: could not refresh on run {run_id!r} after "
-                       f"{COMMIT_ATTEMPTS} tries")
+        return Rewrite([f for g in got for f in g.dropped], files,
+                       {"kafkalog.step": k.kind, "kafkalog.keys": changed,
+                        **({"kafkalog.night": night} if night else {})},
+                       {"keys": changed, "files": len(files), "findings": found})
+
+    return wh.commit_rewrite(k.name, run_id, fold,
+                             what=f"{k.name}: could not refresh on run {run_id!r}")
 
 
 __all__ = ["FOLDED", "FROM_START", "Fold", "ITEM", "Item", "SOURCES", "candidate_rows",

@@ -34,7 +34,8 @@ from spark_jobs.maintenance.grouping import (DEFAULT_MIN_FILES, DEFAULT_TARGET_F
                                              partition_values, plan_compaction)
 from spark_jobs.maintenance.naming import (COMPACTED_FILES, COMPACTED_TAG, data_folder,
                                            snapshot_summary, submission_branch)
-from spark_jobs.warehouse import FILES, MAIN, Warehouse, history, snapshots
+from spark_jobs.warehouse import (FILES, MAIN, CommitFailed, CommitRefused, Warehouse, commits,
+                                  history, snapshots)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ SORT_COLUMNS = {"records": ("partition", "offset"), "batches": ("partition", "ba
 def compact_table(wh: Warehouse, name: str, *, min_files: int = DEFAULT_MIN_FILES,
                   target_bytes: int = DEFAULT_TARGET_FILE_MB << 20, dry_run: bool = False,
                   groups_per_commit: int = DEFAULT_GROUPS_PER_COMMIT,
-                  attempts: int = snapshots.COMMIT_ATTEMPTS) -> dict:
+                  attempts: int = commits.COMMIT_ATTEMPTS) -> dict:
     """Compact table ``name``'s small files on ``main`` (the module's docstring):
     ``groups_per_commit`` rewritten groups per snapshot. Returns the step's counts and
     the groups it skipped, with why."""
@@ -212,38 +213,39 @@ def _commit_batch(wh: Warehouse, name: str, batch: list[Rewritten], out: dict,
     starts from ``main`` as it is: a group some of whose files are no longer live there
     (a rerun replaced them: its rows win) or that now meets an open branch's staged
     offsets is dropped, its new file deleted; the others replace exactly their files."""
-    from pyiceberg.exceptions import CommitFailedException, ValidationException
-
     pending = list(batch)
-    try:
-        for attempt in range(attempts):
-            table = wh.load(name)
-            live = {f.file_path: f for f in
-                    history.live_files(table, table.current_snapshot().snapshot_id)}
-            pending = _still_committable(wh, table, name, pending, live, out)
-            if not pending:
-                return
-            try:
-                _commit_groups(table, pending, live)
-            except (CommitFailedException, ValidationException) as err:
-                log.info("%s: main moved while compacting (%s); checking again", name, err)
-                snapshots.backoff(attempt)
-                continue
-            except BaseException:
-                # anything else (a REST catalog's CommitStateUnknownException, a lost
-                # connection, a killed process) may have committed: the new files may be
-                # on main now, and deleting them would lose their rows. They stay; if the
-                # commit did not happen, orphan removal deletes them after the grace.
-                pending = []
-                raise
-            for r in pending:
-                _count_compacted(out, r.group)
-            pending = []
+
+    def step(attempt: int) -> None:
+        nonlocal pending
+        table = wh.load(name)
+        live = {f.file_path: f for f in
+                history.live_files(table, table.current_snapshot().snapshot_id)}
+        pending = _still_committable(wh, table, name, pending, live, out)
+        if not pending:
             return
+        try:
+            _commit_groups(table, pending, live)  # refused where main moved: checked again
+        except CommitFailed as err:
+            if err.outcome != commits.NOT_COMMITTED:
+                pending = []  # they may be on main now: they stay (orphans after the grace)
+            raise
+        except CommitRefused:
+            raise
+        except BaseException:
+            pending = []  # a process killed in the commit: what it wrote stays
+            raise
+        for r in pending:
+            _count_compacted(out, r.group)
+        pending = []
+
+    def exhausted() -> None:
         for r in pending:
             _skip(out, r.group, f"main kept moving: not committed after {attempts} tries")
+
+    try:
+        commits.retry(f"{name}: compacting", step, attempts=attempts, exhausted=exhausted)
     finally:
-        if pending:  # not committed (an error, or out of tries): the new files go
+        if pending:  # not committed (known not, or out of tries): the new files go
             storage.delete_objects([r.uri for r in pending], wh.s3)
 
 
@@ -268,17 +270,22 @@ def _still_committable(wh: Warehouse, table, name: str, pending: list[Rewritten]
 
 def _commit_groups(table, pending: list[Rewritten], live: dict) -> None:
     """One snapshot on ``main`` replacing each group's files (as ``live`` has them) by
-    its new one (:func:`commit_replacement`)."""
+    its new one (:func:`commit_replacement`), through the warehouse's one commit
+    mechanism (:func:`spark_jobs.warehouse.commits.send`: refused, or failed with its
+    outcome read back by its commit token)."""
     old = [live[p] for r in pending for p in r.group.paths]
-    summary = snapshot_summary("compaction", sum(r.group.rows for r in pending),
-                               **{FILES: str(len(pending)), COMPACTED_FILES: str(len(old))})
-    commit_replacement(table, old, [r.data_file for r in pending], summary)
+    summary = {**snapshot_summary("compaction", sum(r.group.rows for r in pending),
+                                  **{FILES: str(len(pending)), COMPACTED_FILES: str(len(old))}),
+               **commits.new_token()}
+    commits.send(table, lambda: commit_replacement(table, old, [r.data_file for r in pending],
+                                                   summary),
+                 landed=commits.token_landed(summary))
 
 
 def commit_replacement(table, old, new, summary: dict) -> None:
     """One overwrite snapshot on ``main``: DataFiles ``old`` out, ``new`` in. A
-    compare-and-swap on ``main``'s head as ``table`` has it (CommitFailedException);
-    ValidationException where one of ``old`` is not live there."""
+    compare-and-swap on ``main``'s head as ``table`` has it (pyiceberg's refusal where it
+    moved, or where one of ``old`` is not live there: :func:`spark_jobs.warehouse.commits.is_refusal`)."""
     with snapshots.adding_snapshot(), table.transaction() as tx:
         with tx.update_snapshot(snapshot_properties=summary, branch=MAIN).overwrite() as ow:
             for f in old:

@@ -8,12 +8,9 @@ of ``main``, and compares against its files). Time travel reaches only what is k
 from __future__ import annotations
 
 import datetime as dt
-import logging
 
 from spark_jobs.maintenance.branches import open_branches
-from spark_jobs.warehouse import CatalogError, Warehouse, history, snapshots
-
-log = logging.getLogger(__name__)
+from spark_jobs.warehouse import CommitRefused, Warehouse, commits, history
 
 DEFAULT_OLDER_THAN_DAYS = 7.0
 DEFAULT_RETAIN_LAST = 10
@@ -50,14 +47,13 @@ def expirable_snapshots(table, *, older_than_ms: int, retain_last: int) -> list[
 
 def expire_table(wh: Warehouse, name: str, *, older_than: dt.datetime,
                  retain_last: int = DEFAULT_RETAIN_LAST, dry_run: bool = False,
-                 attempts: int = snapshots.COMMIT_ATTEMPTS) -> dict:
+                 attempts: int = commits.COMMIT_ATTEMPTS) -> dict:
     """Expire table ``name``'s old snapshots (the module's docstring). Returns how many
     snapshots there were, are, and went."""
-    from pyiceberg.exceptions import CommitFailedException
-
     out = {"snapshots_before": 0, "snapshots_after": 0, "expired_snapshots": 0}
     cutoff = int(older_than.timestamp() * 1000)
-    for attempt in range(attempts):
+
+    def step(attempt: int) -> dict:
         table = wh.load(name)
         if table is None or table.current_snapshot() is None:
             return out
@@ -67,13 +63,17 @@ def expire_table(wh: Warehouse, name: str, *, older_than: dt.datetime,
             out["expired_snapshots"] = len(ids)
             out["snapshots_after"] -= len(ids)
             return out
-        try:
-            table.maintenance.expire_snapshots().by_ids(ids).commit()
-        except (CommitFailedException, ValueError) as err:  # ValueError: one went meanwhile
-            log.info("%s: the table changed while expiring snapshots (%s); again", name, err)
-            snapshots.backoff(attempt)
-            continue
+
+        def commit():
+            try:
+                table.maintenance.expire_snapshots().by_ids(ids).commit()
+            except ValueError as err:  # one went meanwhile (or a lost race): plan again
+                raise CommitRefused(f"{name}: the table changed while expiring: {err}") from err
+
+        commits.send(table, commit, landed=lambda t: not any(
+            t.metadata.snapshot_by_id(i) is not None for i in ids))
         out["expired_snapshots"] = len(ids)
         out["snapshots_after"] = len(wh.load(name).metadata.snapshots)
         return out
-    raise CatalogError(f"{name}: could not expire snapshots after {attempts} tries")
+
+    return commits.retry(f"{name}: could not expire snapshots", step, attempts=attempts)

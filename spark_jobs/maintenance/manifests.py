@@ -22,27 +22,23 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import logging
 from dataclasses import dataclass
 
 from spark_jobs import schemas
 from spark_jobs.maintenance.naming import snapshot_summary
-from spark_jobs.warehouse import MAIN, CatalogError, Warehouse, snapshots
-
-log = logging.getLogger(__name__)
+from spark_jobs.warehouse import MAIN, Warehouse, commits, snapshots
 
 #: merge main's data manifests when there are at least this many
 DEFAULT_MIN_MANIFESTS = 2
 
 
 def merge_manifests(wh: Warehouse, name: str, *, min_manifests: int = DEFAULT_MIN_MANIFESTS,
-                    dry_run: bool = False, attempts: int = snapshots.COMMIT_ATTEMPTS) -> dict:
+                    dry_run: bool = False, attempts: int = commits.COMMIT_ATTEMPTS) -> dict:
     """Cluster ``main``'s data manifests of table ``name`` by ingest period (the module's
     docstring). Returns how many there were and are."""
-    from pyiceberg.exceptions import CommitFailedException
-
     out = {"manifests_before": 0, "manifests_after": 0}
-    for attempt in range(attempts):
+
+    def step(attempt: int) -> dict:
         table = wh.load(name)
         if table is None or table.current_snapshot() is None:
             return out
@@ -51,15 +47,11 @@ def merge_manifests(wh: Warehouse, name: str, *, min_manifests: int = DEFAULT_MI
         positions = _ingest_positions(table)
         if dry_run or not _worth_merging(before, positions, min_manifests):
             return out  # (a dry run says how many there are)
-        try:
-            _commit_clustered(table, positions)
-        except CommitFailedException as err:
-            log.info("%s: main moved while clustering manifests (%s); again", name, err)
-            snapshots.backoff(attempt)
-            continue
+        _commit_clustered(table, positions)  # refused where main moved: planned again
         out["manifests_after"] = len(main_data_manifests(wh.load(name)))
         return out
-    raise CatalogError(f"{name}: could not merge manifests after {attempts} tries")
+
+    return commits.retry(f"{name}: could not merge manifests", step, attempts=attempts)
 
 
 def main_data_manifests(table) -> list:

@@ -8,9 +8,12 @@ publish protocol of a run (docs/tables.md), one module per idea:
 - :mod:`~spark_jobs.warehouse.runs` — :class:`Warehouse`: a run's branch, its commits,
   the audited heads, publish (fast-forward or re-applied after the overlap check),
   discard, and the audit's direct writes (``replace_run_rows``);
+- :mod:`~spark_jobs.warehouse.commits` — the one commit mechanism: what became of a
+  commit (committed, refused, outcome unknown: read back), a refused one planned again at
+  the new head (``retry``), the files of one deleted only where known not committed;
 - :mod:`~spark_jobs.warehouse.snapshots` — the commits themselves: branch moves
   (``commit_refs``), a snapshot in one pass (``SnapshotWriter``), DataFiles of written
-  files, a manifest rewrite, and a race lost to another writer retried;
+  files, a manifest rewrite;
 - :mod:`~spark_jobs.warehouse.history` — read-only: ancestry, fork points, summaries,
   live files and their offset ranges, the publish-time overlap check;
 - :mod:`~spark_jobs.warehouse.naming` — a run's branch and file names, the snapshot
@@ -23,7 +26,8 @@ each function imports it when it needs it.
 """
 
 from spark_jobs.warehouse.catalog import DEFAULT_CATALOG, DEFAULT_NAMESPACE, add_catalog_args
-from spark_jobs.warehouse.errors import CatalogError, ConflictError, NotAudited, NothingStaged
+from spark_jobs.warehouse.errors import (CatalogError, CommitError, CommitFailed, CommitRefused,
+                                         ConflictError, NotAudited, NothingStaged)
 from spark_jobs.warehouse.naming import (AUDITED, FILES, MAIN, ROWS, RUN_ID, STAGE,
                                          airflow_summary, branch_name, is_run_file,
                                          run_files_prefix)
@@ -31,6 +35,7 @@ from spark_jobs.warehouse.runs import Warehouse
 
 __all__ = [
     "AUDITED", "DEFAULT_CATALOG", "DEFAULT_NAMESPACE", "FILES", "MAIN", "ROWS", "RUN_ID", "STAGE",
-    "CatalogError", "ConflictError", "NotAudited", "NothingStaged", "Warehouse",
+    "CatalogError", "CommitError", "CommitFailed", "CommitRefused", "ConflictError", "NotAudited",
+    "NothingStaged", "Warehouse",
     "add_catalog_args", "airflow_summary", "branch_name", "is_run_file", "run_files_prefix",
 ]

@@ -19,9 +19,10 @@ import logging
 import pyarrow as pa
 
 from spark_jobs import schemas
-from spark_jobs.warehouse.errors import CatalogError
+from spark_jobs.warehouse import commits
+from spark_jobs.warehouse.commits import COMMIT_ATTEMPTS
+from spark_jobs.warehouse.errors import CommitRefused
 from spark_jobs.warehouse.naming import STAGE
-from spark_jobs.warehouse.snapshots import COMMIT_ATTEMPTS, backoff
 
 log = logging.getLogger(__name__)
 
@@ -82,35 +83,44 @@ def create_table(catalog, identifier: tuple[str, str], schema: pa.Schema, *,
 def add_first_snapshot(table, schema: pa.Schema) -> None:
     """Commit ``table``'s empty first snapshot on ``main`` (a run's branch is made from it)
     and its name mapping; nothing where another process did first."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    try:
+    def commit():
         with table.transaction() as tx:
             # files are written without field ids: columns are found by name
             tx.set_properties(**{NAME_MAPPING: table.schema().name_mapping.model_dump_json()})
             tx.append(schema.empty_table(), snapshot_properties={STAGE: "created"})
-    except CommitFailedException:
+
+    try:
+        commits.send(table, commit, landed=lambda t: t.current_snapshot() is not None)
+    except CommitRefused:
         pass  # another process made it
+
+
+def _evolution(table, name: str):
+    """The columns, partition fields and table properties this version adds to ``table``."""
+    have = {f.name for f in table.schema().fields}
+    spec = {table.schema().find_column_name(f.source_id) for f in table.spec().fields}
+    cols = [f.name for f in schemas.TABLES[name] if f.name not in have]
+    parts = [c for c in schemas.PARTITIONS[name] if c not in spec]
+    props = {k: v for k, v in TABLE_PROPERTIES.items()
+             if k != "format-version" and k not in table.properties}
+    return cols, parts, props
 
 
 def evolve(table, name: str, attempts: int = COMMIT_ATTEMPTS):
     """``table`` (warehouse table ``name``) with the columns, partition fields and table
     properties this version adds, by Iceberg's own schema and partition evolution in one
     commit: files written before keep their columns (read as null) and their spec."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    for attempt in range(attempts):
-        have = {f.name for f in table.schema().fields}
-        spec = {table.schema().find_column_name(f.source_id) for f in table.spec().fields}
-        cols = [f.name for f in schemas.TABLES[name] if f.name not in have]
-        parts = [c for c in schemas.PARTITIONS[name] if c not in spec]
-        props = {k: v for k, v in TABLE_PROPERTIES.items()
-                 if k != "format-version" and k not in table.properties}
+    def step(attempt: int):
+        nonlocal table
+        if attempt:
+            table = table.refresh()
+        cols, parts, props = _evolution(table, name)
         if not (cols or parts or props):
             return table
         log.warning("%s: adding columns %s, partition fields %s, properties %s",
                     name, cols, parts, sorted(props))
-        try:
+
+        def commit():
             with table.transaction() as tx:
                 if cols:
                     with tx.update_schema() as update:
@@ -122,32 +132,39 @@ def evolve(table, name: str, attempts: int = COMMIT_ATTEMPTS):
                 # files are written without field ids: columns are found by name
                 tx.set_properties(**props, **{NAME_MAPPING: tx.table_metadata.schema()
                                               .name_mapping.model_dump_json()})
-        except CommitFailedException:
-            backoff(attempt)
-        table = table.refresh()
-    raise CatalogError(f"{name}: could not evolve the table after {attempts} tries")
+
+        commits.send(table, commit, landed=lambda t: not any(_evolution(t, name)))
+        return table.refresh()
+
+    return commits.retry(f"{name}: could not evolve the table", step, attempts=attempts)
+
+
+def _widened(table, schema: pa.Schema) -> bool:
+    have = table.schema().as_arrow()
+    return all(f.name in have.names and _covers(have.field(f.name).type, f.type) for f in schema)
 
 
 def widen(table, name: str, schema: pa.Schema, attempts: int = COMMIT_ATTEMPTS):
     """Typed table ``table`` (named ``name``) with at least the columns of ``schema``, by
     Iceberg's ``union_by_name`` (new columns optional, old rows read null)."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    for attempt in range(attempts):
-        have = table.schema().as_arrow()
-        if all(f.name in have.names and _covers(have.field(f.name).type, f.type)
-               for f in schema):
+    def step(attempt: int):
+        nonlocal table
+        if attempt:
+            table = table.refresh()
+        if _widened(table, schema):
             return table
-        try:
+
+        def commit():
             with table.transaction() as tx:
                 with tx.update_schema() as update:
                     update.union_by_name(schema)
                 tx.set_properties(**{NAME_MAPPING: tx.table_metadata.schema()
                                      .name_mapping.model_dump_json()})
-        except CommitFailedException:
-            backoff(attempt)
-        table = table.refresh()
-    raise CatalogError(f"{name}: could not evolve the table after {attempts} tries")
+
+        commits.send(table, commit, landed=lambda t: _widened(t, schema))
+        return table.refresh()
+
+    return commits.retry(f"{name}: could not evolve the table", step, attempts=attempts)
 
 
 def _covers(have, want) -> bool:

@@ -22,6 +22,9 @@ ROWS = "kafkalog.rows"
 FILES = "kafkalog.files"
 AUDITED = "kafkalog.audited"  # dq_results: {table: snapshot id} the audit of the run read
 PUBLISHED_FROM = "kafkalog.published-from"  # a re-applied publish: the branch head it copies
+#: a commit's own token, where pyiceberg picks the snapshot id: how a commit whose answer
+#: was lost is found again (:func:`spark_jobs.warehouse.commits.token_landed`)
+COMMIT_TOKEN = "kafkalog.commit"
 #: table property (on the first table published) while a run's publish is under way
 PUBLISHING = "kafkalog.publishing."
 

@@ -12,7 +12,10 @@
   none of the snapshots committed meanwhile holds offsets of the same
   topic-partitions (else :class:`ConflictError`, naming the other run). Every
   step is a compare-and-swap in the catalog; a lost race is re-checked and
-  tried again. Publishing again after a crash completes what is left.
+  tried again (:mod:`.commits`). Publishing again after a crash completes what is left.
+* **A copy-on-write rewrite** of files on a run's branch (:meth:`Warehouse.commit_rewrite`)
+  is planned at the branch head and planned again at the new head where another writer
+  moved it; its new files are deleted only where its commit is known not to have landed.
 """
 
 from __future__ import annotations
@@ -25,16 +28,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from spark_jobs import layout, schemas, storage
-from spark_jobs.warehouse import ddl, snapshots, tags
+from spark_jobs.warehouse import commits, ddl, snapshots, tags
 from spark_jobs.warehouse.catalog import DEFAULT_CATALOG, DEFAULT_NAMESPACE, load_catalog
-from spark_jobs.warehouse.errors import CatalogError, ConflictError, NotAudited, NothingStaged
+from spark_jobs.warehouse.errors import (CommitFailed, CommitRefused, ConflictError, NotAudited,
+                                         NothingStaged)
 from spark_jobs.warehouse.history import (ancestry, check_overlap, fork_point, is_published,
                                           live_files, published_snapshot, snapshot_summary)
 from spark_jobs.warehouse.naming import (AUDITED, CHUNK_ID, FILES, MAIN, PUBLISHED_FROM,
                                          PUBLISHING, ROWS, RUN_ID, STAGE, airflow_summary,
                                          branch_name, is_run_file, publishing_key)
-from spark_jobs.warehouse.snapshots import (COMMIT_ATTEMPTS, adding_snapshot, backoff,
-                                            commit_refs, data_files)
+from spark_jobs.warehouse.snapshots import commit_refs, data_files
 
 log = logging.getLogger(__name__)
 
@@ -175,29 +178,25 @@ class Warehouse:
         return runs
 
     def _begin(self, name: str, run_id: str, reset: bool) -> int:
-        from pyiceberg.exceptions import CommitFailedException
-
         branch = branch_name(run_id)
-        for attempt in range(COMMIT_ATTEMPTS):
+
+        def step(attempt: int) -> int:
             table = self.table(name)
             refs = table.refs()
             if branch in refs and not reset:
                 return fork_point(table, branch)
             main_id = table.current_snapshot().snapshot_id
-            try:  # made, or (reset) moved back to main's head
-                commit_refs(table, {branch: (refs[branch].snapshot_id if branch in refs
-                                             else None, main_id)})
-            except CommitFailedException:
-                backoff(attempt)
-                continue
-            reset = False
+            # made, or (reset) moved back to main's head
+            commit_refs(table, {branch: (refs[branch].snapshot_id if branch in refs
+                                         else None, main_id)})
             # the commit updated ``table`` in place
             inherited = [f for f in live_files(table, main_id) if is_run_file(f.file_path, run_id)]
             if inherited:
                 self._commit(name, branch, remove=lambda p: is_run_file(p, run_id), add=[],
                              summary={RUN_ID: run_id, STAGE: "staged", "kafkalog.step": "begin"})
             return main_id
-        raise CatalogError(f"{name}: could not make branch {branch} after {COMMIT_ATTEMPTS} tries")
+
+        return commits.retry(f"{name}: could not make branch {branch}", step)
 
     def commit_files(self, name: str, run_id: str, files: list[str], *, chunk_id: str | None = None,
                      summary: dict | None = None) -> int | None:
@@ -224,27 +223,54 @@ class Warehouse:
         """One snapshot on run ``run_id``'s branch of table ``name``, whose head must be
         ``parent``: the live files ``drop`` replaced by ``add`` (a copy-on-write rewrite of
         rows, e.g. their transaction state, :mod:`spark_jobs.decode.transactions`).
-        ``CommitFailedException`` where the branch moved or a file of ``drop`` is not live
-        at ``parent``: the caller reads the branch again and decides again."""
-        from pyiceberg.exceptions import CommitFailedException
-
+        :class:`CommitRefused` where the branch moved or a file of ``drop`` is not live
+        at ``parent``: the caller reads the branch again and decides again (as
+        :meth:`commit_rewrite` does)."""
         table = self.table(name)
         live = {f.file_path for f in live_files(table, parent)}
         gone = set(drop)
         if not gone <= live:
-            raise CommitFailedException(f"{name}: {len(gone - live)} files to replace are not "
-                                        f"live at snapshot {parent}")
+            raise CommitRefused(f"{name}: {len(gone - live)} files to replace are not "
+                                f"live at snapshot {parent}")
         props = {RUN_ID: run_id, STAGE: "staged", FILES: str(len(add)), **airflow_summary(),
                  **(summary or {})}
         return self._commit(name, branch_name(run_id), add=add, remove=gone.__contains__,
                             summary=props, parent=parent)
 
+    def commit_rewrite(self, name: str, run_id: str, plan, *, what: str | None = None):
+        """A copy-on-write rewrite on run ``run_id``'s branch of table ``name``:
+        ``plan(head, attempt)`` reads the branch at snapshot ``head`` and returns a
+        :class:`.commits.Rewrite` (the files it wrote, ``add``, to replace the live files
+        ``drop``), or anything else where there is nothing to commit (returned as it is).
+        Committed in one snapshot whose parent must be ``head``; refused (the branch
+        moved: another chunk of the run), the files written are deleted and ``plan`` runs
+        again at the new head. A commit that failed otherwise (:class:`CommitFailed`)
+        deletes them only where it is known not to have landed. Returns the rewrite's
+        ``result``; ``what``: the words of the error where every try was refused."""
+        def step(attempt: int):
+            head = self.table(name).refs()[branch_name(run_id)].snapshot_id
+            got = plan(head, attempt)
+            if not isinstance(got, commits.Rewrite):
+                return got
+            try:
+                self.replace_files(name, run_id, got.drop, got.add, parent=head,
+                                   summary=got.summary)
+            except CommitFailed as err:
+                if err.outcome == commits.NOT_COMMITTED:
+                    storage.delete_uncommitted(got.add, self.s3)
+                raise
+            except Exception:  # refused, or failed before anything was sent
+                storage.delete_uncommitted(got.add, self.s3)
+                raise
+            return got.result
+
+        return commits.retry(what or f"{name}: could not rewrite files on run {run_id!r}", step)
+
     def _commit(self, name: str, ref: str, *, add: list[str], remove, summary: dict,
                 parent: int | None = None) -> int | None:
         """One overwrite snapshot on ``ref``: drop the live files ``remove`` selects, add
-        ``add`` (paths, or DataFiles); retried after a lost compare-and-swap."""
-        from pyiceberg.exceptions import CommitFailedException
-
+        ``add`` (paths, or DataFiles); retried after a lost compare-and-swap, unless its
+        ``parent`` is given (then :class:`CommitRefused` where ``ref`` is elsewhere)."""
         table = self.table(name)
         added = [f if not isinstance(f, str) else None for f in add]
         paths = [f for f in add if isinstance(f, str)]
@@ -253,21 +279,19 @@ class Warehouse:
             added = [next(it) if f is None else f for f in added]
         summary = {k: str(v) for k, v in summary.items()}
         summary.setdefault(ROWS, str(sum(f.record_count for f in added)))
-        for attempt in range(COMMIT_ATTEMPTS):
-            if attempt:  # the first try uses the table just loaded, later ones load it again
-                table = self.table(name)
-            head = table.refs()[ref].snapshot_id if ref in table.refs() else None
+
+        def step(attempt: int) -> int | None:
+            # the first try uses the table just loaded, later ones load it again
+            t = self.table(name) if attempt else table
+            head = t.refs()[ref].snapshot_id if ref in t.refs() else None
             if parent is not None and head != parent:
-                raise CommitFailedException(f"{ref} moved from {parent} to {head}")
-            try:
-                with adding_snapshot():  # (looked up here: a test swaps in pyiceberg's own)
-                    return snapshots.commit_snapshot(table, ref, add=added, remove=remove,
-                                                     summary=summary)
-            except CommitFailedException:
-                if parent is not None:
-                    raise
-                backoff(attempt)
-        raise CatalogError(f"{name}: could not commit to {ref} after {COMMIT_ATTEMPTS} tries")
+                raise CommitRefused(f"{ref} moved from {parent} to {head}")
+            # (looked up here: a test swaps in pyiceberg's own)
+            return snapshots.commit_snapshot(t, ref, add=added, remove=remove, summary=summary)
+
+        if parent is not None:
+            return step(0)  # the caller plans again on the branch as it is now
+        return commits.retry(f"{name}: could not commit to {ref}", step)
 
     def staged_snapshot(self, name: str, run_id: str) -> int | None:
         """The head of run ``run_id``'s branch on table ``name`` (None: no branch)."""
@@ -348,30 +372,28 @@ class Warehouse:
     def _mark(self, name: str, run_id: str, on: bool, table=None):
         """Set (``on``) or remove run ``run_id``'s publish marker on table ``name``
         (``table``: as just loaded, for the first try); returns the table as it left it."""
-        from pyiceberg.exceptions import CommitFailedException
-
         key = publishing_key(run_id)
-        for attempt in range(COMMIT_ATTEMPTS):
-            table = self.table(name) if table is None or attempt else table
-            if (key in table.properties) == on:
-                return table
-            try:
-                commit_refs(table, {}, properties={key: run_id} if on else None,
+
+        def step(attempt: int):
+            t = self.table(name) if table is None or attempt else table
+            if (key in t.properties) != on:
+                commit_refs(t, {}, properties={key: run_id} if on else None,
                             removed=() if on else (key,))
-                return table
-            except CommitFailedException:
-                backoff(attempt)
-        raise CatalogError(f"{name}: could not {'set' if on else 'remove'} {key}")
+            return t
+
+        return commits.retry(f"{name}: could not {'set' if on else 'remove'} {key}", step)
 
     def _publish_table(self, name: str, run_id: str, table=None, *, mark: bool = False):
         """Put run ``run_id``'s branch of table ``name`` on ``main`` and drop the branch;
         ``mark``: set the run's publish marker no later than ``main`` changes (in the same
         commit where it can). Returns the action and the table as it left it."""
-        from pyiceberg.exceptions import CommitFailedException
-
         branch = branch_name(run_id)
         marker = {publishing_key(run_id): run_id} if mark else None
-        for attempt in range(COMMIT_ATTEMPTS):
+
+        def step(attempt: int):
+            nonlocal table, marker
+            if attempt:
+                log.info("%s: main moved while publishing run %s; checking again", name, run_id)
             table = self.table(name) if table is None or attempt else table
             if marker and publishing_key(run_id) in table.properties:
                 marker = None  # set by an earlier try
@@ -382,32 +404,29 @@ class Warehouse:
             head = ref.snapshot_id
             main = table.current_snapshot().snapshot_id
             moves = {branch: (head, None)}  # the branch goes in the table's one commit
-            try:
-                if snapshot_summary(table, head).get(RUN_ID) != run_id:
-                    action = "nothing"  # the run committed nothing here (a derived table)
-                elif is_published(table, head):
-                    action = "published"  # by an earlier try that stopped before the drop
-                elif main == (fork := fork_point(table, branch)):
-                    action = "nothing" if head == fork else "fast-forward"
-                    if head != fork:
-                        moves[MAIN] = (main, head)
-                else:
-                    check_overlap(table, name, run_id, fork, main, head)
-                    if marker:  # the re-applied snapshot is a commit of its own: mark first
-                        table = self._mark(name, run_id, True, table)
-                        marker = None
-                    mine, replaced = self._branch_changes(table, name, run_id, fork, main, head)
-                    summary = {**snapshot_summary(table, head), STAGE: "published",
-                               PUBLISHED_FROM: str(head)}
-                    self._commit(name, MAIN, add=mine, summary=summary, parent=main,
-                                 remove=lambda p: is_run_file(p, run_id) or p in replaced)
-                    return "re-applied", self._drop_branch(name, branch)
-                commit_refs(table, moves, properties=marker)
-                return action, table
-            except CommitFailedException:
-                log.info("%s: main moved while publishing run %s; checking again", name, run_id)
-                backoff(attempt)
-        raise CatalogError(f"{name}: could not publish run {run_id!r} after {COMMIT_ATTEMPTS} tries")
+            if snapshot_summary(table, head).get(RUN_ID) != run_id:
+                action = "nothing"  # the run committed nothing here (a derived table)
+            elif is_published(table, head):
+                action = "published"  # by an earlier try that stopped before the drop
+            elif main == (fork := fork_point(table, branch)):
+                action = "nothing" if head == fork else "fast-forward"
+                if head != fork:
+                    moves[MAIN] = (main, head)
+            else:
+                check_overlap(table, name, run_id, fork, main, head)
+                if marker:  # the re-applied snapshot is a commit of its own: mark first
+                    table = self._mark(name, run_id, True, table)
+                    marker = None
+                mine, replaced = self._branch_changes(table, name, run_id, fork, main, head)
+                summary = {**snapshot_summary(table, head), STAGE: "published",
+                           PUBLISHED_FROM: str(head)}
+                self._commit(name, MAIN, add=mine, summary=summary, parent=main,
+                             remove=lambda p: is_run_file(p, run_id) or p in replaced)
+                return "re-applied", self._drop_branch(name, branch)
+            commit_refs(table, moves, properties=marker)
+            return action, table
+
+        return commits.retry(f"{name}: could not publish run {run_id!r}", step)
 
     @staticmethod
     def _branch_changes(table, name: str, run_id: str, fork: int, main: int, head: int):
@@ -430,18 +449,14 @@ class Warehouse:
     def _drop_branch(self, name: str, branch: str, table=None):
         """Drop ``branch`` of table ``name`` (``table``: as just loaded, for the first
         try); returns the table as it left it (None: it could not)."""
-        from pyiceberg.exceptions import CommitFailedException
+        def step(attempt: int):
+            t = self.table(name) if table is None or attempt else table
+            ref = t.refs().get(branch)
+            if ref is not None:
+                commit_refs(t, {branch: (ref.snapshot_id, None)})
+            return t
 
-        for attempt in range(COMMIT_ATTEMPTS):
-            table = self.table(name) if table is None or attempt else table
-            ref = table.refs().get(branch)
-            if ref is None:
-                return table
-            try:
-                commit_refs(table, {branch: (ref.snapshot_id, None)})
-                return table
-            except CommitFailedException:
-                backoff(attempt)
+        return commits.retry(f"{name}: could not drop {branch}", step, exhausted=lambda: None)
 
     def discard(self, run_id: str, names=None) -> None:
         """Drop run ``run_id``'s branches (its staged, unpublished commits)."""
@@ -457,20 +472,21 @@ class Warehouse:
         snapshot (the audit's own table, dq_results, is written so); ``where`` (a pyiceberg
         expression): the rows replaced instead of all of the run's."""
         from pyiceberg.expressions import EqualTo
-        from pyiceberg.exceptions import CommitFailedException
 
         props = {RUN_ID: run_id, STAGE: "published", ROWS: str(rows.num_rows), **airflow_summary(),
-                 **{k: str(v) for k, v in (summary or {}).items()}}
+                 **{k: str(v) for k, v in (summary or {}).items()}, **commits.new_token()}
         rows = rows.cast(schemas.TABLES[name])
-        for attempt in range(COMMIT_ATTEMPTS):
+
+        def step(attempt: int) -> None:
             table = self.table(name)
-            try:
-                with warnings.catch_warnings(), adding_snapshot():
+
+            def commit():
+                with warnings.catch_warnings():
                     # a run's first write deletes nothing: fine
                     warnings.filterwarnings("ignore", "Delete operation did not match any records")
                     table.overwrite(rows, overwrite_filter=EqualTo("run_id", run_id)
                                     if where is None else where, snapshot_properties=props)
-                return
-            except CommitFailedException:
-                backoff(attempt)
-        raise CatalogError(f"{name}: could not write run {run_id!r} after {COMMIT_ATTEMPTS} tries")
+
+            commits.send(table, commit, landed=commits.token_landed(props))
+
+        commits.retry(f"{name}: could not write run {run_id!r}", step)

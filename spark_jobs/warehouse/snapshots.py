@@ -6,36 +6,29 @@ rather than through pyiceberg's ``Transaction`` where that costs too much (docs/
   pass: the files a predicate selects dropped, DataFiles added;
 * :func:`data_files` makes the DataFiles of written Parquet files, as pyiceberg would;
 * :func:`rewrite_manifests` commits a branch again with its manifests rewritten;
-* :func:`adding_snapshot` and :func:`backoff`: a race lost to another writer is a
-  ``CommitFailedException``, tried again (up to :data:`COMMIT_ATTEMPTS` times) after a pause.
+* :func:`adding_snapshot`: a snapshot beaten to its sequence number comes out as pyiceberg's
+  own refusal.
 
 Every commit names the branch head it expects: where another writer moved it, the catalog
-refuses, and the caller re-reads the table and decides again.
+refuses. Each goes through :func:`.commits.send`, which says what became of it
+(:class:`.errors.CommitRefused`, :class:`.errors.CommitFailed`); the caller re-reads the
+table and decides again (:func:`.commits.retry`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
-import time
 
+from spark_jobs.warehouse import commits
 from spark_jobs.warehouse.history import data_manifests
 from spark_jobs.warehouse.naming import MAIN
-
-#: tries of a commit that lost a race (each on the table loaded again)
-COMMIT_ATTEMPTS = 8
-
-
-def backoff(attempt: int) -> None:
-    """Sleep before try ``attempt + 1`` of a commit: doubling from 50 ms up to 2 s, jittered."""
-    time.sleep(min(0.05 * 2 ** attempt, 2.0) * (1 + random.random()))
 
 
 @contextlib.contextmanager
 def adding_snapshot():
-    """Around a commit that adds a snapshot: a race lost to another writer of the table
-    comes out as the ``CommitFailedException`` that callers retry, whichever way the
-    catalog said it (:data:`._pyiceberg.STALE_SEQUENCE`)."""
+    """Around pyiceberg's own commit of a snapshot: a race lost to another writer of the
+    table comes out as pyiceberg's ``CommitFailedException``, whichever way the catalog
+    said it (:data:`._pyiceberg.STALE_SEQUENCE`)."""
     from pyiceberg.exceptions import CommitFailedException
 
     from spark_jobs.warehouse import _pyiceberg
@@ -55,8 +48,8 @@ def commit_refs(table, moves: dict[str, tuple[int | None, int | None]], *,
     ``branch: (now, then)`` in ``moves`` must point at snapshot ``now`` (None: not exist)
     and then points at ``then`` (None: dropped); each ``tag: (now, then)`` of ``tags`` the
     same for a tag (made or moved); ``properties`` are set and ``removed`` taken away in
-    the same commit. Raises ``CommitFailedException`` where a branch is not
-    where the caller saw it; updates ``table`` in place.
+    the same commit. Raises :class:`.errors.CommitRefused` where a branch is not
+    where the caller saw it (:func:`.commits.send`); updates ``table`` in place.
 
     The updates and requirements go to the catalog as they are (what a REST catalog's
     commit request carries). pyiceberg's ``ManageSnapshots`` keeps only one requirement of
@@ -85,7 +78,9 @@ def commit_refs(table, moves: dict[str, tuple[int | None, int | None]], *,
     if removed:
         updates.append(RemovePropertiesUpdate(removals=list(removed)))
     # the one per-table commit call pyiceberg's own transactions make (tests count it)
-    _pyiceberg.do_commit(table, tuple(updates), tuple(requirements))
+    commits.send(table, lambda: _pyiceberg.do_commit(table, tuple(updates), tuple(requirements)),
+                 landed=commits.refs_landed({**moves, **(tags or {})}, properties=properties,
+                                            removed=removed))
 
 
 class SnapshotWriter:
@@ -99,8 +94,8 @@ class SnapshotWriter:
     :meth:`write` goes step by step: :meth:`_drop` (the head's manifests, those with a
     dropped file rewritten), :meth:`_add` (a manifest of the added files),
     :meth:`_manifest_list` and :meth:`_snapshot`, then :meth:`_commit`, a compare-and-swap
-    on the branch head as ``table`` had it. The files it wrote are deleted again where the
-    commit did not happen."""
+    on the branch head as ``table`` had it (:func:`.commits.send`). The files it wrote
+    are deleted again where the commit is known not to have happened."""
 
     def __init__(self, table, ref: str, summary: dict):
         import uuid
@@ -125,11 +120,6 @@ class SnapshotWriter:
         """Drop the head's live files that ``remove`` (a path predicate) selects, add the
         DataFiles ``add``. Returns the new head, or the head as it was where there is
         nothing to drop or add (no commit)."""
-        from pyiceberg.exceptions import CommitFailedException
-
-        from spark_jobs.warehouse import _pyiceberg
-
-        committing = False
         try:
             manifests = self._drop(remove)
             if not add and not self.dropped:
@@ -137,18 +127,16 @@ class SnapshotWriter:
             if add:
                 manifests.insert(0, self._add(add))
             snapshot = self._snapshot(self._manifest_list(manifests))
-            committing = True
-            self._commit(snapshot)
-        except BaseException as err:
-            # before the catalog's commit nothing refers to the files written; a commit it
-            # refused (the branch moved, or another snapshot took the sequence number) neither.
-            # Any other failure of the commit itself may have landed: the files stay
-            if not committing or isinstance(err, CommitFailedException) or \
-                    _pyiceberg.is_stale_sequence(err):
-                for path in self.written:
-                    self.table.io.delete(path)
+        except BaseException:
+            self._discard()  # nothing refers to the files written before the commit
             raise
+        commits.send(self.table, lambda: self._commit(snapshot), discard=self._discard,
+                     landed=commits.snapshot_landed(self.snapshot_id))
         return self.snapshot_id
+
+    def _discard(self) -> None:
+        for path in self.written:
+            self.table.io.delete(path)
 
     def _manifest_writer(self, spec_id: int):
         from pyiceberg.manifest import write_manifest
@@ -231,7 +219,7 @@ class SnapshotWriter:
 
     def _commit(self, snapshot) -> None:
         """Add ``snapshot`` and move the branch to it, if the branch is still at the head
-        this writer read (else ``CommitFailedException``); updates the table in place."""
+        this writer read (else the catalog refuses); updates the table in place."""
         from pyiceberg.table.refs import SnapshotRefType
         from pyiceberg.table.update import (AddSnapshotUpdate, AssertRefSnapshotId,
                                             AssertTableUUID, SetSnapshotRefUpdate)
@@ -252,8 +240,9 @@ def commit_snapshot(table, ref: str, *, add: list, remove, summary: dict) -> int
     branch head's live files that ``remove`` (a path predicate) selects are dropped and
     the DataFiles ``add`` added (:class:`SnapshotWriter`). Returns the new head, or the
     head as it was where there is nothing to drop or add (no commit). Raises
-    ``CommitFailedException`` where the branch moved since ``table`` was loaded; updates
-    ``table`` in place."""
+    :class:`.errors.CommitRefused` where the branch moved since ``table`` was loaded,
+    :class:`.errors.CommitFailed` where the commit failed otherwise; updates ``table`` in
+    place."""
     return SnapshotWriter(table, ref, summary).write(add=add, remove=remove)
 
 
@@ -314,9 +303,14 @@ def rewrite_manifests(table, rewrite, *, summary: dict, branch: str = MAIN) -> N
     """One snapshot on ``branch`` of ``table`` that adds and drops no data file, its
     manifests what ``rewrite(manifests, entries, new_writer)`` makes of the head's
     (:func:`._pyiceberg.rewrite_manifests`, pyiceberg's own fast append extended). A
-    compare-and-swap on the branch: ``CommitFailedException`` where it moved (a lost race
-    included, :func:`adding_snapshot`)."""
+    compare-and-swap on the branch: :class:`.errors.CommitRefused` where it moved
+    (:func:`.commits.send`)."""
     from spark_jobs.warehouse import _pyiceberg
 
-    with adding_snapshot(), table.transaction() as tx:
-        _pyiceberg.rewrite_manifests(tx, table.io, rewrite, summary=summary, branch=branch)
+    summary = {**summary, **commits.new_token()}
+
+    def commit():
+        with table.transaction() as tx:
+            _pyiceberg.rewrite_manifests(tx, table.io, rewrite, summary=summary, branch=branch)
+
+    commits.send(table, commit, landed=commits.token_landed(summary))

@@ -31,26 +31,26 @@ def run_night(wh, run_id: str) -> str | None:
 def tag_night(wh, names, night: str) -> dict[str, int]:
     """Tag each table of ``names`` ``night-<night>`` at its ``main`` (unless a later
     night's tag exists: see the module's text); ``{table: snapshot tagged}``."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    from .snapshots import COMMIT_ATTEMPTS, backoff, commit_refs
+    from . import commits
+    from .snapshots import commit_refs
 
     tag, out = layout.night_tag(night), {}
     for name in names:
-        for attempt in range(COMMIT_ATTEMPTS):
+        def step(attempt: int, name=name) -> int | None:
             table = wh.table(name)
             refs = table.refs()
             later = [r for r in refs if r.startswith(layout.NIGHT_TAG_PREFIX) and r > tag]
             head = table.current_snapshot().snapshot_id
             now = refs[tag].snapshot_id if tag in refs else None
             if later or now == head:
-                break
-            try:
-                commit_refs(table, {}, tags={tag: (now, head)})
-                out[name] = head
-                break
-            except CommitFailedException:
-                backoff(attempt)
+                return None
+            commit_refs(table, {}, tags={tag: (now, head)})
+            return head
+
+        # out of tries: the table is left untagged, the publish goes on
+        head = commits.retry(f"{name}: could not tag {tag}", step, exhausted=lambda: None)
+        if head is not None:
+            out[name] = head
     return out
 
 

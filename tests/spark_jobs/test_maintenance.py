@@ -329,11 +329,16 @@ def test_a_failed_rewrite_commits_nothing_and_leaves_no_file(wh, monkeypatch):
 
 
 @pytest.mark.parametrize("committed", [True, False])
-def test_a_commit_of_unknown_outcome_keeps_the_new_files(wh, monkeypatch, committed):
+def test_a_commit_of_unknown_outcome_keeps_the_new_files_unless_read_back_absent(
+        wh, monkeypatch, committed):
     """A commit that fails with anything but a lost compare-and-swap may have reached
-    the catalog (a REST catalog's 5xx): its new files must stay, or main would name
-    files that are gone. Where it did not happen, orphan removal takes them later."""
+    the catalog (a REST catalog's 5xx): the table is read back and the commit looked for
+    by its token. Landed, its new files must stay, or main would name files that are
+    gone; known not landed, they are deleted at once (nothing is left for the orphan
+    sweep). Either way compaction fails loudly, saying which."""
     from pyiceberg.exceptions import CommitStateUnknownException
+
+    from spark_jobs.warehouse import CommitFailed
 
     for run, layout in nights(2):
         publish_run(wh, run, layout, split=3)
@@ -346,18 +351,21 @@ def test_a_commit_of_unknown_outcome_keeps_the_new_files(wh, monkeypatch, commit
         raise CommitStateUnknownException("504 from the catalog")
 
     monkeypatch.setattr(compaction, "commit_replacement", unknown)
-    with pytest.raises(CommitStateUnknownException):
+    with pytest.raises(CommitFailed) as failed:
         compact(wh)
+    assert isinstance(failed.value.__cause__, CommitStateUnknownException)
+    assert failed.value.outcome == ("committed" if committed else "not committed")
     data = Path(wh.data_root("records")[len("file://"):])
     written = sorted(data.rglob(f"*~{maintenance.COMPACTED_TAG}*"))
-    assert len(written) == 10  # 2 runs x 5 Kafka partitions, none deleted
+    # 2 runs x 5 Kafka partitions: kept where landed, deleted where known not
+    assert len(written) == (10 if committed else 0)
     assert rows_of(wh) == before  # every file main names is there
     assert (live_paths(wh) == files) is not committed
     monkeypatch.setattr(compaction, "commit_replacement", real)
     for p in data.rglob("*.parquet"):
         _age(p, 5)
     gone = maintenance.remove_orphans(wh, "records", grace=dt.timedelta(hours=1))
-    assert gone["orphans_deleted"] == (0 if committed else 10)
+    assert gone["orphans_deleted"] == 0
     assert rows_of(wh) == before
 
 
@@ -504,8 +512,9 @@ def test_commits_make_the_snapshots_pyiceberg_would(tmp_path, monkeypatch):
     same rows, the same files with the same entries (status and sequence numbers), and
     the same summary totals at every snapshot of main; appends are ``append``, commits
     that drop files ``overwrite``. A commit the catalog refuses leaves no file."""
-    from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.manifest import ManifestEntryStatus
+
+    from spark_jobs.warehouse import CommitRefused
 
     def build(wh):
         (r1, l1), (r2, l2) = nights(2)
@@ -561,7 +570,7 @@ def test_commits_make_the_snapshots_pyiceberg_would(tmp_path, monkeypatch):
     added = [parquet_file_to_data_file(stale.io, stale.metadata, uri)]
     metadata = Path(stale.location()[len("file://"):]) / "metadata"
     before = sorted(metadata.iterdir())
-    with pytest.raises(CommitFailedException):
+    with pytest.raises(CommitRefused):
         snapshots.commit_snapshot(stale, branch_name(run), add=added,
                                 remove=lambda p: False, summary={})
     assert sorted(metadata.iterdir()) == before
