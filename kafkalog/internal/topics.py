@@ -94,9 +94,10 @@ def coordinator_keys(decoder: str) -> dict[int, tuple[MessageSpec, int]]:
 
 def key_types(key_specs) -> dict[int, tuple[MessageSpec, int]]:
     """Record type -> (key spec, key version), in either layout Kafka's specs have used:
-    up to Kafka 3.9 a key spec's validVersions are the record types it is used for (and
-    the key is read as that version); from 4.0 a ``coordinator-key`` spec carries the type
-    as its ``apiKey`` and is read as version 0, and type 0 stays the old OffsetCommitKey."""
+    up to Kafka 4.0 a key spec's validVersions are the record types it is used for (and
+    the key is read as that version); from 4.1 a ``coordinator-key`` spec carries the type
+    as its ``apiKey`` and is read as version 0 (4.3.0: type 0 is LegacyOffsetCommitKey; a
+    set with only OffsetCommitKey reads type 0 with it, as both hold the same fields)."""
     out: dict[int, tuple[MessageSpec, int]] = {}
     for s in key_specs:
         if s.api_key is None:
