@@ -371,6 +371,7 @@ def _parsed(path: str) -> MessageSpec:
                       .read_text(encoding="utf-8"))
 
 
+@cache
 def spec(name: str) -> MessageSpec:
     """The shipped spec ``name`` (e.g. ``"OffsetCommitValue"``), parsed once: the newest
     release's copy (:data:`SPEC_RELEASES`)."""
@@ -380,12 +381,14 @@ def spec(name: str) -> MessageSpec:
     return _parsed(paths[0])
 
 
+@cache
 def spec_layouts(name: str) -> tuple[tuple[str, MessageSpec], ...]:
     """``(release, spec)`` of every shipped copy of spec ``name``, newest first: more than one
     only where Kafka changed a message's layout without a version bump (``specs/README.md``)."""
     return tuple((p.split("/", 1)[0], _parsed(p)) for p in spec_files().get(name, ()))
 
 
+@cache
 def spec_names() -> tuple[str, ...]:
     return tuple(spec_files())
 

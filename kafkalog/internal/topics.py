@@ -138,12 +138,13 @@ def read_value(name: str, value: bytes, version: int, pos: int) -> dict:
     records in 4.1) the newest layout is tried first and an older one only when the bytes do
     not read as it; Kafka's own writers never make bytes that read as both (see
     ``specs/README.md``). The newest layout's error, naming the others', when none fits."""
-    (release, newest), *older = spec_layouts(name)
+    layouts = spec_layouts(name)
+    if len(layouts) == 1:
+        return layouts[0][1].read_exactly(value, version, pos)
+    (release, newest), *older = layouts
     try:
         return newest.read_exactly(value, version, pos)
     except MessageError as err:
-        if not older:
-            raise
         tried = [f"{release}: {err}"]
         for release, layout in older:
             try:
