@@ -318,3 +318,27 @@ def test_the_4_1_layouts_by_hand_and_bytes_that_fit_neither():
         "initializedTopics": [topic], "deletingTopics": []}
     assert decode("offsets", key, new)["value"]["data"] == {
         "initializingTopics": [], "initializedTopics": [topic], "deletingTopics": []}
+
+
+# ------------------------------------------------------------------ Kafka's own byte vectors
+
+def _buffer(data: bytes, limit: int) -> bytes:
+    """A Java ByteBuffer.allocate(n) (zero-filled) with ``data`` put at 0 and read to ``limit``."""
+    return (data + bytes(limit))[:limit]
+
+
+@pytest.mark.parametrize("value, words", [
+    # MetadataRecordSerdeTest (apache/kafka a9ce3221537b, metadata/src/test/java/org/apache/
+    # kafka/metadata/MetadataRecordSerdeTest.java): the bytes of each of its malformed frames
+    (_buffer(b"\x0f", 1), "frame version 15"),                      # UnhandledFrameVersion
+    (_buffer(b"\x80" * 6, 64), "frame version: unsigned varint longer than 5 bytes"),
+    (_buffer(b"\x01" + b"\x80" * 6, 64), "api key: unsigned varint longer than 5 bytes"),
+    (_buffer(b"\x01\x08" + b"\x80" * 5, 64), "record version: unsigned varint longer"),
+    (_buffer(b"\x01\x08\xff\xff\xff\x7f\x80", 64), "unknown version 268435455"),  # too large
+    (_buffer(b"\x01\xff\x7f\x00\x80", 64), "unknown api key 16383"),   # UnsupportedApiKey
+    (_buffer(b"\x01\x00\x00\x80", 4), "RegisterBrokerRecord"),         # MalformedMessage
+])
+def test_kafkas_malformed_metadata_frames_are_refused(value, words):
+    with pytest.raises(Exception, match=words) as err:
+        decode("cluster-metadata", None, value)
+    assert type(err.value).__name__ == "MessageError"
