@@ -237,7 +237,7 @@ _INT_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 
 
 _ABSENT = object()
-_STRUCT_DEFAULT = object()  # a struct of defaults: never equal to a read value, so written
+_STRUCT_DEFAULT = object()  # the empty struct (Kafka's new Struct()): see default_struct
 
 
 def _default(type_: str, is_array: bool, raw) -> Any:
