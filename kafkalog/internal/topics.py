@@ -136,8 +136,9 @@ def read_value(name: str, value: bytes, version: int, pos: int) -> dict:
     """The value spec ``name``'s struct of ``version`` in ``value[pos:]``, which it must fill
     exactly. Where Kafka changed the spec's layout without a version bump (two share group
     records in 4.1) the newest layout is tried first and an older one only when the bytes do
-    not read as it; Kafka's own writers never make bytes that read as both (see
-    ``specs/README.md``). The newest layout's error, naming the others', when none fits."""
+    not read as it; what Kafka 4.0 wrote never reads as 4.1's layout (docs/internal-topics.md
+    says why), so a record is never read as the other layout's. The newest layout's error,
+    naming the others', when none fits."""
     layouts = spec_layouts(name)
     if len(layouts) == 1:
         return layouts[0][1].read_exactly(value, version, pos)
