@@ -39,6 +39,7 @@ import json
 import os
 import re
 
+from .internal.json_form import read_json
 from .internal.schema import MessageError, snake_name, spec
 from .internal.topics import KRAFT_CONTROL_SPECS, decode_cluster_metadata, decode_kraft_control
 from .log_reader import scan
@@ -99,7 +100,7 @@ def read_quorum_state(source) -> StateFile:
                     f"{qs.valid.low}-{qs.valid.high}")
     header[DATA_VERSION] = version
     try:
-        values = qs.read_json(doc, version)
+        values = read_json(qs, doc, version)
     except MessageError as err:
         return done(str(err))
     voters = values.pop("currentVoters", None) or ()

@@ -1,6 +1,8 @@
 """Kafka's internal topics and their records, read with Kafka's own message specs.
 
-:mod:`.schema` interprets the JSON specs shipped in ``specs/`` (Apache Kafka's, unchanged);
+:mod:`.schema` interprets the JSON specs shipped in ``specs/`` (Apache Kafka 4.3.0's, unchanged,
+and the older layouts ``specs/README.md`` names; :mod:`.json_form` reads messages in Kafka's JSON
+form with them);
 :mod:`.topics` frames the records of ``__consumer_offsets``, ``__transaction_state``,
 ``__cluster_metadata`` and ``__share_group_state`` with them (:mod:`.framing`: the frame of
 the metadata topics' values); :mod:`.share_group_state`

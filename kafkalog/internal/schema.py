@@ -1,7 +1,8 @@
 """Kafka's message schema language, read at run time: one generic reader (and writer).
 
 Kafka describes every record of its internal topics in JSON specs (``specs/``, copied
-unchanged from apache/kafka; see ``specs/NOTICE``). A spec is a struct of fields, each with
+unchanged from Apache Kafka 4.3.0 and a few other commits; ``specs/README.md`` names each). A
+spec is a struct of fields, each with
 
 - ``type``: ``bool``, ``int8``, ``int16``, ``uint16``, ``int32``, ``uint32``, ``int64``,
   ``float64``, ``string``, ``bytes``, ``records``, ``uuid``, ``[]T`` (an array of any of
@@ -12,24 +13,33 @@ unchanged from apache/kafka; see ``specs/NOTICE``). A spec is a struct of fields
   optional tagged field instead of a positional one (``versions`` defaults to them). A tag is
   a JSON number or a string holding one (``"tag": "0"`` in RegisterBrokerRecord): Kafka's
   generator reads it as an Integer either way;
+- ``default``: as Kafka's generator (``FieldSpec``) reads it: the *string* ``"null"`` is a
+  null default; a JSON ``null`` is read by Jackson as no default at all, i.e. 0, ``""``, the
+  empty array or the empty struct (``"default": null`` on ClassicMemberMetadata or
+  AssignmentEpochs is an empty default, which is why Kafka writes their nulls explicitly);
 - ``flexibleVersions`` (per spec, and per string/bytes field as an override).
 
-Wire grammar, big-endian (Kafka's ``Readable``/``MessageUtil``):
+Wire grammar, big-endian (Kafka's ``Readable``/``MessageUtil``, the code its
+``MessageDataGenerator`` generates):
 
 - fixed-width integers; ``bool`` one byte, non-zero true; ``uuid`` 16 bytes;
-- non-flexible: ``string`` int16 length (-1 null), ``bytes``/``records`` int32 length (-1
-  null), arrays int32 count (-1 null);
+- non-flexible: ``string`` int16 length, ``bytes``/``records`` int32 length, arrays int32
+  count; a negative one is null;
 - flexible ("compact"): unsigned varint length + 1 (0 null) for all three; and every struct
   ends with a tagged-field section: unsigned varint count, then per field unsigned varint
   tag, unsigned varint size, ``size`` bytes. Tags the spec does not know are skipped (Kafka
-  keeps them as unknown tagged fields); a known one must use exactly its declared size;
-- a struct-typed field that is nullable in a version is preceded by an int8: -1 null, 1 present.
+  keeps them as unknown tagged fields); a known one must use exactly its declared size, and
+  one the spec has only in other versions is an error ("Tag N is not valid for version");
+- a struct-typed field that is nullable in a version is preceded by a null marker: positional,
+  an int8 (negative: null; Kafka writes -1 and 1); tagged, an unsigned varint (0: null; Kafka
+  writes 1 before a present struct, and a null one as tag, size 1, ``00``).
 
 Values come out as Kafka's JSON converters write them: field names with the first letter
 lower-cased, bytes as base64, UUIDs as Kafka prints them (22-character URL-safe base64 without
-padding), tagged fields only when they differ from their default. Everything wrong with the
-bytes (unknown version, read past the end, leftover bytes, bad UTF-8, a tagged field of the
-wrong size) raises :class:`MessageError` with the byte position and field path.
+padding), tagged fields only when they differ from their default (a null where the default is
+not null is shown). Everything wrong with the bytes (unknown version, read past the end,
+leftover bytes, bad UTF-8, a tagged field of the wrong size) raises :class:`MessageError` with
+the byte position and field path.
 """
 
 from __future__ import annotations
@@ -88,7 +98,7 @@ class Versions:
 
 NONE = Versions(0, -1)
 
-_FIXED = {
+FIXED = {
     "bool": struct.Struct(">?"),
     "int8": struct.Struct(">b"),
     "int16": struct.Struct(">h"),
@@ -99,7 +109,7 @@ _FIXED = {
     "float64": struct.Struct(">d"),
 }
 _UUID_SIZE = 16
-_PRIMITIVES = frozenset(_FIXED) | {"string", "bytes", "records", "uuid"}
+PRIMITIVES = frozenset(FIXED) | {"string", "bytes", "records", "uuid"}
 
 
 def json_name(name: str) -> str:
@@ -142,7 +152,7 @@ class Field:
     struct: "Struct | None" = None  # for struct types and arrays of structs
 
     def tagged_in(self, version: int) -> bool:
-        return self.tag is not None and version in self.tagged
+        return self.tag is not None and version in self.tagged and version in self.versions
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +174,7 @@ class MessageSpec:
         """Read the struct of ``version`` from ``buf[pos:end]``: ``(values, new_pos)``."""
         if version not in self.valid:
             raise MessageError(f"{self.name}: unknown version {version} (this reader knows "
-                               f"{_versions_text(self.valid)})", pos)
+                               f"{versions_text(self.valid)})", pos)
         end = len(buf) if end is None else end
         return _Reader(self, version, buf, end).struct(self.struct, pos, self.name)
 
@@ -176,28 +186,17 @@ class MessageSpec:
                                f"the message (it ends at byte {pos} of {len(buf)})", pos)
         return value
 
-    def read_json(self, doc, version: int) -> dict:
-        """A message in the JSON form of Kafka's generated ``*JsonConverter`` (the form
-        :meth:`read` returns: JSON names, UUIDs and bytes as text), checked as the converter
-        checks it: every non-tagged field of ``version`` present, each value of its type
-        and range (a JSON number for numbers, null only where nullable); fields of other
-        versions and unknown names are ignored. MessageError naming the field otherwise."""
-        if version not in self.valid:
-            raise MessageError(f"{self.name}: unknown version {version} (this reader knows "
-                               f"{_versions_text(self.valid)})", 0)
-        return _json_struct(self.struct, doc, version, self.name)
-
     def write(self, value: dict, version: int) -> bytes:
         """Encode ``value`` (JSON-shaped, as :meth:`read` returns it; missing fields take their
         defaults) as ``version``: for tests and sample data."""
         if version not in self.valid:
-            raise SpecError(f"{self.name}: version {version} not in {_versions_text(self.valid)}")
+            raise SpecError(f"{self.name}: version {version} not in {versions_text(self.valid)}")
         out = bytearray()
         _Writer(self, version, out).struct(self.struct, value)
         return bytes(out)
 
 
-def _versions_text(v: Versions) -> str:
+def versions_text(v: Versions) -> str:
     if v.empty:
         return "none"
     if v.high == HIGHEST:
@@ -238,20 +237,22 @@ _INT_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 
 
 _ABSENT = object()
-_STRUCT_DEFAULT = object()  # a struct of defaults: never equal to a read value, so written
+_STRUCT_DEFAULT = object()  # the empty struct (Kafka's new Struct()): see default_struct
 
 
 def _default(type_: str, is_array: bool, raw) -> Any:
-    """The field's default as its JSON value (tagged fields are written only when not default)."""
-    if raw is None or raw == "null":  # "default": null or "null"
+    """The field's default as its JSON value (tagged fields are written only when not default).
+    Only the string ``"null"`` is a null default: Kafka's FieldSpec takes a JSON null (Jackson
+    passes it as no string) as no default, like a missing one."""
+    if raw == "null":
         return None
+    if raw is None or raw is _ABSENT or raw == "":
+        raw = None
     if is_array:
         return []
-    if raw is _ABSENT or raw == "":
-        raw = None
     if type_ == "bool":
         return raw is not None and str(raw).lower() == "true"
-    if type_ in _FIXED:
+    if type_ in FIXED:
         if raw is None:
             return 0.0 if type_ == "float64" else 0
         text = str(raw)
@@ -287,7 +288,7 @@ def _field(spec: dict, structs: dict, pending: list) -> Field:
     is_array = type_.startswith("[]")
     elem = type_[2:] if is_array else type_
     sub = None
-    if elem not in _PRIMITIVES:
+    if elem not in PRIMITIVES:
         if "fields" in spec:
             sub = _struct(elem, spec["fields"], structs, pending)
             structs[elem] = sub
@@ -317,7 +318,7 @@ def _resolve(s: Struct, structs: dict) -> Struct:
     fixed = []
     for f in s.fields:
         sub = f.struct
-        if f.type not in _PRIMITIVES:
+        if f.type not in PRIMITIVES:
             if sub is None:
                 if f.type not in structs:
                     raise SpecError(f"{s.name}.{f.name}: unknown type {f.type}")
@@ -345,21 +346,77 @@ def parse_spec(text: str) -> MessageSpec:
     )
 
 
+#: The folders of ``specs/``, newest first: Apache Kafka 4.3.0's specs, a record of trunk after
+#: it, and the 4.0.2 layouts and records that 4.1 changed or removed (``specs/README.md``).
+SPEC_RELEASES = ("4.3.0", "trunk", "4.0.2")
+
+
+@cache
+def spec_files() -> dict[str, tuple[str, ...]]:
+    """Spec name -> the paths (``4.3.0/metadata/TopicRecord.json``, relative to ``specs/``)
+    of every shipped copy, in :data:`SPEC_RELEASES` order."""
+    root = resources.files(__package__).joinpath("specs")
+    out: dict[str, list[str]] = {}
+    for release in SPEC_RELEASES:
+        for module in sorted(root.joinpath(release).iterdir(), key=lambda p: p.name):
+            for p in sorted(module.iterdir(), key=lambda p: p.name):
+                if p.name.endswith(".json"):
+                    out.setdefault(p.name[:-5], []).append(f"{release}/{module.name}/{p.name}")
+    return {name: tuple(paths) for name, paths in sorted(out.items())}
+
+
+@cache
+def _parsed(path: str) -> MessageSpec:
+    return parse_spec(resources.files(__package__).joinpath("specs", path)
+                      .read_text(encoding="utf-8"))
+
+
 @cache
 def spec(name: str) -> MessageSpec:
-    """The shipped spec ``name`` (e.g. ``"OffsetCommitValue"``), parsed once."""
-    path = resources.files(__package__).joinpath("specs", f"{name}.json")
-    return parse_spec(path.read_text(encoding="utf-8"))
+    """The shipped spec ``name`` (e.g. ``"OffsetCommitValue"``), parsed once: the newest
+    release's copy (:data:`SPEC_RELEASES`)."""
+    paths = spec_files().get(name)
+    if not paths:
+        raise KeyError(f"no shipped spec {name!r}")
+    return _parsed(paths[0])
+
+
+@cache
+def spec_layouts(name: str) -> tuple[tuple[str, MessageSpec], ...]:
+    """``(release, spec)`` of every shipped copy of spec ``name``, newest first: more than one
+    only where Kafka changed a message's layout without a version bump (``specs/README.md``)."""
+    return tuple((p.split("/", 1)[0], _parsed(p)) for p in spec_files().get(name, ()))
 
 
 @cache
 def spec_names() -> tuple[str, ...]:
-    folder = resources.files(__package__).joinpath("specs")
-    return tuple(sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json")))
+    return tuple(spec_files())
 
 
 # ---------------------------------------------------------------------------------------------
 # Reading
+
+_MAX_STRING = 0x7FFF  # the generated readers refuse a longer string
+
+
+def _as_int32(n: int) -> int:
+    """An unsigned varint as Kafka's ``readUnsignedVarint`` returns it: a Java int."""
+    return n - (1 << 32) if n >= 1 << 31 else n
+
+
+def default_struct(s: Struct, version: int) -> dict:
+    """A struct of defaults (Kafka's ``new Struct()``) as :meth:`MessageSpec.read` shows it."""
+    return {f.name: default_struct(f.struct, version) if f.default is _STRUCT_DEFAULT
+            else f.default
+            for f in s.fields if version in f.versions and not f.tagged_in(version)}
+
+
+def is_default(f: Field, value, version: int) -> bool:
+    """Whether a tagged field's value is its default (then Kafka neither writes nor shows it)."""
+    if f.default is _STRUCT_DEFAULT:
+        return isinstance(value, dict) and value == default_struct(f.struct, version)
+    return value == f.default
+
 
 def read_uvarint(buf, pos: int, end: int, what: str) -> tuple[int, int]:
     """An unsigned varint (at most 5 bytes, as Kafka's ByteUtils.readUnsignedVarint)."""
@@ -418,44 +475,46 @@ class _Reader:
             last = tag
             f = s.tags.get(tag)
             end = pos + size
-            if f is not None and f.tagged_in(self.version):
+            if f is not None:
+                if not f.tagged_in(self.version):  # Kafka: "Tag N is not valid for version"
+                    raise MessageError(f"{path}: tag {tag} ({f.name}) is not valid in "
+                                       f"v{self.version}", pos)
                 saved, self.end = self.end, end
                 try:
-                    value, used = self.value(f, pos, f"{path}.{f.name}")
+                    value, used = self.value(f, pos, f"{path}.{f.name}", tagged=True)
                 finally:
                     self.end = saved
                 if used != end:
                     raise MessageError(f"{path}.{f.name}: tagged field {tag} declares {size} "
                                        f"bytes but its value uses {used - pos}", pos)
-                if value != f.default:
+                if not is_default(f, value, self.version):
                     found[f.name] = value
             pos = end  # unknown tags are skipped, as Kafka keeps them unread
         return found, pos
 
     def _length(self, f: Field, pos: int, path: str, wide: bool) -> tuple[int, int]:
-        """A length or count: -1 (null) or >= 0."""
+        """A length or count: -1 (null: any negative one, as Kafka reads it) or >= 0."""
         flexible = self.flexible if f.flexible is None else self.version in f.flexible
         if flexible:
             n, pos = self.uvarint(pos, path)
-            n -= 1
+            n = _as_int32(n) - 1  # Kafka reads the varint into an int
         else:
-            fmt = _FIXED["int32"] if wide else _FIXED["int16"]
+            fmt = FIXED["int32"] if wide else FIXED["int16"]
             self._need(pos, fmt.size, path)
             (n,) = fmt.unpack_from(self.buf, pos)
             pos += fmt.size
-            if n < -1:
-                raise MessageError(f"{path}: negative length {n} at byte {pos - fmt.size}", pos)
+        n = max(n, -1)
         if n == -1 and self.version not in f.nullable:
             raise MessageError(f"{path}: null, but the field is not nullable in "
                                f"v{self.version}", pos)
         return n, pos
 
-    def value(self, f: Field, pos: int, path: str) -> tuple[Any, int]:
+    def value(self, f: Field, pos: int, path: str, tagged: bool = False) -> tuple[Any, int]:
         if f.is_array:
             n, pos = self._length(f, pos, path, wide=True)
             if n < 0:
                 return None, pos
-            if n > self.end - pos and (f.type in _FIXED or f.type in _PRIMITIVES):
+            if n > self.end - pos and (f.type in FIXED or f.type in PRIMITIVES):
                 raise MessageError(f"{path}: array of {n} elements in {self.end - pos} bytes "
                                    "(read past the end)", pos)
             items = []
@@ -464,18 +523,21 @@ class _Reader:
                 items.append(item)
             return items, pos
         if f.struct is not None and self.version in f.nullable:
-            self._need(pos, 1, path)
-            marker = self.buf[pos]
-            pos += 1
-            if marker == 0xFF:
-                return None, pos
-            if marker != 1:
-                raise MessageError(f"{path}: null marker {marker} (expected -1 or 1)", pos - 1)
+            if tagged:  # MessageDataGenerator: readUnsignedVarint() <= 0 is null
+                marker, pos = self.uvarint(pos, f"{path}: null marker")
+                if _as_int32(marker) <= 0:
+                    return None, pos
+            else:  # readByte() < 0 is null
+                self._need(pos, 1, path)
+                marker = self.buf[pos]
+                pos += 1
+                if marker >= 0x80:
+                    return None, pos
         return self.element(f, pos, path)
 
     def element(self, f: Field, pos: int, path: str) -> tuple[Any, int]:
         t = f.type
-        fixed = _FIXED.get(t)
+        fixed = FIXED.get(t)
         if fixed is not None:
             self._need(pos, fixed.size, path)
             return fixed.unpack_from(self.buf, pos)[0], pos + fixed.size
@@ -483,6 +545,9 @@ class _Reader:
             n, pos = self._length(f, pos, path, wide=False)
             if n < 0:
                 return None, pos
+            if n > _MAX_STRING:
+                raise MessageError(f"{path}: string of {n} bytes (Kafka's limit is "
+                                   f"{_MAX_STRING})", pos)
             self._need(pos, n, path)
             try:
                 return bytes(self.buf[pos:pos + n]).decode("utf-8"), pos + n
@@ -499,79 +564,6 @@ class _Reader:
             self._need(pos, _UUID_SIZE, path)
             return uuid_text(bytes(self.buf[pos:pos + _UUID_SIZE])), pos + _UUID_SIZE
         return self.struct(f.struct, pos, path)
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading Kafka's JSON form (state files such as quorum-state)
-
-_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
-_UNSIGNED = {"uint16": 16, "uint32": 32}
-
-
-def _json_struct(s: Struct, node, version: int, path: str) -> dict:
-    if not isinstance(node, dict):
-        raise MessageError(f"{path}: expected a JSON object, got {_json_type(node)}", 0)
-    out: dict = {}
-    for f in s.fields:
-        if version not in f.versions:
-            continue
-        if f.name not in node:
-            if f.tagged_in(version):
-                continue
-            raise MessageError(f"{path}: no {f.name!r}, which is mandatory in version "
-                               f"{version}", 0)
-        out[f.name] = _json_value(f, node[f.name], version, f"{path}.{f.name}")
-    return out
-
-
-def _json_type(node) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-            type(None): "null"}.get(type(node), "a number")
-
-
-def _json_value(f: Field, node, version: int, path: str):
-    if node is None:
-        if version in f.nullable:
-            return None
-        raise MessageError(f"{path}: null, but the field is not nullable in v{version}", 0)
-    if f.is_array:
-        if not isinstance(node, list):
-            raise MessageError(f"{path}: expected an array, got {_json_type(node)}", 0)
-        return [_json_element(f, x, version, f"{path}[{i}]") for i, x in enumerate(node)]
-    return _json_element(f, node, version, path)
-
-
-def _json_element(f: Field, node, version: int, path: str):
-    t = f.type
-    if t in _RANGES or t in _UNSIGNED:
-        if type(node) is not int:
-            raise MessageError(f"{path}: expected an integer, got {_json_type(node)}", 0)
-        bits = _RANGES.get(t) or _UNSIGNED[t]
-        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if t in _RANGES else \
-            (0, (1 << bits) - 1)
-        if not low <= node <= high:
-            raise MessageError(f"{path}: {node} does not fit in {t}", 0)
-        return node
-    if t == "bool":
-        if not isinstance(node, bool):
-            raise MessageError(f"{path}: expected a boolean, got {_json_type(node)}", 0)
-        return node
-    if t == "float64":
-        if isinstance(node, bool) or not isinstance(node, (int, float)):
-            raise MessageError(f"{path}: expected a number, got {_json_type(node)}", 0)
-        return float(node)
-    if t in _PRIMITIVES:  # string, bytes, records, uuid: JSON strings
-        if not isinstance(node, str):
-            raise MessageError(f"{path}: expected a string, got {_json_type(node)}", 0)
-        try:
-            if t == "uuid":
-                uuid_bytes(node)
-            elif t != "string":
-                base64.b64decode(node, validate=True)
-        except ValueError as err:
-            raise MessageError(f"{path}: {err}", 0) from err
-        return node
-    return _json_struct(f.struct, node, version, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -596,7 +588,7 @@ class _Writer:
                 continue
             item = value.get(f.name, f.default)
             if f.tagged_in(v):
-                if item != f.default:
+                if item is not _STRUCT_DEFAULT and not is_default(f, item, v):
                     tagged.append((f, item))
             else:
                 self.value(f, item)
@@ -604,7 +596,7 @@ class _Writer:
             self.out += write_uvarint(len(tagged))
             for f, item in sorted(tagged, key=lambda t: t[0].tag):
                 sub = _Writer(self.spec, v, bytearray())
-                sub.value(f, item)
+                sub.value(f, item, tagged=True)
                 self.out += write_uvarint(f.tag) + write_uvarint(len(sub.out)) + sub.out
 
     def _length(self, f: Field, n: int, wide: bool) -> None:
@@ -612,9 +604,9 @@ class _Writer:
         if flexible:
             self.out += write_uvarint(n + 1)
         else:
-            self.out += (_FIXED["int32"] if wide else _FIXED["int16"]).pack(n)
+            self.out += (FIXED["int32"] if wide else FIXED["int16"]).pack(n)
 
-    def value(self, f: Field, item) -> None:
+    def value(self, f: Field, item, tagged: bool = False) -> None:
         if f.is_array:
             if item is None:
                 self._length(f, -1, wide=True)
@@ -624,15 +616,15 @@ class _Writer:
                 self.element(f, x)
             return
         if f.struct is not None and self.version in f.nullable:
-            if item is None:
-                self.out.append(0xFF)
+            if item is None:  # tagged: an unsigned varint 0; positional: int8 -1
+                self.out.append(0 if tagged else 0xFF)
                 return
             self.out.append(1)
         self.element(f, item)
 
     def element(self, f: Field, item) -> None:
         t = f.type
-        fixed = _FIXED.get(t)
+        fixed = FIXED.get(t)
         if fixed is not None:
             self.out += fixed.pack(item)
         elif t == "string":

@@ -3,12 +3,18 @@
 ``__consumer_offsets``, ``__transaction_state`` and ``__share_group_state`` (the group,
 transaction and share coordinators' logs; Kafka's ``CoordinatorRecordSerde``)::
 
-    key   = int16 record type, then the key struct: the key spec whose validVersions hold
-            that type (0 and 1 OffsetCommitKey, 2 GroupMetadataKey, 3-8 the consumer-group
-            records of KIP-848, 9-15 share groups; 0 TransactionLogKey; 0 ShareSnapshotKey,
-            1 ShareUpdateKey), or, in Kafka 4's layout, whose apiKey is that type
+    key   = int16 record type, then the key struct: the key spec whose apiKey is that type
+            (Kafka 4.3.0: 0 LegacyOffsetCommitKey, 1 OffsetCommitKey, 2 GroupMetadataKey,
+            3-8 the consumer-group records of KIP-848, 10-15 share groups, 16
+            ConsumerGroupRegularExpressionKey, 17 and 19-23 streams groups (KIP-1071); 0
+            TransactionLogKey; 0 ShareSnapshotKey, 1 ShareUpdateKey), read as version 0; or,
+            in the layout of Kafka up to 4.0, whose validVersions hold that type (9
+            ShareGroupPartitionMetadataKey, which 4.1 removed), read as that version
     value = int16 version, then the value struct of the spec named like the key with
-            "Value" for "Key"; a null value is a tombstone (the key was deleted)
+            "Value" for "Key"; a null value is a tombstone (the key was deleted).
+            ShareGroupMetadataValue and ShareGroupStatePartitionMetadataValue changed their
+            v0 layout in 4.1: read with 4.3.0's first, with 4.0.2's only when the bytes do
+            not fit it exactly (:func:`read_value`)
 
 ``__cluster_metadata`` (KRaft; Kafka's ``MetadataRecordSerde``), key null, the value
 framed as :mod:`.framing` says (frame version, api key, record version, record).
@@ -38,7 +44,7 @@ from ..folders import parse_partition_folder
 from ..model import CONTROL_TYPES
 from .framing import decode_framed
 from .remote_log import REMOTE_LOG_SPECS, decode_remote_log_metadata
-from .schema import MessageError, MessageSpec, spec, spec_names
+from .schema import MessageError, MessageSpec, spec, spec_layouts, spec_names
 
 _INT16 = struct.Struct(">h")
 
@@ -61,7 +67,8 @@ TOPIC_DECODERS = {
 
 #: The spec-name prefixes of each coordinator's keys and values.
 _COORDINATOR_SPECS = {
-    OFFSETS: ("OffsetCommit", "GroupMetadata", "ConsumerGroup", "ShareGroup"),
+    OFFSETS: ("LegacyOffsetCommit", "OffsetCommit", "GroupMetadata", "ConsumerGroup",
+              "ShareGroup", "StreamsGroup"),
     TRANSACTION_LOG: ("TransactionLog",),
     SHARE_GROUP_STATE: ("ShareSnapshot", "ShareUpdate"),
 }
@@ -87,9 +94,10 @@ def coordinator_keys(decoder: str) -> dict[int, tuple[MessageSpec, int]]:
 
 def key_types(key_specs) -> dict[int, tuple[MessageSpec, int]]:
     """Record type -> (key spec, key version), in either layout Kafka's specs have used:
-    up to Kafka 3.9 a key spec's validVersions are the record types it is used for (and
-    the key is read as that version); from 4.0 a ``coordinator-key`` spec carries the type
-    as its ``apiKey`` and is read as version 0, and type 0 stays the old OffsetCommitKey."""
+    up to Kafka 4.0 a key spec's validVersions are the record types it is used for (and
+    the key is read as that version); from 4.1 a ``coordinator-key`` spec carries the type
+    as its ``apiKey`` and is read as version 0 (4.3.0: type 0 is LegacyOffsetCommitKey; a
+    set with only OffsetCommitKey reads type 0 with it, as both hold the same fields)."""
     out: dict[int, tuple[MessageSpec, int]] = {}
     for s in key_specs:
         if s.api_key is None:
@@ -118,10 +126,34 @@ def decode_coordinator(decoder: str, key: bytes | None, value: bytes | None) -> 
     out = {"key": {"type": record_type, "data": key_spec.read_exactly(key, key_version, pos)},
            "value": None}
     if value is not None:
-        version, pos = _int16(value, f"{key_spec.name[:-3]}Value")
-        value_spec = spec(key_spec.name[:-3] + "Value")
-        out["value"] = {"version": version, "data": value_spec.read_exactly(value, version, pos)}
+        name = key_spec.name[:-3] + "Value"
+        version, pos = _int16(value, name)
+        out["value"] = {"version": version, "data": read_value(name, value, version, pos)}
     return out
+
+
+def read_value(name: str, value: bytes, version: int, pos: int) -> dict:
+    """The value spec ``name``'s struct of ``version`` in ``value[pos:]``, which it must fill
+    exactly. Where Kafka changed the spec's layout without a version bump (two share group
+    records in 4.1) the newest layout is tried first and an older one only when the bytes do
+    not read as it; what Kafka 4.0 wrote never reads as 4.1's layout (docs/internal-topics.md
+    says why), so a record is never read as the other layout's. The newest layout's error,
+    naming the others', when none fits."""
+    layouts = spec_layouts(name)
+    if len(layouts) == 1:
+        return layouts[0][1].read_exactly(value, version, pos)
+    (release, newest), *older = layouts
+    try:
+        return newest.read_exactly(value, version, pos)
+    except MessageError as err:
+        tried = [f"{release}: {err}"]
+        for release, layout in older:
+            try:
+                return layout.read_exactly(value, version, pos)
+            except MessageError as other:
+                tried.append(f"{release}: {other}")
+        raise MessageError(f"{name} reads as none of its layouts ({'; '.join(tried)})",
+                           err.position) from err
 
 
 @cache

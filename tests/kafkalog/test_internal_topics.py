@@ -18,6 +18,8 @@ import pytest
 import kafkalog
 from kafkalog.model import STATE_FINDING_KINDS
 from kafkalog.internal import MessageError, decode, decoder_for_path, spec, spec_names
+from kafkalog.internal.schema import spec_files
+from kafkalog.internal.json_form import read_json
 from kafkalog.internal.schema import _strip_comments, json_name, parse_spec
 from kafkalog.internal.topics import key_types
 from kafkalog.state_files import (
@@ -126,9 +128,12 @@ def test_consumer_offsets_of_the_corpus():
 
 def test_every_shipped_spec_parses():
     names = spec_names()
-    # 30 group, 2 transaction, 27 metadata, 2 consumer protocol, 1 producer snapshot, 4 share
-    # coordinator, 4 KRaft control records, 1 quorum state, 4 remote log metadata
-    assert len(names) == 75
+    # Kafka 4.3.0 (specs/README.md): 44 group, 4 share and 2 transaction coordinator, 26
+    # metadata, 5 storage (4 remote log metadata, producer snapshot), 6 clients (2 consumer
+    # protocol, 4 KRaft control records), 1 quorum state = 88; trunk's
+    # UnregisterControllerRecord; 4.0.2's record type 9 (key and value) = 91 names
+    assert len(names) == 91
+    assert sum(p.startswith("4.3.0/") for ps in spec_files().values() for p in ps) == 88
     for name in names:
         s = spec(name)
         # one file is not named after its message
@@ -137,20 +142,25 @@ def test_every_shipped_spec_parses():
 
 
 def test_both_layouts_of_coordinator_key_specs():
-    # up to Kafka 3.9 a key spec's validVersions are its record types; from 4.0 the type is
-    # the apiKey of a "coordinator-key" spec read as version 0 (type 0 is OffsetCommitKey)
-    old = key_types([spec("OffsetCommitKey"), spec("GroupMetadataKey")])
+    # up to Kafka 4.0 a key spec's validVersions are its record types (1eb7644349cb's
+    # OffsetCommitKey: "0-1"); in 4.3.0 the type is the apiKey of a "coordinator-key" spec
+    # read as version 0, type 0 being LegacyOffsetCommitKey
+    old = key_types([parse_spec("""{"type": "data", "name": "OffsetCommitKey",
+        "validVersions": "0-1", "flexibleVersions": "none",
+        "fields": [{"name": "group", "type": "string", "versions": "0-1"},
+                   {"name": "topic", "type": "string", "versions": "0-1"},
+                   {"name": "partition", "type": "int32", "versions": "0-1"}]}"""),
+        spec("ShareGroupPartitionMetadataKey")])  # 4.0.2's type 9, in the old form
     assert {t: (s.name, v) for t, (s, v) in old.items()} == {
-        0: ("OffsetCommitKey", 0), 1: ("OffsetCommitKey", 1), 2: ("GroupMetadataKey", 2)}
-    new = key_types([parse_spec("""{"apiKey": 1, "type": "coordinator-key",
-        "name": "OffsetCommitKey", "validVersions": "0", "flexibleVersions": "none",
-        "fields": [{"name": "group", "type": "string", "versions": "0"},
-                   {"name": "topic", "type": "string", "versions": "0"},
-                   {"name": "partition", "type": "int32", "versions": "0"}]}""")])
-    assert {t: v for t, (_, v) in new.items()} == {0: 0, 1: 0}
+        0: ("OffsetCommitKey", 0), 1: ("OffsetCommitKey", 1),
+        9: ("ShareGroupPartitionMetadataKey", 9)}
+    new = key_types([spec("LegacyOffsetCommitKey"), spec("OffsetCommitKey"),
+                     spec("GroupMetadataKey")])
+    assert {t: (s.name, v) for t, (s, v) in new.items()} == {
+        0: ("LegacyOffsetCommitKey", 0), 1: ("OffsetCommitKey", 0), 2: ("GroupMetadataKey", 0)}
     key = struct.pack(">h", 1) + b"g" + struct.pack(">h", 1) + b"t" + struct.pack(">i", 3)
-    spec_, version = new[1]
-    assert spec_.read_exactly(key, version) == {"group": "g", "topic": "t", "partition": 3}
+    for spec_, version in (old[1], new[1]):
+        assert spec_.read_exactly(key, version) == {"group": "g", "topic": "t", "partition": 3}
 
 
 def test_kafka_4_metadata_records():
@@ -188,7 +198,7 @@ def test_every_shipped_specs_tagged_fields_are_known_by_number():
     folder = resources.files("kafkalog.internal").joinpath("specs")
     written = 0
     for name in spec_names():
-        doc = json.loads(_strip_comments(folder.joinpath(f"{name}.json").read_text()))
+        doc = json.loads(_strip_comments(folder.joinpath(spec_files()[name][0]).read_text()))
         raw: set = set()
         _raw_tags(doc["fields"], doc["name"], raw)
         for common in doc.get("commonStructs", ()):
@@ -197,7 +207,12 @@ def test_every_shipped_specs_tagged_fields_are_known_by_number():
         _parsed_tags(spec(name).struct, parsed, set())
         assert {(s, int(t), f) for s, t, f in raw} == parsed, name
         written += sum(isinstance(t, str) for _, t, _ in raw)
-    assert written == 2  # the two specs that write their tag as a string
+    # up to 1eb7644349cb RegisterBrokerRecord and BrokerRegistrationChangeRecord wrote
+    # "tag": "0" / "2"; 4.3.0 writes numbers, and a string tag still reads as its number
+    assert written == 0
+    s = parse_spec("""{"name": "X", "validVersions": "0", "flexibleVersions": "0+", "fields": [
+        {"name": "A", "type": "int8", "versions": "0+", "taggedVersions": "0+", "tag": "2"}]}""")
+    assert s.read_exactly(b"\x01\x02\x01\x07", 0) == {"a": 7}
 
 
 def test_register_broker_record_v3_keeps_its_log_dirs():
@@ -267,8 +282,8 @@ GROUP_RECORDS = [
      "value": {"version": 0, "data": {"topicPartitions": [
          {"topicId": "gSnfpEbtQfSDpxM2lhEn9A", "partitions": [0, 2]}]}}},
     {"key": {"type": 8, "data": {"groupId": "cg", "memberId": "m1"}}, "value": None},
-    {"key": {"type": 11, "data": {"groupId": "sg"}},
-     "value": {"version": 0, "data": {"epoch": 2}}},
+    {"key": {"type": 11, "data": {"groupId": "sg"}},  # 4.1's layout: MetadataHash
+     "value": {"version": 0, "data": {"epoch": 2, "metadataHash": -5}}},
 ]
 
 
@@ -572,14 +587,14 @@ def test_messages_in_kafkas_json_form():
     qs = spec("QuorumStateData")
     v0 = {"clusterId": "", "leaderId": 1, "leaderEpoch": 2, "votedId": -1, "appliedOffset": 0,
           "currentVoters": [{"voterId": 1}], "data_version": 0}
-    assert qs.read_json(v0, 0) == {"clusterId": "", "leaderId": 1, "leaderEpoch": 2,
+    assert read_json(qs, v0, 0) == {"clusterId": "", "leaderId": 1, "leaderEpoch": 2,
                                    "votedId": -1, "appliedOffset": 0,
                                    "currentVoters": [{"voterId": 1}]}
     v1 = {"leaderId": 1, "leaderEpoch": 1, "votedId": -1,
           "votedDirectoryId": "AAAAAAAAAAAAAAAAAAAAAA", "data_version": 1}
-    assert qs.read_json(v1, 1) == {"leaderId": 1, "leaderEpoch": 1, "votedId": -1,
+    assert read_json(qs, v1, 1) == {"leaderId": 1, "leaderEpoch": 1, "votedId": -1,
                                    "votedDirectoryId": "AAAAAAAAAAAAAAAAAAAAAA"}
-    assert qs.read_json({**v0, "currentVoters": None}, 0)["currentVoters"] is None  # nullable
+    assert read_json(qs, {**v0, "currentVoters": None}, 0)["currentVoters"] is None  # nullable
     for doc, version, words in [
             ({**v0, "leaderEpoch": "2"}, 0, "leaderEpoch: expected an integer, got a string"),
             ({**v0, "leaderId": 2 ** 31}, 0, "2147483648 does not fit in int32"),
@@ -592,7 +607,7 @@ def test_messages_in_kafkas_json_form():
             ([], 0, "expected a JSON object, got an array"),
             (v0, 2, "unknown version 2")]:
         with pytest.raises(MessageError, match=re.escape(words)):
-            qs.read_json(doc, version)
+            read_json(qs, doc, version)
 
 
 def test_spec_language_versions_and_comments():
