@@ -16,11 +16,12 @@ them: verification is against the ``.log``, by what brokers write and Kafka's
 lookups need (:data:`INDEX_RULES`), not by one writer's habits:
 
 * ``LogSegment.append`` (apache/kafka ``core/src/main/scala/kafka/log/LogSegment.scala``
-  to 3.5, ``storage/src/main/java/org/apache/kafka/storage/internals/log/LogSegment.java``
+  to 3.6, ``storage/src/main/java/org/apache/kafka/storage/internals/log/LogSegment.java``
   since) indexes one *append*, however many batches it holds (a follower's fetch, the
   cleaner's chunk, a v0/v1 message set), at the position where the append starts: with
   its largest offset since 2.0, its first offset in 0.10.1-1.1 (the offset of its first
-  message before). ``LogSegment.recover`` indexes each batch by its last offset.
+  message before). ``LogSegment.recover`` indexes each batch, by its last offset since
+  2.0 (its first before).
 * The time index gets (the segment's largest timestamp so far, the offset of the record
   holding it) after an append: ``LogValidator`` tracks that record per record to 3.6
   (a batch whose max timestamp is on its first record is indexed at its first offset),
