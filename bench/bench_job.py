@@ -54,8 +54,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 SEGMENT_MIB = 128
-#: bumped when the snapshot's .index changes (2: last offsets, as a broker writes them;
-#: 1 held base offsets, which the job now reports as index_mismatch findings)
+#: bumped when the snapshot's .index changes (2: last offsets, as a 2.0+ broker writes them;
+#: 1 held base offsets, which the job reported as index_mismatch findings until issue 48,
+#: as 0.10.1-1.1 brokers write them)
 INDEX_FORMAT = 2
 
 

@@ -40,6 +40,7 @@ from .errors import (
     UnknownCodecError,
 )
 from .indexes import (
+    INDEX_RULES,
     IndexEntry,
     TimeIndexEntry,
     AbortedTxn,
@@ -122,6 +123,7 @@ __all__ = [
     "Tables",
     "TimeIndexEntry",
     "UnknownCodecError",
+    "INDEX_RULES",
     "batches_table",
     "decode",
     "findings",

@@ -8,12 +8,27 @@ Wire grammar (big-endian, fixed-size entries)::
                 lastOffset int64 | lastStableOffset int64                  (34 bytes)
 
 Offsets in ``.index``/``.timeindex`` are relative to the segment's base offset
-(the 20-digit file name). An ``.index`` entry's offset is the *last* offset of
-the batch that starts at its position. The offset and time indexes are
-preallocated with zeros: reading stops at the first all-zero entry after entry
-0. ``.txnindex`` lists aborted transactions and is written in the segment
-where the transaction *ended*, so its ranges may cover earlier segments.
-No checksums cover any of them: verification is against the ``.log``.
+(the 20-digit file name). The offset and time indexes are preallocated with
+zeros: reading stops at the first all-zero entry after entry 0. ``.txnindex``
+lists aborted transactions and is written in the segment where the transaction
+*ended*, so its ranges may cover earlier segments. No checksums cover any of
+them: verification is against the ``.log``, by what brokers write and Kafka's
+lookups need (:data:`INDEX_RULES`), not by one writer's habits:
+
+* ``LogSegment.append`` (apache/kafka ``core/src/main/scala/kafka/log/LogSegment.scala``
+  to 3.6, ``storage/src/main/java/org/apache/kafka/storage/internals/log/LogSegment.java``
+  since) indexes one *append*, however many batches it holds (a follower's fetch, the
+  cleaner's chunk, a v0/v1 message set), at the position where the append starts: with
+  its largest offset since 2.0, its first offset in 0.10.1-1.1 (the offset of its first
+  message before). ``LogSegment.recover`` indexes each batch, by its last offset since
+  2.0 (its first before).
+* The time index gets (the segment's largest timestamp so far, the offset of the record
+  holding it) after an append: ``LogValidator`` tracks that record per record to 3.6
+  (a batch whose max timestamp is on its first record is indexed at its first offset),
+  3.7 takes the append's last offset and 3.8 on the last offset of the batch holding it,
+  as a follower's append and ``recover`` always did.
+* ``OffsetIndex.lookup`` gives the entry with the largest offset at or below a target and
+  the log is read on from its position; ``TimeIndex.lookup`` likewise by timestamp.
 """
 
 from __future__ import annotations
@@ -158,92 +173,183 @@ def offset_index_share(ordered: Sequence[int], owned: tuple[int, int | None]) ->
     return max(0, bisect_left(ordered, lo) - 1), stop
 
 
-def _mismatch(message: str, position: int = 0, offset: int | None = None) -> Finding:
-    return Finding("index_mismatch", position, position, message, base_offset=offset)
+def _mismatch(rule: str, message: str, position: int = 0, offset: int | None = None) -> Finding:
+    """An ``index_mismatch`` finding whose message ends with the rule it breaks
+    (``(rule <name>)``, a key of :data:`INDEX_RULES`)."""
+    return Finding("index_mismatch", position, position, f"{message} (rule {rule})",
+                   base_offset=offset)
+
+
+#: The rules :func:`check_offset_index`, :func:`check_time_index` and
+#: :func:`check_txn_index` hold index entries to: each ``index_mismatch`` finding names
+#: the one it breaks. They are Kafka's lookup contract and what a broker of any version
+#: writes (apache/kafka ``LogSegment.append``/``recover``, ``LogValidator``,
+#: ``OffsetIndex``/``TimeIndex``; see the module docstring).
+INDEX_RULES = {
+    # .index
+    "position_in_log": "the entry's position lies within the log's complete entries",
+    "position_at_batch_start": "a log entry (batch) starts at the entry's position",
+    "batch_starts_by_offset": "the batch at the entry's position starts at or before its offset",
+    "offset_in_append": "a batch from the entry's position up to the next entry's holds its offset",
+    "offsets_increase": "each entry's offset is above the one before",
+    "positions_increase": "each entry's position is above the one before",
+    # .timeindex
+    "offset_in_segment": "a batch of the segment holds the entry's offset",
+    "timestamp_is_batch_max": "the batch holding the entry's offset has the entry's timestamp "
+                              "as its max timestamp",
+    "timestamps_do_not_decrease": "each entry's timestamp is at least the one before",
+    "offsets_do_not_decrease": "each entry's offset is at least the one before",
+    # .txnindex
+    "ends_at_control_record": "a control record is at the entry's last offset",
+    "ends_at_producers_abort": "that control record is the entry's producer's ABORT",
+    "first_not_after_last": "the entry's first offset is not after its last",
+    "last_offsets_increase": "each entry's last offset is above the one before",
+}
 
 
 def verify_offset_index(index: IndexFile, log_source) -> list[Finding]:
-    """Check every ``.index`` entry against the ``.log``, as kafka-dump-log does.
+    """Check every ``.index`` entry against the ``.log`` (:func:`check_offset_index`):
+    the file's own findings, then each entry's."""
+    batches = _batches(log_source)
+    return list(index.findings) + check_offset_index(
+        index, {b.position: (b.base_offset, b.last_offset) for b in batches},
+        end=max((b.end for b in batches), default=0))
 
-    Each entry must point at the start of an entry of the log whose last
-    offset equals the entry's offset; offsets and positions must increase.
-    """
-    last_offsets = {b.position: b.last_offset for b in _batches(log_source)}
-    return list(index.findings) + check_offset_index(index, last_offsets)
 
+def check_offset_index(index: IndexFile, batches: Mapping[int, tuple[int | None, int]],
+                       owned: tuple[int, int | None] = (0, None),
+                       end: int | None = None) -> list[Finding]:
+    """The ``.index`` entries that point into ``owned`` (``[start, end)`` byte
+    positions, ``end`` None: to the end and past it) checked against the log entries
+    that start there (``{position: (base offset, last offset)}``; a base offset None:
+    not known, an undecodable v0/v1 wrapper) by Kafka's lookup contract, each finding
+    naming its rule (:data:`INDEX_RULES`). ``end``: where the log's complete entries
+    end (None: not known here, a piece before the last). The file's own findings
+    (``index.findings``) are not included. Entries are numbered from ``index.first``
+    (:func:`read_offset_index_range`).
 
-def check_offset_index(index: IndexFile, last_offsets: Mapping[int, int],
-                       owned: tuple[int, int | None] = (0, None)) -> list[Finding]:
-    """:func:`verify_offset_index`'s checks on the entries that point into ``owned``
-    (``[start, end)`` byte positions, ``end`` None: to the end and past it), given
-    the last offset of every log entry that starts there (``{position: last
-    offset}``). The file's own findings (``index.findings``) are not included.
-    Entries are numbered from ``index.first`` (:func:`read_offset_index_range`).
+    ``OffsetIndex.lookup`` gives the entry with the largest offset at or below a target
+    and the log is read from its position: an entry is right when the batch there
+    starts at or before its offset and holds it or a batch after it does, before the
+    next entry's position (a broker indexes a multi-batch append as its largest offset
+    at the position where the append starts; 0.10.1-1.1 brokers as its first offset).
 
-    Pieces of one log checked with their own batches and adjoining ``owned``
-    ranges give exactly the findings of the whole (a decode split over workers).
+    Pieces of one log checked with their own batches and adjoining ``owned`` ranges
+    (the last with ``end``) give exactly the findings of the whole (a decode split over
+    workers, at ``.index`` positions).
     """
     lo, hi = owned
+    starts = sorted(batches)
+    entries = index.entries
     found = []
     prev = None
-    for i, e in enumerate(index.entries, index.first):
+    for k, e in enumerate(entries):
+        i = index.first + k
         if e.position >= lo and (hi is None or e.position < hi):
-            last = last_offsets.get(e.position)
-            if last is None:
+            head = f"index entry {i} (offset {e.offset}, position {e.position})"
+            b = batches.get(e.position)
+            if b is None:
+                if end is not None and e.position >= end:
+                    found.append(_mismatch(
+                        "position_in_log", f"{head} points at or past the end of the log's "
+                        f"complete entries (byte {end})", e.position, e.offset))
+                else:
+                    found.append(_mismatch(
+                        "position_at_batch_start", f"{head}: no complete entry of the log "
+                        "starts at that position", e.position, e.offset))
+            elif b[0] is not None and b[0] > e.offset:
                 found.append(_mismatch(
-                    f"index entry {i} (offset {e.offset}) points at position {e.position}, "
-                    "where no complete entry of the log starts", e.position, e.offset))
-            elif last != e.offset:
+                    "batch_starts_by_offset", f"{head}: the batch there starts at offset "
+                    f"{b[0]}, after the entry's offset", e.position, e.offset))
+            else:
+                nxt = entries[k + 1].position if k + 1 < len(entries) else None
+                if not _held_from(batches, starts, e.position, nxt, e.offset):
+                    found.append(_mismatch(
+                        "offset_in_append", f"{head}: no batch from that position "
+                        + ("on" if nxt is None or nxt <= e.position else f"up to {nxt}")
+                        + f" holds offset {e.offset} (the batch there ends at offset {b[1]})",
+                        e.position, e.offset))
+            if prev is not None and e.offset <= prev.offset:
                 found.append(_mismatch(
-                    f"index entry {i}: offset {e.offset}, but the batch at position "
-                    f"{e.position} ends at offset {last}", e.position, e.offset))
-            if prev is not None and (e.offset <= prev.offset or e.position <= prev.position):
+                    "offsets_increase", f"{head}: offset not above entry {i - 1}'s "
+                    f"({prev.offset})", e.position, e.offset))
+            if prev is not None and e.position <= prev.position:
                 found.append(_mismatch(
-                    f"index entry {i} (offset {e.offset}, position {e.position}) does not "
-                    f"follow entry {i - 1} (offset {prev.offset}, position {prev.position})",
-                    e.position, e.offset))
+                    "positions_increase", f"{head}: position not above entry {i - 1}'s "
+                    f"({prev.position})", e.position, e.offset))
         prev = e
     return found
 
 
-def verify_time_index(index: IndexFile, log_source) -> list[Finding]:
-    """Each ``.timeindex`` entry must name a batch's last offset and its max timestamp.
+def _held_from(batches: Mapping[int, tuple[int | None, int]], starts: Sequence[int],
+               position: int, stop: int | None, offset: int) -> bool:
+    """Whether a batch from ``position`` (a batch start) up to ``stop`` (the next
+    entry's position; None or not above ``position``: to the end) holds ``offset``."""
+    if stop is not None and stop <= position:
+        stop = None
+    for j in range(bisect_left(starts, position), len(starts)):
+        if stop is not None and starts[j] >= stop:
+            return False
+        base, last = batches[starts[j]]
+        if base is not None and base > offset:
+            return False  # offsets grow with positions: no later batch holds it
+        if offset <= last:
+            return True
+    return False
 
-    Timestamps must not decrease from entry to entry.
-    """
-    by_last = {b.last_offset: (b.max_timestamp, b.position) for b in _batches(log_source)}
+
+def verify_time_index(index: IndexFile, log_source) -> list[Finding]:
+    """Check every ``.timeindex`` entry against the ``.log`` (:func:`check_time_index`):
+    the file's own findings, then each entry's."""
+    by_last = {b.last_offset: (b.base_offset, b.max_timestamp, b.position)
+               for b in _batches(log_source)}
     return list(index.findings) + check_time_index(index, by_last)
 
 
-def check_time_index(index: IndexFile, batches: Mapping[int, tuple[int | None, int]],
+def check_time_index(index: IndexFile, batches: Mapping[int, tuple[int | None, int | None, int]],
                      owned: tuple[int | None, int | None] = (None, None)) -> list[Finding]:
-    """:func:`verify_time_index`'s checks on the entries whose offsets lie in
-    ``owned`` (``[lo, hi)``; None: unbounded), given ``{last offset: (max
-    timestamp, position)}`` of the log's batches; the file's own findings
-    (``index.findings``) are not included.
+    """The ``.timeindex`` entries whose offsets lie in ``owned`` (``[lo, hi)``; None:
+    unbounded) checked against the log's batches (``{last offset: (base offset, max
+    timestamp, position)}``), each finding naming its rule (:data:`INDEX_RULES`); the
+    file's own findings (``index.findings``) are not included.
+
+    A broker's entry is (the largest timestamp so far in the segment, the offset of the
+    record holding it): the record's own offset (``LogValidator`` to 3.7, per record),
+    the last offset of its batch (3.8 on, a follower's append, ``LogSegment.recover``)
+    or the append's first (a v1 append in log-append time). However written, the batch
+    holding the entry's offset has the entry's timestamp as its max timestamp.
 
     A segment split over workers: when the ``owned`` ranges partition the offsets
-    and each worker's batches are the ones whose last offsets fall in its range,
+    and each worker's batches are the ones whose offsets fall in its range,
     the pieces report exactly the findings of the whole, each once.
     """
     lo, hi = owned
+    lasts = sorted(batches)
     found = []
     prev = None
     for i, e in enumerate(index.entries, index.first):
         if (lo is None or e.offset >= lo) and (hi is None or e.offset < hi):
-            b = batches.get(e.offset)
-            if b is None:
+            head = f"time index entry {i} (timestamp {e.timestamp}, offset {e.offset})"
+            j = bisect_left(lasts, e.offset)
+            b = batches[lasts[j]] if j < len(lasts) else None
+            if b is None or (b[0] is not None and b[0] > e.offset):
+                found.append(_mismatch("offset_in_segment",
+                                       f"{head}: no batch of the log holds that offset",
+                                       0, e.offset))
+                b = None
+            elif b[1] != e.timestamp:
                 found.append(_mismatch(
-                    f"time index entry {i} names offset {e.offset}, the last offset of no batch",
-                    0, e.offset))
-            elif b[0] != e.timestamp:
-                found.append(_mismatch(
-                    f"time index entry {i}: timestamp {e.timestamp} for offset {e.offset}, "
-                    f"but that batch's max timestamp is {b[0]}", b[1], e.offset))
+                    "timestamp_is_batch_max", f"{head}: the batch holding that offset "
+                    f"(at position {b[2]}) has max timestamp {b[1]}", b[2], e.offset))
+            at = 0 if b is None else b[2]
             if prev is not None and e.timestamp < prev.timestamp:
                 found.append(_mismatch(
-                    f"time index entry {i}: timestamp {e.timestamp} is below entry {i - 1}'s "
-                    f"{prev.timestamp}", 0, e.offset))
+                    "timestamps_do_not_decrease", f"{head}: timestamp below entry {i - 1}'s "
+                    f"({prev.timestamp})", at, e.offset))
+            if prev is not None and e.offset < prev.offset:
+                found.append(_mismatch(
+                    "offsets_do_not_decrease", f"{head}: offset below entry {i - 1}'s "
+                    f"({prev.offset})", at, e.offset))
         prev = e
     return found
 
@@ -283,20 +389,23 @@ def check_txn_index(index: IndexFile, markers: Mapping[int, tuple[int, str, int]
                    f"..{e.last_offset})"
             m = markers.get(e.last_offset)
             if m is None:
-                found.append(_mismatch(f"{head}: no control record at offset {e.last_offset}",
+                found.append(_mismatch("ends_at_control_record",
+                                       f"{head}: no control record at offset {e.last_offset}",
                                        0, e.last_offset))
             elif m[1] != "ABORT" or m[0] != e.producer_id:
                 found.append(_mismatch(
-                    f"{head}: offset {e.last_offset} holds producer {m[0]}'s {m[1]} "
-                    f"control record, not producer {e.producer_id}'s ABORT",
-                    m[2], e.last_offset))
+                    "ends_at_producers_abort", f"{head}: offset {e.last_offset} holds "
+                    f"producer {m[0]}'s {m[1]} control record, not producer "
+                    f"{e.producer_id}'s ABORT", m[2], e.last_offset))
             if e.first_offset > e.last_offset:
-                found.append(_mismatch(f"{head}: the first offset is after the last",
+                found.append(_mismatch("first_not_after_last",
+                                       f"{head}: the first offset is after the last",
                                        0 if m is None else m[2], e.last_offset))
             if prev is not None and e.last_offset <= prev.last_offset:
                 found.append(_mismatch(
-                    f"{head}: last offset {e.last_offset} does not follow entry {i - 1}'s "
-                    f"{prev.last_offset}", 0 if m is None else m[2], e.last_offset))
+                    "last_offsets_increase", f"{head}: last offset {e.last_offset} does not "
+                    f"follow entry {i - 1}'s {prev.last_offset}", 0 if m is None else m[2],
+                    e.last_offset))
         prev = e
     return found
 

@@ -80,6 +80,11 @@ def cmd_index(args, out: TextIO) -> int:
             status = max(status, _index_remote(args, path, out))
             continue
         log = (args.log or log_beside(path)) if args.verify else None
+        if log is not None and not args.log and not os.path.exists(log):
+            print(f"kafkalog: {path}: no {log} beside it to verify against; name the "
+                  "segment with --log FILE", file=sys.stderr)
+            status = max(status, EXIT_ERROR)
+            continue
         try:
             s = dump_index(args, path, file_type(path), log, out)
         except KafkaLogError as err:
@@ -138,10 +143,14 @@ segment.""",
     index.add_argument("--json", action="store_true",
                        help="JSON Lines output; the summary goes to stderr")
     index.add_argument("--verify", action="store_true",
-                       help="check entries against the segment (.index: positions and "
-                       "last offsets; .timeindex: last offsets and max timestamps; .txnindex: "
-                       "an ABORT marker of the producer at each entry's last offset)")
+                       help="check entries against the segment by Kafka's index rules "
+                       "(.index: a batch starts at each position, at or before the entry's "
+                       "offset, and a batch from there to the next entry holds it; "
+                       ".timeindex: the batch holding each offset has the entry's timestamp as "
+                       "its max; .txnindex: an ABORT marker of the producer at each entry's "
+                       "last offset; entries in order); each finding names its rule")
     index.add_argument("--log", metavar="FILE",
-                       help="the .log to verify against (default: same name, .log)")
+                       help="the .log to verify against (default: the index's name with "
+                       ".log, which must be there)")
     add_argument_private_key(index)
     index.set_defaults(run=cmd_index)

@@ -278,9 +278,9 @@ class _Window:
         self.stats = _empty_stats(task)
         self.values = values.ValueDecoder(ctx.registry, ctx.max_raw, task.topic)
         self.last_batch = None
-        # position -> last offset, for the .index check
-        self.last_offsets: dict[int, int] | None = {} if task.index_uri else None
-        # last offset -> (max timestamp, position), for the .timeindex check
+        # position -> (base offset, last offset), for the .index check
+        self.last_offsets: dict[int, tuple] | None = {} if task.index_uri else None
+        # last offset -> (base offset, max timestamp, position), for the .timeindex check
         self.by_last: dict[int, tuple] | None = {} if task.timeindex_uri else None
         # offset -> (producer id, control type, batch position), for the .txnindex check
         self.controls: dict[int, tuple] | None = {} if task.txnindex_uri else None
@@ -340,13 +340,15 @@ def _batches(w: _Window, batch: pa.RecordBatch) -> bool:
     stats["batches"] += batch.num_rows
     stats["end_position"] = max(stats["end_position"], pc.max(ends).as_py())
     last_i = batch.num_rows - 1
-    if w.last_offsets is not None:
-        w.last_offsets.update(zip(batch.column("position").to_pylist(),
-                                  batch.column("last_offset").to_pylist()))
-    if w.by_last is not None:
-        w.by_last.update(zip(batch.column("last_offset").to_pylist(), zip(
-            batch.column("max_timestamp").cast(pa.int64()).to_pylist(),
-            batch.column("position").to_pylist())))
+    if w.last_offsets is not None or w.by_last is not None:
+        positions = batch.column("position").to_pylist()
+        bases = batch.column("base_offset").to_pylist()
+        lasts = batch.column("last_offset").to_pylist()
+        if w.last_offsets is not None:
+            w.last_offsets.update(zip(positions, zip(bases, lasts)))
+        if w.by_last is not None:
+            w.by_last.update(zip(lasts, zip(
+                bases, batch.column("max_timestamp").cast(pa.int64()).to_pylist(), positions)))
     w.last_batch = (batch.column("position")[last_i].as_py(), batch.column("crc")[last_i].as_py())
     lows = pc.min(batch.column("base_offset")).as_py()
     highs = pc.max(batch.column("last_offset")).as_py()
@@ -410,8 +412,10 @@ def _index_checks(w: _Window, lo: int, owned_start: int, entries: bool) -> list[
         # past the end; a task with no entry of its own: none, or the last one's)
         owned = (lo, None if last else (cut if cut is not None else task.size)) if entries \
             else ((task.size, None) if last else None)
+        # the task that reads to the segment's end knows where its complete entries end
         out += _index_findings(task, w.ctx, owned, w.last_offsets,
-                               share=cut is None or cut == task.end)
+                               share=cut is None or cut == task.end,
+                               end=w.stats["end_position"] if last else None)
     if w.by_last is not None or w.controls is not None:
         # .timeindex and .txnindex entries by the offset they name: from the offset of
         # this task's first entry (where it resumes: its first batch's; earlier ones
@@ -446,10 +450,11 @@ def _offset_at(source, byte_range, position: int) -> int:
 
 
 def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
-                    share: bool) -> list[Finding]:
+                    share: bool, end: int | None) -> list[Finding]:
     """The segment's ``.index`` entries that point into ``owned`` (``[start, end)``
     positions, end None: past the segment's end too; None: no entries), checked
-    against the entries this task decoded (``kafkalog.check_offset_index``); the
+    against the entries this task decoded (``kafkalog.check_offset_index``; ``end``:
+    where the segment's complete entries end, for the task that reads to it); the
     task that reads to the end of the segment also reports the file's own findings.
     ``share``: the planner's share of the file holds them all. Together a segment's
     tasks report what ``kafkalog index --verify`` does."""
@@ -467,7 +472,7 @@ def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
                                                 base_offset=task.base_offset)
 
     return _checked_index(task, ctx, task.index_uri, read, lambda index: [] if owned is None
-                          else kafkalog.check_offset_index(index, last_offsets, owned))
+                          else kafkalog.check_offset_index(index, last_offsets, owned, end))
 
 
 def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list[Finding]:

@@ -116,10 +116,16 @@ def test_index_dump_and_verify(tmp_path, capsys):
     objs = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
     assert [(o["offset"], o["position"]) for o in objs] == [(0, 0), (1, 82)]
 
-    (tmp_path / "00000000000000000000.index").write_bytes(_offset_index([(0, 0), (2, 82)]))
+    # (2, 82) is how a broker indexes an append of batches 1 and 2 (its largest offset at
+    # the position where it starts): fine. (0, 82) names an offset before that batch.
+    (tmp_path / "00000000000000000000.index").write_bytes(_offset_index([(2, 82)]))
+    assert main(["index", "--verify", str(tmp_path / "00000000000000000000.index")]) == 0
+    capsys.readouterr()
+    (tmp_path / "00000000000000000000.index").write_bytes(_offset_index([(0, 0), (0, 82)]))
     assert main(["index", "--verify", str(tmp_path / "00000000000000000000.index")]) == 1
     out = capsys.readouterr().out
-    assert "finding: index_mismatch" in out and "ends at offset 1" in out
+    assert "finding: index_mismatch" in out and "starts at offset 1" in out
+    assert "(rule batch_starts_by_offset)" in out and "(rule offsets_increase)" in out
 
 
 def test_txn_index_verify(tmp_path, capsys):
@@ -321,7 +327,10 @@ def test_no_output_before_an_error(argv, status, words):
 def test_no_output_before_a_verify_error(tmp_path):
     seg = _segment(tmp_path)
     seg["log"].unlink()
-    _one_line_error(run("index", "--verify", str(seg["index"])), 2, "cannot open", str(seg["log"]))
+    # no .log beside the index (issue 42): the error says how to name one
+    _one_line_error(run("index", "--verify", str(seg["index"])), 2, str(seg["log"]), "--log")
+    _one_line_error(run("index", "--verify", "--log", str(seg["log"]), str(seg["index"])), 2,
+                    "cannot open", str(seg["log"]))
     _one_line_error(run("dump", "--start", "0", str(seg["index"])), 2, "--start/--end", ".log")
 
 

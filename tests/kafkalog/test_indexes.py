@@ -24,6 +24,13 @@ from test_corpus import FILES
 LOG = next(p for p in FILES if "first_topic-2" in str(p))
 
 
+def rule_of(finding) -> str:
+    """The rule an index finding names (its message ends with ``(rule <name>)``)."""
+    rule = finding.message.rsplit("(rule ", 1)[1].rstrip(")")
+    assert rule in kafkalog.INDEX_RULES, finding.message
+    return rule
+
+
 def positions_and_batches():
     return [(b.position, b) for b in kafkalog.iter_batches(LOG)]
 
@@ -104,10 +111,14 @@ def test_verify_offset_index_catches_each_kind_of_lie():
                                      base_offset=0)
     found = kafkalog.verify_offset_index(idx, LOG)
     assert [f.kind for f in found] == ["index_mismatch"] * 4
-    assert "no complete entry of the log starts" in found[0].message  # entry 1
-    assert f"ends at offset {b2.last_offset}" in found[1].message  # entry 2
-    assert "no complete entry of the log starts" in found[2].message  # entry 3 ...
-    assert "index entry 3" in found[3].message and "does not follow" in found[3].message
+    assert [(f.message.split(":")[0], rule_of(f)) for f in found] == [
+        (f"index entry 1 (offset {b1.last_offset}, position {p1 + 1})", "position_at_batch_start"),
+        (f"index entry 2 (offset {b2.base_offset - 1}, position {p2})", "batch_starts_by_offset"),
+        (f"index entry 3 (offset {b1.last_offset}, position {p2 + 10})",
+         "position_at_batch_start"),
+        (f"index entry 3 (offset {b1.last_offset}, position {p2 + 10})", "offsets_increase"),
+    ]
+    assert f"the batch there starts at offset {b2.base_offset}" in found[1].message
 
 
 def test_check_offset_index_over_pieces_gives_the_whole_logs_findings():
@@ -121,14 +132,17 @@ def test_check_offset_index_over_pieces_gives_the_whole_logs_findings():
     idx = kafkalog.read_offset_index(b"".join(struct.pack(">ii", o, p) for o, p in entries),
                                      base_offset=0)
     whole = kafkalog.verify_offset_index(idx, LOG)
-    assert len(whole) == 5
+    assert len(whole) == 5 and rule_of(whole[-1]) == "position_in_log"
+    end = batches[-1][1].end
     cuts = [0, p1, p1 + 2, p2, None]  # pieces [0, p1), [p1, p1+2), [p1+2, p2), [p2, end..)
     pieces = []
     for lo, hi in zip(cuts, cuts[1:]):
-        mine = {p: b.last_offset for p, b in batches if p >= lo and (hi is None or p < hi)}
-        pieces += kafkalog.check_offset_index(idx, mine, (lo, hi))
+        mine = {p: (b.base_offset, b.last_offset) for p, b in batches
+                if p >= lo and (hi is None or p < hi)}
+        pieces += kafkalog.check_offset_index(idx, mine, (lo, hi), end if hi is None else None)
     assert pieces == whole
-    assert kafkalog.check_offset_index(idx, {p: b.last_offset for p, b in batches}) == whole
+    assert kafkalog.check_offset_index(
+        idx, {p: (b.base_offset, b.last_offset) for p, b in batches}, end=end) == whole
 
 
 @pytest.mark.parametrize("shuffled", [False, True])
@@ -148,9 +162,11 @@ def test_read_offset_index_range_gives_each_piece_its_entries(shuffled):
     raw = b"".join(struct.pack(">ii", o, p) for o, p in entries) + bytes(8 * 4) + b"\x01"
     whole = kafkalog.read_offset_index(raw, base_offset=0)
     assert [e.position for e in whole.entries] == offset_index_positions(raw)
-    expected = kafkalog.check_offset_index(whole, {p: b.last_offset for p, b in batches})
-    assert len(expected) == 4
-    assert any("index entry 4" in f.message and "does not follow" in f.message
+    end = batches[-1][1].end
+    expected = kafkalog.check_offset_index(
+        whole, {p: (b.base_offset, b.last_offset) for p, b in batches}, end=end)
+    assert len(expected) == 4 + shuffled
+    assert any("index entry 4" in f.message and rule_of(f) == "offsets_increase"
                for f in expected) != shuffled
     cuts = [0, batches[4][0], batches[9][0], batches[-1][0], None]
     got = []
@@ -162,8 +178,9 @@ def test_read_offset_index_range_gives_each_piece_its_entries(shuffled):
         else:
             assert piece.entries == whole.entries[piece.first:piece.first + len(piece.entries)]
             assert len(piece.entries) < len(whole.entries)
-        mine = {p: b.last_offset for p, b in batches if p >= lo and (hi is None or p < hi)}
-        got += kafkalog.check_offset_index(piece, mine, (lo, hi))
+        mine = {p: (b.base_offset, b.last_offset) for p, b in batches
+                if p >= lo and (hi is None or p < hi)}
+        got += kafkalog.check_offset_index(piece, mine, (lo, hi), end if hi is None else None)
     assert got == expected
 
 
@@ -178,8 +195,8 @@ def test_verify_time_index_against_a_real_log():
     idx = kafkalog.read_time_index(b"".join(struct.pack(">qi", t, o) for t, o in wrong_ts),
                                    base_offset=0)
     found = kafkalog.verify_time_index(idx, LOG)
-    assert [f.kind for f in found] == ["index_mismatch"]
-    assert "max timestamp" in found[0].message
+    assert [(f.kind, rule_of(f)) for f in found] == [("index_mismatch", "timestamp_is_batch_max")]
+    assert f"has max timestamp {batches[3].max_timestamp}" in found[0].message
 
 
 def test_index_findings_use_the_documented_kinds(tmp_path):
@@ -253,6 +270,10 @@ def test_verify_txn_index_catches_each_kind_of_lie(tmp_path):
         ("txn index entry 5 (producer 9, offsets 105..107)", at["abort7"]),
         ("txn index entry 6 (producer 9, offsets 105..10000)", 10_000),
     ]
+    assert [rule_of(f) for f in found] == [
+        "ends_at_producers_abort", "ends_at_producers_abort", "ends_at_control_record",
+        "first_not_after_last", "last_offsets_increase", "ends_at_producers_abort",
+        "last_offsets_increase", "ends_at_control_record"]
     assert "offset 108 holds producer 8's COMMIT control record, not producer 8's ABORT" \
         in found[0].message
     assert "offset 110 holds producer 9's ABORT control record, not producer 7's ABORT" \

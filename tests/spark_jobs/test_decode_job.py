@@ -283,8 +283,9 @@ def assert_index_findings_as_the_cli_reports(wh, seg, index):
 
 
 def test_index_entries_are_checked_and_findings_recorded_once(spark, tmp_path):
-    """A broken .index (entries at no batch start, a wrong offset, an entry past the
-    end of the log, a torn last entry) gives the CLI's findings, split or not."""
+    """A broken .index (an entry at no batch start, one naming the next one's offset, an
+    entry past the end of the log, a torn last entry) gives the CLI's findings, split or
+    not."""
     src = tmp_path / "snap"
     write_partition(src / "orders-0", 0, 60, per_batch=20, index_interval=1024)
     seg = src / "orders-0" / "00000000000000000000.log"
@@ -292,9 +293,14 @@ def test_index_entries_are_checked_and_findings_recorded_once(spark, tmp_path):
     entries = bytearray(index.read_bytes())
     assert len(entries) >= 8 * 6
     entries[8 + 4:8 + 8] = (int.from_bytes(entries[12:16], "big") + 1).to_bytes(4, "big")
-    entries[8 * 3:8 * 3 + 4] = (int.from_bytes(entries[24:28], "big") + 1).to_bytes(4, "big")
+    # entry 3 names entry 4's offset: held at entry 4's position, past its own append
+    entries[8 * 3:8 * 3 + 4] = entries[8 * 4:8 * 4 + 4]
     entries += (10_000).to_bytes(4, "big") + (os.path.getsize(seg) + 64).to_bytes(4, "big")
     index.write_bytes(bytes(entries) + b"\x00\x01\x02")
+    assert {f.message.rsplit("(rule ", 1)[1] for f in kafkalog.verify_offset_index(
+        kafkalog.read_offset_index(str(index)), str(seg)) if f.kind == "index_mismatch"} == {
+            "position_at_batch_start)", "offset_in_append)", "offsets_increase)",
+            "position_in_log)"}
     for name, extra in (("one-task", ()), ("split", ("--split-bytes", "4096"))):
         wh = tmp_path / name
         s = run(spark, src, wh, "r", *extra)
@@ -322,10 +328,17 @@ def test_time_index_entries_are_checked_and_findings_recorded_once(spark, tmp_pa
             entries[12 * i + 8:12 * i + 12] = rel.to_bytes(4, "big")
 
     patch(2, ts=int.from_bytes(entries[24:32], "big") + 5)  # not that batch's max timestamp
-    patch(5, rel=int.from_bytes(entries[68:72], "big") - 3)  # inside a batch: ends none
+    # an offset inside entry 4's batch: below entry 4's, and not its own batch's timestamp
+    # (one inside its own batch with that batch's max timestamp is how 2.x brokers write)
+    patch(5, rel=int.from_bytes(entries[56:60], "big") - 3)
     patch(9, ts=1)  # below entry 8's (and not its batch's)
+    last = len(entries) // 12 - 1
+    patch(last, rel=10_000)  # an offset past the segment's
     timeindex.write_bytes(bytes(entries) + b"\x00\x01\x02")  # a torn entry at the end
     expected = kafkalog.verify_time_index(kafkalog.read_time_index(str(timeindex)), str(seg))
+    assert {f.message.rsplit("(rule ", 1)[1] for f in expected if f.kind == "index_mismatch"} \
+        == {"timestamp_is_batch_max)", "offsets_do_not_decrease)", "timestamps_do_not_decrease)",
+            "offset_in_segment)"}
     assert_split_or_not_as_the_cli(spark, tmp_path, src, timeindex, expected, 4096, 60 * 20)
 
 
