@@ -195,8 +195,9 @@ INDEX_RULES = {
     "positions_increase": "each entry's position is above the one before",
     # .timeindex
     "offset_in_segment": "a batch of the segment holds the entry's offset",
-    "timestamp_is_batch_max": "the batch holding the entry's offset has the entry's timestamp "
-                              "as its max timestamp",
+    "timestamp_is_batch_max": "the batch holding the entry's offset (or an earlier one of "
+                              "its append, after the previous entry) has the entry's "
+                              "timestamp as its max timestamp",
     "timestamps_do_not_decrease": "each entry's timestamp is at least the one before",
     "offsets_do_not_decrease": "each entry's offset is at least the one before",
     # .txnindex
@@ -317,7 +318,7 @@ def check_time_index(index: IndexFile, batches: Mapping[int, tuple[int | None, i
     record holding it): the record's own offset (``LogValidator`` to 3.7, per record),
     the last offset of its batch (3.8 on, a follower's append, ``LogSegment.recover``)
     or the append's first (a v1 append in log-append time). However written, the batch
-    holding the entry's offset has the entry's timestamp as its max timestamp.
+    holding the entry's offset (or an earlier batch of its append) has the entry's timestamp as its max.
 
     A segment split over workers: when the ``owned`` ranges partition the offsets
     and each worker's batches are the ones whose offsets fall in its range,
@@ -337,7 +338,7 @@ def check_time_index(index: IndexFile, batches: Mapping[int, tuple[int | None, i
                                        f"{head}: no batch of the log holds that offset",
                                        0, e.offset))
                 b = None
-            elif b[1] != e.timestamp:
+            elif b[1] != e.timestamp and not _earlier_max(batches, lasts, j, e, prev):
                 found.append(_mismatch(
                     "timestamp_is_batch_max", f"{head}: the batch holding that offset "
                     f"(at position {b[2]}) has max timestamp {b[1]}", b[2], e.offset))
@@ -352,6 +353,21 @@ def check_time_index(index: IndexFile, batches: Mapping[int, tuple[int | None, i
                     f"({prev.offset})", at, e.offset))
         prev = e
     return found
+
+
+def _earlier_max(batches, lasts, j, e, prev) -> bool:
+    """Whether a batch before the one holding ``e``'s offset, and after the previous
+    entry's offset, has ``e``'s timestamp as its max: a multi-batch append indexed at its
+    last offset (Kafka 3.7's leader path) names the append's last offset with the max of
+    an earlier batch of it. The record holding a new maximum comes after the previous
+    entry's offset (an entry is appended only when the maximum grows)."""
+    floor = -1 if prev is None else prev.offset
+    for k in range(j - 1, -1, -1):
+        if lasts[k] <= floor:
+            return False
+        if batches[lasts[k]][1] == e.timestamp:
+            return True
+    return False
 
 
 def verify_txn_index(index: IndexFile, log_source) -> list[Finding]:

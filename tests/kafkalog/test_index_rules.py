@@ -372,3 +372,19 @@ def test_a_multi_batch_append_entry_is_kafkas_not_a_finding():
     tidx = kafkalog.read_time_index(struct.pack(">qi", several.max_timestamp, first.offset),
                                     base_offset=0)
     assert kafkalog.verify_time_index(tidx, log) == []
+
+
+def test_a_time_entry_at_an_appends_last_offset_with_an_earlier_batchs_max(tmp_path):
+    """Kafka 3.7's leader path hands ``LogSegment.append`` the append's last offset
+    (``offsetCounter.value - 1``) with the append's largest timestamp: in a multi-batch
+    append whose maximum is in an earlier batch, the entry names a batch that does not hold
+    that maximum. It is Kafka's; a timestamp no batch of the append holds is not."""
+    first, second = _v2(BASE, [T0 + 100, T0 + 90]), _v2(BASE + 2, [T0 + 50, T0 + 60])
+    last = BASE + 3
+    files = write_files(tmp_path, first + second, [], [(T0 + 100, last)])
+    assert verify(files) == []
+    files = write_files(tmp_path, first + second, [], [(T0 + 77, last)])
+    assert [rule_of(f) for f in verify(files)] == ["timestamp_is_batch_max"]
+    # the earlier batch counts only after the previous entry: here it is that entry's own
+    files = write_files(tmp_path, first + second, [], [(T0 + 100, BASE + 1), (T0 + 101, last)])
+    assert [rule_of(f) for f in verify(files)] == ["timestamp_is_batch_max"]
