@@ -505,9 +505,14 @@ def differences(column: pa.DataType, version: pa.DataType, where: str = "",
                                               text).items():
                     out[(f.name,) + names] = why
         return out
-    if col != ver:
+    inner = {}
+    if pa.types.is_list(col) and pa.types.is_list(ver):
+        inner = differences(col.value_type, ver.value_type, f"{where}[]", text)
+    elif pa.types.is_map(col) and pa.types.is_map(ver) and col.key_type == ver.key_type:
+        inner = differences(col.item_type, ver.item_type, f"{where}{{}}", text)
+    elif col != ver:
         return {(): f"its schema version types {where} as {ver}, the table's column is {col}"}
-    return {}
+    return {(): next(iter(inner.values()))} if inner else {}  # the whole list or map
 
 
 
