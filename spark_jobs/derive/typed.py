@@ -221,8 +221,9 @@ def _pop(doc, names: tuple, why: str, bad: list) -> None:
     d = doc
     for n in names[:-1]:
         d = d.get(n) if isinstance(d, dict) else None
-    if isinstance(d, dict) and d.pop(names[-1], None) is not None:
-        bad.append((".".join(names), why))
+    v = d.pop(names[-1], None) if isinstance(d, dict) else None
+    if v is not None:
+        bad.append((".".join(names), f"{v!r:.120}: {why}"))
 
 
 def _clear(row: dict, names: tuple) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 import kafkalog
 from kafkalog.schemas import Registry
-from spark_jobs import layout, schemas, tables
+from spark_jobs import findings, layout, schemas, tables
 from spark_jobs.derive import typed as typed_tables, value_types
 from spark_jobs.warehouse import Warehouse
 from spark_jobs.warehouse.ddl import TABLE_PROPERTIES, partition_spec
@@ -419,11 +419,12 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, ki
         ("plain", 4, UNKNOWN), ("plain", 5, data.orders[0][1][:-3])]
 
     # typed tables (the same run): one per topic with a value subject, rows as the
-    # serializer was given them, versions merged; v3 of shop.items is a finding, not rows, as
-    # is kinds' Node (not the table's message); payments: only its payments-value version
+    # serializer was given them, versions merged; v3 of shop.items changes n's type: its row
+    # lands with n null and a typed_value_error; kinds' Node (not the table's message) is a
+    # schema_incompatible finding, not a row; payments: only its payments-value version
     w = Warehouse(str(wh))
     assert summary["typed"] == {"values__kinds": 5, "values__orders": 3, "values__payments": 1,
-                                "values__shop_dot_items": 2}
+                                "values__shop_dot_items": 3}
     assert [n for n in w.run_tables() if layout.typed_topic(n)] == \
         ["values__kinds", "values__orders", "values__payments", "values__shop_dot_items"]
 
@@ -438,7 +439,8 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, ki
     assert typed("shop.items") == [
         {**v1, "dims": {"w": 2.0, "h": None}, "color": None, "kafka_offset": 0,
          "kafka_schema_id": 101},
-        {**v2, "kafka_offset": 1, "kafka_schema_id": 102}]
+        {**v2, "kafka_offset": 1, "kafka_schema_id": 102},
+        {**v3, "n": None, "kafka_offset": 2, "kafka_schema_id": 103}]
     got_ids = {(r["topic"], r["offset"]): r["value_schema_id"] for r in rows}
     order_id = {o: sid for (t, o), sid in got_ids.items() if t == "orders"}
     assert typed("orders") == [
@@ -456,10 +458,14 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, ki
     incompatible = sorted((f for f in tables.read_arrow(str(wh), "findings").to_pylist()
                            if f["kind"] == typed_tables.INCOMPATIBLE), key=lambda f: f["topic"])
     assert [(f["topic"], f["base_offset"], f["last_offset"]) for f in incompatible] == \
-        [("kinds", 3, 3), ("shop.items", 2, 2)]
+        [("kinds", 3, 3)]
     assert "kinds.v1.Node, not kinds.v1.All" in incompatible[0]["message"]
-    assert "schema id 103" in incompatible[1]["message"] and \
-        "value.n changes type from int32 to string" in incompatible[1]["message"]
+    cells = [f for f in tables.read_arrow(str(wh), "findings").to_pylist()
+             if f["kind"] == findings.TYPED_VALUE_ERROR]
+    assert [(f["topic"], f["partition"], f["base_offset"], f["raw"]) for f in cells] == \
+        [("shop.items", 0, 2, items(data)[1][2][1])]
+    assert cells[0]["message"] == ("offset 2: column n is null in the row: 'three': its schema "
+                                   "version types n as string, the table's column is int32")
 
 
 def test_typed_table_names_round_trip_and_never_collide():
@@ -580,8 +586,6 @@ def test_a_value_that_does_not_fit_costs_its_cell_never_the_row(data):
     object: every row lands, the cell null, one typed_value_error each (offset, column);
     a version with no table form (no record at all) is still refused whole."""
     import pyarrow as pa
-
-    from spark_jobs import findings
 
     registry = Registry.from_schemas_records(items(data)[0])
     cols, ok, bad = typed_tables.plan_schemas(registry, "shop.items", None)
