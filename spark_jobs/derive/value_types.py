@@ -117,13 +117,12 @@ def arrow_type(s, named: dict, namespace: str | None = None, building=frozenset(
         return pa.time64("us")
     if t in ("bytes", "fixed") and logical == "decimal":
         precision, scale = s.get("precision"), s.get("scale", 0)
-        if not isinstance(precision, int) or not 0 < precision <= 38 or \
-                not isinstance(scale, int) or not 0 <= scale <= precision:
-            raise Untyped(f"decimal({precision}, {scale}) is no Iceberg decimal (precision 1..38)")
+        column = pa.decimal128(precision, scale) if isinstance(precision, int) and \
+            0 < precision <= 38 and isinstance(scale, int) and 0 <= scale <= precision \
+            else pa.string()  # no Iceberg decimal (precision 1..38): the decimal's text
         if t == "fixed":
-            named[_full(s["name"], s.get("namespace", namespace))] = \
-                pa.decimal128(precision, scale)
-        return pa.decimal128(precision, scale)
+            named[_full(s["name"], s.get("namespace", namespace))] = column
+        return column
     if t == "string" and logical == "uuid" or \
             t == "long" and logical in ("local-timestamp-millis", "local-timestamp-micros"):
         return pa.string()  # the UUID's text; a local timestamp's ISO text (it has no zone)

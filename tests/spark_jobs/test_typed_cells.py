@@ -48,6 +48,16 @@ PRICE = {"type": "record", "name": "Price", "namespace": "shop", "fields": [
 #: the writer schema of the bad price: ``amount`` as the bytes a decimal is encoded as
 PRICE_BYTES = {**PRICE, "fields": [{**f, "type": "bytes"} if f["name"] == "amount" else f
                                    for f in PRICE["fields"]]}
+#: Avro's other logical types, each with its column (docs/schemas.md)
+CLOCK = {"type": "record", "name": "Clock", "namespace": "shop", "fields": [
+    {"name": "t_ms", "type": {"type": "int", "logicalType": "time-millis"}},
+    {"name": "t_us", "type": {"type": "long", "logicalType": "time-micros"}},
+    {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+    {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+    {"name": "cost", "type": {"type": "fixed", "name": "Cost", "size": 8,
+                              "logicalType": "decimal", "precision": 10, "scale": 3}},
+    {"name": "wide", "type": {"type": "bytes", "logicalType": "decimal", "precision": 40,
+                              "scale": 0}}]}
 #: Protobuf: the table's message is recursive (``next``: JSON text)
 TREE = """syntax = "proto3";
 package tree.v1;
@@ -97,6 +107,15 @@ class Topics:
                                        ()))
         self.prices.append({**bad, "amount": None})
 
+        clock = AvroSerializer(client, json.dumps(CLOCK), conf=conf)
+        self.clocks = [{"t_ms": datetime.time(12, 0, 1, 250000),
+                        "t_us": datetime.time(23, 59, 59, 999999),
+                        "id": "0b9a5c52-6b9f-4d6e-9a3c-2f1e8d7c6b5a",
+                        "local": datetime.datetime(2026, 11, 25, 22, 0, 1, 250000),
+                        "cost": decimal.Decimal("-1234567.891"),
+                        "wide": decimal.Decimal(10**39 + 7)}]
+        self.records["clock"] = [(None, clock(d, ctx("clock")), ()) for d in self.clocks]
+
         m = proto_classes(TREE, "tree.v1", ("Node",), "tree.proto")
         node = ProtobufSerializer(m["Node"], client, conf={**conf,
                                                            "use.deprecated.format": False})
@@ -104,7 +123,7 @@ class Topics:
                       m["Node"](label="leaf")]
         self.records["tree"] = [(None, node(n, ctx("tree")), ()) for n in self.trees]
         self.schemas = schemas_records(client, ["readings-value", "prices-value",
-                                                "tree-value"])
+                                                "clock-value", "tree-value"])
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +209,20 @@ def test_avro_a_decimal_beyond_its_precision_costs_its_cell(topics, registry, tm
                             (findings.TYPED_VALUE_ERROR, 2, "offset 2: column amount")]
     assert "does not fit decimal128(4, 2)" in found[1].message
     assert "a union of 2 non-null types" in found[0].message
+
+
+def test_avro_logical_types_have_their_columns(topics, registry, tmp_path):
+    """time-millis/-micros -> time, uuid -> string, local-timestamp -> its ISO text, a fixed
+    decimal -> decimal(10, 3), a decimal wider than Iceberg's 38 digits -> its text: each
+    value as confluent's serializer was given it, no finding."""
+    got, refused, found, plan = typed_rows(registry, tmp_path, "clock", topics.records["clock"])
+    assert [plan.schema.field(n).type for n in ("t_ms", "t_us", "id", "local", "cost", "wide")] \
+        == [pa.time64("us"), pa.time64("us"), pa.string(), pa.string(), pa.decimal128(10, 3),
+            pa.string()]
+    (given,) = topics.clocks
+    assert got == {0: {**given, "local": given["local"].isoformat(),
+                       "wide": str(given["wide"])}}
+    assert refused == {} and found == []
 
 
 def test_protobuf_a_recursive_message_keeps_its_table(topics, registry, tmp_path):
