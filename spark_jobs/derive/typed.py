@@ -7,13 +7,19 @@ record's fields (Protobuf: the fields of the ``.proto`` file's first top-level m
 topic from the registry (:func:`plan_topics`): the subject's versions in order, each
 turned into Arrow types (:func:`arrow_type`) and merged into the table's columns
 (:func:`merge`): a version that adds fields widens the table (Iceberg schema evolution,
-``union_by_name``: new columns are optional, older rows read null); a version that changes
-a field's type (or cannot be typed: a union of two non-null types, a recursive record) is
-*incompatible*: its rows are not written to the typed table (they stay in
-``records.value_json``) and each run records one ``schema_incompatible`` finding per
-partition and schema id, as is a value that does not convert to the columns (a JSON
-document may break its schema) and a Protobuf value whose message indexes name another
-message than the table's (read from the raw ``value``, or its ``__value_schema_id`` header).
+``union_by_name``: new columns are optional, older rows read null). **A value we cannot type
+costs its cell, never the row** (issue 42 item 3): a field a version types otherwise than the
+table (:func:`~spark_jobs.derive.value_types.differences`), a value that does not convert or
+fit its column (:func:`~spark_jobs.derive.value_types.fit`) is null in a row that lands, one
+:data:`~spark_jobs.findings.TYPED_VALUE_ERROR` per cell (:class:`Cells`); a field whose schema
+has no column form (a union of two non-null types, a recursive record, a JSON Schema ``$ref``
+or combinator) is a column of each value's JSON text, one
+:data:`~spark_jobs.findings.TYPED_UNTYPED_COLUMN` note per column. Refused whole, as one
+``schema_incompatible`` finding per partition and schema id (its values stay in
+``records.value_json``): a version with no table form at all (no record, a field named like a
+lineage column, a reference that does not resolve) and a Protobuf value whose message indexes
+name another message than the table's (read from the raw ``value``, or its
+``__value_schema_id`` header).
 
 Rows come from the run's *deduplicated* ``records`` files (what the run commits: reruns and
 overlapping snapshots never give a row twice), read on the executors, from ``value_json``:

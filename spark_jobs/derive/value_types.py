@@ -4,9 +4,13 @@ docs/schemas.md "Typed tables").
 A Schema Registry version (Avro, JSON Schema, Protobuf) becomes the Arrow columns of its
 topic's typed table (:func:`value_schema`: :func:`arrow_type`, :func:`json_schema_type`,
 :func:`protobuf_type`), versions merge into one table's columns (:func:`merge`: a version
-that adds fields widens it, one that changes a type is :class:`Untyped`), and a decoded
-value (``records.value_json``) converts back to those columns (:func:`converter`,
-:func:`protobuf_converter`). No Spark, no warehouse: the registry and Arrow only.
+that adds fields widens it; where one changes a field's type the table's stays,
+:func:`differences` names those fields), a field with no column form is a string column of
+JSON text (:data:`JSON_TEXT`, :func:`text_columns`), and a decoded value
+(``records.value_json``) converts back to those columns (:func:`converter`,
+:func:`protobuf_converter`, then :func:`fit`): a value that does not convert or fit is null,
+its column path and why reported, never raised. No Spark, no warehouse: the registry and
+Arrow only.
 """
 
 from __future__ import annotations
