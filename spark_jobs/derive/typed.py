@@ -50,9 +50,9 @@ from spark_jobs import layout, schemas, storage
 from spark_jobs.derive.files import FILE_ROWS, map_files
 from spark_jobs.findings import TYPED_UNTYPED_COLUMN, TYPED_VALUE_ERROR, Finding
 from spark_jobs.derive.value_types import (LINEAGE, TABLE_MESSAGE, TYPED_FORMATS, Untyped,
-                                           converter, differences, fit, merge, message_indexes,
-                                           plain, protobuf_converter, protobuf_plan, subject,
-                                           text_columns, value_schema)
+                                           column_types, converter, differences, fit, merge,
+                                           message_indexes, plain, protobuf_converter,
+                                           protobuf_plan, subject, text_columns, value_schema)
 from spark_jobs.parquet import PartWriter, partition_path, topic_of
 
 #: the finding kind of rows whose schema version cannot join the topic's typed table
@@ -70,20 +70,24 @@ MAX_CELL_FINDINGS = 1_000
 
 class TopicPlan:
     """What the executors need for one topic: its table's data root and columns, the schema
-    ids that go in, the incompatible ones with the reason, and per Protobuf schema id
-    ``(spec, {message indexes: message name})`` (:func:`protobuf_plan`)."""
+    ids that go in, the incompatible ones with the reason, per Protobuf schema id
+    ``(spec, {message indexes: message name})`` (:func:`protobuf_plan`), and what each
+    version's own columns make of its rows (:attr:`notes`, :attr:`text`, :attr:`drop`)."""
 
     def __init__(self, table: str, root: str, schema: pa.Schema, ok: set, bad: dict,
                  proto: dict | None = None, versions: dict | None = None):
         self.table, self.root, self.schema, self.ok, self.bad = table, root, schema, ok, bad
         self.proto = proto or {}
-        #: per schema id: {JSON text column path: why} (its note) and {field names: why} of
-        #: the fields it types otherwise than the table (null in its rows)
+        #: per schema id (``versions``: each one's own struct, :func:`version_structs`):
+        #: {JSON text column path: why} (its note; where the table's column is a string) and
+        #: {field names: why} of the fields it types otherwise than the table (null in its rows)
         self.notes: dict[int, dict[str, str]] = {}
         self.drop: dict[int, dict[tuple, str]] = {}
         columns = pa.struct([f for f in schema if f.name not in LINEAGE.names])
+        types = column_types(columns)
         for sid, struct in (versions or {}).items():
-            self.notes[sid] = text_columns(struct)
+            self.notes[sid] = {p: why for p, why in text_columns(struct).items()
+                               if pa.types.is_string(types.get(p, pa.null()))}
         #: the JSON text columns: any version's value there is its JSON text
         self.text = frozenset(p for n in self.notes.values() for p in n)
         for sid, struct in (versions or {}).items():
@@ -99,7 +103,8 @@ def plan_schemas(registry, topic: str, existing: pa.Schema | None) -> tuple[pa.S
                                                                              set, dict]:
     """``(columns, ok ids, {bad id: reason})`` of ``topic``'s value subject (Avro, JSON
     Schema, Protobuf), its versions merged in order into ``existing`` (the table's value
-    columns, if any)."""
+    columns, if any). A version that changes a field's type is ok (the table's type stays;
+    :class:`TopicPlan` nulls that field in its rows); bad: one with no table form at all."""
     current = None if existing is None else pa.struct(list(existing))
     ok, bad = set(), {}
     for (subj, _version), sv in sorted(registry.versions.items()):

@@ -80,6 +80,23 @@ def text_columns(t: pa.DataType, where: str = "") -> dict[str, str]:
     return out
 
 
+def column_types(t: pa.DataType, where: str = "") -> dict[str, pa.DataType]:
+    """``{column path: type}`` of every field, item and map value inside struct ``t``."""
+    out: dict[str, pa.DataType] = {}
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            p = path(where, t.field(i).name)
+            out[p] = t.field(i).type
+            out.update(column_types(t.field(i).type, p))
+    elif pa.types.is_list(t):
+        out[f"{where}[]"] = t.value_type
+        out.update(column_types(t.value_type, f"{where}[]"))
+    elif pa.types.is_map(t):
+        out[f"{where}{{}}"] = t.item_type
+        out.update(column_types(t.item_type, f"{where}{{}}"))
+    return out
+
+
 def plain(schema: pa.Schema) -> pa.Schema:
     """``schema`` without field metadata (what a table is made with)."""
     return pa.schema([pa.field(f.name, normalized(f.type)) for f in schema])
@@ -591,6 +608,6 @@ def _fit_cell(v, t: pa.DataType, where: str, j: int, bad: list):
 
 
 __all__ = ["FIT_ERRORS", "JSON_TEXT", "LINEAGE", "TABLE_MESSAGE", "TYPED_FORMATS", "Untyped",
-           "arrow_type", "converter", "differences", "fit", "json_schema_type", "merge",
+           "arrow_type", "column_types", "converter", "differences", "fit", "json_schema_type", "merge",
            "message_indexes", "normalized", "path", "plain", "protobuf_converter",
            "protobuf_plan", "protobuf_type", "subject", "text_columns", "value_schema"]

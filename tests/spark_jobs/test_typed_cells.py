@@ -38,6 +38,11 @@ READING_V1 = {"type": "object", "properties": {
     "extra": {"oneOf": [{"type": "integer"}, {"type": "object"}, {"type": "string"}]}}}
 READING_V2 = {**READING_V1, "properties": {**READING_V1["properties"],
                                            "code": {"type": "number"}}}
+#: JSON Schema: v2 makes ``x`` (int64 in the table) a oneOf and ``y`` (a oneOf) a string
+MIXED_V1 = {"type": "object", "properties": {
+    "x": {"type": "integer"}, "y": {"oneOf": [{"type": "integer"}, {"type": "string"}]}}}
+MIXED_V2 = {"type": "object", "properties": {
+    "x": {"oneOf": [{"type": "integer"}, {"type": "string"}]}, "y": {"type": "string"}}}
 #: Avro: a decimal(4, 2), a union of two non-null types (JSON text), a timestamp
 PRICE = {"type": "record", "name": "Price", "namespace": "shop", "fields": [
     {"name": "id", "type": "long"},
@@ -94,6 +99,11 @@ class Topics:
         self.records = {"readings": [(None, ser(d, ctx("readings")), ())
                                      for d, ser in self.readings]}
 
+        m1 = JSONSerializer(json.dumps(MIXED_V1), client, conf=conf)
+        m2 = JSONSerializer(json.dumps(MIXED_V2), client, conf=conf)
+        self.records["mixed"] = [(None, m1({"x": 1, "y": 2}, ctx("mixed")), ()),
+                                 (None, m2({"x": "a", "y": "b"}, ctx("mixed")), ())]
+
         price = AvroSerializer(client, json.dumps(PRICE), conf=conf)
         self.prices = [{"id": 1, "amount": decimal.Decimal("12.34"), "alt": 5, "at": AT},
                        {"id": 2, "amount": decimal.Decimal("-0.50"), "alt": "x", "at": AT}]
@@ -122,7 +132,7 @@ class Topics:
         self.trees = [m["Node"](label="a", next=m["Node"](label="b", weight=2), weight=3),
                       m["Node"](label="leaf")]
         self.records["tree"] = [(None, node(n, ctx("tree")), ()) for n in self.trees]
-        self.schemas = schemas_records(client, ["readings-value", "prices-value",
+        self.schemas = schemas_records(client, ["readings-value", "mixed-value", "prices-value",
                                                 "clock-value", "tree-value"])
 
 
@@ -193,6 +203,20 @@ def test_json_schema_an_integer_beyond_int64_and_a_type_change_cost_their_cells(
     assert "12.5: its schema version types code as double, the table's column is string" \
         in by_kind[(findings.TYPED_VALUE_ERROR, 2)].message
     assert "oneOf has no column form" in by_kind[(findings.TYPED_UNTYPED_COLUMN, 0)].message
+
+
+def test_a_json_text_column_holds_every_versions_json_text_and_a_typed_one_stays(
+        topics, registry, tmp_path):
+    """``y``, JSON text by v1, holds v2's string as JSON text too; ``x``, int64 by v1, stays
+    int64: v2's oneOf value there is null with a typed_value_error, and no note (the column is
+    no JSON text)."""
+    got, refused, found, plan = typed_rows(registry, tmp_path, "mixed", topics.records["mixed"])
+    assert [plan.schema.field(n).type for n in ("x", "y")] == [pa.int64(), pa.string()]
+    assert got == {0: {"x": 1, "y": "2"}, 1: {"x": None, "y": '"b"'}} and refused == {}
+    assert kinds(found) == [(findings.TYPED_UNTYPED_COLUMN, 0, "offset 0: column y"),
+                            (findings.TYPED_VALUE_ERROR, 1, "offset 1: column x")]
+    assert "'a': its schema version types x as string, the table's column is int64" in \
+        found[1].message
 
 
 def test_avro_a_decimal_beyond_its_precision_costs_its_cell(topics, registry, tmp_path):
