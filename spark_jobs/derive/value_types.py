@@ -350,8 +350,31 @@ def protobuf_plan(registry, schema_id: int) -> tuple[pa.StructType, tuple, dict]
     return t, spec, _message_names(fdp)
 
 
+def _integral(v) -> int:
+    """An integer column's value: an int (int64 as text, Protobuf's JSON), or a float with no
+    fraction (JSON Schema's ``1.0`` is an integer); never a bool, never truncated (Arrow
+    would take 1.5 as 1)."""
+    if isinstance(v, bool):
+        _not(v, "an integer")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return _not(v, "an integer")
+
+
+def _number(v) -> float:
+    """A float column's value: a number (NaN and the infinities as text too); never a bool
+    (Arrow would take true as 1.0)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        _not(v, "a number")
+    return float(v)
+
+
 _PB_CONVERT = {
-    "int": int, "dec": lambda v: decimal.Decimal(int(v)), "float": float,
+    "int": _integral, "dec": lambda v: decimal.Decimal(_integral(v)), "float": _number,
     "str": lambda v: v if isinstance(v, str) else _not(v, "a string"),
     "bool": lambda v: v if isinstance(v, bool) else _not(v, "a boolean"),
     "enum": lambda v: v if isinstance(v, str) else str(int(v)),  # an unknown number: its str
@@ -565,6 +588,11 @@ def converter(t: pa.DataType, text=frozenset(), where: str = ""):
     if pa.types.is_decimal(t):
         return _leaf(lambda v: decimal.Decimal(v) if isinstance(v, (str, int))
                      else _not(v, "a decimal's text"))
+    if pa.types.is_integer(t):
+        return _leaf(lambda v: _integral(v) if not isinstance(v, str) else _not(v, "an integer"))
+    if pa.types.is_floating(t):
+        return _leaf(lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool)
+                     else _not(v, "a number"))
     return lambda v, bad, where: v
 
 

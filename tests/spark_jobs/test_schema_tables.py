@@ -608,11 +608,13 @@ def test_a_value_that_does_not_fit_costs_its_cell_never_the_row(data):
         (3, datetime.date(2026, 11, 25), "a"), (None, None, "b"), (None, datetime.date(2000, 2, 29), "c"),
         (None, None, None)]
     assert [(f.kind, f.base_offset, f.raw, f.message.split(" is null")[0]) for f in found] == [
-        (findings.TYPED_VALUE_ERROR, 1, b"v1", "offset 1: column day"),
         (findings.TYPED_VALUE_ERROR, 1, b"v1", "offset 1: column n"),
+        (findings.TYPED_VALUE_ERROR, 1, b"v1", "offset 1: column day"),
         (findings.TYPED_VALUE_ERROR, 2, b"v2", "offset 2: column n"),
         (findings.TYPED_VALUE_ERROR, 3, b"v3", "offset 3: column (value)")]
-    assert "'minus one' does not fit int32" in found[1].message
+    assert "'minus one' does not convert: TypeError: 'minus one' is not an integer" in \
+        found[0].message
+    assert "'1970-13-01' does not convert: ValueError" in found[1].message
     assert "types n as string, the table's column is int32" in found[2].message
     assert {k: v[:3] for k, v in refused.items()} == {(0, 104): [4, 4, 1]}
     # past the limit: one more finding says how many cells were left out

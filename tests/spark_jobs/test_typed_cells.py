@@ -96,8 +96,16 @@ class Topics:
         self.readings = [({"id": 1, "code": "a", "big": 2**70, "extra": 5}, v1),
                          ({"id": 2, "code": "b", "big": 7, "extra": {"x": [1, None]}}, v1),
                          ({"id": 3, "code": 12.5, "big": 8, "extra": "s"}, v2)]
+        self.readings.append(({"id": 4.0, "code": "d", "big": 1, "extra": "t"}, v1))
         self.records = {"readings": [(None, ser(d, ctx("readings")), ())
                                      for d, ser in self.readings]}
+        # a document that breaks v1 (the serializer validates, so Python's json writes it,
+        # framed by hand): 1.5 and true where v1 says integer; the decoder still decodes it
+        broken = {"id": 1.5, "code": "e", "big": True, "extra": 0}
+        v1_id = client.get_version("readings-value", 1).schema_id
+        self.records["readings"].append(
+            (None, b"\x00" + struct.pack(">I", v1_id) + json.dumps(broken).encode(), ()))
+        self.readings.append(({**broken, "id": None, "big": None}, None))
 
         m1 = JSONSerializer(json.dumps(MIXED_V1), client, conf=conf)
         m2 = JSONSerializer(json.dumps(MIXED_V2), client, conf=conf)
@@ -179,10 +187,11 @@ def kinds(found):
 
 def test_json_schema_an_integer_beyond_int64_and_a_type_change_cost_their_cells(
         topics, registry, tmp_path):
-    """``big`` = 2**70 (a valid JSON Schema integer, no int64) and v2's number where the table's
-    ``code`` is a string: both rows land with that cell null, one typed_value_error each
-    (offset, column, why, the record's value as raw); ``extra``, a oneOf, is a column of
-    JSON text, noted once."""
+    """``big`` = 2**70 (a valid JSON Schema integer, no int64), v2's number where the table's
+    ``code`` is a string, and a document breaking v1 (1.5 and true for integers: never
+    truncated to 1): every row lands with that cell null, one typed_value_error each (offset,
+    column, why, the record's value as raw); 4.0 is the integer 4; ``extra``, a oneOf, is a
+    column of JSON text, noted once."""
     got, refused, found, plan = typed_rows(registry, tmp_path, "readings",
                                            topics.records["readings"])
     assert plan.schema.field("code").type == pa.string()
@@ -191,11 +200,15 @@ def test_json_schema_an_integer_beyond_int64_and_a_type_change_cost_their_cells(
     for o, (d, _) in enumerate(topics.readings):
         want[o] = {**d, "extra": json.dumps(d["extra"], separators=(",", ":"))}
     want[0]["big"], want[2]["code"] = None, None
-    assert got == want
+    assert got == want and got[3]["id"] == 4 and isinstance(got[3]["id"], int)
     assert refused == {}
     assert kinds(found) == [(findings.TYPED_UNTYPED_COLUMN, 0, "offset 0: column extra"),
                             (findings.TYPED_VALUE_ERROR, 0, "offset 0: column big"),
-                            (findings.TYPED_VALUE_ERROR, 2, "offset 2: column code")]
+                            (findings.TYPED_VALUE_ERROR, 2, "offset 2: column code"),
+                            (findings.TYPED_VALUE_ERROR, 4, "offset 4: column id"),
+                            (findings.TYPED_VALUE_ERROR, 4, "offset 4: column big")]
+    assert "1.5 does not convert: TypeError: 1.5 is not an integer" in found[3].message
+    assert "True does not convert" in found[4].message
     by_kind = {(f.kind, f.base_offset): f for f in found}
     big = by_kind[(findings.TYPED_VALUE_ERROR, 0)]
     assert "1180591620717411303424 does not fit int64" in big.message
