@@ -6,7 +6,8 @@ AvroSerializer and ProtobufSerializer against its mock registry (the schemas it 
 the ``_schemas`` records, test_schemas.schemas_records), and for the one value confluent's
 serializer refuses to write — an Avro ``decimal(4, 2)`` holding 123456.78 — fastavro's
 ``schemaless_writer`` with the field as plain ``bytes`` (the unscaled big-endian integer, as
-the Avro spec's decimal encoding says), framed with the wire prefix by hand. The records go
+the Avro spec's decimal encoding says), and a timestamp-millis beyond year 9999 (a long
+fastavro's reader cannot convert), framed with the wire prefix by hand. The records go
 through the job's own decoder (spark_jobs.decode.values) and :func:`typed.rows_of`; every
 expected row is what the serializers were given, the bad cell null.
 """
@@ -124,6 +125,17 @@ class Topics:
         self.records["prices"].append((None, b"\x00" + struct.pack(">I", sid) + buf.getvalue(),
                                        ()))
         self.prices.append({**bad, "amount": None})
+        # a timestamp beyond year 9999 (fastavro's reader cannot convert it): the decoder
+        # keeps the long, the typed cell is null
+        buf = io.BytesIO()
+        late = {"id": 4, "amount": (1234).to_bytes(2, "big", signed=True), "alt": 7,
+                "at": 2**62}
+        schemaless_writer(buf, parse_schema({**PRICE_BYTES, "fields": [
+            {**f, "type": "long"} if f["name"] == "at" else f for f in PRICE_BYTES["fields"]]}),
+            late)
+        self.records["prices"].append((None, b"\x00" + struct.pack(">I", sid) + buf.getvalue(),
+                                       ()))
+        self.prices.append({**late, "amount": decimal.Decimal("12.34"), "at": None})
 
         clock = AvroSerializer(client, json.dumps(CLOCK), conf=conf)
         self.clocks = [{"t_ms": datetime.time(12, 0, 1, 250000),
@@ -234,8 +246,9 @@ def test_a_json_text_column_holds_every_versions_json_text_and_a_typed_one_stays
 
 def test_avro_a_decimal_beyond_its_precision_costs_its_cell(topics, registry, tmp_path):
     """A decimal(4, 2) column: confluent's serializer's values land exact; fastavro's bytes of
-    123456.78 (precision 8) are null in a row that lands, one typed_value_error; the union of
-    int and string is JSON text, noted once."""
+    123456.78 (precision 8), and a timestamp-millis beyond year 9999 (the decoder keeps its
+    long), are null in rows that land, one typed_value_error each; the union of int and
+    string is JSON text, noted once."""
     got, refused, found, plan = typed_rows(registry, tmp_path, "prices",
                                            topics.records["prices"])
     assert plan.schema.field("amount").type == pa.decimal128(4, 2)
@@ -243,8 +256,10 @@ def test_avro_a_decimal_beyond_its_precision_costs_its_cell(topics, registry, tm
                    for o, d in enumerate(topics.prices)}
     assert refused == {}
     assert kinds(found) == [(findings.TYPED_UNTYPED_COLUMN, 0, "offset 0: column alt"),
-                            (findings.TYPED_VALUE_ERROR, 2, "offset 2: column amount")]
+                            (findings.TYPED_VALUE_ERROR, 2, "offset 2: column amount"),
+                            (findings.TYPED_VALUE_ERROR, 3, "offset 3: column at")]
     assert "does not fit decimal128(4, 2)" in found[1].message
+    assert "4611686018427387904 does not convert: TypeError" in found[2].message
     assert "a union of 2 non-null types" in found[0].message
 
 
@@ -287,7 +302,7 @@ def test_a_task_notes_a_column_once_and_the_audit_warns(topics, registry, tmp_pa
     _, _, first, _ = typed_rows(registry, tmp_path / "a", "prices", records[:1], cells)
     _, _, second, _ = typed_rows(registry, tmp_path / "b", "prices", records, cells)
     assert [f.kind for f in first] == [findings.TYPED_UNTYPED_COLUMN]
-    assert [f.kind for f in second] == [findings.TYPED_VALUE_ERROR]
+    assert [f.kind for f in second] == [findings.TYPED_VALUE_ERROR] * 2
     policy = Policy.load()
     assert [policy.severity("prices", "decoder_findings", k) for k in (
         findings.TYPED_VALUE_ERROR, findings.TYPED_UNTYPED_COLUMN, "no_such_kind")] == \
