@@ -55,6 +55,16 @@ CDC_UNTYPED_COLUMN = "cdc_untyped_column"
 #: source table goes, which a per-key table cannot say)
 CDC_UNSUPPORTED_OP = "cdc_unsupported_op"
 
+#: one cell of a typed table (``values__<topic>``, spark_jobs.derive.typed) whose value cannot
+#: be typed (it does not convert or fit its column, or its schema version types the field
+#: otherwise than the table): the row lands with that column null; the finding names the
+#: column path, the offset and why, its ``raw`` the record's value
+TYPED_VALUE_ERROR = "typed_value_error"
+#: a typed table column whose schema type has no column form (a union of two types, a
+#: recursive record, a JSON Schema ``$ref`` or combinator, ...): it holds each value's JSON
+#: text; one note per column (and task), at the first record of a version that has it
+TYPED_UNTYPED_COLUMN = "typed_untyped_column"
+
 #: the columns of a finding a decode task fills (the lineage columns come after)
 TASK_COLUMNS = pa.schema([f for f in schemas.FINDINGS if f.name in (
     "kind", "position", "end", "message", "base_offset", "last_offset", "bytes", "raw")])
@@ -99,5 +109,5 @@ def task_batch(found: Iterable[Finding]) -> pa.RecordBatch:
 
 __all__ = ["CDC_PARSE_ERROR", "CDC_UNSUPPORTED_OP", "CDC_UNTYPED_COLUMN", "CDC_VALUE_ERROR",
            "DIVERGENCE", "REPLICA_DIVERGENCE", "REPLICA_DIVERGENCE_PREFIX", "TASK_COLUMNS",
-           "TIER_DIVERGENCE",
-           "TIER_DIVERGENCE_PREFIX", "Finding", "table", "task_batch"]
+           "TIER_DIVERGENCE", "TIER_DIVERGENCE_PREFIX", "TYPED_UNTYPED_COLUMN",
+           "TYPED_VALUE_ERROR", "Finding", "table", "task_batch"]

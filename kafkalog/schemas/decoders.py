@@ -8,7 +8,10 @@ message indexes first) and returns plain JSON-ready data:
   its branch's bare value, enums as symbols, maps as objects, bytes and fixed as
   standard base64. Logical types come back as fastavro converts them and are rendered
   as JSON can hold them: timestamps, dates and times in ISO 8601, decimals and UUIDs
-  as strings. Bytes left after the datum are malformed.
+  as strings. A logical value fastavro cannot convert (a timestamp beyond year 9999, a
+  ``uuid`` string that is no UUID) does not cost the record: the datum is read again
+  without logical types and that value stays as the bytes hold it (the long, the string),
+  the others converted as above. Bytes left after the datum are malformed.
 * **JSON Schema**: the JSON document itself; it is validated, and a document that does not
   validate is still decoded, its violations reported beside it (:func:`kafkalog.schemas.decode_one`).
 * **Protobuf**: ``MessageToDict(msg, preserving_proto_field_name=True)`` of the message
@@ -151,37 +154,127 @@ def _avro_renderer(parsed, named: dict):
     return of(parsed)
 
 
+def _plain(s):
+    """Avro schema ``s`` (JSON) without its logical types: the types they annotate."""
+    if isinstance(s, list):
+        return [_plain(b) for b in s]
+    if not isinstance(s, dict):
+        return s
+    out = {k: v for k, v in s.items() if k != "logicalType"}
+    for k in ("type", "items", "values"):
+        if k in out:
+            out[k] = _plain(out[k])
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [{**f, "type": _plain(f.get("type"))} if isinstance(f, dict) else f
+                         for f in out["fields"]]
+    return out
+
+
+#: the Python types of an Avro type's values as fastavro reads them (a union's branch)
+_AVRO_PY = {"null": (type(None),), "boolean": (bool,), "int": (int,), "long": (int,),
+            "float": (float, int), "double": (float, int), "bytes": (bytes,), "string": (str,),
+            "record": (dict,), "error": (dict,), "map": (dict,), "array": (list,),
+            "fixed": (bytes,), "enum": (str,)}
+
+
+def _lenient_renderer(parsed, named: dict):
+    """What renders a datum read *without* logical types (:func:`_plain`) as the decoder
+    renders one read with them: each logical value converted by fastavro's own reader,
+    and one that does not convert (a timestamp beyond year 9999, a ``uuid`` string that is
+    no UUID) left as it is in the bytes (the long, the string, the bytes as base64), so
+    one bad value never costs the record."""
+    from fastavro.read import LOGICAL_READERS
+
+    def fits(s, v) -> bool:  # whether a union's branch ``s`` holds value ``v``
+        if isinstance(s, str) and s in named:
+            s = named[s]
+        t = s if isinstance(s, str) else s.get("type")
+        if isinstance(t, dict):
+            return fits(t, v)
+        return isinstance(v, _AVRO_PY.get(t, ())) and (t == "boolean" or not isinstance(v, bool))
+
+    def render(s, v):
+        if v is None:
+            return None
+        if isinstance(s, str):
+            return render(named[s], v) if s in named else _jsonable(v)
+        if isinstance(s, list):
+            return next((render(b, v) for b in s if fits(b, v)), _jsonable(v))
+        t, logical = s.get("type"), s.get("logicalType")
+        if logical is not None and isinstance(t, str):
+            reader = LOGICAL_READERS.get(f"{t}-{logical}")
+            try:
+                return _jsonable(v if reader is None else reader(v, s, s))
+            except Exception:  # the value as it is in the bytes
+                return _jsonable(v)
+        if t in ("record", "error"):
+            return {f["name"]: render(f["type"], v.get(f["name"])) for f in s["fields"]}
+        if t == "array":
+            return [render(s["items"], x) for x in v]
+        if t == "map":
+            return {k: render(s["values"], x) for k, x in v.items()}
+        if t in ("fixed", "enum"):
+            return _jsonable(v)
+        return render(t, v)
+
+    return lambda datum: render(parsed, datum)
+
+
 def _avro(registry: Registry, schema: Schema) -> Decoder:
     from fastavro import parse_schema, schemaless_reader
 
-    named: dict = {}
-    seen: set[int] = set()
-
-    def parse(s: Schema, depth: int = 0):
+    def parse(s: Schema, named: dict, seen: set, strip=lambda x: x, depth: int = 0):
         if depth > 32:
             raise RegistryError(f"schema id {schema.id}: references nest deeper than 32")
         for ref in s.references:
             r = registry.resolve(ref)
             if r.id not in seen:
                 seen.add(r.id)
-                parse(r, depth + 1)
-        return parse_schema(json.loads(s.text), named_schemas=named)
+                parse(r, named, seen, strip, depth + 1)
+        return parse_schema(strip(json.loads(s.text)), named_schemas=named)
 
-    parsed = parse(schema)
+    named: dict = {}
+    parsed = parse(schema, named, set())
     render = _avro_renderer(parsed, named)
+    logical = _has_logical(schema, registry)
+    lenient: list = []  # (plain schema, renderer), made on the first value that needs it
 
-    def decode(payload: memoryview, indexes=None):
+    def read(payload: memoryview, schema_):
         buf = io.BytesIO(payload)
         try:
-            datum = schemaless_reader(buf, parsed, None)
+            datum = schemaless_reader(buf, schema_, None)
         except Exception as err:  # fastavro raises EOFError, StopIteration, UnicodeDecodeError, ...
             raise PayloadError(f"Avro payload of {len(payload)} bytes does not read: "
                                f"{type(err).__name__}: {err}") from err
         if buf.tell() != len(payload):
             raise PayloadError(f"Avro datum ends at byte {buf.tell()} of {len(payload)}")
+        return datum
+
+    def decode(payload: memoryview, indexes=None):
+        try:
+            datum = read(payload, parsed)
+        except PayloadError as err:
+            if not logical:
+                raise
+            if not lenient:  # a logical value fastavro does not convert: read it plain
+                lenient.append((parse(schema, {}, set(), _plain),
+                                _lenient_renderer(parsed, named)))
+            plain, again = lenient[0]
+            try:
+                return again(read(payload, plain))
+            except Exception:  # the bytes do not read either way: the first read's error
+                raise err from err.__cause__
         return datum if render is None else render(datum)
 
     return decode
+
+
+def _has_logical(schema: Schema, registry: Registry, depth: int = 0) -> bool:
+    """Whether ``schema`` or a schema it references names a logical type."""
+    if '"logicalType"' in schema.text:
+        return True
+    return depth < 32 and any(_has_logical(registry.resolve(r), registry, depth + 1)
+                              for r in schema.references)
 
 
 # -------------------------------------------------------------------- JSON

@@ -7,13 +7,19 @@ record's fields (Protobuf: the fields of the ``.proto`` file's first top-level m
 topic from the registry (:func:`plan_topics`): the subject's versions in order, each
 turned into Arrow types (:func:`arrow_type`) and merged into the table's columns
 (:func:`merge`): a version that adds fields widens the table (Iceberg schema evolution,
-``union_by_name``: new columns are optional, older rows read null); a version that changes
-a field's type (or cannot be typed: a union of two non-null types, a recursive record) is
-*incompatible*: its rows are not written to the typed table (they stay in
-``records.value_json``) and each run records one ``schema_incompatible`` finding per
-partition and schema id, as is a value that does not convert to the columns (a JSON
-document may break its schema) and a Protobuf value whose message indexes name another
-message than the table's (read from the raw ``value``, or its ``__value_schema_id`` header).
+``union_by_name``: new columns are optional, older rows read null). **A value we cannot type
+costs its cell, never the row** (issue 42 item 3): a field a version types otherwise than the
+table (:func:`~spark_jobs.derive.value_types.differences`), a value that does not convert or
+fit its column (:func:`~spark_jobs.derive.value_types.fit`) is null in a row that lands, one
+:data:`~spark_jobs.findings.TYPED_VALUE_ERROR` per cell (:class:`Cells`); a field whose schema
+has no column form (a union of two non-null types, a recursive record, a JSON Schema ``$ref``
+or combinator) is a column of each value's JSON text, one
+:data:`~spark_jobs.findings.TYPED_UNTYPED_COLUMN` note per column. Refused whole, as one
+``schema_incompatible`` finding per partition and schema id (its values stay in
+``records.value_json``): a version with no table form at all (no record, a field named like a
+lineage column, a reference that does not resolve) and a Protobuf value whose message indexes
+name another message than the table's (read from the raw ``value``, or its
+``__value_schema_id`` header).
 
 Rows come from the run's *deduplicated* ``records`` files (what the run commits: reruns and
 overlapping snapshots never give a row twice), read on the executors, from ``value_json``:
@@ -30,11 +36,11 @@ a schema id that is not a version of the topic's value subject is not typed.
 
 from __future__ import annotations
 
-import decimal
 import json
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,32 +48,50 @@ import pyarrow.parquet as pq
 from kafkalog.schemas.registry import PROTOBUF
 from spark_jobs import layout, schemas, storage
 from spark_jobs.derive.files import FILE_ROWS, map_files
-from spark_jobs.findings import Finding
+from spark_jobs.findings import TYPED_UNTYPED_COLUMN, TYPED_VALUE_ERROR, Finding
 from spark_jobs.derive.value_types import (LINEAGE, TABLE_MESSAGE, TYPED_FORMATS, Untyped,
-                                           converter, merge, message_indexes, protobuf_converter,
-                                           protobuf_plan, subject, value_schema)
+                                           column_types, converter, differences, fit, merge,
+                                           message_indexes, plain, protobuf_converter,
+                                           protobuf_plan, subject, text_columns, value_schema)
 from spark_jobs.parquet import PartWriter, partition_path, topic_of
 
 #: the finding kind of rows whose schema version cannot join the topic's typed table
 INCOMPATIBLE = "schema_incompatible"
-#: the records columns a task reads
+#: the records columns a task reads (``value``: a cell's finding keeps it as its ``raw``)
 _READ = ("topic", "partition", "offset", "timestamp", "value_schema_id", "value_format",
          "value_error", "value_json", "segment", "segment_base_offset", "batch_position",
-         "run_id")
-#: what a Protobuf topic's task reads besides: the values' message indexes
-_READ_INDEXES = ("value", "headers")
+         "run_id", "value")
+#: what a Protobuf topic's task reads besides: the values' message indexes (with ``value``)
+_READ_INDEXES = ("headers",)
 #: rows a task converts before it writes them
 FLUSH_ROWS = 50_000
+#: the typed_value_error findings a task writes at most; one more says how many were left out
+MAX_CELL_FINDINGS = 1_000
 
 class TopicPlan:
     """What the executors need for one topic: its table's data root and columns, the schema
-    ids that go in, the incompatible ones with the reason, and per Protobuf schema id
-    ``(spec, {message indexes: message name})`` (:func:`protobuf_plan`)."""
+    ids that go in, the incompatible ones with the reason, per Protobuf schema id
+    ``(spec, {message indexes: message name})`` (:func:`protobuf_plan`), and what each
+    version's own columns make of its rows (:attr:`notes`, :attr:`text`, :attr:`drop`)."""
 
     def __init__(self, table: str, root: str, schema: pa.Schema, ok: set, bad: dict,
-                 proto: dict | None = None):
+                 proto: dict | None = None, versions: dict | None = None):
         self.table, self.root, self.schema, self.ok, self.bad = table, root, schema, ok, bad
         self.proto = proto or {}
+        #: per schema id (``versions``: each one's own struct, :func:`version_structs`):
+        #: {JSON text column path: why} (its note; where the table's column is a string) and
+        #: {field names: why} of the fields it types otherwise than the table (null in its rows)
+        self.notes: dict[int, dict[str, str]] = {}
+        self.drop: dict[int, dict[tuple, str]] = {}
+        columns = pa.struct([f for f in schema if f.name not in LINEAGE.names])
+        types = column_types(columns)
+        for sid, struct in (versions or {}).items():
+            self.notes[sid] = {p: why for p, why in text_columns(struct).items()
+                               if pa.types.is_string(types.get(p, pa.null()))}
+        #: the JSON text columns: any version's value there is its JSON text
+        self.text = frozenset(p for n in self.notes.values() for p in n)
+        for sid, struct in (versions or {}).items():
+            self.drop[sid] = differences(columns, struct, text=self.text)
 
     def columns(self) -> tuple[str, ...]:
         """The records columns the executors read for this topic (Protobuf values: their
@@ -79,7 +103,8 @@ def plan_schemas(registry, topic: str, existing: pa.Schema | None) -> tuple[pa.S
                                                                              set, dict]:
     """``(columns, ok ids, {bad id: reason})`` of ``topic``'s value subject (Avro, JSON
     Schema, Protobuf), its versions merged in order into ``existing`` (the table's value
-    columns, if any)."""
+    columns, if any). A version that changes a field's type is ok (the table's type stays;
+    :class:`TopicPlan` nulls that field in its rows); bad: one with no table form at all."""
     current = None if existing is None else pa.struct(list(existing))
     ok, bad = set(), {}
     for (subj, _version), sv in sorted(registry.versions.items()):
@@ -95,9 +120,15 @@ def plan_schemas(registry, topic: str, existing: pa.Schema | None) -> tuple[pa.S
         except Exception as err:  # a reference that does not resolve, a schema not JSON
             bad[sv.schema_id] = f"{type(err).__name__}: {err}"
     ok -= set(bad)
-    cols = None if current is None else pa.schema([current.field(i)
-                                                  for i in range(current.num_fields)])
+    cols = None if current is None else plain(pa.schema([current.field(i)
+                                                        for i in range(current.num_fields)]))
     return cols, ok, bad
+
+
+def version_structs(registry, ids) -> dict:
+    """``{schema id: its own columns as a struct}`` (JSON text fields marked,
+    :data:`~spark_jobs.derive.value_types.JSON_TEXT`) of the versions ``ids``."""
+    return {sid: pa.struct(list(value_schema(registry, sid))) for sid in sorted(ids)}
 
 
 def protobuf_specs(registry, ids) -> dict:
@@ -134,7 +165,7 @@ def plan_topics(wh, registry, topics) -> dict[str, TopicPlan]:
         full = pa.schema(list(LINEAGE) + list(cols))
         table = wh.typed_table(name, full)
         out[topic] = TopicPlan(name, layout.table_folder(table.location()), full, ok, bad,
-                               protobuf_specs(registry, ok))
+                               protobuf_specs(registry, ok), version_structs(registry, ok))
     return out
 
 
@@ -142,17 +173,94 @@ def plan_topics(wh, registry, topics) -> dict[str, TopicPlan]:
 # ------------------------------------------------------------------ rows
 
 
-def rows_of(records: pa.Table, plan: TopicPlan) -> tuple[pa.Table | None, dict]:
-    """The typed rows of one topic's records and ``{(partition, schema id): [first
-    offset, last offset, rows, segment, segment base offset, position, reason]}`` of the
-    values that do not go in: an incompatible version, or a value that does not convert to
-    the table's columns (not expected: value_json is the decoder's output for that schema;
-    but never a crash)."""
+class Cells:
+    """The cell findings of one task: a :data:`~spark_jobs.findings.TYPED_VALUE_ERROR` per
+    value that is null in its row (at most :data:`MAX_CELL_FINDINGS`, then one more per
+    topic saying how many were left out: :meth:`close`), and a
+    :data:`~spark_jobs.findings.TYPED_UNTYPED_COLUMN` note per JSON text column and topic,
+    at the first record of a version that has it."""
+
+    def __init__(self, limit: int = MAX_CELL_FINDINGS):
+        self.limit, self.written = limit, 0
+        self.noted: set[tuple[str, str]] = set()
+        self.left: dict[str, list] = {}  # topic -> [count, first offset, last offset, finding]
+
+    @staticmethod
+    def finding(cols: dict, i: int, kind: str, message: str) -> Finding:
+        value, o = cols.get("value", [None] * (i + 1))[i], cols["offset"][i]
+        return Finding(
+            kind=kind, message=f"offset {o}: {message}", position=cols["batch_position"][i],
+            end=cols["batch_position"][i], base_offset=o, last_offset=o,
+            bytes=None if value is None else len(value), raw=value, topic=cols["topic"][i],
+            partition=cols["partition"][i], segment=cols["segment"][i],
+            segment_base_offset=cols["segment_base_offset"][i], run_id=cols["run_id"][i])
+
+    def value_error(self, cols: dict, i: int, where: str, why: str, out: list) -> None:
+        if self.written < self.limit:
+            self.written += 1
+            out.append(self.finding(cols, i, TYPED_VALUE_ERROR,
+                                    f"column {where} is null in the row: {why}"))
+            return
+        o = cols["offset"][i]
+        left = self.left.setdefault(cols["topic"][i], [0, o, o, self.finding(
+            cols, i, TYPED_VALUE_ERROR, "")])
+        left[0], left[1], left[2] = left[0] + 1, min(left[1], o), max(left[2], o)
+
+    def note(self, cols: dict, i: int, notes: dict, sid: int, out: list) -> None:
+        for where, why in notes.items():
+            if (cols["topic"][i], where) not in self.noted:
+                self.noted.add((cols["topic"][i], where))
+                out.append(self.finding(cols, i, TYPED_UNTYPED_COLUMN,
+                                        f"column {where} holds each value's JSON text (schema "
+                                        f"id {sid}: {why})"))
+
+    def close(self) -> list[Finding]:
+        """One finding per topic of the cells beyond the limit."""
+        out = []
+        for n, first, last, f in self.left.values():
+            out.append(replace(f, base_offset=first, last_offset=last, raw=None, bytes=None,
+                               message=f"{n} more value(s) at offsets {first}..{last} are null "
+                                       f"in their rows (findings past {self.limit} a task are "
+                                       "not listed; records.value_json holds the values)"))
+        self.left = {}
+        return out
+
+
+def _pop(doc, names: tuple, why: str, bad: list) -> None:
+    """Take field ``names`` out of ``doc`` (value_json data), ``bad`` naming it if it held a
+    value."""
+    d = doc
+    for n in names[:-1]:
+        d = d.get(n) if isinstance(d, dict) else None
+    v = d.pop(names[-1], None) if isinstance(d, dict) else None
+    if v is not None:
+        bad.append((".".join(names), f"{v!r:.120}: {why}"))
+
+
+def _clear(row: dict, names: tuple) -> None:
+    d = row
+    for n in names[:-1]:
+        d = d.get(n) if isinstance(d, dict) else None
+    if isinstance(d, dict) and names[-1] in d:
+        d[names[-1]] = None
+
+
+def rows_of(records: pa.Table, plan: TopicPlan, cells: Cells | None = None
+            ) -> tuple[pa.Table | None, dict, list[Finding]]:
+    """The typed rows of one topic's records, ``{(partition, schema id): [first offset, last
+    offset, rows, segment, segment base offset, position, reason]}`` of the values that do
+    not go in (a version with no table form; a Protobuf value of another message), and the
+    cells' findings: a value that does not convert or fit its column is null in a row that
+    lands, a field a version types otherwise than the table is null in that version's rows,
+    each with a :data:`~spark_jobs.findings.TYPED_VALUE_ERROR` (:class:`Cells`)."""
+    cells = Cells() if cells is None else cells
     cols = {c: records.column(c).to_pylist() for c in plan.columns() if c in records.column_names}
-    convert = converter(pa.struct(list(plan.schema)))
+    convert = converter(pa.struct([f for f in plan.schema if f.name not in LINEAGE.names]),
+                        plan.text)
     proto = {sid: (protobuf_converter(("msg", spec)), names)
              for sid, (spec, names) in plan.proto.items()}
-    rows, bad = [], {}
+    rows, kept, errors, bad, found = [], [], [], {}, []
+    noted: set[int] = set()
 
     def refuse(i, sid, reason):
         o = cols["offset"][i]
@@ -171,41 +279,51 @@ def rows_of(records: pa.Table, plan: TopicPlan) -> tuple[pa.Table | None, dict]:
             continue
         if sid not in plan.ok:
             continue
-        try:
-            if cols["value_format"][i] == PROTOBUF:
-                conv, names = proto[sid]
+        cell_errors: list[tuple[str, str]] = []
+        if cols["value_format"][i] == PROTOBUF:
+            conv, names = proto[sid]
+            try:
                 indexes = message_indexes(cols["value"][i], cols["headers"][i])
-                if indexes != TABLE_MESSAGE:
-                    refuse(i, sid, f"its message indexes {list(indexes)} name "
-                                   f"{names.get(indexes, 'no message')}, not "
-                                   f"{names[TABLE_MESSAGE]} (indexes {list(TABLE_MESSAGE)}, "
-                                   "the table's message)")
-                    continue
-                row = conv(json.loads(cols["value_json"][i]))
-            else:
-                row = convert(json.loads(cols["value_json"][i]))
-        except (ValueError, TypeError, AttributeError, KeyError, decimal.InvalidOperation) as err:
-            refuse(i, sid, f"the value does not convert: {type(err).__name__}: {err}")
-            continue
+            except ValueError as err:
+                refuse(i, sid, f"its message indexes do not read: {err}")
+                continue
+            if indexes != TABLE_MESSAGE:
+                refuse(i, sid, f"its message indexes {list(indexes)} name "
+                               f"{names.get(indexes, 'no message')}, not "
+                               f"{names[TABLE_MESSAGE]} (indexes {list(TABLE_MESSAGE)}, "
+                               "the table's message)")
+                continue
+        else:
+            conv = convert
+        try:
+            doc = json.loads(cols["value_json"][i])
+        except (TypeError, ValueError) as err:
+            doc = None
+            cell_errors.append(("(value)", f"value_json does not parse: {err}"))
+        drop = plan.drop.get(sid, {})
+        for names, why in drop.items():
+            _pop(doc, names, why, cell_errors)
+        row = conv(doc, cell_errors, "") or {}
+        for names in drop:
+            _clear(row, names)
+        if sid not in noted:
+            noted.add(sid)
+            cells.note(cols, i, plan.notes.get(sid, {}), sid, found)
         row.update(kafka_topic=cols["topic"][i], kafka_partition=cols["partition"][i],
                    kafka_offset=cols["offset"][i], kafka_timestamp=cols["timestamp"][i],
                    kafka_schema_id=sid, run_id=cols["run_id"][i])
-        rows.append((i, row))
+        rows.append(row)
+        kept.append(i)
+        errors.append(cell_errors)
     if not rows:
-        return None, bad
-    try:
-        return pa.Table.from_pylist([r for _, r in rows], schema=plan.schema), bad
-    except (pa.ArrowException, TypeError, ValueError):
-        pass
-    kept = []
-    for i, row in rows:  # one by one, to name the rows that do not fit
-        try:
-            pa.Table.from_pylist([row], schema=plan.schema)
-            kept.append(row)
-        except (pa.ArrowException, TypeError, ValueError) as err:
-            refuse(i, row["kafka_schema_id"],
-                   f"the value does not fit the columns: {type(err).__name__}: {err}")
-    return (pa.Table.from_pylist(kept, schema=plan.schema) if kept else None), bad
+        return None, bad, found
+    typed, misfits = fit(rows, plan.schema)
+    for j, where, why in misfits:
+        errors[j].append((where, why))
+    for j, errs in enumerate(errors):
+        for where, why in errs:
+            cells.value_error(cols, kept[j], where, why, found)
+    return typed, bad, found
 
 
 def _findings(topic: str, plan: TopicPlan, bad: dict, run_id: str) -> list[dict]:
@@ -244,6 +362,7 @@ def derive(spark, ctx, wh, record_files: list[str], registry) -> tuple[dict, dic
         tmp = tempfile.mkdtemp(prefix="kafkalog-typed-")
         out: list[tuple] = []
         findings: list[dict] = []
+        cells = Cells()
         try:
             for b in batches:
                 for path in b.column("path").to_pylist():
@@ -252,7 +371,8 @@ def derive(spark, ctx, wh, record_files: list[str], registry) -> tuple[dict, dic
                     records = read_file(path, "records", ctx.s3).select(list(plan.columns()))
                     local, writer, n, bad = None, None, 0, {}
                     for piece in records.to_batches(FLUSH_ROWS):
-                        typed, found = rows_of(pa.Table.from_batches([piece]), plan)
+                        typed, found, new = rows_of(pa.Table.from_batches([piece]), plan, cells)
+                        findings += [f.row() for f in new]
                         for k, v in found.items():
                             have = bad.setdefault(k, v)
                             if have is not v:
@@ -271,6 +391,7 @@ def derive(spark, ctx, wh, record_files: list[str], registry) -> tuple[dict, dic
                         key = f"{ctx.prefix}~{part}~{len(out)}.parquet"
                         storage.open_store(plan.root, ctx.s3).put_file(key, local)
                         out.append((plan.table, storage.join(plan.root, key), n))
+            findings += [f.row() for f in cells.close()]
             files = {}
             if findings:
                 fw = PartWriter(ctx, part, {"findings": findings_root})
@@ -288,5 +409,5 @@ def derive(spark, ctx, wh, record_files: list[str], registry) -> tuple[dict, dic
     return map_files(spark, paths, task)
 
 
-__all__ = ["FLUSH_ROWS", "INCOMPATIBLE", "TopicPlan", "derive", "plan_schemas", "plan_topics",
-           "protobuf_specs", "rows_of"]
+__all__ = ["FLUSH_ROWS", "INCOMPATIBLE", "MAX_CELL_FINDINGS", "Cells", "TopicPlan", "derive",
+           "plan_schemas", "plan_topics", "protobuf_specs", "rows_of", "version_structs"]

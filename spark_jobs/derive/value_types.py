@@ -4,9 +4,13 @@ docs/schemas.md "Typed tables").
 A Schema Registry version (Avro, JSON Schema, Protobuf) becomes the Arrow columns of its
 topic's typed table (:func:`value_schema`: :func:`arrow_type`, :func:`json_schema_type`,
 :func:`protobuf_type`), versions merge into one table's columns (:func:`merge`: a version
-that adds fields widens it, one that changes a type is :class:`Untyped`), and a decoded
-value (``records.value_json``) converts back to those columns (:func:`converter`,
-:func:`protobuf_converter`). No Spark, no warehouse: the registry and Arrow only.
+that adds fields widens it; where one changes a field's type the table's stays,
+:func:`differences` names those fields), a field with no column form is a string column of
+JSON text (:data:`JSON_TEXT`, :func:`text_columns`), and a decoded value
+(``records.value_json``) converts back to those columns (:func:`converter`,
+:func:`protobuf_converter`, then :func:`fit`): a value that does not convert or fit is null,
+its column path and why reported, never raised. No Spark, no warehouse: the registry and
+Arrow only.
 """
 
 from __future__ import annotations
@@ -37,7 +41,65 @@ _PRIMITIVES = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(),
 
 
 class Untyped(ValueError):
-    """A schema that has no table form, or a version that does not fit the table."""
+    """A schema (or one field's) that has no column form."""
+
+
+#: the field metadata key of a column kept as JSON text (its schema has no column form here;
+#: the value is the reason); a version's own struct carries it (:func:`text_columns`), the
+#: table's columns do not (:func:`plain`)
+JSON_TEXT = b"kafkalog.json_text"
+
+
+def _field(name: str, make) -> pa.Field:
+    """``pa.field(name, make())``, or a JSON text column where ``make`` finds no column form."""
+    try:
+        return pa.field(name, make())
+    except Untyped as err:
+        return pa.field(name, pa.string(), metadata={JSON_TEXT: str(err).encode("utf-8")})
+
+
+def path(where: str, name: str) -> str:
+    """A column's path: ``dims.h``, ``labels[]``, ``tags{}``."""
+    return f"{where}.{name}" if where else name
+
+
+def text_columns(t: pa.DataType, where: str = "") -> dict[str, str]:
+    """``{column path: reason}`` of the JSON text columns in a version's struct ``t``."""
+    out: dict[str, str] = {}
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            f = t.field(i)
+            if f.metadata and JSON_TEXT in f.metadata:
+                out[path(where, f.name)] = f.metadata[JSON_TEXT].decode("utf-8")
+            else:
+                out.update(text_columns(f.type, path(where, f.name)))
+    elif pa.types.is_list(t):
+        out.update(text_columns(t.value_type, f"{where}[]"))
+    elif pa.types.is_map(t):
+        out.update(text_columns(t.item_type, f"{where}{{}}"))
+    return out
+
+
+def column_types(t: pa.DataType, where: str = "") -> dict[str, pa.DataType]:
+    """``{column path: type}`` of every field, item and map value inside struct ``t``."""
+    out: dict[str, pa.DataType] = {}
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            p = path(where, t.field(i).name)
+            out[p] = t.field(i).type
+            out.update(column_types(t.field(i).type, p))
+    elif pa.types.is_list(t):
+        out[f"{where}[]"] = t.value_type
+        out.update(column_types(t.value_type, f"{where}[]"))
+    elif pa.types.is_map(t):
+        out[f"{where}{{}}"] = t.item_type
+        out.update(column_types(t.item_type, f"{where}{{}}"))
+    return out
+
+
+def plain(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without field metadata (what a table is made with)."""
+    return pa.schema([pa.field(f.name, normalized(f.type)) for f in schema])
 
 
 def subject(topic: str) -> str:
@@ -72,10 +134,24 @@ def arrow_type(s, named: dict, namespace: str | None = None, building=frozenset(
         return pa.timestamp("us", tz="UTC")
     if t == "int" and logical == "date":
         return pa.date32()
+    if (t, logical) in (("int", "time-millis"), ("long", "time-micros")):
+        return pa.time64("us")
+    if t in ("bytes", "fixed") and logical == "decimal":
+        precision, scale = s.get("precision"), s.get("scale", 0)
+        column = pa.decimal128(precision, scale) if isinstance(precision, int) and \
+            0 < precision <= 38 and isinstance(scale, int) and 0 <= scale <= precision \
+            else pa.string()  # no Iceberg decimal (precision 1..38): the decimal's text
+        if t == "fixed":
+            named[_full(s["name"], s.get("namespace", namespace))] = column
+        return column
+    if t == "string" and logical == "uuid" or \
+            t == "long" and logical in ("local-timestamp-millis", "local-timestamp-micros"):
+        return pa.string()  # the UUID's text; a local timestamp's ISO text (it has no zone)
     if t in ("record", "error"):
         full = _full(s["name"], s.get("namespace", namespace))
         ns = full.rpartition(".")[0] or None
-        fields = [pa.field(f["name"], arrow_type(f["type"], named, ns, building | {full}))
+        fields = [_field(f["name"], lambda f=f: arrow_type(f["type"], named, ns,
+                                                           building | {full}))
                   for f in s["fields"]]
         named[full] = pa.struct(fields)
         return named[full]
@@ -115,7 +191,7 @@ def json_schema_type(s, where: str = "value") -> pa.DataType:
         props = s.get("properties") or {}
         if not isinstance(props, dict):
             raise Untyped(f"{where}: properties is not an object")
-        return pa.struct([pa.field(n, json_schema_type(p, f"{where}.{n}"))
+        return pa.struct([_field(n, lambda n=n, p=p: json_schema_type(p, f"{where}.{n}"))
                           for n, p in props.items()])
     if t == "array":
         return pa.list_(json_schema_type(s.get("items"), f"{where}[]"))
@@ -136,8 +212,6 @@ def value_schema(registry, schema_id: int) -> pa.Schema:
         return _columns(protobuf_plan(registry, schema_id)[0])
     if registry.by_id(schema_id).schema_type == JSON:
         schema = registry.by_id(schema_id)
-        if schema.references:
-            raise Untyped("a JSON Schema with references")
         top = json_schema_type(json.loads(schema.text))
         if not pa.types.is_struct(top):
             raise Untyped(f"the value schema is {top}, not an object")
@@ -227,19 +301,24 @@ def protobuf_type(message, building=frozenset()) -> tuple[pa.DataType, tuple]:
     fields, spec = [], []
     for f in message.fields:
         where = f"{full}.{f.name}"
-        if f.message_type is not None and f.message_type.GetOptions().map_entry:
-            entry = f.message_type
-            kt, kk, _ = value_type(entry.fields_by_name["key"], where)
-            vt, vk, _ = value_type(entry.fields_by_name["value"], where)
-            t, kind, default = pa.map_(kt, vt), ("map", kk, vk), []
-        elif f.is_repeated:
-            it, ik, _ = value_type(f, where)
-            t, kind, default = pa.list_(it), ("list", ik), []
-        else:
-            t, kind, default = value_type(f, where)
-            if f.has_presence:
-                default = None
-        fields.append(pa.field(f.name, t))
+        try:
+            if f.message_type is not None and f.message_type.GetOptions().map_entry:
+                entry = f.message_type
+                kt, kk, _ = value_type(entry.fields_by_name["key"], where)
+                vt, vk, _ = value_type(entry.fields_by_name["value"], where)
+                t, kind, default = pa.map_(kt, vt), ("map", kk, vk), []
+            elif f.is_repeated:
+                it, ik, _ = value_type(f, where)
+                t, kind, default = pa.list_(it), ("list", ik), []
+            else:
+                t, kind, default = value_type(f, where)
+                if f.has_presence:
+                    default = None
+            fields.append(pa.field(f.name, t))
+        except Untyped as err:  # a recursive message: the field's MessageToDict as JSON text
+            fields.append(pa.field(f.name, pa.string(),
+                                   metadata={JSON_TEXT: str(err).encode("utf-8")}))
+            kind, default = "json", None
         spec.append((f.name, kind, default))
     return pa.struct(fields), tuple(spec)
 
@@ -271,45 +350,123 @@ def protobuf_plan(registry, schema_id: int) -> tuple[pa.StructType, tuple, dict]
     return t, spec, _message_names(fdp)
 
 
+def _integral(v) -> int:
+    """An integer column's value: an int (int64 as text, Protobuf's JSON), or a float with no
+    fraction (JSON Schema's ``1.0`` is an integer); never a bool, never truncated (Arrow
+    would take 1.5 as 1)."""
+    if isinstance(v, bool):
+        _not(v, "an integer")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return _not(v, "an integer")
+
+
+def _number(v) -> float:
+    """A float column's value: a number (NaN and the infinities as text too); never a bool
+    (Arrow would take true as 1.0)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        _not(v, "a number")
+    return float(v)
+
+
 _PB_CONVERT = {
-    "int": int, "dec": lambda v: decimal.Decimal(int(v)), "float": float,
+    "int": _integral, "dec": lambda v: decimal.Decimal(_integral(v)), "float": _number,
     "str": lambda v: v if isinstance(v, str) else _not(v, "a string"),
     "bool": lambda v: v if isinstance(v, bool) else _not(v, "a boolean"),
     "enum": lambda v: v if isinstance(v, str) else str(int(v)),  # an unknown number: its str
-    "bytes": base64.b64decode, "ts": datetime.datetime.fromisoformat,
-    "json": lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":"))}
+    "bytes": lambda v: base64.b64decode(v, validate=True),
+    "ts": datetime.datetime.fromisoformat, "json": lambda v: _json_text(v)}
 #: map keys: MessageToDict writes them as strings
 _PB_KEYS = {"int": int, "dec": lambda k: decimal.Decimal(int(k)), "str": str,
             "bool": {"true": True, "false": False}.__getitem__}
+#: what a value that does not convert raises (binascii.Error is a ValueError)
+_CONVERT_ERRORS = (ValueError, TypeError, AttributeError, KeyError, IndexError,
+                   decimal.InvalidOperation, OverflowError)
 
 
 def _not(v, what):
-    raise TypeError(f"{v!r} is not {what}")
+    raise TypeError(f"{v!r:.80} is not {what}")
+
+
+def _json_text(v) -> str:
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+
+
+def _leaf(f):
+    """A converter ``c(v, bad, where)`` of ``f``: a value ``f`` refuses is None, its column
+    path and why appended to ``bad``."""
+    def c(v, bad, where):
+        if v is None:
+            return None
+        try:
+            return f(v)
+        except _CONVERT_ERRORS as err:
+            bad.append((where, f"{v!r:.120} does not convert: {type(err).__name__}: {err}"))
+            return None
+    return c
+
+
+def _items(c, suffix: str):
+    def items(xs, bad, where):
+        if xs is None:
+            return None
+        if not isinstance(xs, list):
+            bad.append((where, f"{xs!r:.120} is not an array"))
+            return None
+        return [c(x, bad, where + suffix) for x in xs]
+    return items
+
+
+def _entries(key, c):
+    """A map's converter: ``key`` converts its keys (a key it refuses costs the whole map)."""
+    def entries(m, bad, where):
+        if m is None:
+            return None
+        try:
+            keys = [key(k) for k in m]
+        except _CONVERT_ERRORS as err:
+            bad.append((where, f"{m!r:.120} is not a map of its keys: {type(err).__name__}: {err}"))
+            return None
+        return [(k, c(v, bad, f"{where}{{}}")) for k, v in zip(keys, m.values())]
+    return entries
+
+
+def _object(convs, fill: bool):
+    """A struct's converter over ``convs`` ``(name, converter, default)``; ``fill``: an absent
+    field is its default (Protobuf), else null."""
+    def obj(d, bad, where):
+        if d is None:
+            return None
+        if not isinstance(d, dict):
+            bad.append((where or "(value)", f"{d!r:.120} is not an object"))
+            return None
+        out = {}
+        for n, c, default in convs:
+            v = d.get(n)
+            if v is None:
+                out[n] = (list(default) if isinstance(default, list) else default) if fill \
+                    else None
+            else:
+                out[n] = c(v, bad, path(where, n))
+        return out
+    return obj
 
 
 def protobuf_converter(kind):
-    """MessageToDict data of ``kind`` (a :func:`protobuf_type` spec item) -> column values;
-    an absent field becomes its default."""
+    """MessageToDict data of ``kind`` (a :func:`protobuf_type` spec item) -> column values,
+    ``c(value, bad, where)``; an absent field becomes its default; a value that does not
+    convert is None, ``(column path, why)`` appended to ``bad``."""
     if isinstance(kind, tuple) and kind[0] == "msg":
-        convs = [(n, protobuf_converter(k), d) for n, k, d in kind[1]]
-
-        def message(d):
-            if d is None:
-                return None
-            out = {}
-            for n, c, default in convs:
-                v = d.get(n)
-                out[n] = (list(default) if isinstance(default, list) else default) \
-                    if v is None else c(v)
-            return out
-        return message
+        return _object([(n, protobuf_converter(k), d) for n, k, d in kind[1]], fill=True)
     if isinstance(kind, tuple) and kind[0] == "list":
-        c = protobuf_converter(kind[1])
-        return lambda xs: [c(x) for x in xs]
+        return _items(protobuf_converter(kind[1]), "[]")
     if isinstance(kind, tuple) and kind[0] == "map":
-        k, c = _PB_KEYS[kind[1]], protobuf_converter(kind[2])
-        return lambda m: [(k(key), c(v)) for key, v in m.items()]
-    return _PB_CONVERT[kind]
+        return _entries(_PB_KEYS[kind[1]], protobuf_converter(kind[2]))
+    return _leaf(_PB_CONVERT[kind])
 
 
 def message_indexes(value: bytes, headers) -> tuple[int, ...]:
@@ -352,55 +509,133 @@ def normalized(t: pa.DataType, *, keep_zone: bool = False) -> pa.DataType:
     return t
 
 
-def merge(old: pa.DataType, new: pa.DataType, where: str = "value") -> pa.DataType:
-    """``old`` widened by the struct fields ``new`` adds; :class:`Untyped` where a type
-    changes (no promotion: int -> long is a change here, stated in docs/schemas.md)."""
+def merge(old: pa.DataType, new: pa.DataType) -> pa.DataType:
+    """``old`` widened by the struct fields ``new`` adds (nested too); where a type changes
+    (no promotion: int -> long is a change here, stated in docs/schemas.md) ``old``'s stays:
+    that version's values of the field are null in its rows (:func:`differences`)."""
     old, new = normalized(old), normalized(new)
     if pa.types.is_struct(old) and pa.types.is_struct(new):
-        have = {old.field(i).name: old.field(i).type for i in range(old.num_fields)}
+        have = {old.field(i).name for i in range(old.num_fields)}
         out = []
         for i in range(old.num_fields):
             f = old.field(i)
             j = new.get_field_index(f.name)
-            out.append(f if j < 0 else pa.field(f.name, merge(f.type, new.field(j).type,
-                                                               f"{where}.{f.name}")))
+            out.append(f if j < 0 else pa.field(f.name, merge(f.type, new.field(j).type)))
         out += [new.field(i) for i in range(new.num_fields) if new.field(i).name not in have]
         return pa.struct(out)
     if pa.types.is_list(old) and pa.types.is_list(new):
-        return pa.list_(merge(old.value_type, new.value_type, f"{where}[]"))
-    if pa.types.is_map(old) and pa.types.is_map(new):
-        if old.key_type != new.key_type:
-            raise Untyped(f"{where} changes its map keys from {old.key_type} to {new.key_type}")
-        return pa.map_(old.key_type, merge(old.item_type, new.item_type, f"{where}{{}}"))
-    if old != new:
-        raise Untyped(f"{where} changes type from {old} to {new}")
+        return pa.list_(merge(old.value_type, new.value_type))
+    if pa.types.is_map(old) and pa.types.is_map(new) and old.key_type == new.key_type:
+        return pa.map_(old.key_type, merge(old.item_type, new.item_type))
     return old
+
+
+def differences(column: pa.DataType, version: pa.DataType, where: str = "",
+                text=frozenset()) -> dict[tuple[str, ...], str]:
+    """``{field names from the top: why}`` of the fields a version types otherwise than the
+    table's columns (through structs; a list or map whose items differ is one), but the JSON
+    text columns ``text`` (paths), which hold any version's value as its JSON text."""
+    col, ver = normalized(column), normalized(version)
+    if where in text and pa.types.is_string(col):
+        return {}
+    if pa.types.is_struct(col) and pa.types.is_struct(ver):
+        out = {}
+        for i in range(ver.num_fields):
+            f = ver.field(i)
+            j = col.get_field_index(f.name)
+            if j >= 0:
+                for names, why in differences(col.field(j).type, f.type, path(where, f.name),
+                                              text).items():
+                    out[(f.name,) + names] = why
+        return out
+    inner = {}
+    if pa.types.is_list(col) and pa.types.is_list(ver):
+        inner = differences(col.value_type, ver.value_type, f"{where}[]", text)
+    elif pa.types.is_map(col) and pa.types.is_map(ver) and col.key_type == ver.key_type:
+        inner = differences(col.item_type, ver.item_type, f"{where}{{}}", text)
+    elif col != ver:
+        return {(): f"its schema version types {where} as {ver}, the table's column is {col}"}
+    return {(): next(iter(inner.values()))} if inner else {}  # the whole list or map
 
 
 
 # ------------------------------------------------------------------ rows
 
 
-def converter(t: pa.DataType):
-    """``value_json`` data -> what ``pa.Table.from_pylist`` takes for type ``t``."""
+def converter(t: pa.DataType, text=frozenset(), where: str = ""):
+    """``value_json`` data -> what ``pa.Table.from_pylist`` takes for type ``t``, as
+    ``c(value, bad, where)``: a value that does not convert is None, ``(column path, why)``
+    appended to ``bad``; a path in ``text`` (:func:`text_columns`) holds the value's JSON
+    text."""
+    if where in text and pa.types.is_string(t):
+        return _leaf(_json_text)
     if pa.types.is_struct(t):
-        convs = [(t.field(i).name, converter(t.field(i).type)) for i in range(t.num_fields)]
-        return lambda d: None if d is None else {n: c(d.get(n)) for n, c in convs}
+        return _object([(t.field(i).name, converter(t.field(i).type, text,
+                                                    path(where, t.field(i).name)), None)
+                        for i in range(t.num_fields)], fill=False)
     if pa.types.is_list(t):
-        c = converter(t.value_type)
-        return lambda xs: None if xs is None else [c(x) for x in xs]
+        return _items(converter(t.value_type, text, f"{where}[]"), "[]")
     if pa.types.is_map(t):
-        c = converter(t.item_type)
-        return lambda m: None if m is None else [(k, c(v)) for k, v in m.items()]
+        return _entries(str, converter(t.item_type, text, f"{where}{{}}"))
     if pa.types.is_binary(t):
-        return lambda v: None if v is None else base64.b64decode(v)
+        return _leaf(lambda v: base64.b64decode(v, validate=True))
     if pa.types.is_timestamp(t):
-        return lambda v: None if v is None else datetime.datetime.fromisoformat(v)
+        return _leaf(datetime.datetime.fromisoformat)
     if pa.types.is_date(t):
-        return lambda v: None if v is None else datetime.date.fromisoformat(v)
-    return lambda v: v
+        return _leaf(datetime.date.fromisoformat)
+    if pa.types.is_time(t):
+        return _leaf(datetime.time.fromisoformat)
+    if pa.types.is_decimal(t):
+        return _leaf(lambda v: decimal.Decimal(v) if isinstance(v, (str, int))
+                     else _not(v, "a decimal's text"))
+    if pa.types.is_integer(t):
+        return _leaf(lambda v: _integral(v) if not isinstance(v, str) else _not(v, "an integer"))
+    if pa.types.is_floating(t):
+        return _leaf(lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool)
+                     else _not(v, "a number"))
+    return lambda v, bad, where: v
 
 
-__all__ = ["LINEAGE", "TABLE_MESSAGE", "TYPED_FORMATS", "Untyped", "arrow_type", "converter", "normalized",
-           "json_schema_type", "merge", "message_indexes", "protobuf_converter", "protobuf_plan",
-           "protobuf_type", "subject", "value_schema"]
+#: what Arrow raises for a value that does not fit its column
+FIT_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError,
+              ValueError, OverflowError)
+
+
+def fit(rows: list[dict], schema: pa.Schema) -> tuple[pa.Table, list[tuple[int, str, str]]]:
+    """``rows`` as a table of ``schema``, and ``[(row, column path, why)]`` of the cells that
+    did not fit their columns, each null in a row that is kept (a struct cell: only the
+    fields that do not fit). One pass where all fit; cell by cell only in a column that
+    does not."""
+    try:
+        return pa.Table.from_pylist(rows, schema=schema), []
+    except FIT_ERRORS:
+        pass
+    bad: list[tuple[int, str, str]] = []
+    for f in schema:
+        try:
+            pa.array([r.get(f.name) for r in rows], f.type)
+            continue
+        except FIT_ERRORS:
+            pass
+        for j, r in enumerate(rows):
+            r[f.name] = _fit_cell(r.get(f.name), f.type, f.name, j, bad)
+    return pa.Table.from_pylist(rows, schema=schema), bad
+
+
+def _fit_cell(v, t: pa.DataType, where: str, j: int, bad: list):
+    try:
+        pa.array([v], t)
+        return v
+    except FIT_ERRORS as err:
+        if pa.types.is_struct(t) and isinstance(v, dict):
+            return {t.field(i).name: _fit_cell(v.get(t.field(i).name), t.field(i).type,
+                                               path(where, t.field(i).name), j, bad)
+                    for i in range(t.num_fields)}
+        bad.append((j, where, f"{v!r:.120} does not fit {t}: {type(err).__name__}: {err}"))
+        return None
+
+
+__all__ = ["FIT_ERRORS", "JSON_TEXT", "LINEAGE", "TABLE_MESSAGE", "TYPED_FORMATS", "Untyped",
+           "arrow_type", "column_types", "converter", "differences", "fit", "json_schema_type", "merge",
+           "message_indexes", "normalized", "path", "plain", "protobuf_converter",
+           "protobuf_plan", "protobuf_type", "subject", "text_columns", "value_schema"]

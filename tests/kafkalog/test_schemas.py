@@ -524,3 +524,64 @@ def test_json_schema_references_resolve_by_name():
                [("addr.json", "addr")])])
     d = decode_one(r, b"\x00\x00\x00\x00\x32" + b'{"a": 5}')
     assert (d.schema_id, d.decoded, d.violations) == (50, {"a": 5}, ("a: 5 is not of type 'string'",))
+
+
+def test_an_avro_logical_value_fastavro_cannot_convert_costs_only_itself():
+    """Bytes written by fastavro's own writer with the schema's logical types left out (a
+    producer in another language writes them so: Avro's spec keeps the annotated type's
+    encoding): a timestamp-millis beyond year 9999, a uuid string that is no UUID and a date
+    beyond date.max make fastavro's reader fail the whole datum; the decoder reads it again
+    plain and keeps those values as the bytes hold them, every other one converted as usual.
+    Bytes that do not read either way are still malformed, with the first read's error."""
+    import io
+    import uuid
+
+    from fastavro import parse_schema, schemaless_writer
+
+    from kafkalog.schemas import decode_one
+
+    schema = {"type": "record", "name": "Event", "namespace": "x", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "days", "type": {"type": "array", "items": {"type": "int",
+                                                             "logicalType": "date"}}},
+        {"name": "maybe", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 6,
+                                    "scale": 2}},
+        {"name": "raw", "type": "bytes"}]}
+    key = {"keytype": "SCHEMA", "subject": "e-value", "version": 1, "magic": 1}
+    value = {"subject": "e-value", "version": 1, "id": 77, "schema": json.dumps(schema),
+             "deleted": False}
+    registry = Registry.from_schemas_records([(json.dumps(key).encode(),
+                                               json.dumps(value).encode())])
+    prefix = b"\x00" + (77).to_bytes(4, "big")
+    plain = json.loads(json.dumps(schema).replace(', "logicalType": "timestamp-millis"', "")
+                       .replace(', "logicalType": "uuid"', "").replace(', "logicalType": "date"', "")
+                       .replace(', "logicalType": "timestamp-micros"', "")
+                       .replace(', "logicalType": "decimal"', ""))
+    assert "logicalType" not in json.dumps(plain)
+
+    def encoded(datum):
+        buf = io.BytesIO()
+        schemaless_writer(buf, parse_schema(plain), datum)
+        return prefix + buf.getvalue()
+
+    bad = encoded({"id": 1, "at": 2**62, "u": "not-a-uuid", "days": [3, 10**8], "maybe": 1,
+                   "amount": (1234).to_bytes(2, "big"), "raw": b"\x00\xff"})
+    got = decode_one(registry, bad)
+    assert got.error is None
+    assert got.decoded == {"id": 1, "at": 2**62, "u": "not-a-uuid",
+                           "days": ["1970-01-04", 10**8],
+                           "maybe": "1970-01-01T00:00:00.000001+00:00", "amount": "12.34",
+                           "raw": "AP8="}
+    good = decode_one(registry, encoded({"id": 2, "at": 1000, "u": str(uuid.UUID(int=5)),
+                                         "days": [], "maybe": None, "amount": b"\x00",
+                                         "raw": b""}))
+    assert good.decoded == {"id": 2, "at": "1970-01-01T00:00:01+00:00",
+                            "u": "00000000-0000-0000-0000-000000000005", "days": [],
+                            "maybe": None, "amount": "0.00", "raw": ""}
+    cut = decode_one(registry, bad[:-3])
+    assert (cut.decoded, cut.error) == (None, "malformed")
+    assert cut.reason.startswith("Avro payload of 34 bytes does not read: OverflowError")
+    # (the first read's error: the timestamp's)

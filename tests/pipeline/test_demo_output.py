@@ -178,8 +178,8 @@ def shipments_table(snapshot: Path, wh):
             rows += pa.Table.from_batches([values.with_columns(batch, dec.columns(batch))]).to_pylist()
     records = pa.Table.from_pylist([{**r, "topic": "shipments", "partition": 0, "segment": "s",
                                      "segment_base_offset": 0, "run_id": NIGHT_1} for r in rows])
-    typed, refused = typed_tables.rows_of(records, plan)
-    assert refused == {} and dec.take_findings() == []
+    typed, refused, found = typed_tables.rows_of(records, plan)
+    assert refused == {} and found == [] and dec.take_findings() == []
     assert typed.select(["id", "carrier", "weight_g"]).to_pylist() == \
         [demo_schemas.shipment(i) for i in range(4)]
     assert demo_schemas.shipment(0)["weight_g"] == 0 and '"weight_g"' not in rows[0]["value_json"]

@@ -21,7 +21,7 @@ import pytest
 
 import kafkalog
 from kafkalog.schemas import Registry
-from spark_jobs import layout, schemas, tables
+from spark_jobs import findings, layout, schemas, tables
 from spark_jobs.derive import typed as typed_tables, value_types
 from spark_jobs.warehouse import Warehouse
 from spark_jobs.warehouse.ddl import TABLE_PROPERTIES, partition_spec
@@ -419,11 +419,12 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, ki
         ("plain", 4, UNKNOWN), ("plain", 5, data.orders[0][1][:-3])]
 
     # typed tables (the same run): one per topic with a value subject, rows as the
-    # serializer was given them, versions merged; v3 of shop.items is a finding, not rows, as
-    # is kinds' Node (not the table's message); payments: only its payments-value version
+    # serializer was given them, versions merged; v3 of shop.items changes n's type: its row
+    # lands with n null and a typed_value_error; kinds' Node (not the table's message) is a
+    # schema_incompatible finding, not a row; payments: only its payments-value version
     w = Warehouse(str(wh))
     assert summary["typed"] == {"values__kinds": 5, "values__orders": 3, "values__payments": 1,
-                                "values__shop_dot_items": 2}
+                                "values__shop_dot_items": 3}
     assert [n for n in w.run_tables() if layout.typed_topic(n)] == \
         ["values__kinds", "values__orders", "values__payments", "values__shop_dot_items"]
 
@@ -438,7 +439,8 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, ki
     assert typed("shop.items") == [
         {**v1, "dims": {"w": 2.0, "h": None}, "color": None, "kafka_offset": 0,
          "kafka_schema_id": 101},
-        {**v2, "kafka_offset": 1, "kafka_schema_id": 102}]
+        {**v2, "kafka_offset": 1, "kafka_schema_id": 102},
+        {**v3, "n": None, "kafka_offset": 2, "kafka_schema_id": 103}]
     got_ids = {(r["topic"], r["offset"]): r["value_schema_id"] for r in rows}
     order_id = {o: sid for (t, o), sid in got_ids.items() if t == "orders"}
     assert typed("orders") == [
@@ -456,10 +458,14 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, ki
     incompatible = sorted((f for f in tables.read_arrow(str(wh), "findings").to_pylist()
                            if f["kind"] == typed_tables.INCOMPATIBLE), key=lambda f: f["topic"])
     assert [(f["topic"], f["base_offset"], f["last_offset"]) for f in incompatible] == \
-        [("kinds", 3, 3), ("shop.items", 2, 2)]
+        [("kinds", 3, 3)]
     assert "kinds.v1.Node, not kinds.v1.All" in incompatible[0]["message"]
-    assert "schema id 103" in incompatible[1]["message"] and \
-        "value.n changes type from int32 to string" in incompatible[1]["message"]
+    cells = [f for f in tables.read_arrow(str(wh), "findings").to_pylist()
+             if f["kind"] == findings.TYPED_VALUE_ERROR]
+    assert [(f["topic"], f["partition"], f["base_offset"], f["raw"]) for f in cells] == \
+        [("shop.items", 0, 2, items(data)[1][2][1])]
+    assert cells[0]["message"] == ("offset 2: column n is null in the row: 'three': its schema "
+                                   "version types n as string, the table's column is int32")
 
 
 def test_typed_table_names_round_trip_and_never_collide():
@@ -472,8 +478,9 @@ def test_typed_table_names_round_trip_and_never_collide():
 
 
 def test_avro_types_become_arrow_columns_and_versions_merge(data):
-    """Each Avro type's column type; v2 widens (top-level and nested), v3's type change
-    and an untypeable union are Untyped (the job's schema_incompatible findings)."""
+    """Each Avro type's column type; v2 widens (top-level and nested); v3's type change
+    keeps the table's type (its values of that field are null in its rows); a field with
+    no column form is JSON text; a value schema that is no record is Untyped."""
     import pyarrow as pa
 
     registry = Registry.from_schemas_records(items(data)[0])
@@ -484,8 +491,11 @@ def test_avro_types_become_arrow_columns_and_versions_merge(data):
         ("day", pa.date32()), ("dims", pa.struct([("w", pa.float64())])),
         ("labels", pa.list_(pa.string()))])
     cols, ok, bad = typed_tables.plan_schemas(registry, "shop.items", None)
-    assert ok == {101, 102} and list(bad) == [103]
-    assert "value.n changes type from int32 to string" in bad[103]
+    assert ok == {101, 102, 103} and bad == {} and cols.field("n").type == pa.int32()
+    plan = typed_tables.TopicPlan("t", "", pa.schema(list(value_types.LINEAGE) + list(cols)),
+                                  ok, bad, versions=typed_tables.version_structs(registry, ok))
+    assert plan.drop == {101: {}, 102: {}, 103: {
+        ("n",): "its schema version types n as string, the table's column is int32"}}
     assert cols.field("dims").type == pa.struct([("w", pa.float64()), ("h", pa.float64())])
     assert cols.names[-1] == "color"
     named: dict = {}
@@ -496,10 +506,13 @@ def test_avro_types_become_arrow_columns_and_versions_merge(data):
             {"name": "f", "type": {"type": "fixed", "name": "F", "size": 2}}]}, named) == \
         pa.struct([("e", pa.string()), ("m", pa.map_(pa.string(), pa.string())),
                    ("f", pa.binary())])
-    for untyped in (["null", "int", "string"],
-                    {"type": "record", "name": "L", "fields": [{"name": "next", "type": "L"}]}):
-        with pytest.raises(value_types.Untyped):
-            value_types.arrow_type(untyped, {})
+    with pytest.raises(value_types.Untyped):
+        value_types.arrow_type(["null", "int", "string"], {})
+    linked = value_types.arrow_type({"type": "record", "name": "L", "fields": [
+        {"name": "v", "type": ["null", "int", "string"]}, {"name": "next", "type": "L"}]}, {})
+    assert linked == pa.struct([("v", pa.string()), ("next", pa.string())])
+    assert value_types.text_columns(linked) == {"v": "a union of 2 non-null types",
+                                                "next": "recursive record L"}
     # a field named like a lineage column cannot be typed
     clash = Registry.from_schemas_records([(b'{"keytype":"SCHEMA","subject":"t-value",'
                                             b'"version":1,"magic":1}', json.dumps(
@@ -555,7 +568,7 @@ def test_a_typed_table_evolves_by_name_and_old_rows_read_null(data, tmp_path):
     cols, ok, bad = typed_tables.plan_schemas(
         registry, "shop.items", pa.schema([f for f in table.schema().as_arrow()
                                            if f.name not in value_types.LINEAGE.names]))
-    assert ok == {101, 102} and list(bad) == [103] and cols.names[:len(old)] == old.names
+    assert ok == {101, 102, 103} and bad == {} and cols.names[:len(old)] == old.names
     evolved = wh.typed_table(name, pa.schema(list(value_types.LINEAGE) + list(cols)))
     assert not evolved.schema().find_field("color").required
     assert not evolved.schema().find_field("dims.h").required
@@ -567,28 +580,49 @@ def test_a_typed_table_evolves_by_name_and_old_rows_read_null(data, tmp_path):
         wh.table(layout.typed_table_name("nothing.here"))
 
 
-def test_rows_that_do_not_fit_are_counted_never_raised(data):
-    """rows_of: an incompatible version's values and a value_json that does not fit the
-    columns (not expected from the decoder, but never a crash) are counted per partition
-    and schema id; the rest are typed."""
+def test_a_value_that_does_not_fit_costs_its_cell_never_the_row(data):
+    """rows_of: a value_json field that does not convert (not expected from the decoder, but
+    never a crash), v3's string where the table's ``n`` is int32, and a value that is no
+    object: every row lands, the cell null, one typed_value_error each (offset, column);
+    a version with no table form (no record at all) is still refused whole."""
     import pyarrow as pa
 
     registry = Registry.from_schemas_records(items(data)[0])
     cols, ok, bad = typed_tables.plan_schemas(registry, "shop.items", None)
     plan = typed_tables.TopicPlan("values__shop_dot_items", "", pa.schema(
-        list(value_types.LINEAGE) + list(cols)), ok, bad)
-    good, wrong = (json.dumps(items_json(d)) for d in items(data)[2][:2])
-    wrong = wrong.replace('"n": -1', '"n": "minus one"')
+        list(value_types.LINEAGE) + list(cols)), ok, {104: "no record"},
+        versions=typed_tables.version_structs(registry, ok))
+    good, wrong, v3 = (json.dumps(items_json(d)) for d in items(data)[2])
+    wrong = wrong.replace('"n": -1', '"n": "minus one"').replace('"day": "1970-01-01"',
+                                                                 '"day": "1970-13-01"')
     records = pa.Table.from_pylist([
         dict(topic="shop.items", partition=0, offset=o, timestamp=None, value_schema_id=sid,
              value_format="AVRO", value_error=None, value_json=j, segment="s",
-             segment_base_offset=0, batch_position=0, run_id="r")
-        for o, sid, j in ((0, 101, good), (1, 102, wrong), (2, 103, "{}"), (3, 102, "[1]"))])
-    typed, refused = typed_tables.rows_of(records, plan)
-    assert typed.column("kafka_offset").to_pylist() == [0]
-    assert sorted((k, v[:3]) for k, v in refused.items()) == [
-        ((0, 102), [1, 3, 2]), ((0, 103), [2, 2, 1])]
-    assert "does not convert" in refused[(0, 102)][6] or "does not fit" in refused[(0, 102)][6]
+             segment_base_offset=0, batch_position=0, run_id="r", value=b"v%d" % o)
+        for o, sid, j in ((0, 101, good), (1, 102, wrong), (2, 103, v3), (3, 102, "[1]"),
+                          (4, 104, "{}"))])
+    typed, refused, found = typed_tables.rows_of(records, plan)
+    rows = typed.to_pylist()
+    assert [r["kafka_offset"] for r in rows] == [0, 1, 2, 3]
+    assert [(r["n"], r["day"], r["name"]) for r in rows] == [
+        (3, datetime.date(2026, 11, 25), "a"), (None, None, "b"), (None, datetime.date(2000, 2, 29), "c"),
+        (None, None, None)]
+    assert [(f.kind, f.base_offset, f.raw, f.message.split(" is null")[0]) for f in found] == [
+        (findings.TYPED_VALUE_ERROR, 1, b"v1", "offset 1: column n"),
+        (findings.TYPED_VALUE_ERROR, 1, b"v1", "offset 1: column day"),
+        (findings.TYPED_VALUE_ERROR, 2, b"v2", "offset 2: column n"),
+        (findings.TYPED_VALUE_ERROR, 3, b"v3", "offset 3: column (value)")]
+    assert "'minus one' does not convert: TypeError: 'minus one' is not an integer" in \
+        found[0].message
+    assert "'1970-13-01' does not convert: ValueError" in found[1].message
+    assert "types n as string, the table's column is int32" in found[2].message
+    assert {k: v[:3] for k, v in refused.items()} == {(0, 104): [4, 4, 1]}
+    # past the limit: one more finding says how many cells were left out
+    cells = typed_tables.Cells(limit=1)
+    typed_tables.rows_of(records, plan, cells)
+    (rest,) = cells.close()
+    assert (rest.base_offset, rest.last_offset, rest.raw) == (1, 3, None)
+    assert rest.message.startswith("3 more value(s) at offsets 1..3 are null")
 
 
 def test_json_schema_values_get_columns_too():
@@ -617,7 +651,7 @@ def test_json_schema_values_get_columns_too():
     registry = Registry.from_schemas_records([record(1, 11, v1), record(2, 12, v2),
                                               record(3, 13, v3)])
     cols, ok, bad = typed_tables.plan_schemas(registry, "clicks", None)
-    assert ok == {11, 12} and "value.ms changes type from int64 to double" in bad[13]
+    assert ok == {11, 12, 13} and bad == {}
     assert cols == pa.schema([
         ("page", pa.string()), ("ms", pa.int64()), ("at", pa.timestamp("us", tz="UTC")),
         ("day", pa.date32()), ("tags", pa.list_(pa.string())),
@@ -627,16 +661,19 @@ def test_json_schema_values_get_columns_too():
         with pytest.raises(value_types.Untyped):
             value_types.json_schema_type(untyped)
     plan = typed_tables.TopicPlan("values__clicks", "", pa.schema(
-        list(value_types.LINEAGE) + list(cols)), ok, bad)
+        list(value_types.LINEAGE) + list(cols)), ok, bad,
+        versions=typed_tables.version_structs(registry, ok))
+    assert plan.drop[13] == {("ms",): "its schema version types ms as double, the table's "
+                                      "column is int64"}
     doc = {"page": "/", "ms": 3, "at": "2026-11-25T22:00:01.250Z", "day": None,
            "tags": ["a"], "geo": {"lat": 1.5}, "ok": True}
     records = pa.Table.from_pylist([
         dict(topic="clicks", partition=0, offset=0, timestamp=None, value_schema_id=11,
              value_format="JSON", value_error=None, value_json=json.dumps(doc), segment="s",
              segment_base_offset=0, batch_position=0, run_id="r")])
-    typed, refused = typed_tables.rows_of(records, plan)
+    typed, refused, found = typed_tables.rows_of(records, plan)
     row = typed.to_pylist()[0]
-    assert refused == {} and row["at"] == AT and row["geo"] == {"lat": 1.5} and row["ref"] is None
+    assert refused == {} and found == [] and row["at"] == AT and row["geo"] == {"lat": 1.5} and row["ref"] is None
 
 
 def kinds_registry(kinds, *extra) -> Registry:
@@ -647,7 +684,7 @@ def test_protobuf_descriptors_become_arrow_columns_and_versions_merge(kinds, tmp
     """Protobuf: the table's message is the file's first top-level message (All); each
     field kind's column; v2 widens (top-level and nested); a version registered as .proto
     text (as Java clients do) that changes a type is refused; a recursive message and a
-    change of map keys have no column form."""
+    change of map keys keeps the table's keys; a recursive message's field is JSON text."""
     v3 = KINDS_PROTO.replace("int32 i32 = 3;", "string i32 = 3;")
     text = (json.dumps({"keytype": "SCHEMA", "subject": "kinds-value", "version": 3,
                         "magic": 1}).encode(),
@@ -657,8 +694,10 @@ def test_protobuf_descriptors_become_arrow_columns_and_versions_merge(kinds, tmp
     v1, v2 = kinds.ids
     assert value_types.value_schema(registry, v1) == pa.schema(list(KINDS_COLUMNS))
     cols, ok, bad = typed_tables.plan_schemas(registry, "kinds", None)
-    assert ok == {v1, v2} and list(bad) == [150]
-    assert "value.i32 changes type from int32 to string" in bad[150]
+    assert ok == {v1, v2, 150} and bad == {} and cols.field("i32").type == pa.int32()
+    assert value_types.differences(pa.struct(list(cols)), pa.struct(list(
+        value_types.value_schema(registry, 150)))) == {
+        ("i32",): "its schema version types i32 as string, the table's column is int32"}
     assert cols.names == KINDS_COLUMNS.names + ["added"]
     assert cols.field("inner").type == pa.struct(list(INNER) + [("flag", pa.bool_())])
     assert cols.field("by_id").type.item_type == cols.field("inner").type
@@ -672,10 +711,15 @@ def test_protobuf_descriptors_become_arrow_columns_and_versions_merge(kinds, tmp
     existing = pa.schema([f for f in table.schema().as_arrow()
                           if f.name not in value_types.LINEAGE.names])
     assert typed_tables.plan_schemas(registry, "kinds", existing) == (cols, ok, bad)
-    with pytest.raises(value_types.Untyped, match="recursive message kinds.v1.Node"):
-        value_types.protobuf_type(kinds.messages[3].DESCRIPTOR)
-    with pytest.raises(value_types.Untyped, match="map keys"):
-        value_types.merge(pa.map_(pa.int32(), pa.string()), pa.map_(pa.string(), pa.string()))
+    node, node_spec = value_types.protobuf_type(kinds.messages[3].DESCRIPTOR)
+    assert node == pa.struct([("label", pa.string()), ("next", pa.string())])
+    assert value_types.text_columns(node) == {"next": "recursive message kinds.v1.Node"}
+    assert node_spec == (("label", "str", ""), ("next", "json", None))
+    keys = pa.map_(pa.int32(), pa.string())
+    assert value_types.merge(keys, pa.map_(pa.string(), pa.string())) == keys
+    assert value_types.differences(keys, pa.map_(pa.string(), pa.string()), "m") == {
+        (): "its schema version types m as map<string, string>, the table's column is "
+            "map<int32, string>"}
 
 
 def kinds_records(registry, log) -> pa.Table:
@@ -706,7 +750,8 @@ def test_protobuf_rows_are_the_messages_serialized(kinds, snapshot):
         typed_tables.protobuf_specs(registry, ok))
     assert plan.columns()[-2:] == ("value", "headers")
     records = kinds_records(registry, snapshot / "kinds-0" / "00000000000000000000.log")
-    typed, refused = typed_tables.rows_of(records, plan)
+    typed, refused, found = typed_tables.rows_of(records, plan)
+    assert found == []
     got = {}
     for r in typed.to_pylist():
         lineage = {n: r.pop(n) for n in value_types.LINEAGE.names}
