@@ -406,6 +406,9 @@ def plan_from_context(context) -> list[list[str]]:
 
 #: XCom key of a skipped plan's reason (the UI plugin says it where a report would be)
 SKIP_REASON_KEY = "skip_reason"
+#: XCom key of a task that crashed: its cause, one line (``spark_jobs.crash``), which the
+#: run's note and its Data quality tab show
+CAUSE_KEY = "cause"
 #: XCom key of the plan's verdict for a run whose nights all had no snapshot (the same shape
 #: as check_quality's return value, which is the verdict of every other run)
 VERDICT_KEY = "verdict"

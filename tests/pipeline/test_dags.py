@@ -336,6 +336,15 @@ DONE = {"plan": "success", "decode_chunk": "success", "check_quality": "success"
     ("decode failed", {"plan": "success", "decode_chunk": "failed",
                        "rerun_on_conflict": "skipped"},
      {}, {}, "failed", "DQ: not audited: decode_chunk failed — not published"),
+    # a crash: the one line its operator pushed (spark_jobs.crash), in the note
+    ("decode crashed", {"plan": "success", "decode_chunk": "failed",
+                        "rerun_on_conflict": "skipped"},
+     {("decode_chunk", "cause"): "StorageError: s3://b/k: could not connect to the endpoint"},
+     {}, "failed", "DQ: not audited: decode_chunk failed: StorageError: s3://b/k: could not "
+     "connect to the endpoint — not published"),
+    ("audit crashed", {**DONE, "check_quality": "failed", "rerun_on_conflict": "skipped"},
+     {("check_quality", "cause"): "KeyError: 'night'"}, {}, "failed",
+     "DQ: not audited: check_quality failed: KeyError: 'night' — not published"),
 ], ids=lambda c: c[0] if isinstance(c, tuple) else None)
 def test_the_run_state_is_publishs_and_the_note_says_the_verdict(nightly_in_db, case):
     """With the real metadata DB and Airflow's own run-state rule (leaves; teardowns left
@@ -427,6 +436,63 @@ def test_audit_output_levels_verdict_and_one_line_failure(caplog):
     assert "no verdict" in failed_checks_line(None)
 
 
+def test_a_crash_says_its_cause_first_in_one_line(caplog, capsys):
+    """A job that raises prints its cause, one line, before the traceback (spark_entry and the
+    jobs' scripts run it through spark_jobs.crash); the operator's reader logs that line at
+    ERROR and keeps it as the crash's cause; without one, the last exception line stands in."""
+    import io
+    import logging
+    import traceback
+
+    from kafkalog_pipeline.operators import JobOutput
+    from spark_jobs import crash
+    from spark_jobs.storage import StorageError
+
+    def job(argv):
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except OSError as err:  # as storage translates a boto error, ``from err``
+            raise StorageError("s3://warehouse/catalog.db: could not connect to the endpoint "
+                               "URL: 'http://127.0.0.1:9/'\n(more detail)") from err
+
+    out = io.StringIO()
+    assert crash.run(job, [], out) == 1
+    printed = out.getvalue().splitlines()
+    cause = "StorageError: s3://warehouse/catalog.db: could not connect to the endpoint URL: " \
+            "'http://127.0.0.1:9/'"
+    assert printed[0] == crash.CAUSE_PREFIX + cause
+    assert printed[1] == "Traceback (most recent call last):" and len(printed) > 8
+    assert crash.run(lambda argv: 65, []) == 65 and crash.run(lambda argv: {"x": 1}, []) == 0
+    assert len(crash.cause_of(ValueError("x" * 5000))) == crash.MAX_CAUSE
+    assert crash.cause_of(KeyError()) == "KeyError"
+
+    spark_lines = ["26/11/25 22:48:20 INFO SparkContext: Running Spark version 4.2.0\n",
+                   *[line + "\n" for line in printed]]
+    reader = JobOutput(logging.getLogger("crash-output"))
+    with caplog.at_level(logging.INFO, logger="crash-output"):
+        rest = list(reader.lines(iter(spark_lines)))
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("ERROR", crash.CAUSE_PREFIX + cause)]
+    assert rest == [spark_lines[0], *spark_lines[2:]]  # the traceback stays at INFO, after it
+    assert reader.crash_cause(1) == cause
+    # a crash before our code ran (no cause line): its last exception line
+    bare = JobOutput(logging.getLogger("crash-output"))
+    tb = "".join(traceback.format_exception(ModuleNotFoundError("No module named 'pyarrow'")))
+    list(bare.lines(iter(["Traceback (most recent call last):\n", "  File \"x.py\", line 1\n",
+                          *tb.splitlines(True),
+                          "26/11/25 22:48:21 INFO ShutdownHookManager: Shutdown hook called\n"])))
+    assert bare.crash_cause(1) == "ModuleNotFoundError: No module named 'pyarrow'"
+    assert JobOutput(logging.getLogger("x")).crash_cause(137) == \
+        "spark-submit exited with status 137 (no cause in its output)"
+    # spark_entry: the module's main through crash.run
+    from kafkalog_pipeline import spark_entry
+
+    with pytest.raises(ModuleNotFoundError):
+        spark_entry.main(["spark_jobs.no_such_job"])
+    assert capsys.readouterr().err.startswith(
+        crash.CAUSE_PREFIX + "spark_jobs.no_such_job: ModuleNotFoundError: No module named")
+
+
 def test_data_quality_tab_says_why_a_run_has_no_report():
     sys.path.insert(0, str(DAGS.parent / "plugins"))  # as Airflow puts its plugins folder
     from kafkalog_quality.dag_runs import no_report_reason
@@ -442,6 +508,12 @@ def test_data_quality_tab_says_why_a_run_has_no_report():
     assert no_report_reason({"plan": "success", "decode_chunk": "running",
                              "check_quality": None}, None).startswith("no report yet")
     assert no_report_reason({}, None, run_exists=False) == "no report: Airflow has no such DAG run"
+    assert no_report_reason({"plan": "success", "decode_chunk": "failed", "check_quality": None},
+                            None, cause="StorageError: s3://b/: unreachable") == \
+        "no report: the audit did not run, because decode_chunk failed: StorageError: s3://b/: unreachable"
+    assert no_report_reason({"plan": "success", "decode_chunk": "success",
+                             "check_quality": "failed"}, None, cause="KeyError: 'x'") == \
+        "no report: the audit crashed: KeyError: 'x'"
     # the tab's page for a DAG the audit does not cover (no warehouse or metadata read)
     from fastapi.testclient import TestClient
 
