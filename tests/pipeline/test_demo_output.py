@@ -265,6 +265,55 @@ def test_demo_and_ui_do_not_run_over_one_directory_at_once(tmp_path):
     assert p.returncode == -9
     with servers.exclusive(out, "make demo"):
         assert (out / ".demo.lock").read_text().strip() == f"make demo (pid {os.getpid()})"
+    assert (out / ".demo.lock").read_text() == ""  # released: it names no one
+
+
+def test_a_demo_killed_outright_is_taken_over_and_what_it_left_running_stopped(tmp_path, capsys):
+    """A `make demo` killed with SIGKILL (no clean-up runs) leaves its night's process group
+    (dag.test() and its Spark jobs) running and a lock naming a dead pid: the next holder says
+    so, stops that group, and starts clean."""
+    import signal
+    import time
+
+    out = tmp_path / "demo-output"
+    night = ("import time, sys; time.sleep(120)  # demo dagtest 2026-11-20")
+    code = ("import os, sys, pathlib, subprocess; from demo import servers\n"
+            "with servers.exclusive(pathlib.Path(sys.argv[1]), 'make demo') as lock:\n"
+            f"    p = subprocess.Popen([sys.executable, '-c', {night!r}], start_new_session=True, "
+            "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            "    lock.started(p.pid, 'demo dagtest 2026-11-20')\n"
+            "    print(p.pid, flush=True)\n"
+            "    os.kill(os.getpid(), 9)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(out)], timeout=120, cwd=REPO,
+                       capture_output=True, text=True)
+    assert p.returncode == -9
+    left = int(p.stdout.split()[0])
+    dead = int(servers._HOLDER_PID.search((out / ".demo.lock").read_text()).group(1))
+    assert (out / ".demo.lock").read_text() == (f"make demo (pid {dead})\n"
+                                               f"group {left}: demo dagtest 2026-11-20\n")
+    os.killpg(left, 0)  # still running, in its own group
+    with servers.exclusive(out, "make demo") as lock:
+        said = capsys.readouterr().err
+        assert f"make demo (pid {dead}) stopped without cleaning up" in said
+        assert f"stopped what it left running: group {left} (demo dagtest 2026-11-20)" in said
+        deadline = time.monotonic() + 10
+        while servers.alive(left) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not servers.alive(left)
+        # a group of its own, stopped by the holder: SIGTERM, then SIGKILL if it ignores it
+        stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                     "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                     "time.sleep(120)"], start_new_session=True)
+        time.sleep(0.5)
+        lock.started(stubborn.pid, "demo dagtest x")
+        assert servers.stop_group(stubborn.pid, timeout=1, leader=stubborn)
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL
+        lock.stopped(stubborn.pid)
+        assert (out / ".demo.lock").read_text() == f"make demo (pid {os.getpid()})\n"
+    # a pid reused by another program since is left alone
+    assert servers.take_over(f"make demo (pid {dead})\ngroup {os.getpid()}: demo dagtest y\n",
+                             out) == [f"{out}: make demo (pid {dead}) stopped without cleaning "
+                                      "up (no such process): taking its lock over"]
 
 
 # ------------------------------------------------------------------ the tiered topic's data
