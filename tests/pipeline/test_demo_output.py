@@ -210,7 +210,11 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
     assert "  kafka.values__shipments            4 rows  (typed: shipments's values)" \
         in text.splitlines()  # the names in one column
     assert ("  kafka.latest__customers            2 rows  (latest: customers's latest record "
-            "per key; as of night: 2026-11-20 3, 2026-11-21 2)") in text.splitlines()
+            "per key; as of night: 2026-11-20 3, 2026-11-21 2; keys: cust-0, cust-1)") \
+        in text.splitlines()  # keys as text, not b'cust-0'
+    assert "b'" not in text
+    assert report.key_text(b"\xff\x00") == "0xff00" and report.key_text(None) == "null"
+    assert report.key_text("kö".encode()) == "kö" and report.key_text(b"a\x01") == "0x6101"
 
     # the query, pasted into a shell from another directory, lists the problems of both runs
     proc = subprocess.run(["bash", "-c", queries[0]], capture_output=True, text=True, cwd="/",
