@@ -15,7 +15,7 @@ from .nights import dagtest, run_night, run_note, run_verdict
 from .report import report
 from .servers import (DemoError, airflow_env, api_server_args, exclusive, free_port, migrate,
                       password_file, start_component, start_s3, stop_components,
-                      wait_for_api)
+                      unpause, wait_for_api, wait_for_dag)
 
 
 def _stop_on_signals() -> None:
@@ -84,6 +84,10 @@ def _ui(out: Path, port: int | None) -> int:
     server, endpoint = start_s3(snapshots, out)
     port = port or free_port()
     env = airflow_env(out, endpoint, api_port=port)
+    # the demo's nights are fixed: the scheduler makes no scheduled runs of its own (Airflow's
+    # [scheduler] use_job_schedule); runs are the ones triggered (and backfills). Unpaused
+    # below, the DAG's trigger form has no "Unpause" box, and unpausing starts no extra run.
+    env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"
     home = Path(env["AIRFLOW_HOME"])
     pw_path, password = password_file(home)
     env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(pw_path)
@@ -99,7 +103,9 @@ def _ui(out: Path, port: int | None) -> int:
               "when it answers ...", flush=True)
         try:  # the address only once the api-server answers (it takes ~a minute to start)
             wait_for_api(port, procs, timeout=600)
-        except (RuntimeError, TimeoutError) as err:
+            wait_for_dag(env, procs, timeout=600)
+            unpause(env, log_dir)
+        except (RuntimeError, TimeoutError, DemoError) as err:
             print(f"demo: {err}: see the logs in {log_dir}", file=sys.stderr)
             return 1
         print(f"\nAirflow UI: http://127.0.0.1:{port}/  user: admin  password: {password}")

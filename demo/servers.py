@@ -100,6 +100,9 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
         "KAFKALOG_CHUNK_BYTES": "4096",  # small on purpose: the demo plans several chunks
         "KAFKALOG_MAX_CHUNKS": "3",
         "KAFKALOG_RETRY_DELAY_SECONDS": "5",
+        # the DAG's tiered_storage default: the demo's tier, for a run triggered in `make ui`
+        # as for the demo's own runs
+        "KAFKALOG_TIERED_STORAGE": tiered.tier_uri(BUCKET),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
@@ -152,6 +155,16 @@ def migrate(env, log_dir: Path) -> None:
         rc = airflow(env, "db", "migrate", stdout=log, stderr=subprocess.STDOUT).returncode
     if rc:
         raise DemoError(f"airflow db migrate failed: see {log_dir / 'airflow-db-migrate.log'}")
+
+
+def unpause(env, log_dir: Path, dag_id: str = NIGHTLY_DAG_ID) -> None:
+    """``airflow dags unpause``: Airflow 3.3's trigger form shows a pre-checked "Unpause" box
+    for a paused DAG (``TriggerDAGForm``: ``useState(true)``, no setting changes it), and a
+    paused DAG's triggered runs do not start; unpaused, the form has no such box."""
+    with open(log_dir / "airflow-dags-unpause.log", "w") as log:
+        rc = airflow(env, "dags", "unpause", dag_id, stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc:
+        raise DemoError(f"airflow dags unpause {dag_id} failed: see {log_dir / 'airflow-dags-unpause.log'}")
 
 
 # ------------------------------------------------------------------ Airflow components

@@ -406,6 +406,30 @@ def test_trigger_form_says_which_nights_a_run_reads(dag):
     assert "instead" in date_from.schema["title"]
     assert "inclusive" in dag.params.get_param("date_to").schema["title"]
     assert "Which night a run reads" in dag.doc_md
+    # the range in a collapsed section of its own (Airflow's forms: `section`), apart from
+    # the Backfill dialog's own date range, which the default section sits beside
+    sections = {name: dag.params.get_param(name).schema.get("section") for name in dag.params}
+    assert sections["date_from"] == sections["date_to"] and "not for a backfill" in sections["date_to"]
+    assert {n for n, s in sections.items() if s} == {"date_from", "date_to"}
+
+
+def test_the_tier_params_default_is_the_setting(dag, monkeypatch, tmp_path):
+    """tiered_storage defaults to KAFKALOG_TIERED_STORAGE (read at parse time; unset: no
+    tier), which the demo sets to its tier: a run triggered in `make ui` reads the tier as the
+    demo's own runs do."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from demo import servers, tiered
+    from kafkalog_pipeline.settings import TIER_PARAM
+
+    assert "KAFKALOG_TIERED_STORAGE" not in os.environ
+    assert dag.params[TIER_PARAM] is None
+    uri = tiered.tier_uri(servers.BUCKET)
+    monkeypatch.setenv("KAFKALOG_TIERED_STORAGE", uri)
+    bag = DagBag(dag_folder=str(DAGS / "kafka_segments_nightly.py"))
+    assert bag.dags[DAG_ID].params[TIER_PARAM] == uri
+    env = servers.airflow_env(tmp_path / "demo-output", "http://127.0.0.1:1")
+    assert env["KAFKALOG_TIERED_STORAGE"] == uri
 
 
 def test_audit_output_levels_verdict_and_one_line_failure(caplog):
