@@ -36,8 +36,9 @@ tr.row-fail td{background:#fff5f5}tr.row-warn td{background:#fffdf0}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #e1e4e8;border-radius:6px;background:#fff}
 pre{margin:4px 0;white-space:pre-wrap;font-size:12px}summary{cursor:pointer;color:#0969da}
 .problem-line{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
-td.items,td.checked,td.tp,td.check-name,th,td.verdict-cell,td.run-cell,td.when,td.docs,details.topics summary{white-space:nowrap}
-td.problem{min-width:26em}.scroll{overflow-x:auto;max-width:100%}
+td.items,td.checked,th,td.verdict-cell,td.run-cell,td.when,td.docs,details.topics summary{white-space:nowrap}
+td.tp,td.check-name{overflow-wrap:anywhere;min-width:6em}
+td.problem{min-width:18em}.scroll{overflow-x:auto;max-width:100%}
 .uri{border-bottom:1px dotted #8c959f;cursor:help;white-space:nowrap}
 .nothing-new,tr.row-nothing-new td{color:#656d76}
 details.topics{display:inline-block;vertical-align:top}details.topics summary{color:#656d76}

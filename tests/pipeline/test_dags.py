@@ -677,6 +677,55 @@ def test_unreachable_endpoint_is_transient():
         snapshots.list_segments("b", {"d": "p/2026-11-20/"}, access)
 
 
+def test_a_plan_that_cannot_reach_s3_says_its_cause_first(monkeypatch, tmp_path):
+    """S3 unreachable at plan time: the plan's cause, one line at ERROR before Airflow's
+    traceback, pushed to XCom for the run's note and its Data quality tab."""
+    import logging
+    import socket
+
+    from kafkalog_pipeline import tasks
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing answers there
+    for name, value in {"KAFKALOG_WAREHOUSE": str(tmp_path / "w"), "KAFKALOG_SNAPSHOT_BUCKET": "b",
+                        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x",
+                        "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1",
+                        "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    pushed = {}
+
+    class TaskInstance:
+        dag_id = DAG_ID
+
+        def xcom_push(self, key, value):
+            pushed[key] = value
+
+        def get_task_states(self, **kw):
+            return {}
+
+    night = dt.datetime(2026, 11, 22, 3, tzinfo=dt.timezone.utc)
+    context = {"ti": TaskInstance(), "run_id": "scheduled__2026-11-22T03:00:00+00:00",
+               "params": {}, "logical_date": night, "data_interval_start": night}
+    said = []
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            said.append((record.levelname, record.getMessage()))
+
+    handler = Lines()
+    tasks.log.addHandler(handler)
+    try:
+        with pytest.raises(Exception) as raised:
+            tasks.plan_task(context)
+    finally:
+        tasks.log.removeHandler(handler)
+    cause = pushed[tasks.CAUSE_KEY]
+    assert cause.startswith(type(raised.value).__name__ + ": ") and "\n" not in cause
+    assert f"127.0.0.1:{port}" in cause and "cannot list" in cause, cause
+    assert ("ERROR", f"plan stopped: {cause}") in said
+
+
 # ------------------------------------------------------------------ S3 access (connection or environment)
 def test_a_connections_keys_are_explicit_handed_to_spark_and_never_shown(monkeypatch):
     import json

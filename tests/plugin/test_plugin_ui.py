@@ -316,6 +316,17 @@ def site(tmp_path_factory):
             "run_id": by_night["2026-11-21"], "checked_at": later,
             "rows": [dict(r, run_id=by_night["2026-11-21"], checked_at=later, night=None)
                      for r in template["rows"]]}
+        # ... with a long topic name and a long problem line, as a Debezium topic's index has
+        # them in the demo (they wrapped to 8 lines in the tab, the Checked column clipped)
+        long_topic = "dbserver1.inventory.customers"
+        segment = f"s3://kafka-snapshots/snapshots/2026-11-21/{long_topic}-0/00000000000000000000.index"
+        dag_run_results["rows"].append(dict(row(
+            by_night["2026-11-21"], "decoder_findings", long_topic, 0, None, later, status="warn",
+            observed=1234567, unit="segments", items=[item(
+                "index_mismatch", "warn", f"{segment}: entry 3 maps offset 57 to position 4096, "
+                "but the batch at that position starts at offset 61 (an index written before "
+                "the log was truncated, or one that was copied from another replica)",
+                segment)]), night=None))
         dag_run_results["token"] = write_run(warehouse, dag_run_results)
         runs.append(dag_run_results)
         # ... and the audit's row for the night the second one found no snapshot of
@@ -593,7 +604,12 @@ def test_the_run_tab_in_airflow(site, devtools):
         const d = f && f.contentDocument; const l = d && d.querySelector('.problem-line');
         if (!l || d.readyState !== 'complete') return null;
         const fb = f.getBoundingClientRect(), lb = l.getBoundingClientRect();
-        return {frame: {left: fb.left, width: fb.width, height: fb.height},
+        const lines = [...d.querySelectorAll('tr.result .problem-line')].map(p =>
+            p.getBoundingClientRect().height / parseFloat(getComputedStyle(p).lineHeight));
+        const checked = [...d.querySelectorAll('tr.result td.checked')].filter(c => c.checkVisibility())
+            .map(c => c.getBoundingClientRect().right);
+        return {frame: {left: fb.left, width: fb.width, height: fb.height}, lines: lines,
+                checked: checked, scroll: d.documentElement.scrollWidth,
                 line: {height: lb.height, right: lb.right,
                        lineHeight: parseFloat(getComputedStyle(l).lineHeight)},
                 text: l.innerText, inner: d.documentElement.clientWidth,
@@ -611,6 +627,10 @@ def test_the_run_tab_in_airflow(site, devtools):
     lines = got["line"]["height"] / got["line"]["lineHeight"]
     assert lines <= 4, f"a problem line wraps to {lines:.0f} lines in a {got['frame']['width']} px tab"
     assert got["line"]["right"] <= got["inner"]  # not cut off at the tab's right edge
+    # every problem line of the run, not only the first: at most a few lines each; the
+    # Checked column in the tab, not clipped behind a scroll bar
+    assert max(got["lines"]) <= 4, f"problem lines wrap to {max(got['lines']):.0f} lines"
+    assert got["checked"] and max(got["checked"]) <= got["inner"] + 1, got["checked"]
     # the night without a snapshot: its report (a warning), not "no report: night skipped"
     view = f"{site['url']}/kafkalog-quality-view/{DAG_ID}/{quote(skipped['run_id'], safe='')}"
     devtools.open(view, *WINDOW)
