@@ -35,9 +35,10 @@ th{background:#f6f8fa;font-weight:600}td.num,th.num{text-align:right;font-varian
 tr.row-fail td{background:#fff5f5}tr.row-warn td{background:#fffdf0}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #e1e4e8;border-radius:6px;background:#fff}
 pre{margin:4px 0;white-space:pre-wrap;font-size:12px}summary{cursor:pointer;color:#0969da}
-.problem-line{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
-td.items,td.checked,th,td.verdict-cell,td.run-cell,td.when,td.docs,details.topics summary{white-space:nowrap}
-td.tp,td.check-name{overflow-wrap:anywhere;min-width:6em}
+.problem-line{font-size:13px;font-variant-numeric:tabular-nums;overflow-wrap:anywhere}
+.problem-line .uri{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
+td.items,th,td.verdict-cell,td.run-cell,td.when,td.docs,details.topics summary{white-space:nowrap}
+td.tp,td.check-name{overflow-wrap:anywhere;min-width:6em}td.checked{min-width:6em;max-width:10em}td.check-name{max-width:10em}td.tp{max-width:11em}
 td.problem{min-width:18em}.scroll{overflow-x:auto;max-width:100%}
 .uri{border-bottom:1px dotted #8c959f;cursor:help;white-space:nowrap}
 .nothing-new,tr.row-nothing-new td{color:#656d76}
@@ -399,12 +400,12 @@ def index_page(runs: list[model.Run], base: str, root: str, ov: nights.Overview 
         f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
         if runs else '<p id="no-runs" class="muted">No data-quality results in this warehouse yet.</p>')
     if attempts:
-        no_run_prefix = ('<p id="attempts" class="error">' + "; ".join(
+        attempts_note = ('<p id="attempts" class="error">' + "; ".join(
             f'run <a href="{escape(run_href(r.token))}">{escape(r.run_id)}</a>: '
             f"{escape(attempts[r.token].headline())}" for r in runs if r.token in attempts)
             + ". The grid shows those runs' earlier results.</p>")
     else:
-        no_run_prefix = ""
+        attempts_note = ""
     unhealthy = [n for n, _ in ov.problem_nights()]
     if unhealthy:
         older = len(unhealthy) - PROBLEM_NIGHTS
@@ -433,7 +434,7 @@ def index_page(runs: list[model.Run], base: str, root: str, ov: nights.Overview 
         f'<a href="api/nights">JSON</a> · results are {words.COUNTED}; the Data Docs count '
         "suites (one per check)</p>"
         f'<section id="nights"><h2>Nights at a glance</h2>'
-        f'<p id="headline">{headline}</p>{no_run_prefix}{no_run}{night_grid(ov, attempts)}{unplaced}'
+        f'<p id="headline">{headline}</p>{attempts_note}{no_run}{night_grid(ov, attempts)}{unplaced}'
         f"{night_problems(ov)}</section>"
         f"<h2>Runs</h2>{table}"
         f'<h2>Per run</h2><section class="charts" id="charts">{charts(runs, ov.coverage)}</section>'

@@ -326,7 +326,7 @@ def site(tmp_path_factory):
                 "index_mismatch", "warn", f"{segment}: entry 3 maps offset 57 to position 4096, "
                 "but the batch at that position starts at offset 61 (an index written before "
                 "the log was truncated, or one that was copied from another replica)",
-                segment)]), night=None))
+                segment, 57, 57)]), night=None))
         dag_run_results["token"] = write_run(warehouse, dag_run_results)
         runs.append(dag_run_results)
         # ... and the audit's row for the night the second one found no snapshot of
@@ -629,7 +629,8 @@ def test_the_run_tab_in_airflow(site, devtools):
     assert got["line"]["right"] <= got["inner"]  # not cut off at the tab's right edge
     # every problem line of the run, not only the first: at most a few lines each; the
     # Checked column in the tab, not clipped behind a scroll bar
-    assert max(got["lines"]) <= 4, f"problem lines wrap to {max(got['lines']):.0f} lines"
+    assert max(got["lines"]) <= 4, \
+        f"problem lines wrap to {max(got['lines']):.0f} lines in a {got['frame']['width']} px tab"
     assert got["checked"] and max(got["checked"]) <= got["inner"] + 1, got["checked"]
     # the night without a snapshot: its report (a warning), not "no report: night skipped"
     view = f"{site['url']}/kafkalog-quality-view/{DAG_ID}/{quote(skipped['run_id'], safe='')}"
