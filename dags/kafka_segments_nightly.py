@@ -24,7 +24,8 @@
   one run per night of the schedule) and for a triggered run with a logical date.
 - `date_from`/`date_to` (inclusive) replace it with their range for this one run (one run
   over all those nights); leave them empty in a backfill, or every run of it reads the same
-  range.
+  range. The trigger form and the Backfill dialog keep them in a collapsed section of their
+  own, so that the dialog's date range is the one in sight.
 
 **Other params**
 
@@ -35,7 +36,8 @@
 - `tiered_storage`: `s3://bucket/prefix` of a tiered-storage tier (Aiven's plugin) to read
   beside the snapshot: its live remote segments, as the snapshot's `__remote_log_metadata`
   names them, reconciled with the local tail; the key ring from the `kafkalog_tier_keys`
-  setting (docs/tiered.md). The run is then one chunk.
+  setting (docs/tiered.md). The run is then one chunk. Its default is the setting
+  `KAFKALOG_TIERED_STORAGE` (read when the DAG is parsed; empty: no tier).
 - `latest_topics`: a regular expression (whole topic name) of topics that get a
   `latest__<topic>` table, the latest committed record per key as of each night (compacted
   topics get one anyway; docs/tables.md "Latest per key").
@@ -66,6 +68,11 @@ from kafkalog_pipeline import schema_registry, settings, tasks
 from kafkalog_pipeline.assets import DERIVED_ALIAS, TABLE_ASSETS, derived_asset
 from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator, RerunOnConflictOperator
 
+#: the trigger form's section of the range params, collapsed: a run reads its logical date's
+#: night unless they are set, and a backfill (whose dialog has a date range of its own) never
+#: sets them
+RANGE_SECTION = "A range of nights instead of the logical date's (not for a backfill)"
+
 RETRY_DELAY = dt.timedelta(seconds=int(settings.parse_time_setting("retry_delay_seconds")))
 
 default_args = {
@@ -90,14 +97,14 @@ default_args = {
     tags=["kafkalog", "kafka", "spark", "data-quality"],
     doc_md=__doc__,
     params={
-        "date_from": Param(None, type=["null", "string"], format="date",
+        "date_from": Param(None, type=["null", "string"], format="date", section=RANGE_SECTION,
                            title="First snapshot night (instead of the logical date's)",
                            description="Empty (the default): the run reads one night, the UTC date "
                                        "of its logical date; each run of a backfill reads its own "
                                        "night. Set: this run reads the nights date_from..date_to "
                                        "instead (leave empty in a backfill, or every run of it "
                                        "reads this same range)."),
-        "date_to": Param(None, type=["null", "string"], format="date",
+        "date_to": Param(None, type=["null", "string"], format="date", section=RANGE_SECTION,
                          title="Last snapshot night (inclusive)",
                          description="The range's last night, inclusive. Empty: date_from "
                                      "alone (date_to alone: that one night)."),
@@ -113,8 +120,10 @@ default_args = {
                         "of this Airflow connection (host = URL, login/password = basic "
                         "auth). See docs/schemas.md."),
         settings.TIER_PARAM: Param(
-            None, type=["null", "string"], title="Tiered storage",
-            description="Empty (the default): no tier. Set (s3://bucket/prefix, the plugin's "
+            settings.parse_time_setting("tiered_storage") or None, type=["null", "string"],
+            title="Tiered storage",
+            description="Empty: no tier (the default unless the setting KAFKALOG_TIERED_STORAGE "
+                        "gives one, as the demo's does). Set (s3://bucket/prefix, the plugin's "
                         "key.prefix verbatim): also decode that tier's live remote segments "
                         "as the snapshot's __remote_log_metadata names them, reconciled with "
                         "the local tail; encrypted segments need the key ring (setting "

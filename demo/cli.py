@@ -14,16 +14,33 @@ from . import data, tiered
 from .nights import dagtest, run_night, run_note, run_verdict
 from .report import report
 from .servers import (DemoError, airflow_env, api_server_args, exclusive, free_port, migrate,
-                      password_file, start_component, start_s3, stop_components)
+                      password_file, start_component, start_s3, stop_components,
+                      unpause, wait_for_api, wait_for_dag)
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM / SIGHUP (a closed terminal, `kill`) stop everything like Ctrl-C: the
+    clean-up in ``finally`` blocks runs (Python's default for SIGTERM runs none)."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
 
 
 def cmd_run(out: Path) -> int:
     out = out.resolve()
-    with exclusive(out, "make demo"):
-        return _run(out)
+    _stop_on_signals()
+    with exclusive(out, "make demo") as lock:
+        try:
+            return _run(out, lock)
+        except KeyboardInterrupt:
+            print("demo: interrupted; its processes are stopped and its lock released: the "
+                  "next `make demo` starts clean", file=sys.stderr)
+            return 130
 
 
-def _run(out: Path) -> int:
+def _run(out: Path, lock=None) -> int:
     log_dir = out / "pipeline-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     snapshots = out / "snapshots"
@@ -39,7 +56,7 @@ def _run(out: Path) -> int:
         for date in data.NIGHTS:
             print(f"Running {NIGHTLY_DAG_ID} for snapshot {date} (log: {log_dir}/dag-test-{date}.log) ...",
                   flush=True)
-            r = run_night(env, date, log_dir)
+            r = run_night(env, date, log_dir, lock=lock)
             results.append(r)
             print(f"  run {r['run_id']}: {run_verdict(r)}", flush=True)
             for line in (run_note(env, r["run_id"]) or "").split("\n\n"):
@@ -67,21 +84,30 @@ def _ui(out: Path, port: int | None) -> int:
     server, endpoint = start_s3(snapshots, out)
     port = port or free_port()
     env = airflow_env(out, endpoint, api_port=port)
+    # the demo's nights are fixed: the scheduler makes no scheduled runs of its own (Airflow's
+    # [scheduler] use_job_schedule); runs are the ones triggered (and backfills). Unpaused
+    # below, the DAG's trigger form has no "Unpause" box, and unpausing starts no extra run.
+    env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"
     home = Path(env["AIRFLOW_HOME"])
     pw_path, password = password_file(home)
     env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(pw_path)
     migrate(env, log_dir)
 
-    def stop(signum, frame):  # SIGTERM / SIGHUP stop everything like Ctrl-C
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGHUP, stop)
+    _stop_on_signals()
     procs = []
     try:
         # the triggerer too: without one the home page shows a red "Triggerer" badge
         for component in (api_server_args(port), ["scheduler"], ["dag-processor"], ["triggerer"]):
             procs.append(start_component(env, log_dir, *component))
+        print(f"Starting Airflow on 127.0.0.1:{port} (logs in {log_dir}); its address follows "
+              "when it answers ...", flush=True)
+        try:  # the address only once the api-server answers (it takes ~a minute to start)
+            wait_for_api(port, procs, timeout=600)
+            wait_for_dag(env, procs, timeout=600)
+            unpause(env, log_dir)
+        except (RuntimeError, TimeoutError, DemoError) as err:
+            print(f"demo: {err}: see the logs in {log_dir}", file=sys.stderr)
+            return 1
         print(f"\nAirflow UI: http://127.0.0.1:{port}/  user: admin  password: {password}")
         print(f"(password file {pw_path}; logs in {log_dir}; Ctrl-C stops everything)")
         while all(p.poll() is None for p in procs):

@@ -209,16 +209,25 @@ def dagtest(date: str) -> int:
     return 0 if str(dr.state).endswith("success") else 1
 
 
-def run_night(env, date: str, log_dir: Path, poll_seconds: float = 2) -> dict:
+def run_night(env, date: str, log_dir: Path, poll_seconds: float = 2, lock=None) -> dict:
     """``dagtest date`` in a child whose output (unbuffered) fills
-    ``log_dir/dag-test-DATE.log`` as it runs; meanwhile :class:`Progress` prints its tasks."""
+    ``log_dir/dag-test-DATE.log`` as it runs; meanwhile :class:`Progress` prints its tasks.
+
+    The child leads a process group of its own (its Spark jobs are in it): interrupted, this
+    stops the whole group (SIGTERM, then SIGKILL), so no Spark job is left running; ``lock``
+    (:class:`demo.servers.Lock`) records the group while it runs, for the next demo to stop
+    it where this process was killed outright."""
+    from .servers import stop_group
+
     log_path = log_dir / f"dag-test-{date}.log"
     started = time.monotonic()
     progress = Progress(env, dt.datetime.now(dt.timezone.utc))
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "demo", "dagtest", date],
                                 env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    if lock is not None:
+        lock.started(proc.pid, f"demo dagtest {date}")
     try:
         while True:
             try:
@@ -229,9 +238,16 @@ def run_night(env, date: str, log_dir: Path, poll_seconds: float = 2) -> dict:
             progress.poll()
             break
     finally:
-        if proc.poll() is None:  # interrupted: do not leave the night running behind us
-            proc.terminate()
-            proc.wait()
+        # interrupted: do not leave the night, nor its Spark jobs, running behind us; done:
+        # nothing of its group may outlive it either
+        stopped = stop_group(proc.pid, leader=proc) if proc.poll() is None else False
+        stop_group(proc.pid, timeout=5, leader=proc)
+        proc.wait()
+        if lock is not None:
+            lock.stopped(proc.pid)
+        if stopped:
+            print(f"  stopped the night {date} and its Spark jobs (process group {proc.pid})",
+                  flush=True)
     with open(log_path, errors="replace") as log:
         last = [ln for ln in log if ln.startswith('{"run_id"')]
     result = json.loads(last[-1]) if last else {"state": "failed", "tasks": {}, "run_id": None}

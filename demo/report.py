@@ -173,12 +173,37 @@ def night_counts(wh, name: str) -> dict[str, int]:
             for tag, ref in sorted(table.refs().items()) if tag.startswith(NIGHT_TAG_PREFIX)}
 
 
+def key_text(key: bytes | None) -> str:
+    """A record key as a person reads it: its UTF-8 text where it is printable text (Kafka keys
+    are bytes; pyarrow and pandas show ``b'cust-1'``), else ``0x`` and its hex; ``null``."""
+    if key is None:
+        return "null"
+    try:
+        text = bytes(key).decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + bytes(key).hex()
+    return text if text.isprintable() else "0x" + bytes(key).hex()
+
+
+#: keys a latest__ table's report line names before "… +N more"
+KEYS_SHOWN = 10
+
+
+def keys_line(wh, name: str) -> str:
+    """``keys: cust-1, cust-2, … +3 more`` of a latest__ table on ``main``, as text."""
+    keys = sorted({key_text(k) for k in wh.table(name).scan(selected_fields=("key",))
+                  .to_arrow().column("key").to_pylist()})
+    more = f", … +{len(keys) - KEYS_SHOWN} more" if len(keys) > KEYS_SHOWN else ""
+    return "keys: " + (", ".join(keys[:KEYS_SHOWN]) + more if keys else "none")
+
+
 def keyed_note(wh, name: str) -> str:
     """What a per-key state table holds, and its rows as of each tagged night."""
     kind, topic = keyed_table(name)
     what = "latest record per key" if kind == LATEST else "source table"
     nights = ", ".join(f"{night} {n}" for night, n in night_counts(wh, name).items())
-    return f"({kind}: {topic}'s {what}; as of night: {nights or 'no tag'})"
+    keys = f"; {keys_line(wh, name)}" if kind == LATEST else ""
+    return f"({kind}: {topic}'s {what}; as of night: {nights or 'no tag'}{keys})"
 
 
 def report(out: Path, results: list[dict]) -> int:

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -99,6 +100,9 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
         "KAFKALOG_CHUNK_BYTES": "4096",  # small on purpose: the demo plans several chunks
         "KAFKALOG_MAX_CHUNKS": "3",
         "KAFKALOG_RETRY_DELAY_SECONDS": "5",
+        # the DAG's tiered_storage default: the demo's tier, for a run triggered in `make ui`
+        # as for the demo's own runs
+        "KAFKALOG_TIERED_STORAGE": tiered.tier_uri(BUCKET),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
@@ -151,6 +155,16 @@ def migrate(env, log_dir: Path) -> None:
         rc = airflow(env, "db", "migrate", stdout=log, stderr=subprocess.STDOUT).returncode
     if rc:
         raise DemoError(f"airflow db migrate failed: see {log_dir / 'airflow-db-migrate.log'}")
+
+
+def unpause(env, log_dir: Path, dag_id: str = NIGHTLY_DAG_ID) -> None:
+    """``airflow dags unpause``: Airflow 3.3's trigger form shows a pre-checked "Unpause" box
+    for a paused DAG (``TriggerDAGForm``: ``useState(true)``, no setting changes it), and a
+    paused DAG's triggered runs do not start; unpaused, the form has no such box."""
+    with open(log_dir / "airflow-dags-unpause.log", "w") as log:
+        rc = airflow(env, "dags", "unpause", dag_id, stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc:
+        raise DemoError(f"airflow dags unpause {dag_id} failed: see {log_dir / 'airflow-dags-unpause.log'}")
 
 
 # ------------------------------------------------------------------ Airflow components
@@ -240,29 +254,126 @@ def wait_for_api(port: int, procs, timeout: float = 180) -> None:
     _wait(f"the api-server answered on port {port}", healthy, procs, timeout)
 
 
+class Lock:
+    """``out/.demo.lock`` as its holder writes it: ``make demo (pid N)``, then a line
+    ``group G: WHAT`` per process group it started and has not stopped yet (a night's
+    ``dag.test()`` with its Spark jobs), so that the next holder can stop what a holder
+    killed outright (SIGKILL: no clean-up ran) left behind."""
+
+    def __init__(self, f, what: str):
+        self.f, self.what, self.groups = f, what, {}
+
+    def _write(self) -> None:
+        self.f.seek(0)
+        self.f.truncate()
+        self.f.write(f"{self.what} (pid {os.getpid()})\n"
+                     + "".join(f"group {g}: {w}\n" for g, w in self.groups.items()))
+        self.f.flush()
+
+    def started(self, pgid: int, what: str) -> None:
+        self.groups[pgid] = what
+        self._write()
+
+    def stopped(self, pgid: int) -> None:
+        self.groups.pop(pgid, None)
+        self._write()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(pgid: int, timeout: float = 30, leader: subprocess.Popen | None = None) -> bool:
+    """SIGTERM process group ``pgid``, SIGKILL what is left after ``timeout``; whether
+    there was anything to stop. ``leader``: the group's leader where it is our child (reaped
+    as it exits, so that its zombie does not count as running)."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if leader is not None:
+            leader.poll()
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    return True
+
+
+#: a group line of a lock file, and the pid in its first line
+_GROUP_LINE = re.compile(r"^group (\d+): (.*)$")
+_HOLDER_PID = re.compile(r"\(pid (\d+)\)")
+
+
+def _group_is_ours(pgid: int, what: str) -> bool:
+    """Whether process ``pgid`` still runs what the lock says (not a pid reused since)."""
+    try:
+        cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:
+        return alive(pgid)  # no /proc: trust the lock
+    return what in cmdline
+
+
+def take_over(text: str, out: Path) -> list[str]:
+    """What a new holder says of the lock ``text`` it took (its holder is gone: the kernel
+    dropped its lock), having stopped the process groups it left running."""
+    lines = text.strip().splitlines()
+    if not lines:
+        return []
+    said = []
+    m = _HOLDER_PID.search(lines[0])
+    if m and not alive(int(m.group(1))):
+        said.append(f"{out}: {lines[0]} stopped without cleaning up (no such process): "
+                    "taking its lock over")
+    for line in lines[1:]:
+        g = _GROUP_LINE.match(line)
+        if g and _group_is_ours(int(g.group(1)), g.group(2)) and stop_group(int(g.group(1))):
+            said.append(f"{out}: stopped what it left running: group {g.group(1)} "
+                        f"({g.group(2)})")
+    return said
+
+
 @contextlib.contextmanager
 def exclusive(out: Path, what: str):
     """Hold ``out/.demo.lock`` for ``what`` (`make demo`, `make ui`): both write the
     same Airflow database, snapshots and warehouse, so a second one over the same
     directory stops at once with who holds it. The kernel drops the lock when its
-    holder exits, however it exits; Airflow's processes do not inherit it."""
+    holder exits, however it exits; Airflow's processes do not inherit it. Yields the
+    :class:`Lock`; a holder that was killed outright is taken over, the process groups
+    it recorded stopped (:func:`take_over`); on exit the file is left empty."""
     out.mkdir(parents=True, exist_ok=True)
     f = open(out / ".demo.lock", "a+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.seek(0)
-        holder = f.read().strip() or "another process"
+        holder = (f.read().strip().splitlines() or ["another process"])[0]
         f.close()
         raise DemoError(f"{out} is in use by {holder}: stop it first (Ctrl-C where it runs), "
                          f"then start {what} again") from None
     try:
         f.seek(0)
-        f.truncate()
-        f.write(f"{what} (pid {os.getpid()})\n")
-        f.flush()
-        yield
+        for line in take_over(f.read(), out):
+            print(line, file=sys.stderr)
+        lock = Lock(f, what)
+        lock._write()
+        yield lock
     finally:
+        with contextlib.suppress(OSError, ValueError):
+            f.seek(0)
+            f.truncate()  # nobody holds it: no pid named
         f.close()
 
 

@@ -119,6 +119,26 @@ def task_states(session, dag_id: str, run_id: str) -> list[tuple[str, str | None
             for task_id, state in rows]
 
 
+def run_attempts(session, dag_ids, run_ids) -> list[tuple[str, str, str, dt.datetime | None]]:
+    """``(dag_id, run_id, state, began)`` of each of those runs: its state as text and when its
+    latest attempt began, the later of ``queued_at`` and ``start_date`` (clearing a run sets
+    ``queued_at`` to now and ``start_date`` anew, ``clear_task_instances``). Public:
+    ``GET /api/v2/dags/{dag_id}/dagRuns`` (``queued_at``, ``start_date``, ``state``)."""
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+
+    rows = session.execute(select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.queued_at,
+                                  DagRun.start_date).where(DagRun.dag_id.in_(list(dag_ids)),
+                                                           DagRun.run_id.in_(list(run_ids))))
+    out = []
+    for dag_id, run_id, state, queued, started in rows:
+        times = [t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+                 for t in (queued, started) if t is not None]
+        out.append((dag_id, run_id, str(getattr(state, "value", state)), max(times, default=None)))
+    return out
+
+
 def fail_unfinished_runs(dag_id: str) -> list[tuple[str, str]]:
     """Mark every running or queued run of ``dag_id`` failed; ``(run_id, state it had)`` each.
     Public: ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` with ``state: failed``."""

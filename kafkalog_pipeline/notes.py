@@ -7,7 +7,8 @@ the run, one paragraph each:
 * ``DQ: passed`` / ``DQ: 6 warned: offset_gaps payments-1, …`` /
   ``DQ: failed: crc orders-0 — not published`` (``check_quality``'s verdict, its XCom return
   value; for a night the plan did not audit, the plan's ``verdict`` XCom in the same shape,
-  else why there was no audit);
+  else why there was no audit: ``DQ: not audited: decode_chunk failed: StorageError: … —
+  not published``, the cause the crashed task pushed, one line, ``tasks.CAUSE_KEY``);
 * ``Not published: run(s) R published the same offsets first; rerun as rerun__…`` when the
   audit passed and publish was refused for a conflict (or failed otherwise);
 * ``Rerun of R, whose publish met a conflict`` on the rerun the DAG triggered.
@@ -32,7 +33,7 @@ import logging
 from airflow.listeners import hookimpl
 
 from . import settings
-from .tasks import (CONFLICT_KEY, DECODE_TASK, PLAN_TASK, PUBLISH_TASK, QUALITY_TASK, RERUN_OF,
+from .tasks import (CAUSE_KEY, CONFLICT_KEY, DECODE_TASK, PLAN_TASK, PUBLISH_TASK, QUALITY_TASK, RERUN_OF,
                     RERUN_TASK, SKIP_REASON_KEY, VERDICT_KEY, rerun_id, summed_states)
 
 log = logging.getLogger(__name__)
@@ -90,16 +91,30 @@ def not_published_line(*, run_id: str, conflict: dict | None, rerun_state: str |
     return f"{said}; its rerun was not triggered (see task {RERUN_TASK})"
 
 
+def stopped_task(states: dict[str, str]) -> str | None:
+    """The first task before or of the audit that failed (or could not run): why a run
+    has no verdict of this attempt."""
+    return next((t for t in (*BEFORE_AUDIT, QUALITY_TASK)
+                 if states.get(t) in ("failed", "upstream_failed")), None)
+
+
+def stopped_line(task: str, cause: str | None) -> str:
+    """``DQ: not audited: decode_chunk failed: StorageError: … — not published``: the task
+    that stopped the run, and its cause where it pushed one (``tasks.CAUSE_KEY``)."""
+    return f"{DQ}not audited: {task} failed{': ' + cause if cause else ''} — not published"
+
+
 def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: dict | None = None,
              conflict: dict | None = None, skip_reason: str | None = None,
-             rerun_of: str | None = None) -> str | None:
+             rerun_of: str | None = None, cause: str | None = None) -> str | None:
     """The paragraphs this module writes on run ``run_id`` (None: none).
 
     ``states``: task id -> state (:data:`.tasks.WORST_FIRST` of a mapped task's); ``finished``:
     the run has ended (else only the ``Rerun of`` paragraph, which stays true while it
     runs); ``verdict``: the audit's (or the plan's); ``conflict``: what publish met
     (``tasks.conflict_summary``); ``skip_reason``: why the plan skipped the night;
-    ``rerun_of``: the run this one reruns.
+    ``rerun_of``: the run this one reruns; ``cause``: why the task that stopped the run
+    crashed (its one line).
     """
     lines = []
     if finished:
@@ -112,10 +127,9 @@ def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: di
         elif states.get(PLAN_TASK) == "skipped":
             lines.append(f"{DQ}not audited: {skip_reason or 'the plan skipped the night'}")
         else:
-            stopped = next((t for t in (*BEFORE_AUDIT, QUALITY_TASK)
-                            if states.get(t) in ("failed", "upstream_failed")), None)
+            stopped = stopped_task(states)
             if stopped is not None:
-                lines.append(f"{DQ}not audited: {stopped} failed — not published")
+                lines.append(stopped_line(stopped, cause))
     if rerun_of:
         lines.append(provenance_line(rerun_of))
     return "\n\n".join(lines) or None
@@ -148,7 +162,10 @@ def gather(dag_run, session) -> dict:
         if states.get(QUALITY_TASK) in ("success", "failed") else None
     if verdict is None and states.get(PLAN_TASK) in ("success", "skipped"):
         verdict = xcom(PLAN_TASK, VERDICT_KEY)  # a night the plan did not audit
+    stopped = stopped_task(states)
+    cause = xcom(stopped, CAUSE_KEY) if stopped and states.get(stopped) == "failed" else None
     return {
+        "cause": cause if isinstance(cause, str) else None,
         "run_id": dag_run.run_id,
         "states": states,
         "verdict": verdict if isinstance(verdict, dict) else None,

@@ -17,6 +17,13 @@ warned). An audit that ran and failed a check (exit status
 naming the failed checks (``AirflowFailException``: no retry, no traceback);
 any other non-zero exit is a crash and fails as usual, so it is retried.
 
+A crash of either job puts its cause first: the job prints it as one line
+(``spark_jobs.crash.CAUSE_PREFIX``) before its traceback; that line is logged at
+ERROR, pushed to XCom (``tasks.CAUSE_KEY``: the run's note and its Data quality tab
+show it) and is the task's failure message (not "Cannot execute: spark-submit ...").
+Where the job printed none (the JVM died, Python failed before our code ran), the
+last exception line of its output stands in, else the exit status.
+
 ``RerunOnConflictOperator``: a :class:`TriggerDagRunOperator` that triggers this DAG's
 rerun of a run whose publish was refused for a conflict (see its docstring).
 """
@@ -24,6 +31,7 @@ rerun of a run whose publish was refused for a conflict (see its docstring).
 from __future__ import annotations
 
 import json
+import re
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -32,24 +40,52 @@ from airflow.sdk import BaseOperatorLink
 
 from . import settings
 from ._airflow import AdjustedHook, dag_run_url, filter_submit_log, submit_returncode
-from .tasks import QUALITY_JOB
+from .tasks import CAUSE_KEY, QUALITY_JOB
+
+#: the last line of a Python traceback (``botocore.exceptions.EndpointConnectionError: ...``)
+#: or a Java exception's (``py4j.protocol.Py4JJavaError: ...``)
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)\b(?::.*)?$")
 
 
 class JobOutput:
     """Reads a job's own lines out of spark-submit's output (:meth:`lines`): ``FAIL ...``
     and ``WARN ...`` are logged to ``log`` at ERROR and WARNING (Spark's own lines stay
     with the provider, at INFO), and the verdict line (``verdict_prefix`` + JSON), if
-    any, is kept in :attr:`verdict` instead of being logged raw."""
+    any, is kept in :attr:`verdict` instead of being logged raw. A crash's cause line
+    (``spark_jobs.crash``) is logged at ERROR and kept in :attr:`cause`; the last
+    exception line seen, in :attr:`last_exception` (:meth:`crash_cause` picks)."""
 
     def __init__(self, log, verdict_prefix: str | None = None):
+        from spark_jobs.crash import CAUSE_PREFIX
+
         self.log = log
         self.verdict_prefix = verdict_prefix
+        self.cause_prefix = CAUSE_PREFIX
         self.verdict: dict | None = None
+        self.cause: str | None = None
+        self.last_exception: str | None = None
+
+    def crash_cause(self, returncode: int | None) -> str:
+        """Why the job stopped, one line: its cause line, else its last exception line,
+        else its exit status."""
+        from spark_jobs.crash import short
+
+        if self.cause:
+            return self.cause
+        if self.last_exception:
+            return short(self.last_exception)
+        return f"spark-submit exited with status {returncode} (no cause in its output)"
 
     def lines(self, itr):
         """Handle the job's lines; yield the others, for the provider's own handling."""
         for raw in itr:
             line = raw.strip()
+            if line.startswith(self.cause_prefix):
+                self.cause = self.cause or line[len(self.cause_prefix):].strip()
+                self.log.error(line)
+                continue
+            if EXCEPTION_LINE.match(line):
+                self.last_exception = line
             if self.verdict_prefix and line.startswith(self.verdict_prefix):
                 try:
                     self.verdict = json.loads(line[len(self.verdict_prefix):])
@@ -110,21 +146,29 @@ class KafkalogSparkSubmitOperator(AdjustedHook, SparkSubmitOperator):
 
             self.env_vars.update(auth_env((context.get("params") or {}).get(PARAM)))
         self.forget_hook()  # built from the environment above
-        if not self._is_audit():
-            return super().execute(context)
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from spark_jobs.check_quality import EXIT_CHECKS_FAILED
-
         try:
-            super().execute(context)
+            result = super().execute(context)
         except AirflowException:
-            if submit_returncode(self.submitted_hook) == EXIT_CHECKS_FAILED:
-                verdict = self.job_output.verdict
-                if verdict is not None:
-                    context["ti"].xcom_push(key="return_value", value=verdict)
-                raise AirflowFailException(failed_checks_line(verdict)) from None
-            raise  # a crash: retried
+            code = submit_returncode(self.submitted_hook)
+            if self._is_audit():
+                from spark_jobs.check_quality import EXIT_CHECKS_FAILED
+
+                if code == EXIT_CHECKS_FAILED:
+                    verdict = self.job_output.verdict
+                    if verdict is not None:
+                        context["ti"].xcom_push(key="return_value", value=verdict)
+                    raise AirflowFailException(failed_checks_line(verdict)) from None
+            output = getattr(self, "job_output", None)
+            if output is None:  # spark-submit never started: the provider's error says why
+                raise
+            cause = output.crash_cause(code)
+            context["ti"].xcom_push(key=CAUSE_KEY, value=cause)
+            # a crash: retried; its cause is the message, without the provider's chain
+            raise AirflowException(f"{self.task_id} crashed: {cause}") from None
+        if not self._is_audit():
+            return result
         verdict = self.job_output.verdict
         if verdict is not None:
             warned = ", ".join(f"{c} ({', '.join(p)})" for c, p in sorted(verdict["warned"].items()))

@@ -62,6 +62,9 @@ PARSE_TIME: dict[str, tuple[str, str]] = {
     # the audit's many small queries crawl
     "spark_conf": ("KAFKALOG_SPARK_CONF",
                    '{"spark.sql.shuffle.partitions": "8", "spark.default.parallelism": "4"}'),
+    # the default of the DAG param tiered_storage (the trigger form's, and a scheduled run's):
+    # empty, no tier; the demo sets its own tier
+    "tiered_storage": ("KAFKALOG_TIERED_STORAGE", ""),
 }
 
 #: the DAG param naming a tier to read beside the snapshot (``s3://bucket/prefix``; empty: none)

@@ -5,7 +5,8 @@ keeps two things right whatever the job file looks like: package-relative
 imports work (``from . import storage``), and functions shipped to executors
 are pickled by reference to their module instead of by value from ``__main__``.
 Only modules under ``spark_jobs.`` are accepted. The exit status is ``main``'s
-integer result (0 for anything else), or 1 with the traceback if it raised.
+integer result (0 for anything else), or 1 if it raised: then its cause, one line
+(``spark_jobs.crash.CAUSE_PREFIX``), comes first and the traceback after it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,15 @@ def main(argv: list[str]) -> int:
     if not argv or not argv[0].startswith("spark_jobs."):
         print("usage: spark_entry.py spark_jobs.<job> [ARGS...]", file=sys.stderr)
         return 2
-    module = importlib.import_module(argv[0])
+    from spark_jobs import crash
+
+    try:
+        module = importlib.import_module(argv[0])
+    except Exception as err:  # noqa: BLE001 - a job that cannot even import says why first
+        print(crash.cause_line(f"{argv[0]}: {crash.cause_of(err)}"), file=sys.stderr, flush=True)
+        raise
     sys.argv = [module.__file__, *argv[1:]]
-    result = module.main(argv[1:])
-    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+    return crash.run(module.main, argv[1:])
 
 
 if __name__ == "__main__":

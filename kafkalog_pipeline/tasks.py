@@ -406,6 +406,9 @@ def plan_from_context(context) -> list[list[str]]:
 
 #: XCom key of a skipped plan's reason (the UI plugin says it where a report would be)
 SKIP_REASON_KEY = "skip_reason"
+#: XCom key of a task that crashed: its cause, one line (``spark_jobs.crash``), which the
+#: run's note and its Data quality tab show
+CAUSE_KEY = "cause"
 #: XCom key of the plan's verdict for a run whose nights all had no snapshot (the same shape
 #: as check_quality's return value, which is the verdict of every other run)
 VERDICT_KEY = "verdict"
@@ -413,7 +416,8 @@ VERDICT_KEY = "verdict"
 
 def plan_task(context) -> list[list[str]]:
     """The ``plan`` task: :func:`plan_from_context`; a night it skips is logged with why
-    (INFO, before the skip) and its reason is pushed to XCom (``SKIP_REASON_KEY``)."""
+    (INFO, before the skip) and its reason is pushed to XCom (``SKIP_REASON_KEY``); a plan
+    that fails says its cause first (:func:`say_crash`)."""
     _, skip = _airflow_errors()
     try:
         return plan_from_context(context)
@@ -424,6 +428,26 @@ def plan_task(context) -> list[list[str]]:
         if ti is not None:
             ti.xcom_push(key=SKIP_REASON_KEY, value=reason)
         raise
+    except Exception as err:
+        say_crash(context, PLAN_TASK, err)
+        raise
+
+
+def say_crash(context, task_id: str, err: BaseException) -> None:
+    """A task that stops on ``err``: its cause, one line (``spark_jobs.crash.cause_of``), at
+    ERROR before Airflow's traceback and pushed to XCom (``CAUSE_KEY``) for the run's note and
+    its Data quality tab. A reschedule (``plan`` waiting for the warehouse) is no crash."""
+    from airflow.sdk.exceptions import AirflowRescheduleException
+
+    from spark_jobs.crash import cause_of
+
+    if isinstance(err, AirflowRescheduleException):
+        return
+    cause = cause_of(err)
+    log.error("%s stopped: %s", task_id, cause)
+    ti = context.get("ti")
+    if ti is not None:
+        ti.xcom_push(key=CAUSE_KEY, value=cause)
 
 
 # ------------------------------------------------------------ publish, and its rerun

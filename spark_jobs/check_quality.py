@@ -14,7 +14,8 @@ great-expectations suites of ``expectations/suites.py``, and writes
 Exit status: 0 when no check failed (warnings allowed); ``EXIT_CHECKS_FAILED``
 (65, sysexits' EX_DATAERR) when the audit ran and a check failed (the FAIL lines
 list them; publish must not run, and running the audit again gives the same
-verdict); 2 on usage or I/O errors. Anything else (1 for an exception, the
+verdict); 2 on usage or I/O errors (their cause first, one line:
+:mod:`spark_jobs.crash`). Anything else (1 for an exception, the
 JVM's own codes) is a crash, which a retry may fix. The last line printed is
 the verdict, ``VERDICT_PREFIX`` + JSON (:func:`results.verdict`), which the Airflow
 operator reads as the task's summary.
@@ -26,7 +27,7 @@ import argparse
 import json
 import sys
 
-from spark_jobs import storage
+from spark_jobs import crash, storage
 from spark_jobs.audit import registry, results
 from spark_jobs.audit.job import audit
 from spark_jobs.audit.policy import Policy, PolicyError
@@ -86,7 +87,7 @@ def main(argv=None, spark=None) -> int:
     try:
         policy = Policy.load(args.policy)
     except (OSError, PolicyError) as err:
-        print(f"check_quality: policy: {err}", file=sys.stderr)
+        print(crash.cause_line(f"check_quality: policy: {err}"), file=sys.stderr, flush=True)
         return 2
     config = None
     if (storage.is_s3(args.warehouse) or args.s3_endpoint
@@ -101,7 +102,8 @@ def main(argv=None, spark=None) -> int:
         rows = audit(spark, wh, args.run_id, policy=policy, docs=not args.no_docs,
                      topics=args.topics, tiered_storage=args.tiered_storage)
     except (LookupError, storage.StorageError, CatalogError) as err:
-        print(f"check_quality: {err}", file=sys.stderr)
+        print(crash.cause_line(f"check_quality: {crash.cause_of(err)}"), file=sys.stderr,
+              flush=True)
         return 2
     return report(rows)
 
@@ -110,4 +112,4 @@ if __name__ == "__main__":
     # as a script (spark-submit spark_jobs/check_quality.py ...): run the importable module
     from spark_jobs import check_quality
 
-    sys.exit(check_quality.main())
+    sys.exit(crash.run(check_quality.main))

@@ -4,7 +4,8 @@
         [--no-publish] [--catalog NAME] [--namespace NS] ...
 
 The command line users' scripts and the DAGs call (``spark_entry.py
-spark_jobs.decode_segments ...`` too); the job itself is the package
+spark_jobs.decode_segments ...`` too; a crash prints its cause first, one line,
+:mod:`spark_jobs.crash`); the job itself is the package
 :mod:`spark_jobs.decode`, one module per stage.
 """
 
@@ -13,4 +14,8 @@ spark_jobs.decode_segments ...`` too); the job itself is the package
 from spark_jobs.decode import main
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from spark_jobs import crash
+
+    sys.exit(crash.run(main))  # a crash says its cause first, then the traceback

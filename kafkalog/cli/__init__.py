@@ -10,7 +10,9 @@ producer-state ``.snapshot``, ``leader-epoch-checkpoint`` and ``partition.metada
 the directory's ``meta.properties``, ``.kafka_cleanshutdown`` and four offset
 checkpoints; KRaft's ``quorum-state``, snapshots (``<offset>-<epoch>.checkpoint``, also
 renamed ``.deleted``) and ``bootstrap.checkpoint``. Anything else (a file without a
-suffix, say) is refused, unless ``--force-log`` decodes it as a log.
+suffix, say) is refused, unless ``--force-log`` decodes it as a log; a directory is refused
+with the glob of its segments (a partition folder's ``DIR/*.log``, a log directory's
+``DIR/*/*.log``).
 
 The records of Kafka's internal topics are decoded (``--records``: a ``decoded``
 object in JSON, ``key: … payload: …`` in text) when the partition folder names the
@@ -32,7 +34,9 @@ Exit status, the same for both commands (with several files the highest wins):
 see :data:`EXIT_STATUS`. Errors and refusals are one line on stderr, with no
 traceback and nothing printed for that file before them.
 
-Text output ends each file with a summary line; with ``--json`` stdout holds
+Text output ends each file with a summary line (a segment's records count its control
+records apart, ``36 records (34 data, 2 control)``: the warehouse's ``records`` table holds
+the data records, ``markers`` the control ones); with ``--json`` stdout holds
 only the JSON objects (one per line) and the summary line goes to stderr.
 
 One module per command: :mod:`.dump`, :mod:`.index`, :mod:`.tiered`; what a file is by

@@ -169,7 +169,7 @@ def _dump_log(args, path: str, out: TextIO, name: str | None = None) -> int:
                 out.write(f"Log starting offset: {base_offset_of(shown)}\n")
             except KafkaLogError:
                 pass
-        batches = records = 0
+        batches = records = control = 0
         kinds: Counter = Counter()
         for item in chain(head, items):
             if isinstance(item, Finding):
@@ -179,15 +179,23 @@ def _dump_log(args, path: str, out: TextIO, name: str | None = None) -> int:
                 continue
             batches += 1
             records += len(item.records)
+            control += len(item.records) if item.is_control else 0
             emit(out, args.json, batch_json(item, shown), lambda: batch_text(item))
             if args.records:
                 _dump_records(args, item, shown, decoder, out, kinds)
     finally:
         items.close()
     write_summary(args, out, shown, summary_text(
-        [count(batches, "batch", "batches"), count(records, "record", "records")], kinds,
+        [count(batches, "batch", "batches"), records_text(records, control)], kinds,
         stop - start))
     return EXIT_FINDINGS if kinds else EXIT_OK
+
+
+def records_text(records: int, control: int) -> str:
+    """``36 records (34 data, 2 control)``: a segment's records, its control records (the
+    transaction markers, which the warehouse keeps in ``markers``, not ``records``) apart."""
+    text = count(records, "record", "records")
+    return f"{text} ({records - control} data, {control} control)" if control else text
 
 
 def _dump_records(args, b: Batch, shown: str, decoder: str | None, out: TextIO,

@@ -46,8 +46,38 @@ def file_type(path: str) -> str:
     return _split_name(os.path.basename(path))[1]
 
 
+def directory_refusal(path: str) -> str:
+    """Why a directory is not dumped, and what to give instead: its segments (a partition
+    folder) or its partitions' (a log directory), as shell globs, with how many there are."""
+    here = os.path.join(path.rstrip("/") or "/", "*" + LOG_SUFFIX)
+    below = os.path.join(path.rstrip("/") or "/", "*", "*" + LOG_SUFFIX)
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        names = []
+    own = [n for n in names if n.endswith(LOG_SUFFIX)]
+    nested = sum(1 for n in names if os.path.isdir(os.path.join(path, n))
+                 for m in _listing(os.path.join(path, n)) if m.endswith(LOG_SUFFIX))
+    if own:
+        hint = f"a partition folder ({len(own)} segment(s)): dump {here}"
+    elif nested:
+        hint = f"a log directory ({nested} segment(s) in its partition folders): dump {below}"
+    else:
+        hint = f"no .log segment in it or its folders; dump {here} or {below} of a snapshot"
+    return f"{path}: is a directory, and dump reads files: {hint}"
+
+
+def _listing(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
 def dump_type(path: str, force_log: bool) -> str:
     """``.log``, an index suffix, or a state file kind (``producer_snapshot``, ...)."""
+    if os.path.isdir(path):
+        raise Refused(directory_refusal(path))
     if force_log:
         return LOG_SUFFIX
     ext = file_type(path)

@@ -11,8 +11,9 @@ segment's index files under Kafka's names.
 ``ls PREFIX`` lists the segments under a prefix (a local folder or ``s3://bucket/prefix``),
 grouped from the object keys (:mod:`..tiered.layout`); with ``--metadata``
 (``__remote_log_metadata`` segments, or folders holding ``__remote_log_metadata-N``) each gets
-its state from Kafka's own record, and live segments of the listed partitions whose objects are
-not there are listed too.
+its state from Kafka's own record (a segment not live, an orphan copy say, is marked
+``NOT LIVE (why)``; JSON ``live``), and live segments of the listed partitions whose objects are
+not there are listed too; without it the summary says the states are unknown.
 
 Errors are one line on stderr. Exit status: 0 done; 1 the objects are wrong (a malformed
 manifest, a chunk that does not give its bytes back; ``ls``: a segment with objects missing, or
@@ -240,7 +241,7 @@ def _metadata_rows(paths) -> tuple[list[dict], list]:
     return segment_rows(events), findings
 
 
-def _row_json(seg, meta: dict | None, store) -> dict:
+def _row_json(seg, meta: dict | None, store, with_metadata: bool) -> dict:
     objects = {} if seg is None else {s: n for s, n in sorted(seg.objects.items())}
     return {
         "type": "remote_segment",
@@ -255,8 +256,22 @@ def _row_json(seg, meta: dict | None, store) -> dict:
         "objects": objects,
         "complete": False if seg is None else seg.complete,
         "state": None if meta is None else meta["state"],
+        "live": live(None if meta is None else meta["state"], with_metadata),
         "segment_size_in_bytes": None if meta is None else meta["segment_size_in_bytes"],
     }
+
+
+#: the one state in which a remote segment is live (readable by consumers); what the others mean
+LIVE_STATE = "COPY_SEGMENT_FINISHED"
+NOT_LIVE = {"COPY_SEGMENT_STARTED": "copy started, never finished: an orphan, or a copy under way",
+            "DELETE_SEGMENT_STARTED": "being deleted", "DELETE_SEGMENT_FINISHED": "deleted"}
+
+
+def live(state: str | None, with_metadata: bool) -> bool | None:
+    """Whether a listed segment is live by Kafka's record: None where no metadata was read."""
+    if not with_metadata:
+        return None
+    return state == LIVE_STATE
 
 
 def _row_text(row: dict) -> str:
@@ -264,6 +279,9 @@ def _row_text(row: dict) -> str:
     ident = f" {row['segment_id']}" if row["segment_id"] else ""
     objects = " ".join(f"{s.lstrip('.-')}={n}" for s, n in row["objects"].items()) or "no objects"
     state = f" state={row['state']}" if row["state"] else ""
+    if row.get("live") is False and row["layout"] != "plain":
+        why = NOT_LIVE.get(row["state"] or "", "not in the metadata")
+        state += f" NOT LIVE ({why})"
     end = f" end_offset={row['end_offset']}" if row["end_offset"] is not None else ""
     missing = "" if row["complete"] else " INCOMPLETE"
     return f"{where}{ident} {row['layout'] or '-'} {objects}{end}{state}{missing}"
@@ -289,12 +307,12 @@ def cmd_ls(args, stdout) -> int:
             by_offset.get((seg.topic, seg.partition, seg.start_offset))
         if meta is not None:
             seen.add(meta["segment_id"])
-        out_rows.append(_row_json(seg, meta, store))
+        out_rows.append(_row_json(seg, meta, store, bool(args.metadata)))
     listed = {(s.topic, s.partition) for s in segments}
     for r in rows:  # live in Kafka's record, in a listed partition, but not in the listing
         if (r["segment_id"] not in seen and r["state"] == "COPY_SEGMENT_FINISHED"
                 and (r["topic"], r["partition"]) in listed):
-            out_rows.append(_row_json(None, r, store))
+            out_rows.append(_row_json(None, r, store, True))
     for row in out_rows:
         stdout.write((json.dumps(row, separators=(",", ":")) if args.json else _row_text(row))
                      + "\n")
@@ -309,6 +327,12 @@ def cmd_ls(args, stdout) -> int:
         live = sum(1 for r in rows if r["state"] == "COPY_SEGMENT_FINISHED")
         summary += (f"; metadata: {count(len(rows), 'segment', 'segments')}, {live} live, "
                     f"{count(len(findings), 'finding', 'findings')}")
+        not_live = sum(1 for r in out_rows if r["live"] is False and r["layout"] == AIVEN)
+        if not_live:
+            summary += f"; {not_live} listed not live (orphans, deleted or not in the metadata)"
+    elif layouts.get(AIVEN):
+        summary += ("; states unknown (live, orphan or deleted copy): give --metadata "
+                    "SNAPSHOT/__remote_log_metadata-N")
     if args.json:  # stdout stays JSON objects only
         print(f"kafkalog: {store.uri(prefix)}: {summary}", file=sys.stderr)
     else:

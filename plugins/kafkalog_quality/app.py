@@ -13,6 +13,10 @@ Routes (relative to the prefix):
 ``GET /api/series``                    the charts' figures as JSON
 =====================================  ============================================================
 
+Where Airflow has a newer attempt of a run than its results (a re-audit running, or one that
+failed without writing results), the pages and the JSON show that attempt's state as the run's
+verdict, the results below it as an earlier attempt's (:func:`.dag_runs.attempts`).
+
 Authentication: Airflow does not authenticate plugin apps (a mounted app inherits none of
 the core API's dependencies), so every route here asks Airflow's configured auth manager
 itself. The caller is the user of the ``Authorization: Bearer <JWT>`` header (from
@@ -29,8 +33,8 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from . import nights, pages, repository
-from .dag_runs import DAG_IDS, skip_reason
-from .model import Run
+from .dag_runs import DAG_IDS, attempts, skip_reason
+from .model import Run, shown_verdict
 from .series import series
 
 URL_PREFIX = "/kafkalog-quality"
@@ -98,7 +102,8 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
     def index(request: Request):
         wh = warehouse()
         runs = wh.runs()
-        return HTMLResponse(pages.index_page(runs, _base(request), wh.root, _overview(wh, runs)))
+        return HTMLResponse(pages.index_page(runs, _base(request), wh.root, _overview(wh, runs),
+                                             attempts=attempts(runs)))
 
     @app.get("/runs/{token}", response_class=HTMLResponse)
     def run_view(request: Request, token: str):
@@ -113,7 +118,8 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
             skipped = skip_reason(run.run_id)
         return HTMLResponse(pages.run_page(
             run, _base(request), wh.coverage([run]).get(run.token), root=wh.root,
-            catalog=wh.catalog_name, namespace=wh.namespace, skip_reason=skipped))
+            catalog=wh.catalog_name, namespace=wh.namespace, skip_reason=skipped,
+            attempt=attempts([run]).get(run.token)))
 
     @app.get("/runs/{token}/docs")
     def docs_root(token: str):
@@ -135,14 +141,16 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
     @app.get("/api/runs")
     def api_runs():
         wh = warehouse()
-        return {"warehouse": wh.root, "runs": [r.summary_json() for r in wh.runs()]}
+        runs = wh.runs()
+        latest = attempts(runs)
+        return {"warehouse": wh.root, "runs": [_with_attempt(r, latest) for r in runs]}
 
     @app.get("/api/runs/{token}")
     def api_run(token: str):
         run = warehouse().run(token)
         if run is None:
             raise HTTPException(status_code=404, detail=f"no data-quality results for {token!r}")
-        return run.as_json()
+        return {**run.as_json(), **_with_attempt(run, attempts([run]))}
 
     @app.get("/api/nights")
     def api_nights():
@@ -154,6 +162,14 @@ def create_app(*, authenticate: bool = True, root: str | None = None) -> FastAPI
         return series(warehouse().runs())
 
     return app
+
+
+def _with_attempt(run: Run, latest: dict) -> dict:
+    """A run's summary with ``shown_verdict`` and its latest ``attempt`` where that is newer
+    than its results (running, failed; else null)."""
+    attempt = latest.get(run.token)
+    return {**run.summary_json(), "shown_verdict": shown_verdict(run, attempt),
+            "attempt": attempt.as_json() if attempt else None}
 
 
 def _overview(wh: repository.Warehouse, runs: list[Run]) -> nights.Overview:

@@ -92,8 +92,9 @@ def create_view_app(*, authenticate: bool = True):
             return HTMLResponse(pages.message_page("Data quality", str(err), base), status_code=503)
         if found:
             return RedirectResponse(report_url(run_id), status_code=307)
-        exists, states, reason = run_states(dag_id, run_id)
+        exists, states, reason, cause = run_states(dag_id, run_id)
         return HTMLResponse(pages.message_page(
-            "Data quality", no_report_reason(states, reason, exists), base), status_code=404)
+            "Data quality", no_report_reason(states, reason, exists, cause), base),
+            status_code=404)
 
     return view

@@ -179,6 +179,53 @@ class Run:
         return out
 
 
+#: the states of a run's latest attempt that, newer than its results, the pages show instead
+RUNNING, FAILED = "running", "failed"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A run's latest attempt as Airflow knows it, where it is newer than the run's results
+    (:func:`superseded`): it is running (or queued) or it failed before writing results (a
+    crash, a task before the audit), so the results are an earlier attempt's. ``task``: the
+    task that stopped it (or that runs); ``cause``: its one line (``tasks.CAUSE_KEY``)."""
+
+    state: str  # RUNNING | FAILED
+    began: dt.datetime | None
+    task: str | None = None
+    cause: str | None = None
+
+    def headline(self) -> str:
+        """``failed: decode_chunk crashed: StorageError: …`` / ``running (since …)``."""
+        since = f" since {self.began:%Y-%m-%d %H:%M} UTC" if self.began else ""
+        if self.state == FAILED:
+            what = f"{self.task} failed" if self.task else "it failed"
+            return f"latest attempt failed{since}: {what}" + (f": {self.cause}" if self.cause else "")
+        what = f" ({self.task})" if self.task else ""
+        return f"latest attempt running{since}{what}: no verdict yet"
+
+    def as_json(self) -> dict:
+        return {"state": self.state, "began": iso_time(self.began), "task": self.task,
+                "cause": self.cause}
+
+
+def superseded(checked_at: dt.datetime | None, began: dt.datetime | None, run_state: str,
+               quality_state: str | None) -> bool:
+    """Whether a run's results (checked at ``checked_at``) are an earlier attempt's: Airflow's
+    run (``run_state``) is queued, running or failed, its latest attempt began after the
+    results were written, and its audit task (``quality_state``) did not succeed in it (a run
+    cleared only from ``publish`` on keeps its audit's results)."""
+    if run_state not in ("queued", RUNNING, FAILED) or began is None:
+        return False
+    if quality_state == "success":
+        return False
+    return checked_at is None or checked_at < began
+
+
+def shown_verdict(run: "Run", attempt: Attempt | None) -> str:
+    """What the pages show as a run's verdict: its latest attempt's state where that is newer
+    than its results (running, failed), else the results' verdict."""
+    return attempt.state if attempt is not None else run.verdict
 
 
 @dataclass(frozen=True)

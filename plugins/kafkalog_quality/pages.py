@@ -29,12 +29,17 @@ th{background:#f6f8fa;font-weight:600}td.num,th.num{text-align:right;font-varian
 .verdict-warn,.status-warn{background:#fff8c5;color:#7d4e00}
 .verdict-fail,.status-fail{background:#ffebe9;color:#a40e26}
 .verdict-error,.verdict-empty,.status-other{background:#eaeef2;color:#424a53}
+.verdict-failed{background:#a40e26;color:#fff}.verdict-running{background:#ddf4ff;color:#0550ae}
+#attempt{border:1px solid #ffb3b8;background:#fff5f5;border-radius:6px;padding:6px 14px;margin:8px 0 16px}
+#attempt.attempt-running{border-color:#54aeff;background:#f1f8ff}.attempt-note{font-size:12px;white-space:normal}
 tr.row-fail td{background:#fff5f5}tr.row-warn td{background:#fffdf0}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #e1e4e8;border-radius:6px;background:#fff}
 pre{margin:4px 0;white-space:pre-wrap;font-size:12px}summary{cursor:pointer;color:#0969da}
-.problem-line{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
-td.items,td.checked,td.tp,td.check-name,th,td.verdict-cell,td.run-cell,td.when,td.docs,details.topics summary{white-space:nowrap}
-td.problem{min-width:26em}.scroll{overflow-x:auto;max-width:100%}
+.problem-line{font-size:13px;font-variant-numeric:tabular-nums;overflow-wrap:anywhere}
+.problem-line .uri{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
+td.items,th,td.verdict-cell,td.run-cell,td.when,td.docs,details.topics summary{white-space:nowrap}
+td.tp,td.check-name{overflow-wrap:anywhere;min-width:6em}td.checked{min-width:6em;max-width:10em}td.check-name{max-width:10em}td.tp{max-width:11em}
+td.problem{min-width:18em}.scroll{overflow-x:auto;max-width:100%}
 .uri{border-bottom:1px dotted #8c959f;cursor:help;white-space:nowrap}
 .nothing-new,tr.row-nothing-new td{color:#656d76}
 details.topics{display:inline-block;vertical-align:top}details.topics summary{color:#656d76}
@@ -195,7 +200,7 @@ def _no_snapshot_cell(gone: nights.NoSnapshot, label: str | None) -> dict:
                       "data-kind": nights.NO_SNAPSHOT, "data-token": gone.run.token}}
 
 
-def night_grid(ov: nights.Overview) -> str:
+def night_grid(ov: nights.Overview, attempts: dict[str, model.Attempt] | None = None) -> str:
     """The heat grid: a row of each night's worst, then the snapshot, topics and
     topic-partitions (rows) x nights; nights without a snapshot and due nights without a run
     are columns of their own."""
@@ -247,10 +252,14 @@ def night_grid(ov: nights.Overview) -> str:
             continue
         topics = (f" of {', '.join(cov.topics)} ({plural(len(cov.partitions), 'topic-partition')})"
                   if cov.partitions else "")
+        attempt = (attempts or {}).get(run.token)
+        shown = "fail" if attempt is not None and attempt.state == model.FAILED else run.verdict
         lanes.append({"first": col[spans[0]], "last": col[spans[-1]], "label": run.run_id,
                       "href": run_href(run.token),
-                      "fill": _fill(run.verdict if run.verdict in svg.OUTCOME_FILLS else "other"),
-                      "title": f"run {run.run_id}: {run.verdict}; "
+                      "fill": _fill(shown if shown in svg.OUTCOME_FILLS else "other"),
+                      "title": f"run {run.run_id}: "
+                               + (f"{attempt.headline()} (earlier results: {run.verdict})"
+                                  if attempt is not None else run.verdict) + "; "
                                f"{plural(len(spans), 'night')} ({nights_text(spans)}){topics}",
                       "attrs": {"data-token": run.token, "data-nights": " ".join(spans)}})
     legend = [(_OUTCOME_LABELS[k].split(" (")[0], svg.OUTCOME_FILLS[k])
@@ -346,10 +355,16 @@ def _suites_title(run: model.Run) -> str:
     return f"The Data Docs count {words.suites_text(run.suites())}"
 
 
-def index_page(runs: list[model.Run], base: str, root: str, ov: nights.Overview | None = None) -> str:
+def index_page(runs: list[model.Run], base: str, root: str, ov: nights.Overview | None = None,
+               attempts: dict[str, model.Attempt] | None = None) -> str:
+    """The overview; ``attempts``: the runs whose latest attempt in Airflow is newer than
+    their results (:func:`.dag_runs.attempts`), shown by that attempt's state."""
     ov = ov or nights.overview(runs, {})
+    attempts = attempts or {}
     rows = []
     for run in runs:
+        attempt = attempts.get(run.token)
+        verdict = model.shown_verdict(run, attempt)
         tally = run.tally
         docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}" '
                 f'title="{escape(_suites_title(run))}">Data Docs</a>'
@@ -358,12 +373,17 @@ def index_page(runs: list[model.Run], base: str, root: str, ov: nights.Overview 
         note = f'<div class="error">{escape(run.error)}</div>' if run.error else ""
         if remedies.unpublished(run, cov):
             note += '<div class="not-published-note">not published: main unchanged</div>'
+        if attempt is not None:
+            note += (f'<div class="attempt-note {"error" if attempt.state == model.FAILED else "muted"}">'
+                     f"{escape(attempt.headline())}; the counts are an earlier attempt's "
+                     f"({escape(run.verdict)})</div>")
 
         rows.append(
-            f'<tr class="run row-{escape(run.verdict)}" data-token="{escape(run.token)}" '
-            f'data-run-id="{escape(run.run_id)}" data-verdict="{escape(run.verdict)}">'
-            f'<td class="verdict-cell"><span class="verdict verdict-{escape(run.verdict)}">'
-            f"{escape(run.verdict)}</span></td>"
+            f'<tr class="run row-{escape(verdict)}" data-token="{escape(run.token)}" '
+            f'data-run-id="{escape(run.run_id)}" data-verdict="{escape(verdict)}" '
+            f'data-results-verdict="{escape(run.verdict)}">'
+            f'<td class="verdict-cell"><span class="verdict verdict-{escape(verdict)}">'
+            f"{escape(verdict)}</span></td>"
             f'<td class="run-cell"><a class="run-link" href="{escape(run_href(run.token))}">'
             f"{escape(run.run_id)}</a>{note}</td>"
             f"{_nights_cell(cov)}<td class=\"read\">{topics_folded(cov)}</td>"
@@ -379,6 +399,13 @@ def index_page(runs: list[model.Run], base: str, root: str, ov: nights.Overview 
         + '<th>Checked at (UTC)</th><th>Data Docs</th>'
         f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
         if runs else '<p id="no-runs" class="muted">No data-quality results in this warehouse yet.</p>')
+    if attempts:
+        attempts_note = ('<p id="attempts" class="error">' + "; ".join(
+            f'run <a href="{escape(run_href(r.token))}">{escape(r.run_id)}</a>: '
+            f"{escape(attempts[r.token].headline())}" for r in runs if r.token in attempts)
+            + ". The grid shows those runs' earlier results.</p>")
+    else:
+        attempts_note = ""
     unhealthy = [n for n, _ in ov.problem_nights()]
     if unhealthy:
         older = len(unhealthy) - PROBLEM_NIGHTS
@@ -407,7 +434,8 @@ def index_page(runs: list[model.Run], base: str, root: str, ov: nights.Overview 
         f'<a href="api/nights">JSON</a> · results are {words.COUNTED}; the Data Docs count '
         "suites (one per check)</p>"
         f'<section id="nights"><h2>Nights at a glance</h2>'
-        f'<p id="headline">{headline}</p>{no_run}{night_grid(ov)}{unplaced}{night_problems(ov)}</section>'
+        f'<p id="headline">{headline}</p>{attempts_note}{no_run}{night_grid(ov, attempts)}{unplaced}'
+        f"{night_problems(ov)}</section>"
         f"<h2>Runs</h2>{table}"
         f'<h2>Per run</h2><section class="charts" id="charts">{charts(runs, ov.coverage)}</section>'
     )
@@ -525,9 +553,12 @@ def counts_line(run: model.Run) -> str:
 
 def run_page(run: model.Run, base: str, coverage: model.Coverage | None = None, *,
              root: str = "W", catalog: str = "kafkalog", namespace: str = "kafka",
-             skip_reason: str | None = None) -> str:
+             skip_reason: str | None = None, attempt: model.Attempt | None = None) -> str:
     """One run, problems first; a failed run not published opens with what that means and
-    the ways forward (:mod:`.remedies`); ``skip_reason``: why Airflow's plan task skipped it."""
+    the ways forward (:mod:`.remedies`); ``skip_reason``: why Airflow's plan task skipped it;
+    ``attempt``: its latest attempt where that is newer than its results (running, failed):
+    the page's verdict, and the results below are said to be an earlier attempt's."""
+    verdict = model.shown_verdict(run, attempt)
     docs = (f'<a class="docs-link" href="{escape(docs_href(run.token))}">Data Docs of this run</a> '
             f'<span class="muted" id="suites">(they count {escape(words.suites_text(run.suites()))})</span>'
             if run.has_docs else '<span class="muted">no Data Docs for this run</span>')
@@ -535,8 +566,10 @@ def run_page(run: model.Run, base: str, coverage: model.Coverage | None = None, 
         '<nav><a href="./">← all runs</a>'
         f'<a href="api/runs/{escape(quote(run.token))}">JSON</a></nav>',
         f'<h1>Run <span id="run-id">{escape(run.run_id)}</span> '
-        f'<span id="verdict" class="verdict verdict-{escape(run.verdict)}">{escape(run.verdict)}</span></h1>',
-        remedies.section(run, coverage, root=root, catalog=catalog, namespace=namespace),
+        f'<span id="verdict" class="verdict verdict-{escape(verdict)}">{escape(verdict)}</span></h1>',
+        _attempt_section(run, attempt),
+        remedies.section(run, coverage, root=root, catalog=catalog, namespace=namespace)
+        if attempt is None else "",
         (f'<p id="skip-reason" class="muted">Airflow skipped the rest of this run: '
          f"{escape(skip_reason)}</p>" if skip_reason else ""),
         f"<p>Checked at {_when(run.checked_at)} · {docs}</p>",
@@ -575,6 +608,23 @@ def run_page(run: model.Run, base: str, coverage: model.Coverage | None = None, 
             '<th class="num">Items</th><th class="num">Checked</th></tr></thead>'
             f"<tbody>{body}</tbody></table></div></section>")
     return _page(f"Data quality · {run.run_id}", base, "".join(parts))
+
+
+def _attempt_section(run: model.Run, attempt: model.Attempt | None) -> str:
+    """What Airflow's newer attempt of the run says, before the results of an earlier one."""
+    if attempt is None:
+        return ""
+    return (f'<section id="attempt" class="attempt-{escape(attempt.state)}" '
+            f'data-state="{escape(attempt.state)}"><p class="{"error" if attempt.state == model.FAILED else ""}">'
+            f"<strong>{escape(attempt.headline()[0].upper() + attempt.headline()[1:])}.</strong></p>"
+            f'<p class="muted">What follows are the results of an earlier attempt (verdict '
+            f'<span class="verdict verdict-{escape(run.verdict)}" id="earlier-verdict">'
+            f"{escape(run.verdict)}</span>, checked at {_when(run.checked_at)}): not this "
+            "attempt's. "
+            + ("See the failed task's log in Airflow; clearing it runs the night again."
+               if attempt.state == model.FAILED else
+               "This attempt's verdict replaces them when its audit ends.")
+            + "</p></section>")
 
 
 def message_page(title: str, message: str, base: str) -> str:

@@ -647,3 +647,35 @@ def test_dump_decodes_share_group_state_by_its_folder(tmp_path, capsys):
     records = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()
                if ln.startswith('{"type":"record"')]
     assert records[1]["decoded"]["value"]["data"]["startOffset"] == -1
+
+
+def test_a_directory_is_refused_saying_what_to_give_instead(tmp_path):
+    """`dump DIR` says it is a directory and gives the glob of its segments: a partition
+    folder's own, a log directory's partitions' (tests/data/real: a broker's log dir)."""
+    log_dir = SMALL.parents[1]
+    partition = SMALL.parent
+    segments = sorted(log_dir.glob("*/*.log"))
+    _one_line_error(run("dump", str(log_dir)), 2, f"{log_dir}: is a directory",
+                    f"a log directory ({len(segments)} segment(s)", f"dump {log_dir}/*/*.log")
+    own = sorted(partition.glob("*.log"))
+    _one_line_error(run("dump", str(partition)), 2, f"{partition}: is a directory",
+                    f"a partition folder ({len(own)} segment(s))", f"dump {partition}/*.log")
+    _one_line_error(run("dump", str(tmp_path)), 2, "is a directory", "no .log segment")
+
+
+def test_the_summary_counts_control_records_apart(capsys):
+    """A segment's records are its data records and its control records (markers, KRaft's
+    control batches), which the warehouse keeps apart (`markers`, not `records`): the
+    summary says both, so its count matches the records table's (the real KRaft log of
+    tests/data/real holds a control batch)."""
+    metadata = next(p for p in FILES if "__cluster_metadata-0" in str(p))
+    assert main(["dump", "--json", "--records", str(metadata)]) == 0
+    out, err = capsys.readouterr()
+    objs = [json.loads(ln) for ln in out.splitlines()]
+    control = {o["base_offset"] for o in objs if o["type"] == "batch" and o["is_control"]}
+    records = [o for o in objs if o["type"] == "record"]
+    n_control = sum(1 for o in records if "control" in o)
+    assert control and n_control > 0
+    assert f"{len(records)} records ({len(records) - n_control} data, {n_control} control)" in err
+    assert main(["dump", str(SMALL)]) == 0  # no control records: no parenthesis
+    assert "18 records, no findings" in capsys.readouterr().out

@@ -250,8 +250,9 @@ def test_ls_lists_a_tier_with_states_from_the_metadata(tmp_path, capsys):
         (None, "orders", 3, 26, missing, [], False, "COPY_SEGMENT_FINISHED"),
     ]
     assert rows[1]["end_offset"] == 12 and rows[1]["segment_size_in_bytes"] == len(LOG)
+    assert [r["live"] for r in rows] == [False, True, False, True]
     assert "3 segments (aiven 2, plain 1), 2 incomplete, 0 other objects; metadata: " \
-           "2 segments, 2 live, 0 findings" in captured.err
+           "2 segments, 2 live, 0 findings; 1 listed not live" in captured.err
     # text, and a tier with nothing wrong
     os.remove(tmp_path / "bucket" / other.key("log"))
     os.remove(tmp_path / "bucket" / other.key("rsm-manifest"))
@@ -261,7 +262,30 @@ def test_ls_lists_a_tier_with_states_from_the_metadata(tmp_path, capsys):
                       f"indexes={len(up.objects[up.key('indexes')])} "
                       f"log={len(up.objects[up.key('log')])} "
                       f"rsm-manifest={len(up.objects[up.key('rsm-manifest')])}")
-    assert out[-1] == "Summary: 2 segments (aiven 1, plain 1), 0 incomplete, 0 other objects"
+    assert out[-1] == ("Summary: 2 segments (aiven 1, plain 1), 0 incomplete, 0 other objects; "
+                       "states unknown (live, orphan or deleted copy): give --metadata "
+                       "SNAPSHOT/__remote_log_metadata-N")
+
+
+def test_ls_marks_an_orphan_copy_not_live(tmp_path, capsys):
+    """A copy whose COPY_SEGMENT_STARTED was never followed by its FINISHED (an orphan, as the
+    demo plants one) has all its objects, yet is not live: ls says so, not like a finished one."""
+    upload(tmp_path, key_id=None)  # adh9f8BMS4anaUnD8KWfWg, finished below
+    orphan = "Xdh9f8BMS4anaUnD8KWfWg"
+    upload(tmp_path, key_id=None, segment_id=orphan)  # the same offsets, copy never finished
+    _metadata_segment(tmp_path / "logs" / "__remote_log_metadata-0", [
+        _event("start", "adh9f8BMS4anaUnD8KWfWg", 0), _event("start", orphan, 0),
+        _event("update", "adh9f8BMS4anaUnD8KWfWg", 1)])
+    assert main(["tiered", "ls", "--metadata", str(tmp_path / "logs"),
+                 str(tmp_path / "bucket")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    [finished] = [line for line in out if "adh9f8BMS4anaUnD8KWfWg" in line]
+    [copy] = [line for line in out if orphan in line]
+    assert finished.endswith("state=COPY_SEGMENT_FINISHED") and "NOT LIVE" not in finished
+    assert copy.endswith("state=COPY_SEGMENT_STARTED NOT LIVE (copy started, never finished: "
+                         "an orphan, or a copy under way)")
+    assert out[-1].endswith("metadata: 2 segments, 1 live, 0 findings; 1 listed not live "
+                            "(orphans, deleted or not in the metadata)")
 
 
 def test_ls_of_nothing_there_is_one_line_exit_2(tmp_path):

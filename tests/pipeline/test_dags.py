@@ -336,6 +336,15 @@ DONE = {"plan": "success", "decode_chunk": "success", "check_quality": "success"
     ("decode failed", {"plan": "success", "decode_chunk": "failed",
                        "rerun_on_conflict": "skipped"},
      {}, {}, "failed", "DQ: not audited: decode_chunk failed — not published"),
+    # a crash: the one line its operator pushed (spark_jobs.crash), in the note
+    ("decode crashed", {"plan": "success", "decode_chunk": "failed",
+                        "rerun_on_conflict": "skipped"},
+     {("decode_chunk", "cause"): "StorageError: s3://b/k: could not connect to the endpoint"},
+     {}, "failed", "DQ: not audited: decode_chunk failed: StorageError: s3://b/k: could not "
+     "connect to the endpoint — not published"),
+    ("audit crashed", {**DONE, "check_quality": "failed", "rerun_on_conflict": "skipped"},
+     {("check_quality", "cause"): "KeyError: 'night'"}, {}, "failed",
+     "DQ: not audited: check_quality failed: KeyError: 'night' — not published"),
 ], ids=lambda c: c[0] if isinstance(c, tuple) else None)
 def test_the_run_state_is_publishs_and_the_note_says_the_verdict(nightly_in_db, case):
     """With the real metadata DB and Airflow's own run-state rule (leaves; teardowns left
@@ -397,6 +406,30 @@ def test_trigger_form_says_which_nights_a_run_reads(dag):
     assert "instead" in date_from.schema["title"]
     assert "inclusive" in dag.params.get_param("date_to").schema["title"]
     assert "Which night a run reads" in dag.doc_md
+    # the range in a collapsed section of its own (Airflow's forms: `section`), apart from
+    # the Backfill dialog's own date range, which the default section sits beside
+    sections = {name: dag.params.get_param(name).schema.get("section") for name in dag.params}
+    assert sections["date_from"] == sections["date_to"] and "not for a backfill" in sections["date_to"]
+    assert {n for n, s in sections.items() if s} == {"date_from", "date_to"}
+
+
+def test_the_tier_params_default_is_the_setting(dag, monkeypatch, tmp_path):
+    """tiered_storage defaults to KAFKALOG_TIERED_STORAGE (read at parse time; unset: no
+    tier), which the demo sets to its tier: a run triggered in `make ui` reads the tier as the
+    demo's own runs do."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from demo import servers, tiered
+    from kafkalog_pipeline.settings import TIER_PARAM
+
+    assert "KAFKALOG_TIERED_STORAGE" not in os.environ
+    assert dag.params[TIER_PARAM] is None
+    uri = tiered.tier_uri(servers.BUCKET)
+    monkeypatch.setenv("KAFKALOG_TIERED_STORAGE", uri)
+    bag = DagBag(dag_folder=str(DAGS / "kafka_segments_nightly.py"))
+    assert bag.dags[DAG_ID].params[TIER_PARAM] == uri
+    env = servers.airflow_env(tmp_path / "demo-output", "http://127.0.0.1:1")
+    assert env["KAFKALOG_TIERED_STORAGE"] == uri
 
 
 def test_audit_output_levels_verdict_and_one_line_failure(caplog):
@@ -427,6 +460,63 @@ def test_audit_output_levels_verdict_and_one_line_failure(caplog):
     assert "no verdict" in failed_checks_line(None)
 
 
+def test_a_crash_says_its_cause_first_in_one_line(caplog, capsys):
+    """A job that raises prints its cause, one line, before the traceback (spark_entry and the
+    jobs' scripts run it through spark_jobs.crash); the operator's reader logs that line at
+    ERROR and keeps it as the crash's cause; without one, the last exception line stands in."""
+    import io
+    import logging
+    import traceback
+
+    from kafkalog_pipeline.operators import JobOutput
+    from spark_jobs import crash
+    from spark_jobs.storage import StorageError
+
+    def job(argv):
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except OSError as err:  # as storage translates a boto error, ``from err``
+            raise StorageError("s3://warehouse/catalog.db: could not connect to the endpoint "
+                               "URL: 'http://127.0.0.1:9/'\n(more detail)") from err
+
+    out = io.StringIO()
+    assert crash.run(job, [], out) == 1
+    printed = out.getvalue().splitlines()
+    cause = "StorageError: s3://warehouse/catalog.db: could not connect to the endpoint URL: " \
+            "'http://127.0.0.1:9/'"
+    assert printed[0] == crash.CAUSE_PREFIX + cause
+    assert printed[1] == "Traceback (most recent call last):" and len(printed) > 8
+    assert crash.run(lambda argv: 65, []) == 65 and crash.run(lambda argv: {"x": 1}, []) == 0
+    assert len(crash.cause_of(ValueError("x" * 5000))) == crash.MAX_CAUSE
+    assert crash.cause_of(KeyError()) == "KeyError"
+
+    spark_lines = ["26/11/25 22:48:20 INFO SparkContext: Running Spark version 4.2.0\n",
+                   *[line + "\n" for line in printed]]
+    reader = JobOutput(logging.getLogger("crash-output"))
+    with caplog.at_level(logging.INFO, logger="crash-output"):
+        rest = list(reader.lines(iter(spark_lines)))
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("ERROR", crash.CAUSE_PREFIX + cause)]
+    assert rest == [spark_lines[0], *spark_lines[2:]]  # the traceback stays at INFO, after it
+    assert reader.crash_cause(1) == cause
+    # a crash before our code ran (no cause line): its last exception line
+    bare = JobOutput(logging.getLogger("crash-output"))
+    tb = "".join(traceback.format_exception(ModuleNotFoundError("No module named 'pyarrow'")))
+    list(bare.lines(iter(["Traceback (most recent call last):\n", "  File \"x.py\", line 1\n",
+                          *tb.splitlines(True),
+                          "26/11/25 22:48:21 INFO ShutdownHookManager: Shutdown hook called\n"])))
+    assert bare.crash_cause(1) == "ModuleNotFoundError: No module named 'pyarrow'"
+    assert JobOutput(logging.getLogger("x")).crash_cause(137) == \
+        "spark-submit exited with status 137 (no cause in its output)"
+    # spark_entry: the module's main through crash.run
+    from kafkalog_pipeline import spark_entry
+
+    with pytest.raises(ModuleNotFoundError):
+        spark_entry.main(["spark_jobs.no_such_job"])
+    assert capsys.readouterr().err.startswith(
+        crash.CAUSE_PREFIX + "spark_jobs.no_such_job: ModuleNotFoundError: No module named")
+
+
 def test_data_quality_tab_says_why_a_run_has_no_report():
     sys.path.insert(0, str(DAGS.parent / "plugins"))  # as Airflow puts its plugins folder
     from kafkalog_quality.dag_runs import no_report_reason
@@ -442,6 +532,12 @@ def test_data_quality_tab_says_why_a_run_has_no_report():
     assert no_report_reason({"plan": "success", "decode_chunk": "running",
                              "check_quality": None}, None).startswith("no report yet")
     assert no_report_reason({}, None, run_exists=False) == "no report: Airflow has no such DAG run"
+    assert no_report_reason({"plan": "success", "decode_chunk": "failed", "check_quality": None},
+                            None, cause="StorageError: s3://b/: unreachable") == \
+        "no report: the audit did not run, because decode_chunk failed: StorageError: s3://b/: unreachable"
+    assert no_report_reason({"plan": "success", "decode_chunk": "success",
+                             "check_quality": "failed"}, None, cause="KeyError: 'x'") == \
+        "no report: the audit crashed: KeyError: 'x'"
     # the tab's page for a DAG the audit does not cover (no warehouse or metadata read)
     from fastapi.testclient import TestClient
 
@@ -579,6 +675,55 @@ def test_unreachable_endpoint_is_transient():
                                access_key="x", secret_key="y")
     with pytest.raises(snapshots.TransientS3Error, match="cannot list"):
         snapshots.list_segments("b", {"d": "p/2026-11-20/"}, access)
+
+
+def test_a_plan_that_cannot_reach_s3_says_its_cause_first(monkeypatch, tmp_path):
+    """S3 unreachable at plan time: the plan's cause, one line at ERROR before Airflow's
+    traceback, pushed to XCom for the run's note and its Data quality tab."""
+    import logging
+    import socket
+
+    from kafkalog_pipeline import tasks
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing answers there
+    for name, value in {"KAFKALOG_WAREHOUSE": str(tmp_path / "w"), "KAFKALOG_SNAPSHOT_BUCKET": "b",
+                        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x",
+                        "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1",
+                        "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    pushed = {}
+
+    class TaskInstance:
+        dag_id = DAG_ID
+
+        def xcom_push(self, key, value):
+            pushed[key] = value
+
+        def get_task_states(self, **kw):
+            return {}
+
+    night = dt.datetime(2026, 11, 22, 3, tzinfo=dt.timezone.utc)
+    context = {"ti": TaskInstance(), "run_id": "scheduled__2026-11-22T03:00:00+00:00",
+               "params": {}, "logical_date": night, "data_interval_start": night}
+    said = []
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            said.append((record.levelname, record.getMessage()))
+
+    handler = Lines()
+    tasks.log.addHandler(handler)
+    try:
+        with pytest.raises(Exception) as raised:
+            tasks.plan_task(context)
+    finally:
+        tasks.log.removeHandler(handler)
+    cause = pushed[tasks.CAUSE_KEY]
+    assert cause.startswith(type(raised.value).__name__ + ": ") and "\n" not in cause
+    assert f"127.0.0.1:{port}" in cause and "cannot list" in cause, cause
+    assert ("ERROR", f"plan stopped: {cause}") in said
 
 
 # ------------------------------------------------------------------ S3 access (connection or environment)

@@ -320,7 +320,7 @@ def test_a_night_without_a_snapshot_is_a_warned_skip(dag, pipeline, api):
                "warned": {"snapshot_missing": ["2026-11-25"]}}
     assert xcom(run_id, "plan", "verdict") == verdict
     assert run_note(api, run_id).startswith("DQ: 1 warned: snapshot_missing 2026-11-25")
-    exists, states, _ = run_states(DAG_ID, run_id)
+    exists, states, _, _ = run_states(DAG_ID, run_id)
     assert exists and states["plan"] == "skipped"
     # the Data quality tab opens the run's report: the night has a result
     from urllib.parse import quote

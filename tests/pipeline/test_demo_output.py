@@ -210,7 +210,11 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
     assert "  kafka.values__shipments            4 rows  (typed: shipments's values)" \
         in text.splitlines()  # the names in one column
     assert ("  kafka.latest__customers            2 rows  (latest: customers's latest record "
-            "per key; as of night: 2026-11-20 3, 2026-11-21 2)") in text.splitlines()
+            "per key; as of night: 2026-11-20 3, 2026-11-21 2; keys: cust-0, cust-1)") \
+        in text.splitlines()  # keys as text, not b'cust-0'
+    assert "b'" not in text
+    assert report.key_text(b"\xff\x00") == "0xff00" and report.key_text(None) == "null"
+    assert report.key_text("kö".encode()) == "kö" and report.key_text(b"a\x01") == "0x6101"
 
     # the query, pasted into a shell from another directory, lists the problems of both runs
     proc = subprocess.run(["bash", "-c", queries[0]], capture_output=True, text=True, cwd="/",
@@ -265,6 +269,55 @@ def test_demo_and_ui_do_not_run_over_one_directory_at_once(tmp_path):
     assert p.returncode == -9
     with servers.exclusive(out, "make demo"):
         assert (out / ".demo.lock").read_text().strip() == f"make demo (pid {os.getpid()})"
+    assert (out / ".demo.lock").read_text() == ""  # released: it names no one
+
+
+def test_a_demo_killed_outright_is_taken_over_and_what_it_left_running_stopped(tmp_path, capsys):
+    """A `make demo` killed with SIGKILL (no clean-up runs) leaves its night's process group
+    (dag.test() and its Spark jobs) running and a lock naming a dead pid: the next holder says
+    so, stops that group, and starts clean."""
+    import signal
+    import time
+
+    out = tmp_path / "demo-output"
+    night = ("import time, sys; time.sleep(120)  # demo dagtest 2026-11-20")
+    code = ("import os, sys, pathlib, subprocess; from demo import servers\n"
+            "with servers.exclusive(pathlib.Path(sys.argv[1]), 'make demo') as lock:\n"
+            f"    p = subprocess.Popen([sys.executable, '-c', {night!r}], start_new_session=True, "
+            "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            "    lock.started(p.pid, 'demo dagtest 2026-11-20')\n"
+            "    print(p.pid, flush=True)\n"
+            "    os.kill(os.getpid(), 9)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(out)], timeout=120, cwd=REPO,
+                       capture_output=True, text=True)
+    assert p.returncode == -9
+    left = int(p.stdout.split()[0])
+    dead = int(servers._HOLDER_PID.search((out / ".demo.lock").read_text()).group(1))
+    assert (out / ".demo.lock").read_text() == (f"make demo (pid {dead})\n"
+                                               f"group {left}: demo dagtest 2026-11-20\n")
+    os.killpg(left, 0)  # still running, in its own group
+    with servers.exclusive(out, "make demo") as lock:
+        said = capsys.readouterr().err
+        assert f"make demo (pid {dead}) stopped without cleaning up" in said
+        assert f"stopped what it left running: group {left} (demo dagtest 2026-11-20)" in said
+        deadline = time.monotonic() + 10
+        while servers.alive(left) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not servers.alive(left)
+        # a group of its own, stopped by the holder: SIGTERM, then SIGKILL if it ignores it
+        stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                     "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                     "time.sleep(120)"], start_new_session=True)
+        time.sleep(0.5)
+        lock.started(stubborn.pid, "demo dagtest x")
+        assert servers.stop_group(stubborn.pid, timeout=1, leader=stubborn)
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL
+        lock.stopped(stubborn.pid)
+        assert (out / ".demo.lock").read_text() == f"make demo (pid {os.getpid()})\n"
+    # a pid reused by another program since is left alone
+    assert servers.take_over(f"make demo (pid {dead})\ngroup {os.getpid()}: demo dagtest y\n",
+                             out) == [f"{out}: make demo (pid {dead}) stopped without cleaning "
+                                      "up (no such process): taking its lock over"]
 
 
 # ------------------------------------------------------------------ the tiered topic's data

@@ -1486,3 +1486,59 @@ def test_airflow_lists_the_plugin(tmp_path):
     assert set(plugins) == {"kafkalog_quality", "kafkalog_notes"}
     assert plugins["kafkalog_notes"]["listeners"] == ["kafkalog_pipeline.notes"]
     assert "Failed to import" not in out.stderr
+
+
+def test_a_newer_attempt_than_the_results_is_what_the_pages_show(tmp_path, monkeypatch):
+    """Results an earlier attempt wrote are not the verdict of a run whose latest attempt in
+    Airflow runs or failed before writing any: the run page, the runs table and the JSON show
+    that attempt (its cause, where it crashed), the results as the earlier attempt's."""
+    night = "2026-11-20"
+    at = at_night(night)
+    later = at + dt.timedelta(hours=2)
+    # the rule: queued/running/failed, begun after the results, its audit not succeeded
+    assert model.superseded(at, later, "failed", "failed")
+    assert model.superseded(at, later, "running", None)
+    assert model.superseded(at, later, "queued", None)
+    assert model.superseded(None, later, "running", "running")
+    assert not model.superseded(later, at, "failed", "failed")  # its audit wrote these rows
+    assert not model.superseded(at, later, "success", "success")
+    assert not model.superseded(at, later, "failed", "success")  # cleared from publish on
+    assert not model.superseded(at, None, "queued", None)
+
+    root = str(tmp_path / "warehouse")
+    run_id = "scheduled__2026-11-20T03:00:00+00:00"
+    warned = passing_run(run_id, night, at)
+    warned["rows"].append(row(run_id, "offset_gaps", "gap", 0, night, at, status="warn",
+                              items=[item("unexplained", "warn", "offsets 3..4 missing")]))
+    write_ledger(root, [warned])
+    write_run(root, warned)
+    client = make_client(root)
+    assert Dom(client.get(f"/runs/{warned['token']}").text).one(id="verdict").text == "warn"
+    assert not Dom(client.get(f"/runs/{warned['token']}").text).find(id="attempt")
+
+    cause = "check_quality crashed: StorageError: s3://w/: could not connect to the endpoint"
+    from kafkalog_quality import app as app_module
+
+    latest = {warned["token"]: model.Attempt(model.FAILED, later, "check_quality", cause)}
+    monkeypatch.setattr(app_module, "attempts", lambda runs: {
+        r.token: latest[r.token] for r in runs if r.token in latest})
+    dom = Dom(client.get(f"/runs/{warned['token']}").text)
+    assert dom.one(id="verdict").attrs["class"].split() == ["verdict", "verdict-failed"]
+    assert dom.one(id="verdict").text == "failed" and dom.one(id="earlier-verdict").text == "warn"
+    text = " ".join(dom.one("section", id="attempt").text.split())
+    assert text.startswith("Latest attempt failed since 2026-11-20 06:00 UTC: check_quality "
+                           f"failed: {cause}.")
+    assert "results of an earlier attempt" in text
+    index = Dom(client.get("/").text)
+    [tr] = index.find("tr", cls="run")
+    assert (tr.attrs["data-verdict"], tr.attrs["data-results-verdict"]) == ("failed", "warn")
+    assert cause in index.one(id="attempts").text
+    api = client.get(f"/api/runs/{warned['token']}").json()
+    assert (api["verdict"], api["shown_verdict"], api["attempt"]["cause"]) == ("warn", "failed", cause)
+    # a re-audit that runs: "running", no verdict yet
+    latest[warned["token"]] = model.Attempt(model.RUNNING, later, "check_quality")
+    dom = Dom(client.get(f"/runs/{warned['token']}").text)
+    assert dom.one(id="verdict").text == "running"
+    assert "running since 2026-11-20 06:00 UTC (check_quality): no verdict yet" in \
+        dom.one("section", id="attempt").text
+    assert client.get("/api/runs").json()["runs"][0]["shown_verdict"] == "running"

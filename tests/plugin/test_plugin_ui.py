@@ -32,12 +32,12 @@ import httpx
 import pytest
 
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
-from kafkalog_pipeline.tasks import SKIP_REASON_KEY
+from kafkalog_pipeline.tasks import CAUSE_KEY, SKIP_REASON_KEY
 from spark_jobs import storage
 from screenshot_report import SHOTS, WINDOW, shoot
 from test_plugin import (PLUGINS, REPO, Dom, docs_html, expected_cells, expected_counts,
-                         expected_series, expected_verdict, no_snapshot_row, scenario, short,
-                         write_run, write_warehouse)
+                         expected_series, expected_verdict, item, no_snapshot_row, passing_run,
+                         row, scenario, short, write_run, write_warehouse)
 
 pytestmark = pytest.mark.pipeline
 
@@ -46,6 +46,10 @@ PREFIX = "/kafkalog-quality"
 DAG_ID = NIGHTLY_DAG_ID
 #: the night the test DAG's plan finds no snapshot of (none of scenario()'s runs read it)
 SKIPPED = "2026-11-22"
+#: the night whose re-audit crashes (its results are an earlier attempt's, a warning)
+CRASHED = "2026-11-23"
+#: the one line its audit task pushes, as KafkalogSparkSubmitOperator does of a crash
+CRASH_CAUSE = "check_quality crashed: StorageError: s3://warehouse/: could not connect to the endpoint"
 DAG_FILE = f'''
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.python import PythonOperator
@@ -60,10 +64,17 @@ def plan(ti, logical_date, **_):
         raise AirflowSkipException("nothing to decode")
 
 
+def check_quality(ti, logical_date, run_id, **_):
+    print("--run-id", run_id)
+    if logical_date.date().isoformat() == "{CRASHED}":  # as the operator says a crash
+        ti.xcom_push(key="{CAUSE_KEY}", value="{CRASH_CAUSE}")
+        raise RuntimeError("{CRASH_CAUSE}")
+
+
 with DAG("{DAG_ID}", schedule=None, tags=["test"]):
     PythonOperator(task_id="plan", python_callable=plan) >> BashOperator(
-        task_id="decode", bash_command="true") >> BashOperator(
-        task_id="check_quality", bash_command="echo --run-id {{{{ run_id }}}}")
+        task_id="decode", bash_command="true") >> PythonOperator(
+        task_id="check_quality", python_callable=check_quality)
 '''
 
 
@@ -284,12 +295,19 @@ def site(tmp_path_factory):
     run(["db", "migrate"], env)
     run(["dags", "test", DAG_ID, "2026-11-21"], env, timeout=300)
     run(["dags", "test", DAG_ID, SKIPPED], env, timeout=300)
+    # the re-audit that crashes: `dags test` reports the failed run (its exit status is not ours)
+    subprocess.run([AIRFLOW, "dags", "test", DAG_ID, CRASHED], env=env, cwd=REPO,
+                   capture_output=True, timeout=300)
     server = ApiServer(env, port, base / "api-server.log")
     try:
         token = httpx.get(server.url + "/auth/token", timeout=10).json()["access_token"]
         headers = {"Authorization": f"Bearer {token}"}
         listed = httpx.get(f"{server.url}/api/v2/dags/{DAG_ID}/dagRuns", headers=headers, timeout=10)
         by_night = {r["logical_date"][:10]: r["dag_run_id"] for r in listed.json()["dag_runs"]}
+        started = {r["logical_date"][:10]: dt.datetime.fromisoformat(r["start_date"])
+                   for r in listed.json()["dag_runs"]}
+        states = {r["logical_date"][:10]: r["state"] for r in listed.json()["dag_runs"]}
+        assert states[CRASHED] == "failed", states
         # the quality job's results for the first DAG run: rows of a failing run, under its run
         # id, with no ledger rows (nor a night: listed under the grid)
         template = scenario(seed=11)[1]
@@ -298,6 +316,17 @@ def site(tmp_path_factory):
             "run_id": by_night["2026-11-21"], "checked_at": later,
             "rows": [dict(r, run_id=by_night["2026-11-21"], checked_at=later, night=None)
                      for r in template["rows"]]}
+        # ... with a long topic name and a long problem line, as a Debezium topic's index has
+        # them in the demo (they wrapped to 8 lines in the tab, the Checked column clipped)
+        long_topic = "dbserver1.inventory.customers"
+        segment = f"s3://kafka-snapshots/snapshots/2026-11-21/{long_topic}-0/00000000000000000000.index"
+        dag_run_results["rows"].append(dict(row(
+            by_night["2026-11-21"], "decoder_findings", long_topic, 0, None, later, status="warn",
+            observed=1234567, unit="segments", items=[item(
+                "index_mismatch", "warn", f"{segment}: entry 3 maps offset 57 to position 4096, "
+                "but the batch at that position starts at offset 61 (an index written before "
+                "the log was truncated, or one that was copied from another replica)",
+                segment, 57, 57)]), night=None))
         dag_run_results["token"] = write_run(warehouse, dag_run_results)
         runs.append(dag_run_results)
         # ... and the audit's row for the night the second one found no snapshot of
@@ -306,10 +335,29 @@ def site(tmp_path_factory):
                    "rows": [no_snapshot_row(by_night[SKIPPED], SKIPPED, skipped_at)]}
         skipped["token"] = write_run(warehouse, skipped)
         runs.append(skipped)
+        # ... and an earlier attempt's results of the night whose latest attempt crashed: a
+        # warning, checked before that attempt began (no night: listed under the grid)
+        crashed_id, before = by_night[CRASHED], started[CRASHED] - dt.timedelta(hours=1)
+        crashed = passing_run(crashed_id, CRASHED, before)
+        crashed["rows"].append(row(crashed_id, "offset_gaps", "gap", 0, CRASHED, before,
+                                   status="warn", items=[item("unexplained", "warn",
+                                                              "offsets 3..4 missing")]))
+        crashed["rows"] = [dict(r, night=None) for r in crashed["rows"]]
+        del crashed["nights"]
+        crashed["shown"] = "failed"  # what the pages show: the latest attempt, not "warn"
+        write_run(warehouse, crashed)
+        runs.append(crashed)
         yield {"url": server.url, "runs": runs, "dag_run": dag_run_results, "skipped": skipped,
+               "crashed": crashed,
                "home": home, "warehouse": warehouse, "headers": headers, "base": base}
     finally:
         server.stop()
+
+
+def shown_verdict(run: dict) -> str:
+    """The verdict the pages show of a run: its latest attempt's state where that is newer
+    than its results, else its results' verdict."""
+    return run.get("shown") or expected_verdict(run)
 
 
 def newest_first(runs):
@@ -327,7 +375,7 @@ def test_runs_page_in_chromium(site, chromium, tmp_path):
     want = newest_first(site["runs"])
     assert [r.attrs["data-run-id"] for r in rows] == [r["run_id"] for r in want]
     verdicts = {r.attrs["data-run-id"]: r.attrs["data-verdict"] for r in rows}
-    assert verdicts == {r["run_id"]: expected_verdict(r) for r in want}
+    assert verdicts == {r["run_id"]: shown_verdict(r) for r in want}
     assert "fail" in verdicts.values()
     for status in ("pass", "warn", "fail"):
         assert [int(c.text) for c in dom.find("td", cls=f"count-{status}")] == \
@@ -524,7 +572,7 @@ def test_nothing_that_matters_is_off_screen_at_1440x900(site, devtools):
     assert (got["w"], got["h"]) == WINDOW
     assert got["scroll"] <= got["w"] and got["table"]["right"] <= got["w"]
     want = newest_first(site["runs"])
-    assert [r["text"] for r in got["rows"]] == [expected_verdict(r) for r in want]
+    assert [r["text"] for r in got["rows"]] == [shown_verdict(r) for r in want]
     for r in got["rows"]:
         assert 0 <= r["verdict"]["left"] and r["verdict"]["right"] <= got["w"]
         assert r["verdict"]["right"] <= r["run"]["left"] + 1  # the verdict, then the run id
@@ -556,7 +604,12 @@ def test_the_run_tab_in_airflow(site, devtools):
         const d = f && f.contentDocument; const l = d && d.querySelector('.problem-line');
         if (!l || d.readyState !== 'complete') return null;
         const fb = f.getBoundingClientRect(), lb = l.getBoundingClientRect();
-        return {frame: {left: fb.left, width: fb.width, height: fb.height},
+        const lines = [...d.querySelectorAll('tr.result .problem-line')].map(p =>
+            p.getBoundingClientRect().height / parseFloat(getComputedStyle(p).lineHeight));
+        const checked = [...d.querySelectorAll('tr.result td.checked')].filter(c => c.checkVisibility())
+            .map(c => c.getBoundingClientRect().right);
+        return {frame: {left: fb.left, width: fb.width, height: fb.height}, lines: lines,
+                checked: checked, scroll: d.documentElement.scrollWidth,
                 line: {height: lb.height, right: lb.right,
                        lineHeight: parseFloat(getComputedStyle(l).lineHeight)},
                 text: l.innerText, inner: d.documentElement.clientWidth,
@@ -574,6 +627,11 @@ def test_the_run_tab_in_airflow(site, devtools):
     lines = got["line"]["height"] / got["line"]["lineHeight"]
     assert lines <= 4, f"a problem line wraps to {lines:.0f} lines in a {got['frame']['width']} px tab"
     assert got["line"]["right"] <= got["inner"]  # not cut off at the tab's right edge
+    # every problem line of the run, not only the first: at most a few lines each; the
+    # Checked column in the tab, not clipped behind a scroll bar
+    assert max(got["lines"]) <= 4, \
+        f"problem lines wrap to {max(got['lines']):.0f} lines in a {got['frame']['width']} px tab"
+    assert got["checked"] and max(got["checked"]) <= got["inner"] + 1, got["checked"]
     # the night without a snapshot: its report (a warning), not "no report: night skipped"
     view = f"{site['url']}/kafkalog-quality-view/{DAG_ID}/{quote(skipped['run_id'], safe='')}"
     devtools.open(view, *WINDOW)
@@ -583,6 +641,36 @@ def test_the_run_tab_in_airflow(site, devtools):
     assert page["path"] == f"{PREFIX}/runs/{skipped['token']}" and page["verdict"] == "warn"
     assert (page["reason"] or "").endswith(f"nothing to decode for {SKIPPED}: 0 segments"), page
     assert page["nights"] == f"No snapshot: {SKIPPED}"
+
+
+def test_a_run_whose_re_audit_crashed_shows_the_crash_not_the_earlier_verdict(site, devtools):
+    """A run whose latest attempt failed before writing results (its audit crashed) is shown
+    as failed, with the crash's cause, in its Data quality tab, on its page and in the runs
+    table; its results are said to be an earlier attempt's (their verdict, warn, only
+    beside)."""
+    crashed = site["crashed"]
+    assert expected_verdict(crashed) == "warn"
+    view = f"{site['url']}/kafkalog-quality-view/{DAG_ID}/{quote(crashed['run_id'], safe='')}"
+    devtools.open(view, *WINDOW)
+    page = devtools.js("""(() => { const text = s => (document.querySelector(s) || {}).innerText;
+        const a = document.querySelector('#attempt'), v = document.querySelector('#verdict');
+        return {path: location.pathname, verdict: text('#verdict'), attempt: text('#attempt'),
+                earlier: text('#earlier-verdict'), state: a && a.dataset.state,
+                above: a && v && v.getBoundingClientRect().top < a.getBoundingClientRect().top,
+                onScreen: a && a.getBoundingClientRect().bottom <= innerHeight}; })()""")
+    assert page["path"] == f"{PREFIX}/runs/{crashed['token']}"
+    assert (page["verdict"], page["state"], page["earlier"]) == ("failed", "failed", "warn")
+    assert "Latest attempt failed" in page["attempt"] and CRASH_CAUSE in page["attempt"]
+    assert "check_quality failed" in page["attempt"] and "earlier attempt" in page["attempt"]
+    assert page["above"] and page["onScreen"]
+    # the runs table: failed, the cause beside the run id
+    devtools.open(f"{site['url']}{PREFIX}/", *WINDOW)
+    cell = devtools.js(f"""(() => {{ const r = document.querySelector('tr.run[data-token="{crashed['token']}"]');
+        return {{verdict: r.querySelector('td.verdict-cell').innerText, results: r.dataset.resultsVerdict,
+                 note: r.querySelector('.attempt-note').innerText}}; }})()""")
+    assert (cell["verdict"], cell["results"]) == ("failed", "warn")
+    assert CRASH_CAUSE in cell["note"]
+    assert crashed["run_id"] in devtools.js("document.querySelector('#attempts').innerText")
 
 
 def test_embedded_in_the_airflow_ui(site, chromium, tmp_path):
