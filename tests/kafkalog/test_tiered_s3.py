@@ -114,7 +114,9 @@ def test_the_cli_on_s3_uris(bucket, tmp_path):
     lines = p.stdout.decode().splitlines()
     assert lines[0].startswith("clicks-1 00000000000000000042 plain index=16 log=13751")
     assert lines[1].startswith("orders-3 00000000000000000000 adh9f8BMS4anaUnD8KWfWg aiven")
-    assert lines[-1] == "Summary: 2 segments (aiven 1, plain 1), 0 incomplete, 0 other objects"
+    assert lines[-1] == ("Summary: 2 segments (aiven 1, plain 1), 0 incomplete, 0 other objects; "
+                         "states unknown (live, orphan or deleted copy): give --metadata "
+                         "SNAPSHOT/__remote_log_metadata-N")
     p = run("dump", "--private-key", keys[0], manifest)
     assert p.returncode == 0 and b"Summary: 13 batches, 13 records, no findings" in p.stdout
     p = run("tiered", "cat", "--private-key", keys[0], manifest + "x.rsm-manifest", "-o", out)
