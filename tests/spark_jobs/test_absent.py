@@ -399,3 +399,23 @@ def test_what_counts_as_evidence_of_a_deletion():
     assert classes == [("a", 0, "beyond_max_share"), ("a", 1, "beyond_max_share"),
                        ("b", 0, "beyond_max_share")]  # 3 of 4
     assert {o[3] for o in absence.gone_observations(gone, {}, 4, None)} == {"missing"}
+
+
+def test_max_share_is_a_share_or_null():
+    """missing_partition.max_share: 0.5 by default (expectations/policy.yaml), null for never,
+    anything else than a share between 0 and 1 refused when the policy loads."""
+    from spark_jobs.audit.policy import Policy, PolicyError
+
+    default = Policy.load()
+    assert default.missing_share() == 0.5
+    assert default.severity("orders", "missing_partition", "beyond_max_share") == "fail"
+    checks = default.checks
+
+    def with_share(value):
+        return Policy({"checks": {**checks, "missing_partition": {
+            **checks["missing_partition"], "max_share": value}}})
+
+    assert with_share(None).missing_share() is None and with_share(1).missing_share() == 1.0
+    for bad in (1.5, -0.1, "half", True):
+        with pytest.raises(PolicyError, match="missing_partition.max_share"):
+            with_share(bad)
