@@ -16,6 +16,11 @@
   fresh branch (`rerun__<run id>`, once: a rerun is not rerun again). It is a teardown, so the
   run's state stays publish's: a run not published ends failed.
 
+**A night without a snapshot** (nothing under its prefix): `plan` records it
+(`snapshot_missing` in dq_results, warn by the policy) and fails, without retries; the run is
+failed and its note says `DQ: no snapshot for <night> — …`. When the copy arrives, clear the
+run (or backfill the nights with `--reprocess-behavior failed`): its plan reads the night then.
+
 **Which night a run reads**
 
 - Without params, one night: the UTC date of the run's logical date (its data interval

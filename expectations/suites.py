@@ -62,7 +62,7 @@ DESCRIPTIONS = {
                           "leader epochs.",
     "tier_divergence": "Remote and local copies of the same offsets hold the same batches.",
     "missing_partition": "Every topic-partition the previous snapshot nights held is in this snapshot "
-                         "(a topic whose partitions are all gone counts once, as deleted).",
+                         "(a topic the snapshot says was deleted counts once, as deleted).",
     "snapshot_missing": "Every night the run was to read has a snapshot (at least one segment under "
                         "its prefix).",
 }

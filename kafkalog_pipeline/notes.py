@@ -9,6 +9,9 @@ the run, one paragraph each:
   value; for a night the plan did not audit, the plan's ``verdict`` XCom in the same shape,
   else why there was no audit: ``DQ: not audited: decode_chunk failed: StorageError: … —
   not published``, the cause the crashed task pushed, one line, ``tasks.CAUSE_KEY``);
+* ``DQ: no snapshot for 2026-11-25 — no segment under s3://…/2026-11-25/ …; when the copy
+  arrives, clear this run …`` for a run none of whose nights had a snapshot (the plan's
+  ``no_snapshot`` XCom; the plan failed, or skipped where the policy accepts it);
 * ``Not published: run(s) R published the same offsets first; rerun as rerun__…`` when the
   audit passed and publish was refused for a conflict (or failed otherwise);
 * ``Rerun of R, whose publish met a conflict`` on the rerun the DAG triggered.
@@ -33,8 +36,9 @@ import logging
 from airflow.listeners import hookimpl
 
 from . import settings
-from .tasks import (CAUSE_KEY, CONFLICT_KEY, DECODE_TASK, PLAN_TASK, PUBLISH_TASK, QUALITY_TASK, RERUN_OF,
-                    RERUN_TASK, SKIP_REASON_KEY, VERDICT_KEY, rerun_id, summed_states)
+from .tasks import (CAUSE_KEY, CONFLICT_KEY, DECODE_TASK, LATE_COPY, NO_SNAPSHOT_KEY, PLAN_TASK,
+                    PUBLISH_TASK, QUALITY_TASK, RERUN_OF, RERUN_TASK, SKIP_REASON_KEY,
+                    VERDICT_KEY, rerun_id, summed_states)
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,17 @@ def verdict_line(verdict: dict) -> str:
     if verdict.get("warn"):
         return f"{DQ}{verdict['warn']} warned: {items(verdict.get('warned') or {})}"
     return f"{DQ}passed"
+
+
+def no_snapshot_line(no_snapshot: dict, verdict: dict | None) -> str:
+    """The paragraph of a run none of whose nights had a snapshot: which nights, where the
+    plan looked, how the policy graded it and what to do when the copy arrives."""
+    graded = ("failed" if verdict and failing(verdict) else
+              "warned" if verdict and verdict.get("warn") else "accepted by the policy")
+    line = (f"{DQ}no snapshot for {', '.join(no_snapshot.get('nights') or ['?'])} — no "
+            f"segment under {', '.join(no_snapshot.get('where') or ['?'])} (snapshot_missing "
+            f"{graded}); nothing read, nothing published")
+    return line if graded == "accepted by the policy" else f"{line}. {LATE_COPY}"
 
 
 def provenance_line(rerun_of: str) -> str:
@@ -106,7 +121,8 @@ def stopped_line(task: str, cause: str | None) -> str:
 
 def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: dict | None = None,
              conflict: dict | None = None, skip_reason: str | None = None,
-             rerun_of: str | None = None, cause: str | None = None) -> str | None:
+             rerun_of: str | None = None, cause: str | None = None,
+             no_snapshot: dict | None = None) -> str | None:
     """The paragraphs this module writes on run ``run_id`` (None: none).
 
     ``states``: task id -> state (:data:`.tasks.WORST_FIRST` of a mapped task's); ``finished``:
@@ -114,11 +130,14 @@ def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: di
     runs); ``verdict``: the audit's (or the plan's); ``conflict``: what publish met
     (``tasks.conflict_summary``); ``skip_reason``: why the plan skipped the night;
     ``rerun_of``: the run this one reruns; ``cause``: why the task that stopped the run
-    crashed (its one line).
+    crashed (its one line); ``no_snapshot``: the plan found no snapshot of any of the run's
+    nights (:data:`.tasks.NO_SNAPSHOT_KEY`).
     """
     lines = []
     if finished:
-        if verdict is not None:
+        if no_snapshot:
+            lines.append(no_snapshot_line(no_snapshot, verdict))
+        elif verdict is not None:
             lines.append(verdict_line(verdict))
             if not failing(verdict) and states.get(PUBLISH_TASK) == "failed":
                 lines.append(not_published_line(run_id=run_id, conflict=conflict,
@@ -160,10 +179,12 @@ def gather(dag_run, session) -> dict:
 
     verdict = xcom(QUALITY_TASK, "return_value") \
         if states.get(QUALITY_TASK) in ("success", "failed") else None
-    if verdict is None and states.get(PLAN_TASK) in ("success", "skipped"):
+    planned = states.get(PLAN_TASK) in ("success", "skipped", "failed")
+    if verdict is None and planned:
         verdict = xcom(PLAN_TASK, VERDICT_KEY)  # a night the plan did not audit
     stopped = stopped_task(states)
     cause = xcom(stopped, CAUSE_KEY) if stopped and states.get(stopped) == "failed" else None
+    no_snapshot = xcom(PLAN_TASK, NO_SNAPSHOT_KEY) if planned else None
     return {
         "cause": cause if isinstance(cause, str) else None,
         "run_id": dag_run.run_id,
@@ -174,6 +195,7 @@ def gather(dag_run, session) -> dict:
         "skip_reason": xcom(PLAN_TASK, SKIP_REASON_KEY)
         if states.get(PLAN_TASK) == "skipped" else None,
         "rerun_of": (dag_run.conf or {}).get(RERUN_OF),
+        "no_snapshot": no_snapshot if isinstance(no_snapshot, dict) else None,
     }
 
 

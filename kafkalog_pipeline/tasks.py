@@ -355,8 +355,11 @@ def plan_from_context(context) -> list[list[str]]:
     First waits for the warehouse (:func:`wait_for_warehouse`). Returns one
     spark-submit argument list per chunk (what the decode task maps
     over). Permanent problems (settings, a missing bucket, refused credentials,
-    a bad date range) fail the task without retries; an empty snapshot skips
-    the rest of the run.
+    a bad date range) fail the task without retries; so does a run none of whose nights
+    has a snapshot (its ``snapshot_missing`` results recorded first: such a run is not a
+    success, and clearing it once the copy is there reads the night), unless the policy
+    grades ``snapshot_missing`` ``pass``: then, as where nothing changed, the rest of the
+    run is skipped.
     """
     fail, skip = _airflow_errors()
     wait_for_warehouse(context)
@@ -386,14 +389,19 @@ def plan_from_context(context) -> list[list[str]]:
     if not summary["decode_args"]:
         verdict = summary["verdict"]
         if verdict is not None and len(summary["missing_nights"]) == len(dates):
-            # no snapshot at all: the snapshot_missing results are the run's verdict
+            # no snapshot at all: the snapshot_missing results are the run's verdict, and
+            # the run is not a success (unless the policy accepts a night without one)
             ti.xcom_push(key=VERDICT_KEY, value=verdict)
+            ti.xcom_push(key=NO_SNAPSHOT_KEY, value={"nights": summary["missing_nights"],
+                                                     "where": summary["prefixes"]})
             why = (f"no snapshot for {', '.join(summary['missing_nights'])}: no segment under "
                    f"{', '.join(summary['prefixes'])}")
-            if verdict["fail"]:
-                raise fail(f"{why} (snapshot_missing: fail, expectations/policy.yaml)")
-            raise skip(f"{why}; snapshot_missing recorded as "
-                       f"{'a warning' if verdict['warn'] else 'passed'} in dq_results")
+            if verdict["fail"] or verdict["warn"]:
+                graded = "failed" if verdict["fail"] else "a warning"
+                raise fail(f"{why}; snapshot_missing recorded as {graded} in dq_results "
+                           f"(expectations/policy.yaml). {LATE_COPY}")
+            raise skip(f"{why}; snapshot_missing recorded as passed in dq_results (the "
+                       "policy accepts a night without a snapshot)")
         raise skip(f"nothing to decode for {', '.join(dates)}: {summary['segments']} "
                    f"segments under {', '.join(summary['prefixes'])}, "
                    f"{summary['already_ingested']} of them already ingested unchanged "
@@ -409,6 +417,13 @@ SKIP_REASON_KEY = "skip_reason"
 #: XCom key of a task that crashed: its cause, one line (``spark_jobs.crash``), which the
 #: run's note and its Data quality tab show
 CAUSE_KEY = "cause"
+#: XCom key of the plan of a run none of whose nights has a snapshot: ``{"nights": [...],
+#: "where": [the prefixes listed]}`` (the run's note says it)
+NO_SNAPSHOT_KEY = "no_snapshot"
+#: what to do when a night's copy arrives after its run (dags/README.md, "A night without a
+#: snapshot")
+LATE_COPY = ("When the copy arrives, clear this run (or run it again with "
+             "--reprocess-behavior failed in a backfill): its plan reads the night then")
 #: XCom key of the plan's verdict for a run whose nights all had no snapshot (the same shape
 #: as check_quality's return value, which is the verdict of every other run)
 VERDICT_KEY = "verdict"

@@ -74,7 +74,7 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     internal.update(log_dir_checks.load(spark, wh, run_id, run.snapshots, internal))
     internal.update(tier.load(spark, wh, run_id, run.snapshots, run.tables["findings"],
                               tiered_storage))
-    absent = absent_partitions(run, policy, topics)
+    absent = absent_partitions(spark, wh, run, policy, topics)
     units = places(run, internal, absent)
     if not units:
         raise LookupError(f"run {run_id!r} has no rows in catalog {wh.catalog_name!r} "
@@ -127,13 +127,17 @@ def borrow_published_rows(spark, wh: Warehouse, run: AuditedRun, out) -> None:
           file=out)
 
 
-def absent_partitions(run: AuditedRun, policy: Policy, topics: str | None):
-    """What earlier nights held and this one lacks (:func:`.absence.missing_partitions`);
-    None where the run names no night."""
+def absent_partitions(spark, wh: Warehouse, run: AuditedRun, policy: Policy,
+                      topics: str | None):
+    """What earlier nights held and this one lacks (:func:`.absence.missing_partitions`,
+    with the cluster metadata as audited for the evidence of deletions); None where the run
+    names no night."""
     if run.night is None:
         return None
     return absence.missing_partitions(run.ledger, run.published_ledger, run.run_id,
-                                      policy.lookback_nights(), layout.topic_matcher(topics))
+                                      policy.lookback_nights(), layout.topic_matcher(topics),
+                                      max_share=policy.missing_share(),
+                                      metadata=absence.load_metadata(spark, wh, run.snapshots))
 
 
 def places(run: AuditedRun, internal: dict, absent) -> dict:

@@ -70,6 +70,7 @@ class Policy:
                 raise PolicyError(f"topics.{pattern}: expected a mapping")
             _validate(over.get("checks") or {}, f"topics.{pattern}.checks")
         self.lookback_nights()  # checked now, not when an audit first needs it
+        self.missing_share()
         self._cache: dict[str, dict] = {}
 
     @classmethod
@@ -140,6 +141,18 @@ class Policy:
             raise PolicyError(f"checks.missing_partition.lookback_nights: {value!r} is not a "
                               "positive whole number")
         return value
+
+    def missing_share(self) -> float | None:
+        """The share of the partitions the earlier nights held beyond which the partitions a
+        snapshot lacks are ``beyond_max_share`` (``missing_partition.max_share``, 0.5 by
+        default: a night that lost most of them; null: never). Like ``lookback_nights``, the
+        defaults' setting."""
+        value = (self.checks.get("missing_partition") or {}).get("max_share", 0.5)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value <= 1):
+            raise PolicyError(f"checks.missing_partition.max_share: {value!r} is not a share "
+                              "between 0 and 1 (or null)")
+        return None if value is None else float(value)
 
     def compacted(self, topic: str) -> bool:
         return bool(self.for_topic(topic).get("compacted"))

@@ -77,7 +77,8 @@ DATA_CHECKS = (
 )
 #: what earlier nights held and this snapshot lacks
 MISSING_PARTITION_CHECK = Check(MISSING_PARTITION, PARTITIONS,
-                                (absence.MISSING, absence.TOPIC_DELETED), absence.observe,
+                                (absence.MISSING, absence.BEYOND_MAX_SHARE, absence.TOPIC_DELETED),
+                                absence.observe,
                                 optional=True)
 #: the checks of Kafka's internal topics and state files (:mod:`.internal_checks`)
 INTERNAL_TOPIC_CHECKS = (

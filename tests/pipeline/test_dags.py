@@ -294,6 +294,9 @@ def finish_run(dag, run_id: str, states: dict, xcoms: dict, *, conf=None, note=N
 
 
 PASSED = {"fail": 0, "warn": 0, "pass": 5, "failed": {}, "warned": {}}
+NO_SNAPSHOT_WARNED = {"fail": 0, "warn": 1, "pass": 0, "failed": {},
+                      "warned": {"snapshot_missing": ["2026-11-25"]}}
+NO_SNAPSHOT = {"nights": ["2026-11-25"], "where": ["s3://b/snapshots/2026-11-25/"]}
 DONE = {"plan": "success", "decode_chunk": "success", "check_quality": "success"}
 
 
@@ -329,10 +332,20 @@ DONE = {"plan": "success", "decode_chunk": "success", "check_quality": "success"
     # nothing to decode: a clean skip, and why
     ("skipped", {"plan": "skipped"}, {("plan", "skip_reason"): "nothing to decode for x"},
      {}, "success", "DQ: not audited: nothing to decode for x"),
-    # a night the plan graded itself (no snapshot): its verdict
-    ("plan's verdict", {"plan": "skipped"}, {("plan", "verdict"): {
-        "fail": 1, "warn": 0, "pass": 0, "failed": {"snapshot_missing": ["2026-11-25"]},
-        "warned": {}}}, {}, "success", "DQ: failed: snapshot_missing 2026-11-25 — not published"),
+    # a night without a snapshot (issue 42): the plan failed (snapshot_missing warned by the
+    # policy), the run is failed, not a green success; its note says so and what to do
+    ("no snapshot", {"plan": "failed", "rerun_on_conflict": "skipped"}, {("plan", "verdict"): NO_SNAPSHOT_WARNED,
+                                         ("plan", "no_snapshot"): NO_SNAPSHOT},
+     {}, "failed", "DQ: no snapshot for 2026-11-25 — no segment under "
+     "s3://b/snapshots/2026-11-25/ (snapshot_missing warned); nothing read, nothing "
+     "published. When the copy arrives, clear this run (or run it again with "
+     "--reprocess-behavior failed in a backfill): its plan reads the night then"),
+    # ... and where the policy accepts it (snapshot_missing: pass) the plan skipped
+    ("no snapshot accepted", {"plan": "skipped"}, {
+        ("plan", "verdict"): {"fail": 0, "warn": 0, "pass": 1, "failed": {}, "warned": {}},
+        ("plan", "no_snapshot"): NO_SNAPSHOT}, {}, "success",
+     "DQ: no snapshot for 2026-11-25 — no segment under s3://b/snapshots/2026-11-25/ "
+     "(snapshot_missing accepted by the policy); nothing read, nothing published"),
     ("decode failed", {"plan": "success", "decode_chunk": "failed",
                        "rerun_on_conflict": "skipped"},
      {}, {}, "failed", "DQ: not audited: decode_chunk failed — not published"),
@@ -899,10 +912,12 @@ def test_plan_run_lists_every_segment_and_weighs_only_bytes_to_decode(
 def test_a_night_without_a_snapshot_is_a_result_and_a_stray_log_is_decoded(
         s3_endpoint, s3_bucket, tmp_path, monkeypatch):
     """A scheduled night whose prefix holds no .log: the plan writes a snapshot_missing row
-    (warn by the policy), pushes it as the run's verdict and skips the rest, saying why. A
-    night holding only a .log outside any partition folder is not missing: the plan gives
-    it to the decode job (which records an unparsable_name finding the audit grades)."""
-    from airflow.sdk.exceptions import AirflowSkipException
+    (warn by the policy), pushes it as the run's verdict and what it did not find, and
+    fails, saying why and what to do when the copy arrives (issue 42: such a run is no green
+    success); where the policy accepts such a night it skips instead. A night holding only a
+    .log outside any partition folder is not missing: the plan gives it to the decode job
+    (which records an unparsable_name finding the audit grades)."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
     from pyiceberg.expressions import EqualTo
 
     from kafkalog_pipeline import tasks
@@ -931,14 +946,29 @@ def test_a_night_without_a_snapshot_is_a_result_and_a_stray_log_is_decoded(
     run_id = "scheduled__2026-11-22T03:00:00+00:00"
     context = {"ti": TaskInstance(), "run_id": run_id, "params": {}, "logical_date": night,
                "data_interval_start": night}
-    with pytest.raises(AirflowSkipException, match="no snapshot for 2026-11-22"):
+    with pytest.raises(AirflowFailException, match="no snapshot for 2026-11-22") as failed:
         tasks.plan_task(context)
+    assert "snapshot_missing recorded as a warning" in str(failed.value)
+    assert "When the copy arrives, clear this run" in str(failed.value)
     assert pushed[tasks.VERDICT_KEY] == {"fail": 0, "warn": 1, "pass": 0, "failed": {},
                                          "warned": {"snapshot_missing": ["2026-11-22"]}}
-    assert "snapshot_missing" in pushed[tasks.SKIP_REASON_KEY]
+    assert pushed[tasks.NO_SNAPSHOT_KEY] == {"nights": ["2026-11-22"],
+                                             "where": [f"s3://{s3_bucket}/snaps/2026-11-22/"]}
+    assert tasks.SKIP_REASON_KEY not in pushed
     [row] = tables.read_arrow(str(W), "dq_results", row_filter=EqualTo("run_id", run_id)).to_pylist()
     assert (row["check"], row["topic"], row["partition"], row["night"], row["status"]) == (
         "snapshot_missing", None, None, "2026-11-22", "warn")
+    # a policy that accepts a night without a snapshot: the plan skips, saying so
+    from spark_jobs.audit.policy import Policy
+
+    default, load = Policy.load(), Policy.__dict__["load"]
+    accepting = Policy({"checks": {**default.checks, "snapshot_missing": {"severity": "pass"}}})
+    monkeypatch.setattr(Policy, "load", classmethod(lambda cls, path=None: accepting))
+    pushed.clear()
+    with pytest.raises(AirflowSkipException, match="the policy accepts a night without"):
+        tasks.plan_task({**context, "run_id": "accepting"})
+    assert pushed[tasks.VERDICT_KEY]["pass"] == 1 and tasks.NO_SNAPSHOT_KEY in pushed
+    monkeypatch.setattr(Policy, "load", load)
 
     summary = tasks.plan_run(run_id="n23", dates=["2026-11-23"], warehouse=str(W),
                              bucket=s3_bucket, prefix="snaps")

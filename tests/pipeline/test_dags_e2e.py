@@ -292,10 +292,12 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     assert tasks["publish"] == ["skipped"]
 
 
-def test_a_night_without_a_snapshot_is_a_warned_skip(dag, pipeline, api):
-    """Nothing was copied on 2026-11-25: the run skips decode, audit and publish (a clean skip
-    of work) but the night is a result (issue 32): a snapshot_missing row (warn), the plan's
-    verdict XCom, the run's note, and its Data quality tab opens the run's report."""
+def test_a_night_without_a_snapshot_fails_the_run_and_says_so(dag, pipeline, api):
+    """Nothing was copied on 2026-11-25: the run decodes, audits and publishes nothing, and
+    is no green success (issue 42): its plan fails at once (no retry: nothing will appear by
+    retrying), the night is a result (a snapshot_missing row, warn by the policy; the plan's
+    verdict XCom), the run's note says "no snapshot" and what to do when the copy arrives,
+    and its Data quality tab opens the run's report."""
     import sys
 
     sys.path.insert(0, str(DAGS.parent / "plugins"))  # as Airflow puts its plugins folder
@@ -304,24 +306,31 @@ def test_a_night_without_a_snapshot_is_a_warned_skip(dag, pipeline, api):
 
     began = dt.datetime.now(dt.timezone.utc)
     run_id, state, tasks = run(dag, "2026-11-25")  # nothing was copied that night
-    assert state == "success", tasks
-    assert tasks["plan"] == ["skipped"] and tasks["check_quality"] == ["skipped"]
-    assert tasks["publish"] == ["skipped"]
+    assert state == "failed", tasks
+    assert tasks["plan"] == ["failed"] and tasks["check_quality"] == ["upstream_failed"]
+    assert tasks["publish"] == ["upstream_failed"]
+    assert task_instance(run_id, "plan").try_number == 1  # AirflowFailException: no retry
     # the run's real start and end (dag.test() alone starts it at its logical date)
     body = api(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
     start, end = (dt.datetime.fromisoformat(body[k]) for k in ("start_date", "end_date"))
     assert began <= start <= end <= dt.datetime.now(dt.timezone.utc), body
-    # the plan task's log, read by the api-server, says why the night was skipped
+    # the plan task's log, read by the api-server, says why and what to do
     reason = "no snapshot for 2026-11-25: no segment under "
-    skipping = [e for e in events(task_log(api, run_id, "plan"), "info") if reason in e]
-    assert skipping and skipping[0].startswith("skipping the run: "), skipping
-    assert "snapshot_missing recorded as a warning" in skipping[0]
+    log = task_log(api, run_id, "plan")
+    assert any(reason in e for e in events(log, "warning")), events(log)
+    failure = [line for line in log if line.get("event") == "Task failed with exception"]
+    assert failure and f"AirflowFailException: {reason}" in str(failure), failure
+    assert "snapshot_missing recorded as a warning" in str(failure)
+    assert "When the copy arrives, clear this run" in str(failure)
     verdict = {"fail": 0, "warn": 1, "pass": 0, "failed": {},
                "warned": {"snapshot_missing": ["2026-11-25"]}}
     assert xcom(run_id, "plan", "verdict") == verdict
-    assert run_note(api, run_id).startswith("DQ: 1 warned: snapshot_missing 2026-11-25")
+    note = run_note(api, run_id)
+    assert note.startswith("DQ: no snapshot for 2026-11-25 — no segment under s3://"), note
+    assert "(snapshot_missing warned); nothing read, nothing published. When the copy " \
+        "arrives, clear this run" in note
     exists, states, _, _ = run_states(DAG_ID, run_id)
-    assert exists and states["plan"] == "skipped"
+    assert exists and states["plan"] == "failed"
     # the Data quality tab opens the run's report: the night has a result
     from urllib.parse import quote
 

@@ -148,9 +148,9 @@ def test_a_backfilled_night_says_what_it_would_have_said_in_order(spark, in_orde
 def test_a_partition_earlier_nights_held_and_tonight_lacks_is_named(spark, tmp_path):
     """Night 2's copy lacks orders-1's folder, and every partition of payments: orders-1 is a
     missing_partition warning naming its last offset and the night it was last seen;
-    payments is one topic_deleted item (an accepted cause: pass); the partitions that are
-    there pass; a run that did not ask for payments does not miss it; a third night with
-    orders-1 back finds nothing missing."""
+    payments-0 too (issue 42: a topic gone whole without evidence of its deletion is not
+    "deleted"); the partitions that are there pass; a run that did not ask for payments does
+    not miss it; a third night with everything back finds nothing missing."""
     from spark_jobs import check_quality
 
     W = str(tmp_path / "w")
@@ -160,20 +160,25 @@ def test_a_partition_earlier_nights_held_and_tonight_lacks_is_named(spark, tmp_p
     assert run_night(spark, W, s2, "n2", NIGHTS[1]) == 0  # warnings publish
     rows = {(r["topic"], r["partition"]): r for r in dq_rows(W, "n2")
             if r["check"] == "missing_partition"}
+    # payments is gone whole, and nothing in the snapshot says it was deleted (no -delete
+    # folder, no __cluster_metadata): its partition is missing, as orders-1 is; 2 of the 4
+    # partitions of night 1 is not more than max_share (0.5): warnings
     assert {k: (r["status"], r["failed"]) for k, r in rows.items()} == {
         ("orders", 0): ("pass", 0), ("__consumer_offsets", 0): ("pass", 0),
-        ("orders", 1): ("warn", 1), ("payments", None): ("pass", 0)}
+        ("orders", 1): ("warn", 1), ("payments", 0): ("warn", 1)}
     [item] = json.loads(rows[("orders", 1)]["details"])["items"]
     assert item["class"] == "missing" and item["status"] == "warn"
     assert item["last_offset"] == 4  # orders-1 held offsets 0..4
     assert item["segment"] == str(s1 / "orders-1" / f"{0:020d}.log")
     assert f"last seen on {NIGHTS[0]}" in item["message"] and "offset 4" in item["message"]
-    [deleted] = json.loads(rows[("payments", None)]["details"])["items"]
-    assert (deleted["class"], deleted["status"], deleted["value"]) == ("topic_deleted", "pass", 1)
+    [gone] = json.loads(rows[("payments", 0)]["details"])["items"]
+    assert (gone["class"], gone["status"]) == ("missing", "warn")
+    assert "nothing in the snapshot says it was deleted" in gone["message"]
     # the absent partition gets no other result (nothing was checked there)
     assert {r["check"] for r in dq_rows(W, "n2") if (r["topic"], r["partition"]) == ("orders", 1)} \
         == {"missing_partition"}
-    assert results.verdict(dq_rows(W, "n2"))["warned"] == {"missing_partition": ["orders-1"]}
+    assert results.verdict(dq_rows(W, "n2"))["warned"] == {
+        "missing_partition": ["orders-1", "payments-0"]}
 
     # the run asked for orders* and __* only: payments is not missing (the DAG passes its
     # `topics`), orders-1 still is
@@ -242,3 +247,175 @@ def test_snapshot_missing_rows_and_a_late_snapshot_replaces_them(tmp_path):
     strict = Policy({"checks": {**Policy.load().checks, "snapshot_missing": {"severity": "fail"}}})
     [row] = results.missing_night_rows("r", {NIGHTS[0]: where[NIGHTS[0]]}, strict)
     assert (row["status"], row["severity"], row["failed"]) == ("fail", "fail", 1)
+
+
+# ------------------------------------------------------------------ absence that explains itself
+# issue 42 item 4: a night holding one partition of the previous night's 19. Its topics'
+# ids and their removal are __cluster_metadata records whose value bytes are written here by
+# hand from Apache Kafka's specs (4.3.0, commit a9ce3221537b8653448750697915607dc7936cf3,
+# metadata/src/main/resources/common/metadata/TopicRecord.json: apiKey 2, v0 flexible, Name
+# string, TopicId uuid; RemoveTopicRecord.json: apiKey 9, v0 flexible, TopicId uuid), framed
+# as MetadataRecordSerde frames them (AbstractApiMessageSerde: unsigned varint frame version
+# 1, api key, record version, then the record; a flexible record ends in its tagged fields'
+# count, 0 here) — not with kafkalog's own spec writer, so the decoder is checked too.
+#: the 18 data partitions of night 1 (+ __cluster_metadata-0: 19)
+WIDE = {"orders": 4, "payments": 3, "clicks": 4, "users": 2, "audit": 3, "events": 2}
+
+
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def topic_id(topic: str) -> bytes:
+    """16 bytes of the topic's id (deterministic)."""
+    return topic.encode().ljust(16, b"#")[:16]
+
+
+def kafka_uuid(raw: bytes) -> str:
+    """As Kafka's Uuid.toString() prints it: URL-safe base64 without padding."""
+    import base64
+
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def topic_record(topic: str) -> bytes:
+    name = topic.encode()
+    return (_uvarint(1) + _uvarint(2) + _uvarint(0)  # frame v1, TopicRecord, v0
+            + _uvarint(len(name) + 1) + name + topic_id(topic) + _uvarint(0))
+
+
+def remove_topic_record(topic: str) -> bytes:
+    return _uvarint(1) + _uvarint(9) + _uvarint(0) + topic_id(topic) + _uvarint(0)
+
+
+def cluster_metadata(directory, *, removed=()) -> None:
+    """``__cluster_metadata-0``: one TopicRecord per topic of :data:`WIDE` (a batch), then
+    one batch of RemoveTopicRecords of ``removed`` (night 1's bytes are a prefix)."""
+    from kafkalog.writer import WriteRecord
+
+    with SegmentWriter(directory, 0) as w:
+        w.append([WriteRecord(None, topic_record(t), timestamp=T0) for t in WIDE])
+        if removed:
+            w.append([WriteRecord(None, remove_topic_record(t), timestamp=T0 + 24 * HOUR)
+                      for t in removed])
+
+
+def wide_night(root, night: str, *, only_metadata=False, removed=()):
+    """Night 1: the 18 partitions of :data:`WIDE` (5 records each) and __cluster_metadata-0;
+    ``only_metadata``: a copy that kept only __cluster_metadata-0 (what a broker's failed
+    copy leaves)."""
+    out = root / night
+    if not only_metadata:
+        for topic, n in WIDE.items():
+            for p in range(n):
+                write_segments(out / f"{topic}-{p}", [(0, lambda w: w.append(recs(5)))])
+    cluster_metadata(out / "__cluster_metadata-0", removed=removed)
+    return out
+
+
+def test_a_night_that_kept_one_partition_of_19_fails_unless_the_metadata_says_why(spark, tmp_path):
+    """Night 2 holds only __cluster_metadata-0 of night 1's 19 partitions: with no deletion in
+    it, each of the 18 is missing, 18/19 beyond max_share (0.5): the night fails naming
+    them (before, the 6 topics were graded topic_deleted, a pass). The same night with a
+    RemoveTopicRecord of payments' id: payments is one topic_deleted item (pass) naming the
+    record, its 3 partitions are not missing; the other 15 still fail the night."""
+    W = str(tmp_path / "w")
+    assert run_night(spark, W, wide_night(tmp_path / "s", NIGHTS[0]), "n1", NIGHTS[0]) == 0
+    every = sorted(f"{t}-{p}" for t, n in WIDE.items() for p in range(n))
+
+    lost = wide_night(tmp_path / "lost", NIGHTS[1], only_metadata=True)
+    assert run_night(spark, W, lost, "n2", NIGHTS[1], publish=False) == 65
+    rows = [r for r in dq_rows(W, "n2") if r["check"] == "missing_partition"]
+    failed = {f"{r['topic']}-{r['partition']}": r for r in rows if r["status"] == "fail"}
+    assert sorted(failed) == every
+    assert results.verdict(dq_rows(W, "n2"))["failed"] == {"missing_partition": every}
+    [item] = json.loads(failed["payments-2"]["details"])["items"]
+    assert (item["class"], item["status"], item["last_offset"]) == ("beyond_max_share", "fail", 4)
+    assert "one of 18 of the 19 partitions" in item["message"]
+    assert "nothing in the snapshot says it was deleted" in item["message"]
+    assert {(r["topic"], r["status"]) for r in rows if r["status"] != "fail"} == {
+        ("__cluster_metadata", "pass")}
+
+    removed = wide_night(tmp_path / "removed", NIGHTS[1], only_metadata=True,
+                         removed=("payments",))
+    assert run_night(spark, W, removed, "n2b", NIGHTS[1], publish=False) == 65
+    rows = [r for r in dq_rows(W, "n2b") if r["check"] == "missing_partition"]
+    [deleted] = [r for r in rows if r["topic"] == "payments"]
+    assert (deleted["partition"], deleted["status"], deleted["failed"]) == (None, "pass", 0)
+    [item] = json.loads(deleted["details"])["items"]
+    assert (item["class"], item["status"], item["value"]) == ("topic_deleted", "pass", 3)
+    assert f"a RemoveTopicRecord of its id {kafka_uuid(topic_id('payments'))}" in item["message"]
+    others = [p for p in every if not p.startswith("payments-")]
+    assert results.verdict(dq_rows(W, "n2b"))["failed"] == {"missing_partition": others}
+
+
+def test_what_counts_as_evidence_of_a_deletion():
+    """The evidence rules without Spark (spark_jobs.audit.absence): a -delete folder (Kafka's
+    LocalLog.logDeleteDirName: ``<topic>-<partition>.<32 hex digits>-delete``); a
+    RemoveTopicRecord of the id of the topic's latest TopicRecord (a topic deleted and made
+    again under a new id is not deleted); the night's newest KRaft snapshot listing topics and
+    not this one, unless a TopicRecord of it follows; no metadata at all is no evidence."""
+    from collections import namedtuple
+
+    from spark_jobs.audit import absence
+
+    unique = "0c4f9a3e5b7d41e2a8c6f0b1d2e3f405"
+    assert absence.deleted_folder(f"s3://b/n/gone-3.{unique}-delete/{0:020d}.log") == \
+        f"s3://b/n/gone-3.{unique}-delete/"
+    for live in (f"s3://b/n/gone-3/{0:020d}.log", f"s3://b/n/gone-3.{unique}-future/{0:020d}.log",
+                 f"s3://b/n/gone-3.{unique[:-1]}-delete/{0:020d}.log", None):
+        assert absence.deleted_folder(live) is None
+
+    log = [("log", "TOPIC_RECORD", "A", "orders", 0, "m/0.log"),
+           ("log", "TOPIC_RECORD", "B", "payments", 1, "m/0.log"),
+           ("log", "REMOVE_TOPIC_RECORD", "B", None, 5, "m/0.log"),
+           ("log", "TOPIC_RECORD", "C", "clicks", 2, "m/0.log"),
+           ("log", "REMOVE_TOPIC_RECORD", "C", None, 6, "m/0.log"),
+           ("log", "TOPIC_RECORD", "C2", "clicks", 7, "m/0.log")]  # made again
+    said = absence.metadata_deletions(log, {"orders", "payments", "clicks", "users"})
+    assert set(said) == {"payments"} and "RemoveTopicRecord of its id B" in said["payments"]
+    # the night's KRaft snapshot (end offset 10) names orders only; users appears after it
+    snap = [("tonight", "TOPIC_RECORD", "A", "orders", 10, "k/10-1.checkpoint"),
+            ("snapshot", "TOPIC_RECORD", "D", "users", 4, "k/4-1.checkpoint")]
+    said = absence.metadata_deletions(snap, {"orders", "users", "clicks"})
+    assert set(said) == {"users", "clicks"}
+    assert "k/10-1.checkpoint lists 1 topics and not this one" in said["users"]
+    later = snap + [("log", "TOPIC_RECORD", "E", "clicks", 12, "m/0.log")]
+    assert set(absence.metadata_deletions(later, {"clicks", "users"})) == {"users"}
+    assert absence.metadata_deletions([], {"orders"}) == {}
+
+    Gone = namedtuple("Gone", "topic partition last_night last_offset last_segment topic_here")
+    gone = [Gone("a", 0, NIGHTS[0], 4, "s/a-0/0.log", False),
+            Gone("a", 1, NIGHTS[0], 9, "s/a-1/0.log", False),
+            Gone("b", 0, NIGHTS[0], 2, "s/b-0/0.log", True)]
+    classes = [(o[1], o[2], o[3]) for o in absence.gone_observations(
+        gone, {"a": "a -delete folder"}, expected=2, max_share=0.5)]
+    assert classes == [("a", None, "topic_deleted"), ("b", 0, "missing")]  # 1 of 2: not beyond
+    classes = [(o[1], o[2], o[3]) for o in absence.gone_observations(gone, {}, 4, 0.5)]
+    assert classes == [("a", 0, "beyond_max_share"), ("a", 1, "beyond_max_share"),
+                       ("b", 0, "beyond_max_share")]  # 3 of 4
+    assert {o[3] for o in absence.gone_observations(gone, {}, 4, None)} == {"missing"}
+
+
+def test_max_share_is_a_share_or_null():
+    """missing_partition.max_share: 0.5 by default (expectations/policy.yaml), null for never,
+    anything else than a share between 0 and 1 refused when the policy loads."""
+    from spark_jobs.audit.policy import Policy, PolicyError
+
+    default = Policy.load()
+    assert default.missing_share() == 0.5
+    assert default.severity("orders", "missing_partition", "beyond_max_share") == "fail"
+    checks = default.checks
+
+    def with_share(value):
+        return Policy({"checks": {**checks, "missing_partition": {
+            **checks["missing_partition"], "max_share": value}}})
+
+    assert with_share(None).missing_share() is None and with_share(1).missing_share() == 1.0
+    for bad in (1.5, -0.1, "half", True):
+        with pytest.raises(PolicyError, match="missing_partition.max_share"):
+            with_share(bad)
