@@ -4,12 +4,12 @@ With ``--tiered-storage s3://bucket/prefix`` the job also reads the remote segme
 tiered-storage plugin (Aiven's) left under that prefix:
 
 1. **The live set** (:func:`live_rows`): the input's own ``__remote_log_metadata`` segments
-   are replayed on the driver (``kafkalog.internal.remote_log``: COPY_SEGMENT_FINISHED, less
-   deleted segments and partitions). Each metadata partition's events are read in offset
+   are replayed on the driver (``kafkalog.tiered.inventory.replay``: COPY_SEGMENT_FINISHED,
+   less deleted segments and partitions). Each metadata partition's events are read in offset
    order, each offset once (several nights or brokers may hold the same records).
 2. **The objects** (:func:`discover`): each live segment's keys as the plugin derives them,
    custom metadata's ``object_prefix``/``object_key`` overriding the tier's prefix
-   (``kafkalog.tiered.layout.object_key``); its manifest is read, and the segment becomes a
+   (``kafkalog.tiered.inventory.segment_keys``); its manifest is read, and the segment becomes a
    :class:`~spark_jobs.decode.planning.Segment` whose ``uri`` is the manifest's (the ledger's
    and the tables' ``segment``) with ``remote`` set. A live segment whose manifest cannot be
    read is a ``fetch_error`` finding naming the object; the rest go on.
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 import kafkalog
 from kafkalog.indexes import offset_index_positions
-from kafkalog.internal.remote_log import live_segments, read_events
-from kafkalog.tiered import KeyRing, RemoteSegment, main_path, object_key
+from kafkalog.internal.remote_log import read_events
+from kafkalog.tiered import KeyRing, RemoteSegment, inventory
 from kafkalog.tiered.crypto import load_private_key
 from kafkalog.tiered.layout import INDEXES, LOG, MANIFEST
 from spark_jobs import layout, storage
@@ -107,11 +107,11 @@ def access_from_env(uri: str, environ=None) -> TierAccess:
 
 
 def live_rows(metadata: list[Segment], s3, findings: list[Finding]) -> list[dict]:
-    """The live remote segments (``remote_log.live_segments`` rows) after the events of the
-    ``__remote_log_metadata`` segments ``metadata``; one that cannot be read is a
+    """The live remote segments (:func:`kafkalog.tiered.inventory.replay`) after the events of
+    the ``__remote_log_metadata`` segments ``metadata``; one that cannot be read is a
     ``fetch_error`` finding (its events are then missing: the segments they made live are
     not read)."""
-    by_partition: dict[int, dict] = {}
+    events = []
     for seg in sorted(metadata, key=lambda s: (s.partition, s.base_offset, s.uri)):
         store, key = storage.open_object(seg.uri, s3)
         try:
@@ -121,20 +121,8 @@ def live_rows(metadata: list[Segment], s3, findings: list[Finding]) -> list[dict
                                          f"cannot read {seg.uri}: {err}; the remote segments "
                                          "its events name are not known"))
             continue
-        seen = by_partition.setdefault(seg.partition, {})
-        for e in read_events(data, metadata_partition=seg.partition):
-            seen.setdefault(e.offset, e)
-    events = [e for p in sorted(by_partition) for _, e in sorted(by_partition[p].items())]
-    return live_segments(events)
-
-
-def keys(prefix: str, row: dict) -> dict[str, str]:
-    """A live segment's object keys (``.log``, ``.indexes``, ``.rsm-manifest``) as the plugin
-    derives them, custom metadata overriding ``prefix`` and the main path."""
-    main = main_path(row["topic"], row["topic_id"], row["partition"], row["start_offset"],
-                     row["segment_id"])
-    custom = {k: row[k] for k in ("object_prefix", "object_key") if row.get(k) is not None}
-    return {suffix: object_key(prefix, main, suffix, custom) for suffix in (LOG, INDEXES, MANIFEST)}
+        events += read_events(data, metadata_partition=seg.partition)
+    return inventory.replay(events)
 
 
 def discover(access: TierAccess, metadata: list[Segment], s3, *, night: str | None = None,
@@ -146,7 +134,7 @@ def discover(access: TierAccess, metadata: list[Segment], s3, *, night: str | No
     store, prefix = storage.tier_objects(access.uri, s3)
 
     def one(row):
-        k = keys(prefix, row)
+        k = inventory.segment_keys(row, prefix)
         try:
             seg = RemoteSegment.open(k[MANIFEST], store=store, log_key=k[LOG],
                                      indexes_key=k[INDEXES])
@@ -290,5 +278,5 @@ def overlapping(segs: list[Segment]) -> list[Segment]:
     return local + [s for s in segs if s.remote and s.remote[2] >= first]
 
 
-__all__ = ["PEM_SUFFIX", "TierAccess", "TierReadError", "access_from_env", "discover", "keys",
+__all__ = ["PEM_SUFFIX", "TierAccess", "TierReadError", "access_from_env", "discover",
            "live_rows", "open_remote", "overlapping", "read", "split_positions"]

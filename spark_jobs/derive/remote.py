@@ -7,7 +7,8 @@ keeps only the records the warehouse does not hold yet, so the replay reads each
 partition's records *as of the run* — those ``main`` held when the run began (of runs whose
 night is not after this one's; never the run's own earlier rows) and the run's own
 deduplicated ones — in offset order (every record of one topic partition goes to one
-metadata partition: :func:`~kafkalog.internal.remote_log.segment_rows`). Each night's rows
+metadata partition: :func:`~kafkalog.internal.remote_log.segment_rows`; each offset once:
+:func:`kafkalog.tiered.inventory.once_in_order`). Each night's rows
 are then the full state as of that night; a rerun replaces the run's rows, and an overlapping
 snapshot adds no record twice, so neither changes them.
 
@@ -26,6 +27,7 @@ import pyarrow as pa
 
 from kafkalog.internal import REMOTE_LOG_METADATA, TOPIC_DECODERS, MessageError
 from kafkalog.internal.remote_log import MetadataEvent, decode_remote_log_metadata, segment_rows
+from kafkalog.tiered.inventory import once_in_order
 from spark_jobs import schemas
 from spark_jobs.derive.internal import RECORD_ERROR
 from spark_jobs.findings import Finding
@@ -53,13 +55,10 @@ def events(records: pa.Table, run_id: str | None = None) -> tuple[list[MetadataE
     (metadata partition, offset) order, one per offset; and the ``internal_record_error``
     findings of those of run ``run_id`` that do not decode (others are skipped: reported
     when they were published)."""
-    rows = sorted(records.select(list(COLUMNS)).to_pylist(),
-                  key=lambda r: (r["partition"], r["offset"]))
-    out, found, seen = [], [], set()
+    rows = once_in_order(records.select(list(COLUMNS)).to_pylist(),
+                         lambda r: (r["partition"], r["offset"]))
+    out, found = [], []
     for r in rows:
-        if (r["partition"], r["offset"]) in seen:
-            continue
-        seen.add((r["partition"], r["offset"]))
         try:
             d = decode_remote_log_metadata(r["key"], r["value"])
         except MessageError as err:
