@@ -46,7 +46,7 @@ from kafkalog.tiered import KeyRing, RemoteSegment, inventory
 from kafkalog.tiered.crypto import load_private_key
 from kafkalog.tiered.layout import INDEXES, LOG, MANIFEST
 from spark_jobs import layout, storage
-from spark_jobs.decode.planning import Segment
+from spark_jobs.decode.planning import Remote, Segment
 from spark_jobs.findings import Finding
 
 PEM_SUFFIX = ".pem"
@@ -147,7 +147,8 @@ def discover(access: TierAccess, metadata: list[Segment], s3, *, night: str | No
         return Segment(uri=store.uri(k[MANIFEST]), topic=row["topic"],
                        partition=row["partition"], base_offset=row["start_offset"],
                        size=seg.size, etag=row["segment_id"], night=night,
-                       remote=(store.uri(k[LOG]), store.uri(k[INDEXES]), row["end_offset"]))
+                       remote=Remote(store.uri(k[LOG]), store.uri(k[INDEXES]),
+                                     row["end_offset"]))
 
     if len(rows) > 1:
         with concurrent.futures.ThreadPoolExecutor(min(workers, len(rows))) as pool:
@@ -168,9 +169,9 @@ _OPEN: dict = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def open_remote(uri: str, remote, access: TierAccess, s3) -> RemoteSegment:
-    """The remote segment whose manifest is ``uri`` (``remote``: its ``.log`` and
-    ``.indexes`` URIs), its manifest read once per process."""
+def open_remote(uri: str, remote: Remote, access: TierAccess, s3) -> RemoteSegment:
+    """The remote segment whose manifest is ``uri`` (``remote``: where its ``.log`` and
+    ``.indexes`` are), its manifest read once per process."""
     with _OPEN_LOCK:
         seg = _OPEN.get((uri, access))
     if seg is not None:
@@ -181,7 +182,7 @@ def open_remote(uri: str, remote, access: TierAccess, s3) -> RemoteSegment:
     def key(full: str) -> str:  # a key of the tier's store
         return full[len(root):]
     seg = RemoteSegment.open(key(uri), store=store, key_ring=access.key_ring(),
-                             log_key=key(remote[0]), indexes_key=key(remote[1]))
+                             log_key=key(remote.log_uri), indexes_key=key(remote.indexes_uri))
     with _OPEN_LOCK:
         if len(_OPEN) > 256:
             _OPEN.clear()
@@ -218,9 +219,8 @@ class _WindowStore:
         return self.store.uri(key)
 
 
-def read(item, access: TierAccess, s3, start: int, end: int) -> bytes | bytearray:
-    """Bytes ``[start, end)`` of the remote segment ``item`` (a Segment or Task with
-    ``remote``): the chunks holding them read a window at a time (:data:`READ_THREADS`) and
+def read(item: Segment, access: TierAccess, s3, start: int, end: int) -> bytes | bytearray:
+    """Bytes ``[start, end)`` of the remote segment ``item`` (its ``remote`` set): the chunks holding them read a window at a time (:data:`READ_THREADS`) and
     undone (``RemoteSegment.read_chunk``: every check of the library); any failure of the
     tier is a :class:`TierReadError` naming the object, and nothing is returned."""
     try:
@@ -275,7 +275,7 @@ def overlapping(segs: list[Segment]) -> list[Segment]:
     if not local:
         return segs
     first = min(s.base_offset for s in local)
-    return local + [s for s in segs if s.remote and s.remote[2] >= first]
+    return local + [s for s in segs if s.remote and s.remote.end_offset >= first]
 
 
 __all__ = ["PEM_SUFFIX", "TierAccess", "TierReadError", "access_from_env", "discover",
