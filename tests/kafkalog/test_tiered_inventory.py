@@ -1,5 +1,6 @@
 """A tier's inventory (kafkalog/tiered/inventory.py): the live set replayed from
-``__remote_log_metadata`` segments written with Kafka's record framing (the records packed by
+``__remote_log_metadata`` batches framed by tests/segments.py (v2 batches as
+DefaultRecordBatch.java lays them out; the records' values packed by
 tests/tiered_encoder.py from the specs of apache/kafka
 ``storage/src/main/resources/message/RemoteLogSegmentMetadata*Record.json``, Aiven's custom
 metadata as its SegmentCustomMetadataSerde writes it), the keys of the plugin's
@@ -11,25 +12,22 @@ import pytest
 
 from kafkalog.internal.remote_log import read_events
 from kafkalog.tiered import inventory
-from kafkalog.writer import SegmentWriter, WriteRecord
 
 import tiered_encoder as enc
+from segments import batch_v2, record
 
 TOPIC_ID = "lZ6vvmajTWKDBUTV6SQAtQ"  # Kafka's Uuid.toString of a topic id
 A, B, C = "adh9f8BMS4anaUnD8KWfWg", "Bdh9f8BMS4anaUnD8KWfWg", "Cdh9f8BMS4anaUnD8KWfWg"
 MOVED = enc.custom_metadata_bytes({0: 100, 1: "old/"})  # uploaded under another key.prefix
 
 
-def _log(folder, values) -> str:
-    w = SegmentWriter(folder)
-    for i, v in enumerate(values):
-        w.append([WriteRecord(None, v, timestamp=1_700_000_000_000 + i)])
-    w.close()
-    return w.path
+def _log(values) -> bytes:
+    """A metadata segment of one batch, key null as Kafka writes them."""
+    return batch_v2([record(i, i, None, v) for i, v in enumerate(values)])
 
 
 @pytest.fixture(scope="module")
-def events(tmp_path_factory):
+def events():
     """Metadata partition 0 copied on two nights (the second repeats the first's records and
     adds B's deletion), and partition 1 holding C, never finished."""
     first = [enc.segment_metadata_record("orders", TOPIC_ID, 0, A, 0, 9, 10),
@@ -40,11 +38,9 @@ def events(tmp_path_factory):
     second = first + [enc.segment_update_record("orders", TOPIC_ID, 0, B,
                                                 enc.DELETE_SEGMENT_STARTED)]
     other = [enc.segment_metadata_record("orders", TOPIC_ID, 1, C, 0, 4, 5)]
-    root = tmp_path_factory.mktemp("rlm")
     out = []
-    for night, (partition, values) in enumerate([(0, first), (1, other), (0, second)]):
-        path = _log(root / f"night{night}" / f"__remote_log_metadata-{partition}", values)
-        out += read_events(path, metadata_partition=partition)
+    for partition, values in [(0, first), (1, other), (0, second)]:  # nights 1, 1 and 2
+        out += read_events(_log(values), metadata_partition=partition)
     return out
 
 
