@@ -30,6 +30,7 @@ from kafkalog.internal.remote_log import MetadataEvent, decode_remote_log_metada
 from kafkalog.tiered.inventory import once_in_order
 from spark_jobs import schemas
 from spark_jobs.derive.internal import RECORD_ERROR
+from spark_jobs.derive.step import Output, Submission
 from spark_jobs.findings import Finding
 from spark_jobs.findings import table as findings_table
 from spark_jobs.parquet import PartWriter, partition_path, topic_of
@@ -138,19 +139,19 @@ def as_of_run(wh, snapshot: int, ledger: pa.Table, run_files: list[str], partiti
     return pa.concat_tables([p.cast(parts[0].schema) for p in parts])
 
 
-def derive(ctx, wh, bases: dict, ledger: pa.Table, record_files: list[str], segments,
-           run_id: str, night: str | None) -> tuple[dict[str, list[str]], dict[str, int]]:
+def derive(sub: Submission) -> Output:
     """``remote_segments``' data files (and findings, under ``findings``) of the submission
-    whose listing holds ``segments`` (:class:`~spark_jobs.decode.planning.Segment`), written
-    into the tables' data folders: ``({table: files}, {table: rows})``. Nothing where the
-    listing has no ``__remote_log_metadata`` segment."""
+    whose listing holds ``sub.segments`` (:class:`~spark_jobs.decode.planning.Segment`),
+    written into the tables' data folders: ``({table: files}, {table: rows})``. Nothing where
+    the listing has no ``__remote_log_metadata`` segment."""
+    ctx, wh, segments, run_id, night = sub.ctx, sub.wh, sub.segments, sub.run_id, sub.night
     partitions = {s.partition for s in segments if s.topic == TOPIC}
     if not partitions:
         return {}, {}
     nights = sorted({s.night for s in segments if s.topic == TOPIC and s.night})
     night = nights[-1] if nights else night
-    records = as_of_run(wh, bases["records"], ledger,
-                        [p for p in record_files if topic_of(p) == TOPIC], partitions, run_id,
+    records = as_of_run(wh, sub.bases["records"], sub.ledger,
+                        [p for p in sub.records if topic_of(p) == TOPIC], partitions, run_id,
                         night, ctx.s3)
     evs, found = events(records, run_id)
     rows = table_rows(segment_rows(evs), night, run_id)
