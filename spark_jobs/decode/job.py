@@ -353,7 +353,7 @@ def refresh_keyed(spark, job: Run, listing: Listing, decoded: Decoded, committed
     plans = keyed_tables.plan(job.wh, job.args, job.bases, partitions, decoded.files)
     if not plans:
         return {}
-    night = max((s.night for s in listing.segments if s.night), default=None) or job.args.night
+    night = layout.run_night((s.night for s in listing.segments), job.args.night)
     out, found = {}, []
     for k in plans:
         done = keyed_tasks.refresh(spark, job.wh, k, job.args.run_id, night,

@@ -28,7 +28,7 @@ import pyarrow as pa
 from kafkalog.internal import REMOTE_LOG_METADATA, TOPIC_DECODERS, MessageError
 from kafkalog.internal.remote_log import MetadataEvent, decode_remote_log_metadata, segment_rows
 from kafkalog.tiered.inventory import once_in_order
-from spark_jobs import schemas
+from spark_jobs import layout, schemas
 from spark_jobs.derive.internal import RECORD_ERROR
 from spark_jobs.derive.step import Output, Submission
 from spark_jobs.findings import Finding
@@ -148,8 +148,7 @@ def derive(sub: Submission) -> Output:
     partitions = {s.partition for s in segments if s.topic == TOPIC}
     if not partitions:
         return {}, {}
-    nights = sorted({s.night for s in segments if s.topic == TOPIC and s.night})
-    night = nights[-1] if nights else night
+    night = layout.run_night((s.night for s in segments if s.topic == TOPIC), night)
     records = as_of_run(wh, sub.bases["records"], sub.ledger,
                         [p for p in sub.records if topic_of(p) == TOPIC], partitions, run_id,
                         night, ctx.s3)
