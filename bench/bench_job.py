@@ -93,7 +93,7 @@ def _pieces(root: Path, split_mib: int) -> list[tuple[str, int, int]]:
     segs, _ = decode.discover(str(root))
     positions = {s.index_uri: decode.index_positions(s.index_uri, None) for s in segs}
     tasks = decode.plan(segs, {}, {}, positions, split_mib << 20)
-    return [(t.uri, t.start, t.end) for t in tasks]
+    return [(t.segment.uri, t.start, t.end) for t in tasks]
 
 
 def _decode_piece(piece) -> int:
@@ -162,17 +162,17 @@ def _decode_and_write_piece(spec: tuple[str, str]) -> int:
     writer = parquet.PartWriter(ctx, f"p{task.task:05d}", ctx.roots)
     # the records table's value columns (issue 20): the job adds them to every batch; the
     # bench snapshot has no _schemas, so they are the byte test and null columns
-    value_decoder = values.ValueDecoder(ctx.registry, ctx.max_raw, task.topic)
+    value_decoder = values.ValueDecoder(ctx.registry, ctx.max_raw, task.segment.topic)
     rows = 0
-    for name, batch in kafkalog.stream(task.uri, byte_range=(task.start, task.end),
+    for name, batch in kafkalog.stream(task.segment.uri, byte_range=(task.start, task.end),
                                        dictionary=True):
         if name == "records":
             batch = values.with_columns(batch, value_decoder.columns(batch))
             out_rows = writing.lineage(batch, "records", task, ctx)
-            writing.records_out(writer, out_rows, task.topic)
+            writing.records_out(writer, out_rows, task.segment.topic)
             rows += out_rows.num_rows
         elif name in ("batches", "markers"):
-            writer.write(name, parquet.partition_path(task.topic),
+            writer.write(name, parquet.partition_path(task.segment.topic),
                          writing.lineage(batch, name, task, ctx))
         elif batch.num_rows:
             raise SystemExit(f"findings in the generated snapshot: {batch.to_pylist()[:3]}")

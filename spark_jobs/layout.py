@@ -118,6 +118,13 @@ def _bad_night(text: str):
     raise ValueError(f"{text!r} is not a night (YYYY-MM-DD)")
 
 
+def run_night(nights, default: str | None = None) -> str | None:
+    """The night of a run: the latest of ``nights`` (its segments' or its ledger rows'
+    ``YYYY-MM-DD``; None and empty ones are no night), else ``default`` (the job's
+    ``--night``, or None)."""
+    return max((n for n in nights if n), default=None) or default
+
+
 def topic_matcher(patterns: str | Iterable[str] | None):
     """A predicate over topic names from comma-separated fnmatch patterns ('' or '*' = all)."""
     if patterns is None:

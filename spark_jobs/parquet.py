@@ -1,7 +1,8 @@
 """Parquet data files as the warehouse's tables hold them: the write schema and options of
 each table (:func:`write_schema`, :func:`parquet_options`), one writer of a task's files
 (:class:`PartWriter`) and the folder a file goes in (:func:`partition_path`, read back by
-:func:`topic_of`).
+:func:`topic_of`); a file read back in a table's schema, a column it lacks null
+(:func:`conform`).
 
 The decode job (:mod:`spark_jobs.decode`), the derived tables (:mod:`spark_jobs.derive`) and
 maintenance's rewrites (:mod:`spark_jobs.maintenance`) write with these. A file is named
@@ -75,6 +76,22 @@ def read_parquet(path: str, config=None) -> pa.Table:
 
     store, key = storage.open_object(path, config)
     return pq.read_table(io.BytesIO(store.read(key)))
+
+
+def column_or_null(table: pa.Table, field: pa.Field):
+    """``table``'s column ``field.name``, or nulls of ``field.type`` where it has none: a
+    column a file lacks reads null (as Iceberg reads a column added after a file was
+    written)."""
+    if field.name in table.column_names:
+        return table.column(field.name)
+    return pa.nulls(table.num_rows, field.type)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` in ``schema``: its columns in that order, cast, a column it lacks null
+    (:func:`column_or_null`), the columns ``schema`` does not name left out."""
+    return pa.Table.from_arrays([column_or_null(table, f) for f in schema],
+                                names=schema.names).cast(schema)
 
 
 def write_parquet(path: str, rows: pa.Table, config=None) -> None:

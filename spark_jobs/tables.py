@@ -16,7 +16,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from . import schemas, storage
-from .parquet import read_parquet
+from .parquet import conform, read_parquet
 from .warehouse import CatalogError, Warehouse, is_run_file
 
 
@@ -61,11 +61,7 @@ def table_paths(wh: Warehouse, name: str, *, snapshot: int | None = None,
 def read_file(path: str, name: str, config: storage.S3Config | None = None) -> pa.Table:
     """One data file of table ``name`` (any file the pipeline wrote), in the table's schema
     (a column an earlier version did not write reads as null, as Iceberg reads it)."""
-    table = read_parquet(path, config)
-    for f in schemas.TABLES[name]:
-        if f.name not in table.column_names:
-            table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
-    return table.select(schemas.TABLES[name].names).cast(schemas.TABLES[name])
+    return conform(read_parquet(path, config), schemas.TABLES[name])
 
 
 def read_files(spark, paths: list[str], name: str, config: storage.S3Config | None = None):
@@ -125,11 +121,7 @@ def read_arrow(warehouse, name: str, *, snapshot: int | None = None, ref: str | 
         kwargs["row_filter"] = row_filter
     if snapshot is not None:
         kwargs["snapshot_id"] = snapshot
-    out = table.scan(**kwargs).to_arrow()
-    for f in schema:
-        if f.name not in out.column_names:
-            out = out.append_column(f.name, pa.nulls(out.num_rows, f.type))
-    return out.select(schema.names).cast(schema)
+    return conform(table.scan(**kwargs).to_arrow(), schema)
 
 
 def transaction_status(records, markers):

@@ -13,6 +13,9 @@ encrypted, an ``.indexes`` object with the segment's five indexes, and a plainte
 - :mod:`.objects`: where objects are read from (a local folder, or S3 with ranged GETs);
 - :mod:`.reader`: :class:`RemoteSegment`, the original bytes back a chunk at a time;
 - :mod:`.writer`: a segment's three objects as the plugin uploads them (the demo's tier).
+- :mod:`.inventory`: what a tier holds, pure: the live set replayed from
+  ``__remote_log_metadata``'s events, each live segment's keys, a listing's segments matched to
+  the metadata's rows (the decode job's tier input and the tier audit both use it).
 
 ``__remote_log_metadata``, Kafka's record of which segments are in the tier, is read by
 :mod:`kafkalog.internal.remote_log`.

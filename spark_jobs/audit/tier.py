@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kafkalog.tiered import inventory
 from kafkalog.tiered import layout as tier_layout
 from spark_jobs import storage
 from spark_jobs.derive.remote import TABLE  # the table the metadata checks read
@@ -87,8 +88,8 @@ def list_tier(uri: str, s3: storage.S3Config | None = None) -> tuple[list, set, 
         listing = [(o.key, o.size) for o in store.list(prefix)]
     except (storage.StorageError, OSError) as err:
         raise TierListingError(f"--tiered-storage {uri}: {err}") from err
-    segments, _ = tier_layout.group_segments(listing)
-    return segments, {k for k, _ in listing}, prefix
+    segments, keys = inventory.listing(listing)
+    return segments, keys, prefix
 
 
 def load(spark, wh, run_id: str, snapshots: dict, findings, tiered_storage: str | None = None
@@ -153,7 +154,7 @@ def _obs(check, row, cls, message, value=None, segment=None) -> tuple:
 
 
 def _live(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r["state"] == FINISHED and r["partition_delete_state"] is None]
+    return [r for r in rows if inventory.is_live(r)]
 
 
 def orphan_observations(rows: list[dict], policy) -> list[tuple]:
@@ -186,37 +187,26 @@ def orphan_observations(rows: list[dict], policy) -> list[tuple]:
 def expected_keys(row: dict, found, aiven: bool, prefix: str = "") -> dict:
     """suffix -> the key a live segment's object should have, as the plugin finds it
     (ObjectKeyFactory): where its custom metadata names a prefix or a main path, those
-    (:func:`kafkalog.tiered.layout.object_key`, the tier's ``prefix`` for what it does not
+    (:func:`kafkalog.tiered.inventory.segment_keys`, the tier's ``prefix`` for what it does not
     name); else beside the listed segment ``found``; else at the tier's own prefix. A plain
     copy (minio-rsm) has its ``.log`` only."""
     plain = ((found is not None and found.layout == tier_layout.PLAIN)
              or (not aiven and found is None))
     if plain:
         return {tier_layout.LOG: found.base + tier_layout.LOG if found is not None else None}
-    custom = {k: row[k] for k in ("object_prefix", "object_key") if row.get(k) is not None}
-    main = tier_layout.main_path(row["topic"], row["topic_id"], row["partition"],
-                                 row["start_offset"], row["segment_id"])
-    if not custom and found is not None:
+    if not inventory.has_custom_keys(row) and found is not None:
         return {s: found.base + s for s in tier_layout.AIVEN_SUFFIXES}
-    return {s: tier_layout.object_key(prefix, main, s, custom) for s in tier_layout.AIVEN_SUFFIXES}
-
-
-def _index(listed) -> tuple[dict, dict]:
-    by_id = {s.segment_id: s for s in listed if s.segment_id}
-    by_offset = {(s.topic, s.partition, s.start_offset): s for s in listed
-                 if s.layout == tier_layout.PLAIN}
-    return by_id, by_offset
+    return inventory.segment_keys(row, prefix)
 
 
 def missing_observations(rows: list[dict], listed, keys: set, prefix: str = "") -> list[tuple]:
     """``tier_missing_objects``: each live segment whose objects the listing (``keys``, under
     the tier's key ``prefix``) lacks."""
-    by_id, by_offset = _index(listed)
+    index = inventory.index_listing(listed)
     aiven = any(s.layout == tier_layout.AIVEN for s in listed) or not listed
     out = []
     for r in _live(rows):
-        found = by_id.get(r["segment_id"]) or by_offset.get(
-            (r["topic"], r["partition"], r["start_offset"]))
+        found = inventory.find_listed(r, index)
         want = expected_keys(r, found, aiven, prefix)
         gone = sorted(s for s, k in want.items() if k is None or k not in keys)
         if gone:
@@ -232,12 +222,10 @@ def missing_observations(rows: list[dict], listed, keys: set, prefix: str = "") 
 def unreferenced_observations(rows: list[dict], listed) -> list[tuple]:
     """``tier_unreferenced_objects``: each listed segment no metadata names, or whose
     segment was deleted."""
-    ids = {r["segment_id"]: r for r in rows}
-    offsets = {(r["topic"], r["partition"], r["start_offset"]): r for r in rows}
+    index = inventory.index_rows(rows)
     out = []
     for s in listed:
-        r = ids.get(s.segment_id) if s.segment_id else offsets.get(
-            (s.topic, s.partition, s.start_offset))
+        r = inventory.find_row(s, index)
         if r is not None and r["state"] not in DELETED:
             continue
         cls = "unreferenced" if r is None else "deleted_segment"

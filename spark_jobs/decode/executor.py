@@ -57,10 +57,11 @@ class _ReadAhead:
 
     @staticmethod
     def eligible(task: Task) -> bool:
-        return (storage.is_s3(task.uri) and not task.remote and task.mode == "decode"
+        seg = task.segment
+        return (storage.is_s3(seg.uri) and not seg.remote and task.mode == "decode"
                 and task.start == 0
-                and task.end == task.size and not task.split and task.index_entries is None
-                and task.size <= READ_AHEAD_MAX_BYTES)
+                and task.end == seg.size and not task.split and task.index_entries is None
+                and seg.size <= READ_AHEAD_MAX_BYTES)
 
     def upto(self, i: int) -> None:
         """Reads of tasks ``[.., i + ctx.read_ahead]`` started."""
@@ -71,10 +72,11 @@ class _ReadAhead:
             self.started += 1
             if not self.eligible(task):
                 continue
-            wanted = [(task.uri, task.pin, task.size)] + [
-                (u, task.index_pin(u), None)
-                for u in (task.index_uri, task.timeindex_uri, task.txnindex_uri)
-                if u is not None and task.index_pin(u) is not None]
+            seg = task.segment
+            wanted = [(seg.uri, seg.pin, seg.size)] + [
+                (u, seg.index_pin(u), None)
+                for u in (seg.index_uri, seg.timeindex_uri, seg.txnindex_uri)
+                if u is not None and seg.index_pin(u) is not None]
             for uri, pin, end in wanted:
                 store, key = storage.open_object(uri, self.ctx.s3)
                 self.reads[(uri, 0, end)] = (pin, self.pool.submit(
@@ -116,11 +118,12 @@ def _object_source(task: Task, ctx: Context):
     ``check()``, which raises :class:`storage.ChangedObject` where it changed since
     (a local file is read by the decoder itself: checked before and after it). A remote
     segment's bytes come from its tier's chunks (:func:`tier.read`)."""
-    if task.remote:
-        return lambda lo, hi: (kafkalog.Slice(tier.read(task, ctx.tier, ctx.s3, lo, hi), lo),
+    seg = task.segment
+    if seg.remote:
+        return lambda lo, hi: (kafkalog.Slice(tier.read(seg, ctx.tier, ctx.s3, lo, hi), lo),
                                None), lambda: None
-    store, key = storage.open_object(task.uri, ctx.s3)
-    pin = task.pin
+    store, key = storage.open_object(seg.uri, ctx.s3)
+    pin = seg.pin
     if isinstance(store, storage.LocalStore):
         path = store.path(key)
 
@@ -134,12 +137,13 @@ def _object_source(task: Task, ctx: Context):
 
 def _prefix_still_there(task: Task, ctx: Context) -> bool:
     """Whether the last batch an earlier run ingested is still at its position, same CRC."""
-    end = min(task.size, task.verify_position + kafkalog.BATCH_HEAD_SIZE)
-    if task.remote:
-        head = tier.read(task, ctx.tier, ctx.s3, task.verify_position, end)
+    seg = task.segment
+    end = min(seg.size, task.verify_position + kafkalog.BATCH_HEAD_SIZE)
+    if seg.remote:
+        head = tier.read(seg, ctx.tier, ctx.s3, task.verify_position, end)
     else:
-        store, key = storage.open_object(task.uri, ctx.s3)
-        head = store.read_pinned(key, task.pin, task.verify_position, end)
+        store, key = storage.open_object(seg.uri, ctx.s3)
+        head = store.read_pinned(key, seg.pin, task.verify_position, end)
     try:
         stored = kafkalog.read_batch_head(head).crc
     except kafkalog.CorruptDataError:  # no entry's header there (too short, no known magic)
@@ -183,13 +187,14 @@ def run_task(task: Task, ctx: Context) -> TaskResult:
 
 def _ledger_row(task: Task, ctx: Context) -> dict:
     """The task's ledger row before it runs: nothing decoded yet."""
-    return dict(run_id=ctx.run_id, segment=task.uri, topic=task.topic, partition=task.partition,
-                segment_base_offset=task.base_offset, object_size=task.size, etag=task.etag,
-                mtime=dt.datetime.fromisoformat(task.mtime) if task.mtime else None,
+    seg = task.segment
+    return dict(run_id=ctx.run_id, segment=seg.uri, topic=seg.topic, partition=seg.partition,
+                segment_base_offset=seg.base_offset, object_size=seg.size, etag=seg.etag,
+                mtime=dt.datetime.fromisoformat(seg.mtime) if seg.mtime else None,
                 byte_start=task.start, byte_end=task.end, end_position=task.start,
                 first_offset=None, last_offset=None, last_batch_position=None,
                 last_batch_crc=None, records=0, batches=0, findings=0, action="decoded",
-                ingested_at=dt.datetime.fromisoformat(ctx.ingested_at), night=task.night)
+                ingested_at=dt.datetime.fromisoformat(ctx.ingested_at), night=seg.night)
 
 
 def _segment_changed(task: Task) -> Finding:
@@ -207,8 +212,8 @@ def _decode(task: Task, writer: PartWriter, fetch, start: int, found: list[Findi
     its stats."""
     slack = ctx.slack
     while True:
-        hi = min(task.size, task.end + slack) if task.split or task.end < task.size \
-            else task.size
+        size = task.segment.size
+        hi = min(size, task.end + slack) if task.split or not task.last else size
         stats = _decode_window(task, ctx, writer, fetch, start, hi, found)
         if stats is not None:
             break
@@ -235,10 +240,10 @@ def _decode_window(task, ctx, writer, fetch, lo, hi, extra_findings):
     owned_start = lo
     source, byte_range, lo, entries = _first_owned_entry(task, source, byte_range, lo, hi)
     cut = None  # where the next task's first entry starts: this task's rows end there
-    if entries and task.end < task.size:
+    if entries and not task.last:
         # a framed task ends where the entry after its last one starts
         cut = task.end if task.framed else _first_entry_at(source, byte_range, task.end, hi)
-        if cut is None and hi < task.size:
+        if cut is None and hi < task.segment.size:
             return None  # the next task's first entry lies past this window: read further
     window = _Window(task, ctx, writer, source, byte_range, hi, cut)
     for name, batch in kafkalog.stream(source, byte_range=byte_range, dictionary=True) \
@@ -276,14 +281,14 @@ class _Window:
         self.task, self.ctx, self.writer = task, ctx, writer
         self.source, self.byte_range, self.hi, self.cut = source, byte_range, hi, cut
         self.stats = _empty_stats(task)
-        self.values = values.ValueDecoder(ctx.registry, ctx.max_raw, task.topic)
+        self.values = values.ValueDecoder(ctx.registry, ctx.max_raw, task.segment.topic)
         self.last_batch = None
         # position -> (base offset, last offset), for the .index check
-        self.last_offsets: dict[int, tuple] | None = {} if task.index_uri else None
+        self.last_offsets: dict[int, tuple] | None = {} if task.segment.index_uri else None
         # last offset -> (base offset, max timestamp, position), for the .timeindex check
-        self.by_last: dict[int, tuple] | None = {} if task.timeindex_uri else None
+        self.by_last: dict[int, tuple] | None = {} if task.segment.timeindex_uri else None
         # offset -> (producer id, control type, batch position), for the .txnindex check
-        self.controls: dict[int, tuple] | None = {} if task.txnindex_uri else None
+        self.controls: dict[int, tuple] | None = {} if task.segment.txnindex_uri else None
         # transactional rows waiting for their marker in this task
         self.txn = transactions.InTask()
 
@@ -296,7 +301,7 @@ class _Window:
         return batch
 
     def write(self, table: str, rows) -> None:
-        self.writer.write(table, partition_path(self.task.topic),
+        self.writer.write(table, partition_path(self.task.segment.topic),
                           lineage(rows, table, self.task, self.ctx))
 
     def write_findings(self, batch: pa.RecordBatch) -> None:
@@ -306,7 +311,7 @@ class _Window:
     def write_records(self, rows) -> None:
         """Records rows (with their txn_state) with their lineage, into one file per day."""
         out = lineage(rows, "records", self.task, self.ctx)  # crc_valid is not a records column
-        records_out(self.writer, out, self.task.topic)
+        records_out(self.writer, out, self.task.segment.topic)
         self.stats["records"] += out.num_rows
 
     def final_stats(self) -> dict:
@@ -381,7 +386,7 @@ def _decoder_findings(w: _Window, batch: pa.RecordBatch) -> bool:
         return False
     ends = batch.column("end").to_pylist()
     starts = batch.column("position").to_pylist()
-    if w.hi < w.task.size and any(e >= w.hi for e in ends):
+    if w.hi < w.task.segment.size and any(e >= w.hi for e in ends):
         return True
     kinds = batch.column("kind").to_pylist()
     raws = [_raw(w.source, w.byte_range, p, e, w.ctx.max_raw) if k in RAW_KINDS else None
@@ -405,13 +410,14 @@ _TABLE_HANDLERS = {"records": _records, "batches": _batches, "markers": _markers
 def _index_checks(w: _Window, lo: int, owned_start: int, entries: bool) -> list[Finding]:
     """The segment's index files checked against what the window decoded, each entry by
     the task that owns it (see :func:`_decode_window`)."""
-    task, cut, last = w.task, w.cut, w.task.end >= w.task.size
+    task, cut, last = w.task, w.cut, w.task.last
     out: list[Finding] = []
     if w.last_offsets is not None:
         # .index entries by the position they point at: [lo, cut) (the last task also
         # past the end; a task with no entry of its own: none, or the last one's)
-        owned = (lo, None if last else (cut if cut is not None else task.size)) if entries \
-            else ((task.size, None) if last else None)
+        size = task.segment.size
+        owned = (lo, None if last else (cut if cut is not None else size)) if entries \
+            else ((size, None) if last else None)
         # the task that reads to the segment's end knows where its complete entries end
         out += _index_findings(task, w.ctx, owned, w.last_offsets,
                                share=cut is None or cut == task.end,
@@ -458,7 +464,7 @@ def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
     task that reads to the end of the segment also reports the file's own findings.
     ``share``: the planner's share of the file holds them all. Together a segment's
     tasks report what ``kafkalog index --verify`` does."""
-    last = task.end >= task.size
+    last = task.last
     if owned is None and not last:
         return []
 
@@ -466,12 +472,13 @@ def _index_findings(task: Task, ctx: Context, owned, last_offsets: dict,
         if task.index_entries is not None and share:  # the planner's share: only those bytes
             first, stop = task.index_entries
             return replace(kafkalog.read_offset_index(fetch(8 * first, 8 * stop),
-                                                      base_offset=task.base_offset),
+                                                      base_offset=task.segment.base_offset),
                            first=first)
-        return kafkalog.read_offset_index_range(fetch(), owned or (task.size, None),
-                                                base_offset=task.base_offset)
+        return kafkalog.read_offset_index_range(fetch(), owned or (task.segment.size, None),
+                                                base_offset=task.segment.base_offset)
 
-    return _checked_index(task, ctx, task.index_uri, read, lambda index: [] if owned is None
+    return _checked_index(task, ctx, task.segment.index_uri, read,
+                          lambda index: [] if owned is None
                           else kafkalog.check_offset_index(index, last_offsets, owned, end))
 
 
@@ -483,8 +490,8 @@ def _time_index_findings(task: Task, ctx: Context, owned, by_last: dict) -> list
     ranges (see ``_decode_window``), so together they report what ``kafkalog index
     --verify`` does, each finding once."""
     return _checked_index(
-        task, ctx, task.timeindex_uri,
-        lambda fetch: kafkalog.read_time_index(fetch(), base_offset=task.base_offset),
+        task, ctx, task.segment.timeindex_uri,
+        lambda fetch: kafkalog.read_time_index(fetch(), base_offset=task.segment.base_offset),
         lambda index: [] if owned is None else kafkalog.check_time_index(index, by_last, owned))
 
 
@@ -494,8 +501,8 @@ def _txn_index_findings(task: Task, ctx: Context, owned, controls: dict) -> list
     (``kafkalog.check_txn_index``): together a segment's tasks report what
     ``kafkalog index --verify`` does, each finding once."""
     return _checked_index(
-        task, ctx, task.txnindex_uri,
-        lambda fetch: kafkalog.read_txn_index(fetch(), base_offset=task.base_offset),
+        task, ctx, task.segment.txnindex_uri,
+        lambda fetch: kafkalog.read_txn_index(fetch(), base_offset=task.segment.base_offset),
         lambda index: [] if owned is None else kafkalog.check_txn_index(index, controls, owned))
 
 
@@ -505,9 +512,9 @@ def _checked_index(task: Task, ctx: Context, uri: str, read, check) -> list[Find
     not be read. ``fetch(start=0, end=None)`` reads the file as it was listed: where it
     changed since, :class:`storage.ChangedObject` fails the task (the next run reads
     it again), as for the segment itself."""
-    last = task.end >= task.size
+    last = task.last
     store, key = storage.open_object(uri, ctx.s3)
-    pin = task.index_pin(uri)
+    pin = task.segment.index_pin(uri)
 
     def fetch(start=0, end=None):
         if pin is None:  # not listed (a manifest naming a file that was missing then)
@@ -548,9 +555,10 @@ def _failed(ledger: dict, pending: bool, task: Task, ctx: Context, why: str) -> 
     writer = PartWriter(ctx, f"t{task.task:05d}", ctx.roots)
     fb = task_batch([Finding(
         kind="fetch_error", position=task.start, end=task.end,
-        message=f"cannot read {task.uri} [{task.start}, {task.end}): {why}",
+        message=f"cannot read {task.segment.uri} [{task.start}, {task.end}): {why}",
         bytes=task.end - task.start)])
-    writer.write("findings", partition_path(task.topic), lineage(fb, "findings", task, ctx))
+    writer.write("findings", partition_path(task.segment.topic),
+                 lineage(fb, "findings", task, ctx))
     ledger.update(action="failed", findings=1)
     return TaskResult(ledger, writer.commit(), pending)
 

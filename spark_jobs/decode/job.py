@@ -28,6 +28,7 @@ from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested,
 from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import Context, make_context, write_driver_table
 from spark_jobs.derive import internal, keyed_tables, keyed_tasks, log_dirs, remote, typed
+from spark_jobs.derive.step import Output, Submission, merge
 from spark_jobs.findings import REPLICA_DIVERGENCE, TIER_DIVERGENCE, Finding
 from spark_jobs.findings import table as findings_table
 from spark_jobs.warehouse import Warehouse, branch_name
@@ -240,36 +241,31 @@ def dedupe(spark, job: Run, decoded: Decoded) -> None:
     job.timings["deduplicate"] = time.time() - t1
 
 
+#: the derive steps of the internal tables (each ``derive(Submission)``), by the timing
+#: they count under; the typed tables' step (:func:`typed.derive`) runs after them
+INTERNAL_STEPS = ((internal.derive, "internal"), (log_dirs.derive, "internal"),
+                  (remote.derive, "remote"))
+
+
 def derive(spark, job: Run, listing: Listing, decoded: Decoded) -> Derived:
-    """The derived tables from the deduplicated records: internal topics, state files and
-    the log directories' own files (nothing at all where there are none), typed values (nothing where no topic's values
-    have a schema)."""
-    records = decoded.files["records"]
+    """The derived tables from the deduplicated records: internal topics, state files, the
+    log directories' own files and ``remote_segments`` (nothing at all where there are
+    none), typed values (nothing where no topic's values have a schema)."""
+    sub = Submission(spark, job.ctx, job.wh, job.args.run_id, job.args.night,
+                     decoded.files["records"], listing.segments, listing.state_uris,
+                     listing.log_dir_files, listing.registry, job.bases, job.ledger)
+    internal_out: Output = ({}, {})
+    for step, timing in INTERNAL_STEPS:
+        t1 = time.time()
+        out = step(sub)
+        if out[1]:  # the step's time, where it made rows
+            job.timings[timing] = job.timings.get(timing, 0.0) + time.time() - t1
+        merge(internal_out, out)
     t1 = time.time()
-    internal_files, internal_rows = internal.derive(spark, job.ctx, job.wh, records,
-                                                    listing.state_uris, job.args.run_id)
-    dir_files, dir_rows = log_dirs.derive(job.ctx, job.wh, listing.log_dir_files,
-                                          job.args.run_id)
-    for name, fs in dir_files.items():
-        internal_files.setdefault(name, []).extend(fs)
-    for name, n in dir_rows.items():
-        internal_rows[name] = internal_rows.get(name, 0) + n
-    if internal_rows:
-        job.timings["internal"] = time.time() - t1
-    t1 = time.time()
-    remote_files, remote_rows = remote.derive(job.ctx, job.wh, job.bases, job.ledger, records,
-                                              listing.segments, job.args.run_id, job.args.night)
-    if remote_rows:  # remote_segments, replayed from __remote_log_metadata as of the run
-        job.timings["remote"] = time.time() - t1
-        for name, fs in remote_files.items():
-            internal_files.setdefault(name, []).extend(fs)
-        for name, n in remote_rows.items():
-            internal_rows[name] = internal_rows.get(name, 0) + n
-    t1 = time.time()
-    typed_files, typed_rows = typed.derive(spark, job.ctx, job.wh, records, listing.registry)
+    typed_files, typed_rows = typed.derive(sub)
     if typed_rows or typed_files:
         job.timings["typed"] = time.time() - t1
-    return Derived(internal_files, internal_rows, typed_files, typed_rows)
+    return Derived(*internal_out, typed_files, typed_rows)
 
 
 def write_driver_tables(job: Run, listing: Listing, decoded: Decoded,
@@ -357,7 +353,7 @@ def refresh_keyed(spark, job: Run, listing: Listing, decoded: Decoded, committed
     plans = keyed_tables.plan(job.wh, job.args, job.bases, partitions, decoded.files)
     if not plans:
         return {}
-    night = max((s.night for s in listing.segments if s.night), default=None) or job.args.night
+    night = layout.run_night((s.night for s in listing.segments), job.args.night)
     out, found = {}, []
     for k in plans:
         done = keyed_tasks.refresh(spark, job.wh, k, job.args.run_id, night,
@@ -409,6 +405,6 @@ def unparsable_findings(uris: list[str], run_id: str) -> pa.Table:
     return findings_table(rows)
 
 
-__all__ = ["Decoded", "Derived", "Listing", "Run", "begin", "commit", "dedupe", "derive",
+__all__ = ["Decoded", "Derived", "INTERNAL_STEPS", "Listing", "Run", "begin", "commit", "dedupe", "derive",
            "frame_replicas", "list_input", "plan_tasks", "refresh_keyed", "resolve_transactions", "run",
            "run_decode_tasks", "summary", "unparsable_findings", "write_driver_tables"]

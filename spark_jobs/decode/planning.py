@@ -27,6 +27,17 @@ DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)
+class Remote:
+    """Where a remote (tiered-storage) segment's bytes are: its ``.log`` and ``.indexes``
+    objects (the segment's ``uri`` is its ``.rsm-manifest``), and its last offset, as
+    ``__remote_log_metadata`` says (spark_jobs.decode.tier)."""
+
+    log_uri: str
+    indexes_uri: str
+    end_offset: int
+
+
+@dataclass(frozen=True)
 class Segment:
     uri: str
     topic: str
@@ -44,9 +55,8 @@ class Segment:
     #: ``--night``); None where the input named none
     night: str | None = None
     #: a remote segment (tiered storage, spark_jobs.decode.tier; ``uri`` is its
-    #: ``.rsm-manifest``): ``(.log URI, .indexes URI, last offset)``; empty: an object
-    #: read as it is
-    remote: tuple = ()
+    #: ``.rsm-manifest``); None: an object read as it is
+    remote: Remote | None = None
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -63,19 +73,20 @@ class Segment:
                 return storage.Pin(*pin)
         return None
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Segment":
+        """A segment from its :func:`dataclasses.asdict` (through JSON: tuples as lists)."""
+        remote = d.get("remote")
+        return cls(**{**d, "index_pins": tuple(tuple(p) for p in d.get("index_pins", ())),
+                      "remote": Remote(**remote) if remote else None})
+
 
 @dataclass(frozen=True)
 class Task:
-    """One executor task: the entries of ``uri`` that start in [start, end)."""
+    """One executor task: the entries of its ``segment`` that start in [start, end)."""
 
     task: int
-    uri: str
-    topic: str
-    partition: int
-    base_offset: int
-    size: int
-    etag: str | None
-    mtime: str | None
+    segment: Segment
     start: int
     end: int
     mode: str = "decode"  # decode | resume
@@ -86,23 +97,24 @@ class Task:
     verify_crc: int | None = None  # ... and its stored CRC
     covered_end: int | None = None  # resume: the end of the prefix earlier runs ingested
     same_object: bool = False  # resume: size (and etag, where known) as when it was ingested
-    index_uri: str | None = None  # the segment's .index: entries pointing into [start, end) checked
-    index_entries: tuple[int, int] | None = None  # ... which are entries [first, stop) (else: read all)
-    timeindex_uri: str | None = None  # the segment's .timeindex: entries naming its offsets checked
-    txnindex_uri: str | None = None  # the segment's .txnindex: entries ending at its offsets checked
-    index_pins: tuple = ()  # (uri, size, etag, mtime) of the index files, as listed
-    night: str | None = None  # the snapshot night whose listing held the segment (Segment.night)
-    remote: tuple = ()  # a remote segment's objects (Segment.remote): read through the tier
+    #: the segment's .index entries pointing into [start, end) are checked: entries
+    #: [first, stop) of it (None: the whole file is read)
+    index_entries: tuple[int, int] | None = None
 
-    pin = Segment.pin
-    index_pin = Segment.index_pin
+    @property
+    def last(self) -> bool:
+        """The segment's last task: it reads to the segment's end."""
+        return self.end >= self.segment.size
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "Task":
-        return cls(**json.loads(text))
+        d = json.loads(text)
+        entries = d.get("index_entries")
+        return cls(**{**d, "segment": Segment.from_dict(d["segment"]),
+                      "index_entries": tuple(entries) if entries is not None else None})
 
 
 @dataclass
@@ -338,11 +350,7 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
             later = [b for b in bases if b > s.base_offset]
             hi = later[0] - 1 if later else None
             cov = coverage.get(s.key)
-            common = dict(uri=s.uri, topic=s.topic, partition=s.partition,
-                          base_offset=s.base_offset, size=s.size, etag=s.etag, mtime=s.mtime,
-                          index_uri=s.index_uri, timeindex_uri=s.timeindex_uri,
-                          txnindex_uri=s.txnindex_uri, index_pins=s.index_pins, night=s.night,
-                          remote=s.remote)
+            common = dict(segment=s)
             resume = resume_from(cov, s.size, s.etag)
             if resume is not None:
                 lo = s.base_offset if cov.last_offset is None else cov.last_offset + 1
@@ -369,7 +377,7 @@ def plan(segments: list[Segment], coverage: dict[tuple, Coverage],
             for d in group:
                 tasks.append(Task(task=0, pending=pending, **d))
     # biggest first, so the long tasks start early
-    tasks.sort(key=lambda t: (-(t.end - t.start), t.uri, t.start))
+    tasks.sort(key=lambda t: (-(t.end - t.start), t.segment.uri, t.start))
     return [replace(t, task=i) for i, t in enumerate(tasks)]
 
 

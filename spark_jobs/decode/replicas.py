@@ -433,10 +433,10 @@ def replan(tasks: list[Task], groups: dict[tuple, list[Segment]],
     drafts = {}
     by_tp: dict[tuple, list[Task]] = {}
     for t in tasks:
-        by_tp.setdefault((t.topic, t.partition), []).append(t)
+        by_tp.setdefault((t.segment.topic, t.segment.partition), []).append(t)
     for tp, segs in groups.items():
         uris = {s.uri for s in segs}
-        mine = [t for t in by_tp.get(tp, []) if t.uri in uris]
+        mine = [t for t in by_tp.get(tp, []) if t.segment.uri in uris]
         if any(framed.get(s.uri) is None for s in segs) or any(t.mode != "decode" for t in mine):
             continue
         choice = reconcile(segs, framed)
@@ -451,7 +451,7 @@ def replan(tasks: list[Task], groups: dict[tuple, list[Segment]],
         pending = choice.pending or (first is not None and any(
             meets((first, last), r) for r in published.get(tp, ()))) or (
             first is None and bool(published.get(tp)))
-        by_uri = {t.uri: t for t in mine}
+        by_uri = {t.segment.uri: t for t in mine}
         new = []
         for uri, spans in choice.ranges.items():
             t = by_uri[uri]
@@ -464,10 +464,10 @@ def replan(tasks: list[Task], groups: dict[tuple, list[Segment]],
         done.add(tp)
     framed_uris = {s.uri for segs in groups.values() for s in segs}
     for t in tasks:  # (a remote segment that cannot meet the local tail was not framed)
-        if (t.topic, t.partition) not in done or t.uri not in framed_uris:
+        if (t.segment.topic, t.segment.partition) not in done or t.segment.uri not in framed_uris:
             out.append(t)
     for new in drafts.values():
         out.extend(new)
-    out.sort(key=lambda t: (-(t.end - t.start), t.uri, t.start))
+    out.sort(key=lambda t: (-(t.end - t.start), t.segment.uri, t.start))
     out = [replace(t, task=i) for i, t in enumerate(out)]
     return out, pa.Table.from_pylist(findings, schema=schemas.FINDINGS), done

@@ -4,12 +4,12 @@ With ``--tiered-storage s3://bucket/prefix`` the job also reads the remote segme
 tiered-storage plugin (Aiven's) left under that prefix:
 
 1. **The live set** (:func:`live_rows`): the input's own ``__remote_log_metadata`` segments
-   are replayed on the driver (``kafkalog.internal.remote_log``: COPY_SEGMENT_FINISHED, less
-   deleted segments and partitions). Each metadata partition's events are read in offset
+   are replayed on the driver (``kafkalog.tiered.inventory.replay``: COPY_SEGMENT_FINISHED,
+   less deleted segments and partitions). Each metadata partition's events are read in offset
    order, each offset once (several nights or brokers may hold the same records).
 2. **The objects** (:func:`discover`): each live segment's keys as the plugin derives them,
    custom metadata's ``object_prefix``/``object_key`` overriding the tier's prefix
-   (``kafkalog.tiered.layout.object_key``); its manifest is read, and the segment becomes a
+   (``kafkalog.tiered.inventory.segment_keys``); its manifest is read, and the segment becomes a
    :class:`~spark_jobs.decode.planning.Segment` whose ``uri`` is the manifest's (the ledger's
    and the tables' ``segment``) with ``remote`` set. A live segment whose manifest cannot be
    read is a ``fetch_error`` finding naming the object; the rest go on.
@@ -41,12 +41,12 @@ from dataclasses import dataclass
 
 import kafkalog
 from kafkalog.indexes import offset_index_positions
-from kafkalog.internal.remote_log import live_segments, read_events
-from kafkalog.tiered import KeyRing, RemoteSegment, main_path, object_key
+from kafkalog.internal.remote_log import read_events
+from kafkalog.tiered import KeyRing, RemoteSegment, inventory
 from kafkalog.tiered.crypto import load_private_key
 from kafkalog.tiered.layout import INDEXES, LOG, MANIFEST
 from spark_jobs import layout, storage
-from spark_jobs.decode.planning import Segment
+from spark_jobs.decode.planning import Remote, Segment
 from spark_jobs.findings import Finding
 
 PEM_SUFFIX = ".pem"
@@ -107,11 +107,11 @@ def access_from_env(uri: str, environ=None) -> TierAccess:
 
 
 def live_rows(metadata: list[Segment], s3, findings: list[Finding]) -> list[dict]:
-    """The live remote segments (``remote_log.live_segments`` rows) after the events of the
-    ``__remote_log_metadata`` segments ``metadata``; one that cannot be read is a
+    """The live remote segments (:func:`kafkalog.tiered.inventory.replay`) after the events of
+    the ``__remote_log_metadata`` segments ``metadata``; one that cannot be read is a
     ``fetch_error`` finding (its events are then missing: the segments they made live are
     not read)."""
-    by_partition: dict[int, dict] = {}
+    events = []
     for seg in sorted(metadata, key=lambda s: (s.partition, s.base_offset, s.uri)):
         store, key = storage.open_object(seg.uri, s3)
         try:
@@ -121,20 +121,8 @@ def live_rows(metadata: list[Segment], s3, findings: list[Finding]) -> list[dict
                                          f"cannot read {seg.uri}: {err}; the remote segments "
                                          "its events name are not known"))
             continue
-        seen = by_partition.setdefault(seg.partition, {})
-        for e in read_events(data, metadata_partition=seg.partition):
-            seen.setdefault(e.offset, e)
-    events = [e for p in sorted(by_partition) for _, e in sorted(by_partition[p].items())]
-    return live_segments(events)
-
-
-def keys(prefix: str, row: dict) -> dict[str, str]:
-    """A live segment's object keys (``.log``, ``.indexes``, ``.rsm-manifest``) as the plugin
-    derives them, custom metadata overriding ``prefix`` and the main path."""
-    main = main_path(row["topic"], row["topic_id"], row["partition"], row["start_offset"],
-                     row["segment_id"])
-    custom = {k: row[k] for k in ("object_prefix", "object_key") if row.get(k) is not None}
-    return {suffix: object_key(prefix, main, suffix, custom) for suffix in (LOG, INDEXES, MANIFEST)}
+        events += read_events(data, metadata_partition=seg.partition)
+    return inventory.replay(events)
 
 
 def discover(access: TierAccess, metadata: list[Segment], s3, *, night: str | None = None,
@@ -146,7 +134,7 @@ def discover(access: TierAccess, metadata: list[Segment], s3, *, night: str | No
     store, prefix = storage.tier_objects(access.uri, s3)
 
     def one(row):
-        k = keys(prefix, row)
+        k = inventory.segment_keys(row, prefix)
         try:
             seg = RemoteSegment.open(k[MANIFEST], store=store, log_key=k[LOG],
                                      indexes_key=k[INDEXES])
@@ -159,7 +147,8 @@ def discover(access: TierAccess, metadata: list[Segment], s3, *, night: str | No
         return Segment(uri=store.uri(k[MANIFEST]), topic=row["topic"],
                        partition=row["partition"], base_offset=row["start_offset"],
                        size=seg.size, etag=row["segment_id"], night=night,
-                       remote=(store.uri(k[LOG]), store.uri(k[INDEXES]), row["end_offset"]))
+                       remote=Remote(store.uri(k[LOG]), store.uri(k[INDEXES]),
+                                     row["end_offset"]))
 
     if len(rows) > 1:
         with concurrent.futures.ThreadPoolExecutor(min(workers, len(rows))) as pool:
@@ -180,9 +169,9 @@ _OPEN: dict = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def open_remote(uri: str, remote, access: TierAccess, s3) -> RemoteSegment:
-    """The remote segment whose manifest is ``uri`` (``remote``: its ``.log`` and
-    ``.indexes`` URIs), its manifest read once per process."""
+def open_remote(uri: str, remote: Remote, access: TierAccess, s3) -> RemoteSegment:
+    """The remote segment whose manifest is ``uri`` (``remote``: where its ``.log`` and
+    ``.indexes`` are), its manifest read once per process."""
     with _OPEN_LOCK:
         seg = _OPEN.get((uri, access))
     if seg is not None:
@@ -193,7 +182,7 @@ def open_remote(uri: str, remote, access: TierAccess, s3) -> RemoteSegment:
     def key(full: str) -> str:  # a key of the tier's store
         return full[len(root):]
     seg = RemoteSegment.open(key(uri), store=store, key_ring=access.key_ring(),
-                             log_key=key(remote[0]), indexes_key=key(remote[1]))
+                             log_key=key(remote.log_uri), indexes_key=key(remote.indexes_uri))
     with _OPEN_LOCK:
         if len(_OPEN) > 256:
             _OPEN.clear()
@@ -230,9 +219,8 @@ class _WindowStore:
         return self.store.uri(key)
 
 
-def read(item, access: TierAccess, s3, start: int, end: int) -> bytes | bytearray:
-    """Bytes ``[start, end)`` of the remote segment ``item`` (a Segment or Task with
-    ``remote``): the chunks holding them read a window at a time (:data:`READ_THREADS`) and
+def read(item: Segment, access: TierAccess, s3, start: int, end: int) -> bytes | bytearray:
+    """Bytes ``[start, end)`` of the remote segment ``item`` (its ``remote`` set): the chunks holding them read a window at a time (:data:`READ_THREADS`) and
     undone (``RemoteSegment.read_chunk``: every check of the library); any failure of the
     tier is a :class:`TierReadError` naming the object, and nothing is returned."""
     try:
@@ -287,8 +275,8 @@ def overlapping(segs: list[Segment]) -> list[Segment]:
     if not local:
         return segs
     first = min(s.base_offset for s in local)
-    return local + [s for s in segs if s.remote and s.remote[2] >= first]
+    return local + [s for s in segs if s.remote and s.remote.end_offset >= first]
 
 
-__all__ = ["PEM_SUFFIX", "TierAccess", "TierReadError", "access_from_env", "discover", "keys",
+__all__ = ["PEM_SUFFIX", "TierAccess", "TierReadError", "access_from_env", "discover",
            "live_rows", "open_remote", "overlapping", "read", "split_positions"]

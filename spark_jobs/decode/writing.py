@@ -72,13 +72,13 @@ def lineage(batch: pa.RecordBatch, table: str, task: Task, ctx: Context) -> pa.T
     partition columns (records: all but ``dt``, which :func:`records_out` adds)."""
     n = batch.num_rows
     cols = {name: batch.column(name) for name in batch.schema.names}
-    cols["partition"] = pa.repeat(pa.scalar(task.partition, pa.int32()), n)
-    cols["segment"] = _constant(task.uri, n)
-    cols["segment_base_offset"] = pa.repeat(pa.scalar(task.base_offset, pa.int64()), n)
+    cols["partition"] = pa.repeat(pa.scalar(task.segment.partition, pa.int32()), n)
+    cols["segment"] = _constant(task.segment.uri, n)
+    cols["segment_base_offset"] = pa.repeat(pa.scalar(task.segment.base_offset, pa.int64()), n)
     cols["run_id"] = _constant(ctx.run_id, n)
-    cols["topic"] = _constant(task.topic, n)
+    cols["topic"] = _constant(task.segment.topic, n)
     cols[schemas.INGEST_DT] = _constant(ctx.ingest_dt, n)
-    cols[schemas.FOLDER_STATE] = _constant(folder_state(task.uri), n)
+    cols[schemas.FOLDER_STATE] = _constant(folder_state(task.segment.uri), n)
     target = write_schema(table)
     names = [name for name in target.names if name in cols]
     out = pa.table([cols[name] for name in names], names=names)

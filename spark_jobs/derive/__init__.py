@@ -11,8 +11,11 @@
   JSON Schema or Protobuf schema, with its pure half :mod:`~spark_jobs.derive.value_types`
   (registry schemas as Arrow types);
 - :mod:`~spark_jobs.derive.files` — the executor step both share;
+- :mod:`~spark_jobs.derive.step` — :class:`~spark_jobs.derive.step.Submission`, what every
+  step reads of one submission;
 - :mod:`~spark_jobs.derive.debezium` — Debezium change events as changes of their source
   table (pure: the ``cdc__`` tables' writer, still to come, applies them; docs/debezium.md).
 
-The decode job (:mod:`spark_jobs.decode`) calls each module's ``derive`` after the dedupe.
+The decode job (:mod:`spark_jobs.decode`) calls each module's ``derive(Submission)`` after the
+dedupe; each returns ``({table: [data files]}, {table: rows})``.
 """

@@ -34,6 +34,7 @@ from kafkalog.internal.share_group_state import share_group_state_row
 from kafkalog.internal.topics import coordinator_keys
 from spark_jobs import layout, schemas, storage
 from spark_jobs.derive.files import FILE_ROWS, map_files
+from spark_jobs.derive.step import Output, Submission
 from spark_jobs.findings import Finding
 from spark_jobs.parquet import PartWriter, partition_path, topic_of
 
@@ -312,12 +313,12 @@ def write_state_tables(ctx, roots: dict, found: dict[str, pa.Table],
 # ------------------------------------------------------------------ the job's step
 
 
-def derive(spark, ctx, wh, record_files: list[str], state_uris: list[str],
-           run_id: str) -> tuple[dict[str, list[str]], dict[str, int]]:
+def derive(sub: Submission) -> Output:
     """The derived tables' data files of one submission (and their findings, under
     ``findings``), written into the tables' data folders; ``({table: files}, {table: rows})``.
     Tables are made only where the run has an internal topic or state file for them."""
-    by_topic = internal_files(record_files)
+    spark, ctx, wh, state_uris, run_id = sub.spark, sub.ctx, sub.wh, sub.state_uris, sub.run_id
+    by_topic = internal_files(sub.records)
     state = state_tables(state_uris, ctx.s3, run_id) if state_uris else {}
     if not by_topic and not state:
         return {}, {}

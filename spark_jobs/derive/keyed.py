@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 from spark_jobs import layout, schemas
 from spark_jobs.derive.value_types import normalized
-from spark_jobs.parquet import read_parquet, write_parquet
+from spark_jobs.parquet import column_or_null, conform, read_parquet, write_parquet
 
 #: the columns a change frame begins with: the partition, the key's identity (bytes), the
 #: record's offset and what the change does
@@ -118,8 +118,7 @@ def latest_changes(records: pa.Table, columns: pa.Schema) -> pa.Table:
     out = {"partition": rows.column("partition"), "state_key": rows.column("key"),
            "offset": rows.column("offset"), "action": action}
     for f in row_columns(columns):
-        out[f.name] = rows.column(f.name) if f.name in rows.column_names \
-            else pa.nulls(rows.num_rows, f.type)
+        out[f.name] = column_or_null(rows, f)
     return pa.table(out).cast(change_schema(columns))
 
 
@@ -195,13 +194,8 @@ def write_state(path: str, rows: pa.Table, config) -> None:
 
 def read_state(paths: list[str], schema: pa.Schema, config) -> pa.Table:
     """The rows of state files ``paths`` in ``schema`` (a column a file lacks reads null)."""
-    parts = [schema.empty_table()]
-    for path in paths:
-        t = read_parquet(path, config)
-        for f in schema:
-            if f.name not in t.column_names:
-                t = t.append_column(f.name, pa.nulls(t.num_rows, f.type))
-        parts.append(t.select(schema.names).cast(schema))
+    parts = [schema.empty_table()] + [conform(read_parquet(path, config), schema)
+                                      for path in paths]
     return pa.concat_tables(parts)
 
 

@@ -35,6 +35,7 @@ from kafkalog import kraft
 from kafkalog import log_dir as ld
 from spark_jobs import layout, schemas
 from spark_jobs.derive.internal import metadata_columns, read_files, state_finding, write_state_tables
+from spark_jobs.derive.step import Output, Submission
 
 #: the tables this module fills
 TABLES = ("broker_state", "partition_checkpoints", "kraft_snapshots", "quorum_state")
@@ -117,12 +118,12 @@ def _snapshot_rows(log_dir: str, uri: str, state, where: dict) -> list[dict]:
              **metadata_columns(r["record_type"], r["data"])} for r in state.rows]
 
 
-def derive(ctx, wh, entries: list[dict], run_id: str
-           ) -> tuple[dict[str, list[str]], dict[str, int]]:
+def derive(sub: Submission) -> Output:
     """The four tables' data files (and their findings, under ``findings``) of one
     submission's log directory files; ``({table: files}, {table: rows})``, both empty
     where the submission has none."""
-    found = log_dir_tables(entries, ctx.s3, run_id) if entries else {}
+    ctx, wh, entries = sub.ctx, sub.wh, sub.log_dir_files
+    found = log_dir_tables(entries, ctx.s3, sub.run_id) if entries else {}
     if not found:
         return {}, {}
     roots = {n: wh.data_root(n) for n in sorted(found) if n != "findings"}

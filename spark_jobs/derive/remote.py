@@ -7,7 +7,8 @@ keeps only the records the warehouse does not hold yet, so the replay reads each
 partition's records *as of the run* — those ``main`` held when the run began (of runs whose
 night is not after this one's; never the run's own earlier rows) and the run's own
 deduplicated ones — in offset order (every record of one topic partition goes to one
-metadata partition: :func:`~kafkalog.internal.remote_log.segment_rows`). Each night's rows
+metadata partition: :func:`~kafkalog.internal.remote_log.segment_rows`; each offset once:
+:func:`kafkalog.tiered.inventory.once_in_order`). Each night's rows
 are then the full state as of that night; a rerun replaces the run's rows, and an overlapping
 snapshot adds no record twice, so neither changes them.
 
@@ -26,8 +27,10 @@ import pyarrow as pa
 
 from kafkalog.internal import REMOTE_LOG_METADATA, TOPIC_DECODERS, MessageError
 from kafkalog.internal.remote_log import MetadataEvent, decode_remote_log_metadata, segment_rows
-from spark_jobs import schemas
+from kafkalog.tiered.inventory import once_in_order
+from spark_jobs import layout, schemas
 from spark_jobs.derive.internal import RECORD_ERROR
+from spark_jobs.derive.step import Output, Submission
 from spark_jobs.findings import Finding
 from spark_jobs.findings import table as findings_table
 from spark_jobs.parquet import PartWriter, partition_path, topic_of
@@ -53,13 +56,10 @@ def events(records: pa.Table, run_id: str | None = None) -> tuple[list[MetadataE
     (metadata partition, offset) order, one per offset; and the ``internal_record_error``
     findings of those of run ``run_id`` that do not decode (others are skipped: reported
     when they were published)."""
-    rows = sorted(records.select(list(COLUMNS)).to_pylist(),
-                  key=lambda r: (r["partition"], r["offset"]))
-    out, found, seen = [], [], set()
+    rows = once_in_order(records.select(list(COLUMNS)).to_pylist(),
+                         lambda r: (r["partition"], r["offset"]))
+    out, found = [], []
     for r in rows:
-        if (r["partition"], r["offset"]) in seen:
-            continue
-        seen.add((r["partition"], r["offset"]))
         try:
             d = decode_remote_log_metadata(r["key"], r["value"])
         except MessageError as err:
@@ -139,19 +139,18 @@ def as_of_run(wh, snapshot: int, ledger: pa.Table, run_files: list[str], partiti
     return pa.concat_tables([p.cast(parts[0].schema) for p in parts])
 
 
-def derive(ctx, wh, bases: dict, ledger: pa.Table, record_files: list[str], segments,
-           run_id: str, night: str | None) -> tuple[dict[str, list[str]], dict[str, int]]:
+def derive(sub: Submission) -> Output:
     """``remote_segments``' data files (and findings, under ``findings``) of the submission
-    whose listing holds ``segments`` (:class:`~spark_jobs.decode.planning.Segment`), written
-    into the tables' data folders: ``({table: files}, {table: rows})``. Nothing where the
-    listing has no ``__remote_log_metadata`` segment."""
+    whose listing holds ``sub.segments`` (:class:`~spark_jobs.decode.planning.Segment`),
+    written into the tables' data folders: ``({table: files}, {table: rows})``. Nothing where
+    the listing has no ``__remote_log_metadata`` segment."""
+    ctx, wh, segments, run_id, night = sub.ctx, sub.wh, sub.segments, sub.run_id, sub.night
     partitions = {s.partition for s in segments if s.topic == TOPIC}
     if not partitions:
         return {}, {}
-    nights = sorted({s.night for s in segments if s.topic == TOPIC and s.night})
-    night = nights[-1] if nights else night
-    records = as_of_run(wh, bases["records"], ledger,
-                        [p for p in record_files if topic_of(p) == TOPIC], partitions, run_id,
+    night = layout.run_night((s.night for s in segments if s.topic == TOPIC), night)
+    records = as_of_run(wh, sub.bases["records"], sub.ledger,
+                        [p for p in sub.records if topic_of(p) == TOPIC], partitions, run_id,
                         night, ctx.s3)
     evs, found = events(records, run_id)
     rows = table_rows(segment_rows(evs), night, run_id)

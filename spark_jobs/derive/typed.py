@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 from kafkalog.schemas.registry import PROTOBUF
 from spark_jobs import layout, schemas, storage
 from spark_jobs.derive.files import FILE_ROWS, map_files
+from spark_jobs.derive.step import Output, Submission
 from spark_jobs.findings import TYPED_UNTYPED_COLUMN, TYPED_VALUE_ERROR, Finding
 from spark_jobs.derive.value_types import (LINEAGE, TABLE_MESSAGE, TYPED_FORMATS, Untyped,
                                            column_types, converter, differences, fit, merge,
@@ -339,10 +340,11 @@ def _findings(topic: str, plan: TopicPlan, bad: dict, run_id: str) -> list[dict]
     return out
 
 
-def derive(spark, ctx, wh, record_files: list[str], registry) -> tuple[dict, dict]:
+def derive(sub: Submission) -> Output:
     """The typed tables' data files of one submission (and their findings, under
     ``findings``), written on the executors from the run's deduplicated records files;
     ``({table: [file URIs]}, {table: rows})``. Nothing where no topic has a value subject."""
+    spark, ctx, wh, record_files, registry = sub.spark, sub.ctx, sub.wh, sub.records, sub.registry
     from pyspark import TaskContext
 
     from spark_jobs.tables import read_file

@@ -482,8 +482,9 @@ def test_a_resume_finds_the_last_ingested_entry_by_its_stored_crc_whatever_its_m
 
     def still_there(data: bytes, position: int, crc: int) -> bool:
         log.write_bytes(data)
-        task = job.Task(task=0, uri=str(log), topic="orders", partition=0, base_offset=0,
-                        size=len(data), etag=None, mtime=None, start=len(data), end=len(data),
+        seg = job.Segment(uri=str(log), topic="orders", partition=0, base_offset=0,
+                          size=len(data))
+        task = job.Task(task=0, segment=seg, start=len(data), end=len(data),
                         mode="resume", verify_position=position, verify_crc=crc)
         return executor._prefix_still_there(task, SimpleNamespace(s3=None))
 
@@ -520,10 +521,12 @@ def test_a_resumed_segment_checks_the_time_index_entries_of_its_new_bytes_only(t
     size = os.path.getsize(seg)
     before = batches[5]
     for start, want in ((new_from.position, [named[-1]]), (size, [])):
-        task = job.Task(task=0, uri=s.uri, topic="orders", partition=0, base_offset=0, size=size,
-                        etag=None, mtime=None, start=start, end=size, mode="resume",
+        task = job.Task(task=0, segment=job.Segment(uri=s.uri, topic="orders", partition=0,
+                                                    base_offset=0, size=size,
+                                                    timeindex_uri=s.timeindex_uri),
+                        start=start, end=size, mode="resume",
                         verify_position=before.position, verify_crc=before.crc,
-                        covered_end=start, timeindex_uri=s.timeindex_uri)
+                        covered_end=start)
         wh = tmp_path / f"wh-{start}"
         (row,) = run_tasks_here(wh, [task])
         assert row.ledger["action"] == "resumed"
@@ -785,7 +788,7 @@ def test_plan_skips_resumes_splits_and_marks_overlaps():
     assert [(t.mode, t.same_object, t.covered_end, t.pending) for t in same] == \
         [("resume", True, 900, False)]
     grown = job.plan([_seg(size=5000, etag="e2"), _seg(base=40, size=10)], cov, published, {})
-    assert sorted((t.base_offset, t.mode, t.start, t.pending) for t in grown) == \
+    assert sorted((t.segment.base_offset, t.mode, t.start, t.pending) for t in grown) == \
         [(0, "resume", 900, False), (40, "decode", 0, False)]
     # a rewritten (smaller) segment may repeat published offsets: pending
     shrunk = job.plan([_seg(size=500)], cov, published, {})
@@ -805,7 +808,7 @@ def test_small_tasks_share_spark_tasks_and_big_ones_stay_alone():
     from spark_jobs.decode.executor import TASK_COST_BYTES, pack
 
     mib = 1 << 20
-    tasks = [job.Task(i, f"/s/t-{i}/0.log", "t", i, 0, n, None, None, 0, n)
+    tasks = [job.Task(i, job.Segment(f"/s/t-{i}/0.log", "t", i, 0, n), 0, n)
              for i, n in enumerate([128 * mib] * 3 + [64 << 10] * 500)]
     groups = pack(tasks, 2, 128 * mib)
     assert sorted(i for g in groups for i in g) == list(range(len(tasks)))  # each task once

@@ -194,7 +194,7 @@ def test_a_packed_spark_task_reads_its_next_tasks_ahead_once_each(
     segments, _ = discover(f"s3://{s3_bucket}/n1", cfg)
     tasks = plan(segments, {}, {}, {}, 1 << 20)
     assert len(tasks) == 8 and all(executor._ReadAhead.eligible(t) for t in tasks)
-    assert all(t.index_uri and t.timeindex_uri for t in tasks)
+    assert all(t.segment.index_uri and t.segment.timeindex_uri for t in tasks)
 
     reads, real = [], storage.S3Store.read_pinned
 
@@ -239,11 +239,11 @@ def test_a_packed_spark_task_reads_its_next_tasks_ahead_once_each(
     assert reads == alone_reads
 
     # the last task's segment cut short after the listing: that task fails, the others not
-    victim = tasks[-1].uri.split("/", 3)[3]
+    victim = tasks[-1].segment.uri.split("/", 3)[3]
     s3.put_object(Bucket=s3_bucket, Key=victim, Body=objects[victim][:len(objects[victim]) // 3])
     rows = {r.ledger["segment"]: r.ledger for r in executor.run_group(tasks, context("changed"))}
-    assert (rows[tasks[-1].uri]["action"], rows[tasks[-1].uri]["findings"]) == ("failed", 1)
-    assert {rows[t.uri]["action"] for t in tasks[:-1]} == {"decoded"}
+    assert (rows[tasks[-1].segment.uri]["action"], rows[tasks[-1].segment.uri]["findings"]) == ("failed", 1)
+    assert {rows[t.segment.uri]["action"] for t in tasks[:-1]} == {"decoded"}
     [finding] = [r for f in (tmp_path / "changed" / "findings").rglob("*.parquet")
                  for r in pq.read_table(f).to_pylist()]
     assert finding["kind"] == "fetch_error" and "no longer the listed object" in finding["message"]

@@ -265,7 +265,7 @@ def test_a_local_tier_folder_and_the_key_ring_setting(tmp_path):
     access = tier.access_from_env(str(tmp_path / "tier"), {layout.TIER_KEYS_ENV: str(keys)})
     assert "PRIVATE" not in repr(access) and "key-a" in repr(access)
     [seg], found = tier.discover(access, listed, None)
-    assert found == [] and seg.uri.endswith(".rsm-manifest") and seg.remote[2] == 11
+    assert found == [] and seg.uri.endswith(".rsm-manifest") and seg.remote.end_offset == 11
     assert tier.read(seg, access, None, 0, seg.size) == b"".join(batches)
     positions = tier.split_positions([seg], access, None)[seg.uri]
     assert positions == [sum(len(b) for b in batches[:i]) for i in range(4)]

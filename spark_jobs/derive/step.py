@@ -1,0 +1,46 @@
+"""What a derive step reads of one submission (:class:`Submission`), and what it hands back.
+
+Every step of :mod:`spark_jobs.derive` (``internal``, ``log_dirs``, ``remote``, ``typed``) is
+``derive(sub: Submission) -> ({table: [data file URIs]}, {table: rows})``, its findings under
+``findings``; the decode job (:func:`spark_jobs.decode.job.derive`) makes one
+:class:`Submission` after the dedupe and runs the steps over it (:func:`merge` adds one step's
+output to another's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: a step's output: ``({table: [data file URIs]}, {table: rows})``
+Output = tuple[dict[str, list[str]], dict[str, int]]
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One submission of the decode job, as the derive steps see it."""
+
+    spark: object  # the job's SparkSession
+    ctx: object  # the run's writing context (spark_jobs.decode.writing.Context: roots, s3)
+    wh: object  # the run's Warehouse
+    run_id: str
+    night: str | None  # the job's --night (a segment's own night wins where it has one)
+    records: list[str]  # the run's deduplicated records data files
+    segments: list = field(default_factory=list)  # the listing's segments (decode.planning)
+    state_uris: list[str] = field(default_factory=list)  # the partitions' state files
+    log_dir_files: list[dict] = field(default_factory=list)  # {"uri", "night"} each
+    registry: object = None  # the run's Schema Registry (decode.values), None: none
+    bases: dict = field(default_factory=dict)  # table -> the snapshot of main the run began from
+    ledger: object = None  # the ledger as main held it (a pyarrow Table)
+
+
+def merge(into: Output, more: Output) -> Output:
+    """``more``'s files and row counts added to ``into``'s (in place; returned)."""
+    files, rows = into
+    for name, fs in more[0].items():
+        files.setdefault(name, []).extend(fs)
+    for name, n in more[1].items():
+        rows[name] = rows.get(name, 0) + n
+    return into
+
+
+__all__ = ["Output", "Submission", "merge"]
