@@ -27,7 +27,7 @@ for these checks (:func:`.rows.build_results`: :data:`.registry.OPTIONAL_CHECKS`
 from __future__ import annotations
 
 from .context import AS_OF_THE_RUN, RUN_TIMES
-from .inputs import RunFrames
+from .inputs import RunFrames, materialize
 from .observations import as_observations, dedup_batches
 from .units import CHECKPOINTED_BATCHES, COMMITTED_OFFSETS, PRODUCERS
 
@@ -221,7 +221,8 @@ def load(spark, wh, run_id: str, snapshots: dict, run_ledger, listed,
                                            published_ledger).localCheckpoint()
     for name in ("producer_state", "leader_epochs"):
         if name in snapshots:
-            out[name] = read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id)
+            out[name] = materialize(read_table(spark, wh, name, snapshot=snapshots[name][1],
+                                               run_id=run_id))
     return out
 
 

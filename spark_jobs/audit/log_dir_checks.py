@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from spark_jobs.layout import LOG_DIR_OF_FILE
 
-from .inputs import RunFrames
+from .inputs import RunFrames, materialize
 from .observations import as_observations, dedup_batches
 from .policy import UNCLEAN_SHUTDOWN
 from .units import HIGH_WATERMARKS, LOG_DIRS, OPEN_TRANSACTIONS
@@ -278,8 +278,9 @@ def load(spark, wh, run_id: str, snapshots: dict, internal: dict) -> dict:
     out = {}
     for name in TABLES:
         if name in snapshots:
-            out[name] = read_table(spark, wh, name, snapshot=snapshots[name][1],
-                                   run_id=None if name == "transactions" else run_id)
+            out[name] = materialize(read_table(
+                spark, wh, name, snapshot=snapshots[name][1],
+                run_id=None if name == "transactions" else run_id))
     if "producer_state" in internal and "markers" in snapshots:
         open_at = [(r[0], r[1], None, None) for r in internal["producer_state"]
                    .where("current_txn_first_offset >= 0").select("topic", "partition")
