@@ -7,7 +7,9 @@
   reached with ``getattr``, or a library module's attribute replaced);
 - Kafka's wire format (big-endian fixed-width fields) is read only under ``kafkalog/``;
 - no module of product code is over 700 lines;
-- no test or doc names a path of the build machines.
+- no test or doc names a path of the build machines;
+- every check of the audit is in ``spark_jobs/audit/registry.py`` (its families' hooks called
+  only from ``audit/families.py``).
 """
 
 from __future__ import annotations

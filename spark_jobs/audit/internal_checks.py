@@ -187,23 +187,25 @@ def leader_epoch_observations(internal: dict, batches):
 
 
 def units(internal: dict, batches) -> dict:
-    """(topic, partition) -> ``{unit: n}`` for the checks above (:mod:`.units`)."""
-    out: dict = {}
-
-    def add(unit, rows):
-        for r in rows:
-            out.setdefault((r.topic, r.partition), {})[unit] = r.n
-
+    """(topic, partition) -> ``{unit: n}`` for the checks above (:mod:`.units`): one Spark job."""
+    parts, frames = [], {}
     if "consumer_lag" in internal:
-        add(COMMITTED_OFFSETS, internal["consumer_lag"].where("status <> 'not_in_snapshot'")
-            .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
+        frames["c"] = internal["consumer_lag"]
+        parts.append(f"SELECT '{COMMITTED_OFFSETS}' AS unit, topic, partition, COUNT(*) AS n "
+                     "FROM {c} WHERE status <> 'not_in_snapshot' GROUP BY topic, partition")
     if "producer_state" in internal:
-        add(PRODUCERS, internal["producer_state"].select(
-            "topic", "partition", "file", "producer_id").distinct()
-            .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
+        frames["p"] = internal["producer_state"]
+        parts.append(f"SELECT '{PRODUCERS}', topic, partition, COUNT(*) FROM (SELECT DISTINCT "
+                     "topic, partition, file, producer_id FROM {p}) GROUP BY topic, partition")
     if "leader_epochs" in internal:
-        add(CHECKPOINTED_BATCHES, leader_epoch_observations(internal, batches)
-            .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
+        frames["e"] = leader_epoch_observations(internal, batches)
+        parts.append(f"SELECT '{CHECKPOINTED_BATCHES}', topic, partition, COUNT(*) FROM {{e}} "
+                     "GROUP BY topic, partition")
+    out: dict = {}
+    if parts:
+        spark = next(iter(frames.values())).sparkSession
+        for r in spark.sql(" UNION ALL ".join(parts), **frames).collect():
+            out.setdefault((r.topic, r.partition), {})[r.unit] = r.n
     return out
 
 

@@ -88,14 +88,23 @@ def summarize(observations):
           SELECT *, ROW_NUMBER() OVER (
                       PARTITION BY check, topic, partition
                       ORDER BY CASE status WHEN 'fail' THEN 0 WHEN 'warn' THEN 1 ELSE 2 END,
-                               first_offset, class) AS _n
+                               first_offset, class, segment, position, message) AS _n
           FROM {o}) WHERE _n <= :n""", o=observations, args={"n": MAX_ITEMS}).collect()
-    return classes, items
+    return classes, sorted(items, key=item_order)
 
 
 #: the status order of a place's first items (worst first), as :func:`summarize` sorts them
 _ITEM_ORDER = {"fail": 0, "warn": 1}
+#: then, ascending (nulls first, as Spark sorts): every column that tells two items apart
+_ITEM_KEYS = ("first_offset", "class", "segment", "position", "message")
 _CLASS_KEY = ("check", "topic", "partition", "class", "status", "severity")
+
+
+def item_order(o) -> tuple:
+    """The sort key of an observation among its place's items (:func:`summarize`'s order):
+    worst status first, then :data:`_ITEM_KEYS` ascending, nulls first."""
+    return (_ITEM_ORDER.get(o["status"], 2),
+            *((o[k] is not None, o[k] if o[k] is not None else 0) for k in _ITEM_KEYS))
 
 
 def summarize_rows(observations: list) -> tuple[list, list]:
@@ -116,11 +125,7 @@ def summarize_rows(observations: list) -> tuple[list, list]:
                            offsets=sum(offsets) if offsets else None,
                            max_value=max(values) if values else None))
 
-    def order(o):  # ORDER BY status rank, first_offset, class (ascending: nulls first)
-        return (_ITEM_ORDER.get(o["status"], 2), o["first_offset"] is not None,
-                o["first_offset"] or 0, o["class"] is not None, o["class"] or "")
-
-    items = [o for group in by_place.values() for o in sorted(group, key=order)[:MAX_ITEMS]]
+    items = [o for group in by_place.values() for o in sorted(group, key=item_order)[:MAX_ITEMS]]
     return classes, items
 
 
