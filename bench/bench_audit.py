@@ -58,7 +58,8 @@ def submit_command(cores: int, events: Path, args: list[str]) -> list[str]:
     from kafkalog_pipeline import settings
 
     conf = {**settings.spark_conf(), "spark.eventLog.enabled": "true",
-            "spark.eventLog.dir": events.as_uri()}
+            "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false"}
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", f"local[{cores}]"]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
@@ -79,14 +80,18 @@ def submit(cores: int, events: Path, args: list[str], env: dict) -> tuple[float,
 
 def event_counts(events: Path) -> dict:
     """Jobs started and stages completed of the one application that wrote to ``events``."""
-    [log] = [p for p in events.iterdir() if not p.name.startswith(".")]
+    logs = [p for p in events.rglob("*") if p.is_file() and not p.name.startswith(".")
+            and not p.name.startswith("appstatus")]
     jobs = stages = 0
-    with open(log) as f:
-        for line in f:
-            if '"Event":"SparkListenerJobStart"' in line:
-                jobs += 1
-            elif '"Event":"SparkListenerStageCompleted"' in line:
-                stages += 1
+    for log in logs:  # one file (rolling off); Spark may roll it into events_N_* files
+        with open(log) as f:
+            for line in f:
+                if '"Event":"SparkListenerJobStart"' in line:
+                    jobs += 1
+                elif '"Event":"SparkListenerStageCompleted"' in line:
+                    stages += 1
+    if not logs or not jobs:
+        raise SystemExit(f"no Spark event log (or no job) in {events}")
     return {"jobs": jobs, "stages": stages}
 
 
