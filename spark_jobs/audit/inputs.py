@@ -32,7 +32,7 @@ def audited_snapshots(wh: Warehouse, run_id: str) -> dict[str, tuple[str, int]]:
 
 
 def materialize(df):
-    """``df`` computed once (one Spark job) and kept on the executors: every later query reads
+    """``df`` computed once and kept on the executors: every later query reads
     these rows, not ``df``'s plan (a table's files are read once, not once per check)."""
     return df.localCheckpoint()
 

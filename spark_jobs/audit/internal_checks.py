@@ -187,7 +187,7 @@ def leader_epoch_observations(internal: dict, batches):
 
 
 def units(internal: dict, batches) -> dict:
-    """(topic, partition) -> ``{unit: n}`` for the checks above (:mod:`.units`): one Spark job."""
+    """(topic, partition) -> ``{unit: n}`` for the checks above (:mod:`.units`): one query."""
     parts, frames = [], {}
     if "consumer_lag" in internal:
         frames["c"] = internal["consumer_lag"]

@@ -96,7 +96,7 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
         run.tables, policy, run_id, topics=audited_topics(run, loaded),
         finding_kinds=run.summary.finding_kinds, prior=run.prior, listed=run.listed,
         internal=internal, absent=loaded.get(ABSENT))
-    # computed once (one Spark job): everything below reads the materialized rows
+    # computed once: everything below reads the materialized rows
     observations = observations.localCheckpoint()
     classes, items = rows.summarize(observations)
     local_classes, local_items = rows.summarize_rows(on_driver)

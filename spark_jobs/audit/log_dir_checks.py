@@ -245,7 +245,7 @@ def log_starts(internal: dict):
 def units(internal: dict) -> dict:
     """(topic, partition) -> ``{unit: n}`` of the checks above (:mod:`.units`); the log
     directories of ``broker_state`` count at (None, None), the place about no partition. One
-    Spark job."""
+    query."""
     parts, frames = [], {}
     if internal.get("partition_checkpoints") is not None:
         frames["c"] = internal["partition_checkpoints"]

@@ -42,7 +42,7 @@ class RunSummary:
 
 def run_summary(tables: dict) -> RunSummary:
     """The :class:`RunSummary` of the run's tables (``records``, ``batches``, ``findings``,
-    ``ledger``): one Spark job."""
+    ``ledger``): one query."""
     b, r, f, l = (tables[n] for n in ("batches", "records", "findings", "ledger"))
     spark = b.sparkSession
     rows = spark.sql("""
