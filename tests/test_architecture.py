@@ -9,7 +9,9 @@
 - no module of product code is over 700 lines;
 - pyiceberg's commit exceptions are named only in ``spark_jobs/warehouse/`` (whose one
   commit mechanism, ``commits``, turns them into the warehouse's own errors);
-- no test or doc names a path of the build machines.
+- no test or doc names a path of the build machines;
+- every check of the audit is in ``spark_jobs/audit/registry.py`` (its families' hooks called
+  only from ``audit/families.py``).
 """
 
 from __future__ import annotations
@@ -247,3 +249,57 @@ def test_no_test_or_doc_names_a_path_of_the_build_machine():
              for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
              if MACHINE_PATHS.search(line)]
     assert found == []
+
+
+AUDIT = REPO / "spark_jobs" / "audit"
+#: the functions by which a family of checks joins the audit (spark_jobs/audit/families.py)
+FAMILY_HOOKS = ("load", "units")
+
+
+def unregistered_checks(audit: Path) -> list[str]:
+    """What of the audit's checks in ``audit`` (a copy of ``spark_jobs/audit/``) is wired
+    outside ``registry.py``: an ``observe``/``observe_*`` function no ``Check(...)`` of
+    ``registry.py`` names, or a check module's family hook (``load``, ``units``) called from a
+    module other than ``families.py``."""
+    trees = {p.stem: ast.parse(p.read_text()) for p in sorted(audit.glob("*.py"))}
+    registered = set()
+    for node in ast.walk(trees.get("registry", ast.Module(body=[], type_ignores=[]))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Check":
+            args = [*node.args[3:4], *(k.value for k in node.keywords if k.arg == "observe")]
+            registered |= {(a.value.id, a.attr) for a in args
+                           if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name)}
+    out = []
+    hooks = {}
+    for mod, tree in trees.items():
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                if (node.name == "observe" or node.name.startswith("observe_")) \
+                        and (mod, node.name) not in registered:
+                    out.append(f"{mod}.{node.name}: no Check of registry.py names it")
+                if node.name in FAMILY_HOOKS and mod not in ("families", "registry"):
+                    hooks.setdefault(mod, set()).add(node.name)
+    for mod, tree in trees.items():
+        if mod == "families":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id != mod and node.attr in hooks.get(node.value.id, ()):
+                out.append(f"{mod}:{node.lineno}: calls {node.value.id}.{node.attr} "
+                           "(a family's hook: registry.FAMILIES wires it, via families.py)")
+    return sorted(out)
+
+
+def test_every_check_is_in_the_registry():
+    assert unregistered_checks(AUDIT) == []
+
+
+def test_the_registry_rule_catches_what_it_is_for(tmp_path):
+    (tmp_path / "registry.py").write_text(
+        "from . import crc\nCHECKS = (Check('crc', 'batches', ('x',), crc.observe),)\n")
+    (tmp_path / "crc.py").write_text("def observe(run): ...\ndef observe_more(run): ...\n"
+                                     "def load(spark): ...\n")
+    (tmp_path / "job.py").write_text("from . import crc\ndef audit(): crc.load(None)\n")
+    (tmp_path / "families.py").write_text("from . import crc\ndef load_crc(run): crc.load(1)\n")
+    assert unregistered_checks(tmp_path) == [
+        "crc.observe_more: no Check of registry.py names it",
+        "job:2: calls crc.load (a family's hook: registry.FAMILIES wires it, via families.py)"]

@@ -14,8 +14,8 @@ classification rules are documented in expectations/README.md.
 
 from __future__ import annotations
 
-from . import tier
 from .context import listed_segments
+from .families import tiered_topics
 from .inputs import RunFrames
 from .observations import union_all
 from .policy import Policy
@@ -32,7 +32,7 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=Non
     known); ``internal``: the frames of :mod:`.internal_checks` (``consumer_lag``,
     ``producer_state``, ``leader_epochs``) where the run has them; ``absent``:
     :func:`.absence.missing_partitions`."""
-    tiered = {t for t, _ in tier.units(internal or {})}  # tiered topics without a local tail
+    tiered = tiered_topics(internal or {})  # tiered topics without a local tail
     run = RunFrames(tables=tables, policy=policy, run_id=run_id,
                     topics=tuple(sorted(set(run_topics(tables, absent)) | tiered - {None})),
                     prior=prior, internal=internal or {},
@@ -43,6 +43,39 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=Non
     out = union_all(run.spark, parts)
     finding_kinds = [row[0] for row in run.findings.select("kind").distinct().collect()]
     return apply_policy(out, policy, run.topics, finding_kinds), run.topics
+
+
+def run_observations(tables: dict, policy: Policy, run_id: str, *, topics, finding_kinds,
+                     prior, listed, internal: dict, absent: list | None):
+    """The audit's observations of one run in two parts: ``(spark, driver)``, the checks
+    that read the run's tables in one Spark frame (graded: :func:`apply_policy`) and those
+    made on the driver (:attr:`.registry.Check.on_driver`: the tier audit's,
+    ``missing_partition``'s) as graded Rows, never a Spark job. ``topics``: the topics graded
+    (:func:`.families.audited_topics`); ``finding_kinds``: the run's
+    (:func:`.rows.run_summary`); ``absent``: the ``missing_partition`` observations,
+    collected (None: the run names no night)."""
+    run = RunFrames(tables=tables, policy=policy, run_id=run_id, topics=topics, prior=prior,
+                    internal=internal, absent=absent, kinds=batch_kinds(tables["batches"]).cache(),
+                    listed=listed)
+    grades = policy_rows(policy, topics, finding_kinds)
+    parts = [frame for observe in observers(on_driver=False) if (frame := observe(run)) is not None]
+    spark = apply_policy(union_all(run.spark, parts), policy, topics, finding_kinds, rows=grades)
+    found = [observe(run) for observe in observers(on_driver=True)]
+    return spark, graded_rows([o for f in found if f is not None
+                               for o in (f if isinstance(f, list) else f.collect())], grades)
+
+
+def graded_rows(observations, grades) -> list:
+    """:func:`apply_policy` of observations made on the driver (Rows), by the policy's
+    ``grades`` (:func:`policy_rows`): Rows with ``severity`` and ``status`` added."""
+    from pyspark.sql import Row
+
+    table = {(t, check, cls): sev for t, check, cls, sev in grades}
+    out = []
+    for o in observations:
+        severity = table.get((o["topic"], o["check"], o["class"]), "fail")
+        out.append(Row(**o.asDict(), severity=severity, status=severity))
+    return out
 
 
 def run_topics(tables: dict, absent=None) -> tuple[str, ...]:
@@ -57,11 +90,12 @@ def run_topics(tables: dict, absent=None) -> tuple[str, ...]:
     return tuple(sorted(topics))
 
 
-def apply_policy(observations, policy: Policy, topics, finding_kinds=()):
+def apply_policy(observations, policy: Policy, topics, finding_kinds=(), rows=None):
     """``observations`` with ``severity`` and ``status`` from ``policy``
-    (per check, class and topic)."""
+    (per check, class and topic; ``rows``: its :func:`policy_rows`, where known)."""
     spark = observations.sparkSession
-    table = spark.createDataFrame(policy_rows(policy, topics, finding_kinds),
+    rows = policy_rows(policy, topics, finding_kinds) if rows is None else rows
+    table = spark.createDataFrame(rows,
                                   "topic string, check string, class string, severity string")
     return spark.sql("""
         SELECT o.*, COALESCE(p.severity, 'fail') AS severity, COALESCE(p.severity, 'fail') AS status

@@ -31,11 +31,19 @@ def audited_snapshots(wh: Warehouse, run_id: str) -> dict[str, tuple[str, int]]:
     return out
 
 
+def materialize(df):
+    """``df`` computed once and kept on the executors: every later query reads
+    these rows, not ``df``'s plan (a table's files are read once, not once per check)."""
+    return df.localCheckpoint()
+
+
 def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]]):
-    """The run's five tables, as of ``snapshots`` (:func:`audited_snapshots`)."""
+    """The run's five tables, as of ``snapshots`` (:func:`audited_snapshots`), each read once
+    (:func:`materialize`)."""
     from spark_jobs.tables import read_table
 
-    return {name: read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id)
+    return {name: materialize(read_table(spark, wh, name, snapshot=snapshots[name][1],
+                                         run_id=run_id))
             for name in TABLES}
 
 

@@ -27,7 +27,7 @@ for these checks (:func:`.rows.build_results`: :data:`.registry.OPTIONAL_CHECKS`
 from __future__ import annotations
 
 from .context import AS_OF_THE_RUN, RUN_TIMES
-from .inputs import RunFrames
+from .inputs import RunFrames, materialize
 from .observations import as_observations, dedup_batches
 from .units import CHECKPOINTED_BATCHES, COMMITTED_OFFSETS, PRODUCERS
 
@@ -187,23 +187,25 @@ def leader_epoch_observations(internal: dict, batches):
 
 
 def units(internal: dict, batches) -> dict:
-    """(topic, partition) -> ``{unit: n}`` for the checks above (:mod:`.units`)."""
-    out: dict = {}
-
-    def add(unit, rows):
-        for r in rows:
-            out.setdefault((r.topic, r.partition), {})[unit] = r.n
-
+    """(topic, partition) -> ``{unit: n}`` for the checks above (:mod:`.units`): one query."""
+    parts, frames = [], {}
     if "consumer_lag" in internal:
-        add(COMMITTED_OFFSETS, internal["consumer_lag"].where("status <> 'not_in_snapshot'")
-            .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
+        frames["c"] = internal["consumer_lag"]
+        parts.append(f"SELECT '{COMMITTED_OFFSETS}' AS unit, topic, partition, COUNT(*) AS n "
+                     "FROM {c} WHERE status <> 'not_in_snapshot' GROUP BY topic, partition")
     if "producer_state" in internal:
-        add(PRODUCERS, internal["producer_state"].select(
-            "topic", "partition", "file", "producer_id").distinct()
-            .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
+        frames["p"] = internal["producer_state"]
+        parts.append(f"SELECT '{PRODUCERS}', topic, partition, COUNT(*) FROM (SELECT DISTINCT "
+                     "topic, partition, file, producer_id FROM {p}) GROUP BY topic, partition")
     if "leader_epochs" in internal:
-        add(CHECKPOINTED_BATCHES, leader_epoch_observations(internal, batches)
-            .groupBy("topic", "partition").count().withColumnRenamed("count", "n").collect())
+        frames["e"] = leader_epoch_observations(internal, batches)
+        parts.append(f"SELECT '{CHECKPOINTED_BATCHES}', topic, partition, COUNT(*) FROM {{e}} "
+                     "GROUP BY topic, partition")
+    out: dict = {}
+    if parts:
+        spark = next(iter(frames.values())).sparkSession
+        for r in spark.sql(" UNION ALL ".join(parts), **frames).collect():
+            out.setdefault((r.topic, r.partition), {})[r.unit] = r.n
     return out
 
 
@@ -221,7 +223,8 @@ def load(spark, wh, run_id: str, snapshots: dict, run_ledger, listed,
                                            published_ledger).localCheckpoint()
     for name in ("producer_state", "leader_epochs"):
         if name in snapshots:
-            out[name] = read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id)
+            out[name] = materialize(read_table(spark, wh, name, snapshot=snapshots[name][1],
+                                               run_id=run_id))
     return out
 
 

@@ -1,13 +1,16 @@
 """The audit of one decode run, as a page of named steps (``spark_jobs/check_quality.py``
 parses the command line, calls :func:`audit` and reports its rows).
 
-1. :func:`read_run` — the run's tables as of the snapshots the audit reads
+1. :func:`read_run` — the run's tables as of the snapshots the audit reads, each read once
    (:mod:`.inputs`), where each partition stood before it and what it listed
    (:mod:`.context`), and the rows later nights published first (:mod:`.as_of`);
-2. :func:`places` — every place the run gets results of, with what each check's
-   ``observed`` counts there, including the partitions this snapshot lacks (:mod:`.absence`)
-   and the internal topics' and state files' counts (:mod:`.internal_checks`);
-3. :func:`.checks.run_checks`, summarized and graded into results (:mod:`.rows`);
+2. each family of :data:`.registry.FAMILIES` loads what it reads beyond the run's tables, and
+   :func:`places` finds every place the run gets results of, with what each check's
+   ``observed`` counts there (:mod:`.families`: the partitions this snapshot lacks, the
+   internal topics' and state files' counts, the log directories, the tier);
+3. :func:`.checks.run_observations`: the checks over the run's tables in one Spark frame,
+   materialized once, and those made on the driver; summarized and graded into results
+   (:mod:`.rows`);
 4. :func:`write_results` — ``dq_results`` (and ``consumer_lag``) replaced in one snapshot;
 5. :func:`publish_docs` — the great-expectations suites validate the verdicts, the Data
    Docs go to ``W/data_docs/<run_token>/``; they must agree with ``dq_results``.
@@ -25,34 +28,45 @@ from typing import Any
 from spark_jobs import layout, storage
 from spark_jobs.warehouse import Warehouse
 
-from . import absence, as_of, context, internal_checks, log_dir_checks, results, rows, tier
-from .checks import run_checks
-from .inputs import audited_snapshots, load_tables
-from .observations import dedup_batches
+from . import as_of, context, internal_checks, results, rows
+from .checks import run_observations
+from .families import ABSENT, audited_topics
+from .inputs import audited_snapshots, load_tables, materialize
 from .policy import Policy
-from .registry import CHECKS, OPTIONAL_CHECKS, TIER_CHECK_NAMES, UNITS
-from .units import ONLY, PARTITIONS
+from .registry import CHECKS, FAMILIES, OPTIONAL_CHECKS
 
 
 @dataclass
 class AuditedRun:
     """What :func:`read_run` reads of run ``run_id``: ``tables`` (:data:`.inputs.TABLES`, with
-    rows later nights published first borrowed back), the ``snapshots`` they are as of,
-    the ``published_ledger``, the ``night`` the run is audited as of (its last; None where
-    its input named no night), ``prior`` (:func:`.context.prior_ends`) and ``listed``
-    (:func:`.context.listed_segments`)."""
+    rows later nights published first borrowed back; each read once and materialized), the
+    ``snapshots`` they are as of, the ``published_ledger``, ``prior``
+    (:func:`.context.prior_ends`) and ``listed`` (:func:`.context.listed_segments`), the
+    ``summary`` of its tables (:func:`.rows.run_summary`: its places, topics, finding kinds and
+    the ``night`` the run is audited as of, its last; None where its input named no night), and
+    what the audit was asked: ``policy``, ``topic_filter`` (the run's topics), the
+    ``tiered_storage`` to list. The families of :data:`.registry.FAMILIES` read it."""
 
+    spark: Any
+    wh: Warehouse
     run_id: str
     snapshots: dict[str, tuple[str, int]]
     tables: dict[str, Any]
     published_ledger: Any
-    night: str | None
     prior: Any
     listed: Any
+    policy: Policy
+    topic_filter: str | None = None
+    tiered_storage: str | None = None
+    summary: Any = None
 
     @property
     def ledger(self):
         return self.tables["ledger"]
+
+    @property
+    def night(self) -> str | None:
+        return self.summary.night
 
     @property
     def where(self) -> str:
@@ -68,22 +82,25 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     the tier to list for the tier audit (:mod:`.tier`; None: its metadata checks only)."""
     out = out or sys.stdout
     store = storage.open_store(wh.root, wh.s3)
-    run = read_run(spark, wh, run_id, out)
-    internal = internal_checks.load(spark, wh, run_id, run.snapshots, run.ledger, run.listed,
-                                    run.published_ledger)
-    internal.update(log_dir_checks.load(spark, wh, run_id, run.snapshots, internal))
-    internal.update(tier.load(spark, wh, run_id, run.snapshots, run.tables["findings"],
-                              tiered_storage))
-    absent = absent_partitions(spark, wh, run, policy, topics)
-    units = places(run, internal, absent)
+    run = read_run(spark, wh, run_id, out, policy=policy, topic_filter=topics,
+                   tiered_storage=tiered_storage)
+    loaded: dict = {}
+    for family in FAMILIES:  # what each family reads beyond the run's tables
+        loaded.update(family.load(run, loaded))
+    internal = {k: v for k, v in loaded.items() if k != ABSENT}
+    units = places(run, loaded)
     if not units:
         raise LookupError(f"run {run_id!r} has no rows in catalog {wh.catalog_name!r} "
                           f"({run.where})")
-    observations, _ = run_checks(run.tables, policy, run_id, prior=run.prior, listed=run.listed,
-                                 internal=internal, absent=absent)
+    observations, on_driver = run_observations(
+        run.tables, policy, run_id, topics=audited_topics(run, loaded),
+        finding_kinds=run.summary.finding_kinds, prior=run.prior, listed=run.listed,
+        internal=internal, absent=loaded.get(ABSENT))
     # computed once: everything below reads the materialized rows
     observations = observations.localCheckpoint()
     classes, items = rows.summarize(observations)
+    local_classes, local_items = rows.summarize_rows(on_driver)
+    classes, items = classes + local_classes, items + local_items
     dq_rows = [r.to_row() for r in
                rows.build_results(run_id, units, classes, items, policy, night=run.night)]
     missing_nights = write_results(wh, run, dq_rows, internal, out)
@@ -92,18 +109,21 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     return dq_rows + missing_nights
 
 
-def read_run(spark, wh: Warehouse, run_id: str, out) -> AuditedRun:
-    """Step 1: run ``run_id`` as the audit reads it (see :class:`AuditedRun`)."""
+def read_run(spark, wh: Warehouse, run_id: str, out, *, policy: Policy,
+             topic_filter: str | None = None, tiered_storage: str | None = None) -> AuditedRun:
+    """Step 1: run ``run_id`` as the audit reads it (see :class:`AuditedRun`): each table read
+    once (:func:`.inputs.materialize`)."""
     from spark_jobs.tables import read_table
 
     snapshots = audited_snapshots(wh, run_id)
     tables = load_tables(spark, wh, run_id, snapshots)
-    published_ledger = read_table(spark, wh, "ledger")
-    night = tables["ledger"].agg({"night": "max"}).first()[0]
-    prior = context.prior_ends(published_ledger, tables["ledger"], run_id)
-    listed = context.listed_segments(tables["ledger"], published_ledger, run_id)
-    run = AuditedRun(run_id, snapshots, tables, published_ledger, night, prior, listed)
+    published_ledger = materialize(read_table(spark, wh, "ledger"))
+    prior = materialize(context.prior_ends(published_ledger, tables["ledger"], run_id))
+    listed = materialize(context.listed_segments(tables["ledger"], published_ledger, run_id))
+    run = AuditedRun(spark, wh, run_id, snapshots, tables, published_ledger, prior, listed,
+                     policy, topic_filter, tiered_storage)
     borrow_published_rows(spark, wh, run, out)
+    run.summary = rows.run_summary(run.tables)
     return run
 
 
@@ -119,54 +139,22 @@ def borrow_published_rows(spark, wh: Warehouse, run: AuditedRun, out) -> None:
     only = as_of.row_filter(borrowed)
     for name in as_of.OFFSET_COLUMN:
         head = read_table(spark, wh, name, snapshot=run.snapshots[name][1], row_filter=only)
-        run.tables[name] = as_of.above(name, run.tables[name], borrowed).unionByName(
-            as_of.borrow(name, head, run.tables[name], borrowed, run.ledger, run.run_id))
-    run.listed = run.listed.unionByName(as_of.context(run.ledger, borrowed))
+        run.tables[name] = materialize(as_of.above(name, run.tables[name], borrowed).unionByName(
+            as_of.borrow(name, head, run.tables[name], borrowed, run.ledger, run.run_id)))
+    run.listed = materialize(run.listed.unionByName(as_of.context(run.ledger, borrowed)))
     print(f"check_quality: {len(borrowed)} partitions' new offsets of run {run.run_id} "
           "were published by later runs first: their rows are audited as this night's",
           file=out)
 
 
-def absent_partitions(spark, wh: Warehouse, run: AuditedRun, policy: Policy,
-                      topics: str | None):
-    """What earlier nights held and this one lacks (:func:`.absence.missing_partitions`,
-    with the cluster metadata as audited for the evidence of deletions); None where the run
-    names no night."""
-    if run.night is None:
-        return None
-    return absence.missing_partitions(run.ledger, run.published_ledger, run.run_id,
-                                      policy.lookback_nights(), layout.topic_matcher(topics),
-                                      max_share=policy.missing_share(),
-                                      metadata=absence.load_metadata(spark, wh, run.snapshots))
-
-
-def places(run: AuditedRun, internal: dict, absent) -> dict:
+def places(run: AuditedRun, loaded: dict) -> dict:
     """Step 2: (topic, partition) -> ``{unit: n}`` of every place of the run
-    (:func:`.rows.partition_units`), with the internal topics' and state files' counts; where
-    the run names a night, every partition counts as one ``partitions`` and each partition it
-    lacks is a place of ``missing_partition`` only; the night's log directories are the place
-    (None, None) of ``mixed_cluster`` (:mod:`.log_dir_checks`)."""
-    units = rows.partition_units(run.tables)
-    for tp, counts in internal_checks.units(internal, dedup_batches(run.tables["batches"])).items():
-        if tp in units:
-            units[tp].update(counts)
-    for tp, counts in log_dir_checks.units(internal).items():
-        if tp == (None, None):  # the log directories: a place about no partition
-            place = units.setdefault(tp, {ONLY: set()})
-            place[ONLY] = set(place.get(ONLY) or ()) | {log_dir_checks.MIXED_CLUSTER}
-            place.update(counts)
-        elif tp in units:
-            units[tp].update(counts)
-    if absent is not None:
-        for tp in units:
-            if tp[0] is not None:
-                units[tp][PARTITIONS] = 1
-        for r in absent.select("topic", "partition").collect():
-            units[(r.topic, r.partition)] = {PARTITIONS: 1, ONLY: {absence.MISSING_PARTITION}}
-    for tp, counts in tier.units(internal).items():  # a tiered partition without a local tail:
-        units.setdefault(tp, {ONLY: set()}).update(counts)  # the tier checks only
-        if ONLY in units[tp]:
-            units[tp][ONLY] |= {c for c in TIER_CHECK_NAMES if counts.get(UNITS[c])}
+    (:func:`.rows.run_summary`), with what each family (:data:`.registry.FAMILIES`: the
+    internal topics' and state files' counts, the log directories, the partitions the run
+    lacks where it names a night, the tier) counts and adds there (:mod:`.families`)."""
+    units = {tp: dict(counts) for tp, counts in run.summary.units.items()}
+    for family in FAMILIES:
+        family.places(run, loaded, units, family.checks)
     return units
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from spark_jobs.layout import LOG_DIR_OF_FILE
 
-from .inputs import RunFrames
+from .inputs import RunFrames, materialize
 from .observations import as_observations, dedup_batches
 from .policy import UNCLEAN_SHUTDOWN
 from .units import HIGH_WATERMARKS, LOG_DIRS, OPEN_TRANSACTIONS
@@ -244,23 +244,33 @@ def log_starts(internal: dict):
 
 def units(internal: dict) -> dict:
     """(topic, partition) -> ``{unit: n}`` of the checks above (:mod:`.units`); the log
-    directories of ``broker_state`` count at (None, None), the place about no partition."""
-    out: dict = {}
-    checkpoints = internal.get("partition_checkpoints")
-    if checkpoints is not None:
-        for r in checkpoints.where("high_watermark IS NOT NULL").select(
-                "topic", "partition", "log_dir").distinct().groupBy("topic", "partition") \
-                .count().collect():
-            out.setdefault((r[0], r[1]), {})[HIGH_WATERMARKS] = r[2]
+    directories of ``broker_state`` count at (None, None), the place about no partition. One
+    query."""
+    parts, frames = [], {}
+    if internal.get("partition_checkpoints") is not None:
+        frames["c"] = internal["partition_checkpoints"]
+        parts.append(f"SELECT '{HIGH_WATERMARKS}' AS unit, topic, partition, COUNT(*) AS n FROM "
+                     "(SELECT DISTINCT topic, partition, log_dir FROM {c} "
+                     "WHERE high_watermark IS NOT NULL) GROUP BY topic, partition")
     if "producer_state" in internal:
-        for r in internal["producer_state"].where("current_txn_first_offset >= 0").select(
-                "topic", "partition", "producer_id", "current_txn_first_offset").distinct() \
-                .groupBy("topic", "partition").count().collect():
-            out.setdefault((r[0], r[1]), {})[OPEN_TRANSACTIONS] = r[2]
+        frames["p"] = internal["producer_state"]
+        parts.append(f"SELECT '{OPEN_TRANSACTIONS}', topic, partition, COUNT(*) FROM "
+                     "(SELECT DISTINCT topic, partition, producer_id, current_txn_first_offset "
+                     "FROM {p} WHERE current_txn_first_offset >= 0) GROUP BY topic, partition")
     if "broker_state" in internal:
-        dirs = internal["broker_state"].select("log_dir").distinct().count()
-        if dirs:
-            out[(None, None)] = {LOG_DIRS: dirs}
+        frames["s"] = internal["broker_state"]
+        parts.append(f"SELECT '{LOG_DIRS}', CAST(NULL AS string), CAST(NULL AS int), "
+                     "COUNT(*) FROM (SELECT DISTINCT log_dir FROM {s}) HAVING COUNT(*) > 0")
+    out: dict = {}
+    if parts:
+        spark = next(iter(frames.values())).sparkSession
+        found = spark.sql(" UNION ALL ".join(parts), **frames).collect()
+        for r in found:
+            if r.unit != LOG_DIRS:
+                out.setdefault((r.topic, r.partition), {})[r.unit] = r.n
+        for r in found:
+            if r.unit == LOG_DIRS:
+                out[(None, None)] = {LOG_DIRS: r.n}
     return out
 
 
@@ -278,8 +288,9 @@ def load(spark, wh, run_id: str, snapshots: dict, internal: dict) -> dict:
     out = {}
     for name in TABLES:
         if name in snapshots:
-            out[name] = read_table(spark, wh, name, snapshot=snapshots[name][1],
-                                   run_id=None if name == "transactions" else run_id)
+            out[name] = materialize(read_table(
+                spark, wh, name, snapshot=snapshots[name][1],
+                run_id=None if name == "transactions" else run_id))
     if "producer_state" in internal and "markers" in snapshots:
         open_at = [(r[0], r[1], None, None) for r in internal["producer_state"]
                    .where("current_txn_first_offset >= 0").select("topic", "partition")

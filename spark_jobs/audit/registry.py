@@ -8,6 +8,9 @@ observes it.
   apply, e.g. no internal-topic tables); one function may observe several checks
   (:func:`.findings_checks.observe_findings`); None for ``snapshot_missing``, which the
   DAG's plan writes (:func:`.results.write_missing_nights`);
+* **on_driver**: its observations are made on the driver from a few collected rows (the tier
+  audit's, ``missing_partition``'s): graded and summarized there, never a Spark job
+  (:func:`.checks.run_observations`);
 * **optional**: a place gets a result of it only where it applies (the internal topics' and
   state files' checks where the partition has a committed offset, a .snapshot, a
   checkpoint; the log directory's where it has a high watermark, an open transaction, a
@@ -15,6 +18,10 @@ observes it.
   the plan's, never a partition's); every other check gives every place a result.
 
 The order is the order of a run's dq_results rows and of its Data Docs suites.
+
+The families of checks that read more than the run's own tables (:data:`FAMILIES`) also
+name what they load and the places they add (:mod:`.families`); the audit
+(:mod:`.job`) runs them in this table's order.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import (absence, crc, findings_checks, internal_checks, log_dir_checks, offsets, records,
+from . import (absence, crc, families, findings_checks, internal_checks, log_dir_checks, offsets, records,
                schema_decode, tier, timestamps)
 from .absence import MISSING_PARTITION
 from .log_dir_checks import (BEYOND_HIGH_WATERMARK, CHECKPOINT_AHEAD, CLOSED, HANGING,
@@ -49,6 +56,7 @@ class Check:
     classes: tuple[str, ...] | None
     observe: Callable | None
     optional: bool = False
+    on_driver: bool = False
 
 
 #: the checks of the run's records, batches, markers and findings: a result for every place
@@ -78,8 +86,7 @@ DATA_CHECKS = (
 #: what earlier nights held and this snapshot lacks
 MISSING_PARTITION_CHECK = Check(MISSING_PARTITION, PARTITIONS,
                                 (absence.MISSING, absence.BEYOND_MAX_SHARE, absence.TOPIC_DELETED),
-                                absence.observe,
-                                optional=True)
+                                absence.observe, optional=True, on_driver=True)
 #: the checks of Kafka's internal topics and state files (:mod:`.internal_checks`)
 INTERNAL_TOPIC_CHECKS = (
     Check("committed_offset_beyond_log_end", COMMITTED_OFFSETS, ("beyond_log_end",),
@@ -106,15 +113,17 @@ LOG_DIR_CHECKS = (
 #: tier_divergence finding
 TIER_CHECKS = (
     Check(tier.ORPHANS, REMOTE_SEGMENTS, ("orphan", "in_flight"), tier.observe_orphans,
-          optional=True),
-    Check(tier.MISSING, TIER_SEGMENTS, ("missing_object",), tier.observe_missing, optional=True),
+          optional=True, on_driver=True),
+    Check(tier.MISSING, TIER_SEGMENTS, ("missing_object",), tier.observe_missing, optional=True,
+          on_driver=True),
     Check(tier.UNREFERENCED, TIER_SEGMENTS, ("unreferenced", "deleted_segment"),
-          tier.observe_unreferenced, optional=True),
-    Check(tier.REUPLOADS, REMOTE_SEGMENTS, ("reupload",), tier.observe_reuploads, optional=True),
+          tier.observe_unreferenced, optional=True, on_driver=True),
+    Check(tier.REUPLOADS, REMOTE_SEGMENTS, ("reupload",), tier.observe_reuploads, optional=True,
+          on_driver=True),
     Check(tier.EPOCHS, REMOTE_SEGMENTS, ("offset_gap", "offset_overlap", "epoch_regression"),
-          tier.observe_epochs, optional=True),
+          tier.observe_epochs, optional=True, on_driver=True),
     Check(tier.DIVERGENCE, TIERED_PARTITIONS, ("divergence",), tier.observe_divergence,
-          optional=True),
+          optional=True, on_driver=True),
 )
 #: the plan's result of a night without a snapshot
 SNAPSHOT_MISSING_CHECK = Check(SNAPSHOT_MISSING, NIGHTS, (SNAPSHOT_MISSING_CLASS,), None,
@@ -134,6 +143,31 @@ INTERNAL_CHECKS = frozenset(c.name for c in INTERNAL_TOPIC_CHECKS)
 TIER_CHECK_NAMES = frozenset(c.name for c in TIER_CHECKS)
 
 
-def observers() -> list[Callable]:
-    """Each check's ``observe`` function once, in :data:`CHECKS`' order."""
-    return list(dict.fromkeys(c.observe for c in CHECKS.values() if c.observe is not None))
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A family of checks that reads more than the run's own tables: its ``checks``, what it
+    loads (``load``: ``(run, loaded) -> dict``) and the places it counts and adds
+    (``places``: ``(run, loaded, units, checks) -> None``): :mod:`.families`."""
+
+    name: str
+    checks: tuple[Check, ...]
+    load: Callable
+    places: Callable
+
+
+#: the families, in the order the audit loads them and counts their places
+FAMILIES = (
+    Family("internal_topics", INTERNAL_TOPIC_CHECKS, families.load_internal,
+           families.places_internal),
+    Family("log_dirs", LOG_DIR_CHECKS, families.load_log_dirs, families.places_log_dirs),
+    Family("missing_partition", (MISSING_PARTITION_CHECK,), families.load_absent,
+           families.places_absent),
+    Family("tier", TIER_CHECKS, families.load_tier, families.places_tier),
+)
+
+
+def observers(on_driver: bool | None = None) -> list[Callable]:
+    """Each check's ``observe`` function once, in :data:`CHECKS`' order (``on_driver``: only
+    those whose checks are / are not made on the driver; None: all)."""
+    return list(dict.fromkeys(c.observe for c in CHECKS.values() if c.observe is not None
+                              and (on_driver is None or c.on_driver == on_driver)))

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
 from .policy import Policy
 from .registry import DECODER_FINDINGS, OPTIONAL_CHECKS, UNITS
@@ -24,6 +25,24 @@ def partition_units(tables: dict):
     """(topic, partition) -> {"batches": n, "records": n, "segments": n} over the run's tables;
     findings that belong to no topic-partition are the place (None, None), graded by
     ``decoder_findings`` alone."""
+    return run_summary(tables).units
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one query tells of a run's tables: its places' ``units``
+    (:func:`partition_units`), every ``topic`` they have rows of, the ``finding_kinds`` of its
+    findings and its ``night`` (the latest its ledger names; None: none)."""
+
+    units: dict
+    topics: frozenset
+    finding_kinds: frozenset
+    night: str | None
+
+
+def run_summary(tables: dict) -> RunSummary:
+    """The :class:`RunSummary` of the run's tables (``records``, ``batches``, ``findings``,
+    ``ledger``): one query."""
     b, r, f, l = (tables[n] for n in ("batches", "records", "findings", "ledger"))
     spark = b.sparkSession
     rows = spark.sql("""
@@ -33,12 +52,17 @@ def partition_units(tables: dict):
         rc AS (SELECT topic, partition, COUNT(*) AS n FROM {r} GROUP BY topic, partition),
         sc AS (SELECT topic, partition, COUNT(DISTINCT segment) AS n FROM (
                  SELECT topic, partition, segment FROM {b} UNION SELECT topic, partition, segment FROM {l}
-                 UNION SELECT topic, partition, segment FROM {f}) GROUP BY topic, partition)
+                 UNION SELECT topic, partition, segment FROM {f}) GROUP BY topic, partition),
+        fk AS (SELECT topic, partition, collect_set(kind) AS kinds FROM {f}
+               GROUP BY topic, partition),
+        n AS (SELECT MAX(night) AS night FROM {l})
         SELECT p.topic, p.partition, COALESCE(bc.n, 0) AS batches, COALESCE(rc.n, 0) AS records,
-               COALESCE(sc.n, 0) AS segments
-        FROM p LEFT JOIN bc ON bc.topic <=> p.topic AND bc.partition <=> p.partition
+               COALESCE(sc.n, 0) AS segments, fk.kinds, n.night
+        FROM p CROSS JOIN n
+        LEFT JOIN bc ON bc.topic <=> p.topic AND bc.partition <=> p.partition
         LEFT JOIN rc ON rc.topic <=> p.topic AND rc.partition <=> p.partition
-        LEFT JOIN sc ON sc.topic <=> p.topic AND sc.partition <=> p.partition""",
+        LEFT JOIN sc ON sc.topic <=> p.topic AND sc.partition <=> p.partition
+        LEFT JOIN fk ON fk.topic <=> p.topic AND fk.partition <=> p.partition""",
                      b=b, r=r, f=f, l=l).collect()
     out = {}
     for x in rows:
@@ -47,7 +71,9 @@ def partition_units(tables: dict):
                                            SEGMENTS: x.segments}
         elif x.topic is None:  # findings outside any partition (a .log of no partition folder)
             out[(None, None)] = {SEGMENTS: x.segments, ONLY: {DECODER_FINDINGS}}
-    return out
+    return RunSummary(out, frozenset(x.topic for x in rows if x.topic is not None),
+                      frozenset(k for x in rows for k in (x.kinds or ())),
+                      rows[0].night if rows else None)
 
 
 def summarize(observations):
@@ -62,8 +88,44 @@ def summarize(observations):
           SELECT *, ROW_NUMBER() OVER (
                       PARTITION BY check, topic, partition
                       ORDER BY CASE status WHEN 'fail' THEN 0 WHEN 'warn' THEN 1 ELSE 2 END,
-                               first_offset, class) AS _n
+                               first_offset, class, segment, position, message) AS _n
           FROM {o}) WHERE _n <= :n""", o=observations, args={"n": MAX_ITEMS}).collect()
+    return classes, sorted(items, key=item_order)
+
+
+#: the status order of a place's first items (worst first), as :func:`summarize` sorts them
+_ITEM_ORDER = {"fail": 0, "warn": 1}
+#: then, ascending (nulls first, as Spark sorts): every column that tells two items apart
+_ITEM_KEYS = ("first_offset", "class", "segment", "position", "message")
+_CLASS_KEY = ("check", "topic", "partition", "class", "status", "severity")
+
+
+def item_order(o) -> tuple:
+    """The sort key of an observation among its place's items (:func:`summarize`'s order):
+    worst status first, then :data:`_ITEM_KEYS` ascending, nulls first."""
+    return (_ITEM_ORDER.get(o["status"], 2),
+            *((o[k] is not None, o[k] if o[k] is not None else 0) for k in _ITEM_KEYS))
+
+
+def summarize_rows(observations: list) -> tuple[list, list]:
+    """:func:`summarize` of graded observations made on the driver (Rows with the observation
+    columns, ``severity`` and ``status``): the same aggregates and first items, no Spark."""
+    from pyspark.sql import Row
+
+    groups: dict = {}
+    by_place: dict = {}
+    for o in observations:
+        groups.setdefault(tuple(o[k] for k in _CLASS_KEY), []).append(o)
+        by_place.setdefault((o["check"], o["topic"], o["partition"]), []).append(o)
+    classes = []
+    for key, group in groups.items():
+        offsets = [o["offsets"] for o in group if o["offsets"] is not None]
+        values = [o["value"] for o in group if o["value"] is not None]
+        classes.append(Row(**dict(zip(_CLASS_KEY, key)), items=len(group),
+                           offsets=sum(offsets) if offsets else None,
+                           max_value=max(values) if values else None))
+
+    items = [o for group in by_place.values() for o in sorted(group, key=item_order)[:MAX_ITEMS]]
     return classes, items
 
 
