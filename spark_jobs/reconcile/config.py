@@ -79,6 +79,21 @@ class Sink:
     options: Mapping = field(default_factory=dict)
     columns: Columns | None = None
 
+    def used_paths(self) -> dict[str, str]:
+        """{role: column path} of the columns the reconciliation reads: topic, partition,
+        offset; the key where it compares keys, the value where it compares values or
+        upserts; the upsert key."""
+        c = self.columns
+        used = {r: p for r, p in (("topic", c.topic), ("partition", c.partition),
+                                  ("offset", c.offset)) if p is not None}
+        if self.compare != "none" and c.key:
+            used["key"] = c.key
+        if (self.compare == "key_value" or self.mode == "upsert") and c.value:
+            used["value"] = c.value
+        if self.mode == "upsert":
+            used["upsert key"] = self.key
+        return used
+
     def carries(self, topic: str) -> bool:
         """Whether ``topic`` matches one of the sink's patterns."""
         return any(fnmatch.fnmatchcase(topic, p) for p in self.topics)
@@ -257,12 +272,9 @@ def load(path: str | None = None) -> list[Sink]:
 
 
 def check_columns(sink: Sink, have: set[str]) -> None:
-    """Every column path the sink's profile names is in ``have`` (the table's field paths,
+    """Every column path the reconciliation reads (:meth:`Sink.used_paths`) is in ``have`` (the table's field paths,
     ``a.b`` for a struct's field): else one line naming the first that is not."""
-    wanted = dict(sink.columns.paths())
-    if sink.mode == "upsert":
-        wanted["upsert key"] = sink.key
-    for role, p in wanted.items():
+    for role, p in sink.used_paths().items():
         if p not in have:
             raise SinkConfigError(f"sink {sink.name}: table {sink.table} has no column {p!r} "
                                   f"({role}, profile {sink.profile})")

@@ -73,8 +73,21 @@ class Log:
     night: str | None
     wh: Warehouse
 
+    _topics: list | None = None
+    _compacted: object | None = None
+
     def topics(self) -> list[str]:
-        return [r.topic for r in self.batches.select("topic").distinct().collect()]
+        """The topics the log holds (once)."""
+        if self._topics is None:
+            self._topics = [r.topic for r in self.batches.select("topic").distinct().collect()]
+        return self._topics
+
+    def compacted(self):
+        """:func:`.compare.compaction_ranges` of the whole log, computed once."""
+        if self._compacted is None:
+            self._compacted = compaction_ranges(self.records, self.batches, self.markers,
+                                                self.findings).localCheckpoint()
+        return self._compacted
 
 
 def read_log(spark, wh: Warehouse, night: str | None) -> Log:
@@ -85,7 +98,7 @@ def read_log(spark, wh: Warehouse, night: str | None) -> Log:
     if night is not None:
         ledger = tables.read_table(spark, wh, "ledger")
         segs = ledger.where(ledger[NIGHT] <= night).select("segment").distinct()
-        frames = {n: f.join(segs, "segment", "left_semi") for n, f in frames.items()}
+        frames = {n: f.join(segs, "segment", "left_semi").cache() for n, f in frames.items()}
         if offsets is not None:
             offsets = offsets.join(segs, "segment", "left_semi")
     return Log(**frames, consumer_offsets=offsets, night=night, wh=wh)
@@ -190,9 +203,7 @@ def reconcile_sink(spark, log: Log, sink: sink_config.Sink, table, policy: Polic
         return graded(obs, places, sink, policy, run_id, log.night, checked_at,
                       lambda t, p: dict(base))
     batches = log.batches.where(_in("topic", topics))
-    markers = log.markers.where(_in("topic", topics))
-    findings = log.findings.where(_in("topic", topics))
-    compacted = compaction_ranges(records, batches, markers, findings).localCheckpoint()
+    compacted = log.compacted().where(_in("topic", topics))
     pos = positions(spark, log, sink.columns.group, topics)
     obs, counts = reconcile(rows, records, batches, compacted, pos, sink=sink.name,
                             compare=sink.compare)

@@ -34,7 +34,8 @@ def open_table(sink: Sink):
 
     try:
         if isinstance(sink.catalog, Mapping):
-            catalog = load_catalog(sink.name, **{str(k): str(v) for k, v in sink.catalog.items()})
+            props = {str(k): str(v) for k, v in sink.catalog.items()}
+            catalog = load_catalog(props.pop("name", sink.name), **props)
         else:
             catalog = load_catalog(sink.catalog)
     except Exception as err:  # pyiceberg raises many kinds here: one line, named
@@ -96,15 +97,16 @@ def _as_bytes(col, n: int):
 
 def normalize(table: pa.Table, sink: Sink) -> pa.Table:
     """One data file's rows as :data:`SINK_SCHEMA` (pure: the tests call it directly)."""
-    c, n = sink.columns, table.num_rows
+    c, n, used = sink.columns, table.num_rows, sink.used_paths()
     topic = (pa.array([c.topic_value] * n, pa.string()) if c.topic is None
              else pc.cast(_field(table, c.topic), pa.string()))
     upsert = _as_bytes(_field(table, sink.key), n) if sink.mode == "upsert" else pa.nulls(n, pa.binary())
     return pa.Table.from_arrays([
         topic, pc.cast(_field(table, c.partition), pa.int32()),
         pc.cast(_field(table, c.offset), pa.int64()),
-        _as_bytes(_field(table, c.key) if c.key else None, n),
-        _as_bytes(_field(table, c.value) if c.value else None, n), upsert], schema=SINK_SCHEMA)
+        _as_bytes(_field(table, c.key) if "key" in used else None, n),
+        _as_bytes(_field(table, c.value) if "value" in used else None, n), upsert],
+        schema=SINK_SCHEMA)
 
 
 def read_sink(spark, sink: Sink, table, topics: list[str]):
@@ -114,8 +116,7 @@ def read_sink(spark, sink: Sink, table, topics: list[str]):
     if not paths:
         return spark.createDataFrame([], SINK_COLUMNS)
     props = dict(table.io.properties)
-    tops = sorted({p.split(".")[0] for p in
-                   (*sink.columns.paths().values(), *([sink.key] if sink.mode == "upsert" else []))})
+    tops = sorted({p.split(".")[0] for p in sink.used_paths().values()})
 
     def fetch(batches):
         import pyarrow.parquet as pq

@@ -191,7 +191,11 @@ def sink_rows(log: dict, held: dict[int, list[int]]):
 
 @pytest.fixture(scope="module")
 def setup(spark, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("reconcile")
+    return build(spark, tmp_path_factory.mktemp("reconcile"))
+
+
+def build(spark, tmp):
+    """The source warehouse (decoded by the decode job) and every sink table, in ``tmp``."""
     wh = tmp / "wh"
     decode_job.main(["--input", str(write_log(tmp / "snap")), "--output", str(wh), "--run-id",
                      "n1", "--night", NIGHT, "--latest-topics", "users"], spark=spark)
@@ -211,7 +215,7 @@ def setup(spark, tmp_path_factory):
             half = data.num_rows // 2  # two data files: read file by file
             table.append(data.slice(0, half))
             table.append(data.slice(half))
-            entries.append({"name": f"{name}-{copy}", "catalog": {"type": "sql", **props},
+            entries.append({"name": f"{name}-{copy}", "catalog": {"name": "sinks", "type": "sql", **props},
                             "table": f"lake.{name}_{copy}", "profile": profile,
                             "topics": ["orders*"], **extra})
     upsert = pa.table({"id": ["k1", "k2", "k3"], "payload": ["v1", "v2", "v3"],
@@ -220,7 +224,7 @@ def setup(spark, tmp_path_factory):
                        "_kafka_metadata_offset": pa.array([0, 1, 3], pa.int64()),
                        "_kafka_metadata_timestamp": pa.array([T0] * 3, pa.int64())})
     cat.create_table("lake.users", schema=upsert.schema).append(upsert)
-    entries.append({"name": "users-upsert", "catalog": {"type": "sql", **props},
+    entries.append({"name": "users-upsert", "catalog": {"name": "sinks", "type": "sql", **props},
                     "table": "lake.users", "profile": "iceberg-kafka-connect",
                     "topics": ["users"], "mode": "upsert", "key": "id",
                     "columns": {"value": "payload"}, "options": {"connector": "users-kc"}})
@@ -248,8 +252,9 @@ def test_the_command_reconciles_every_profile(spark, setup, capsys):
     wh, path, _ = setup
     code = reconcile_job.main(["--warehouse", str(wh), "--sinks", str(path), "--night", NIGHT,
                                "--run-id", "rec-1"], spark=spark)
-    out = capsys.readouterr().out
-    assert code == reconcile_job.EXIT_FAILED
+    captured = capsys.readouterr()
+    out = captured.out
+    assert code == reconcile_job.EXIT_FAILED, captured.err[-3000:]
     rows = read_results(str(wh), run_id="rec-1")
     assert {r.check for r in rows} == {"sink_reconcile"}
     passes = {(0, "compacted_away"): [(6, 7, 2)], (0, "not_yet_delivered"): [(26, 29, 4)]}
