@@ -153,25 +153,26 @@ def latest_frame(spark, log: Log, topics: list[str]):
 def graded(obs, places: dict, sink: sink_config.Sink, policy: Policy, run_id: str,
            night: str | None, checked_at, extras_of) -> list[results.DqResult]:
     """One graded result per place of ``places`` ((topic, partition) -> observed)."""
-    spark = obs.sparkSession
-    agg = spark.sql("""SELECT topic, partition, class, COUNT(*) AS items, SUM(offsets) AS offsets,
-                              MAX(value) AS max_value FROM {o} GROUP BY topic, partition, class""",
-                    o=obs).collect()
-    first = spark.sql("""SELECT * EXCEPT (_n) FROM (
-                           SELECT *, ROW_NUMBER() OVER (PARTITION BY topic, partition, class
-                                                        ORDER BY first_offset) AS _n FROM {o})
-                         WHERE _n <= :n""", o=obs, args={"n": results.MAX_ITEMS}).collect()
+    # one pass: each class' first items, each carrying its class' aggregates
+    first = obs.sparkSession.sql("""
+        SELECT * EXCEPT (_n) FROM (
+          SELECT *, ROW_NUMBER() OVER w AS _n, COUNT(*) OVER c AS _items,
+                 SUM(offsets) OVER c AS _offsets, MAX(value) OVER c AS _max
+          FROM {o}
+          WINDOW w AS (PARTITION BY topic, partition, class ORDER BY first_offset),
+                 c AS (PARTITION BY topic, partition, class))
+        WHERE _n <= :n""", o=obs, args={"n": results.MAX_ITEMS}).collect()
     classes: dict = {}
-    for a in agg:
-        status = policy.severity(a.topic, CHECK, a["class"])
-        classes.setdefault((a.topic, a.partition), []).append(
-            {"check": CHECK, "class": a["class"], "status": status, "severity": status,
-             "items": a.items, "offsets": a.offsets, "max_value": a.max_value})
-        places.setdefault((a.topic, a.partition), 0)
     items: dict = {}
     for it in first:
-        status = policy.severity(it.topic, CHECK, it["class"])
-        items.setdefault((it.topic, it.partition), []).append({**it.asDict(), "status": status})
+        place, status = (it.topic, it.partition), policy.severity(it.topic, CHECK, it["class"])
+        d = it.asDict()
+        agg = {"check": CHECK, "class": d["class"], "status": status, "severity": status,
+               "items": d.pop("_items"), "offsets": d.pop("_offsets"), "max_value": d.pop("_max")}
+        if agg not in classes.setdefault(place, []):
+            classes[place].append(agg)
+        items.setdefault(place, []).append({**d, "status": status})
+        places.setdefault(place, 0)
     out = []
     for (topic, partition), observed in sorted(places.items(), key=lambda kv: (kv[0][0], kv[0][1] if kv[0][1] is not None else -1)):
         its = sorted(items.get((topic, partition), []),
@@ -190,7 +191,7 @@ def reconcile_sink(spark, log: Log, sink: sink_config.Sink, table, policy: Polic
     """The results of one sink."""
     topics = sorted(t for t in log.topics() if sink.carries(t))
     rows = read_sink(spark, sink, table, topics)
-    rows = rows.where(_in("topic", [t for t in topics])) if topics else rows
+    rows = rows.where(_in("topic", topics)).localCheckpoint()  # read once, joined thrice
     records = log.records.where(_in("topic", topics))
     base = {"sink": sink.name, "table": sink.table, "profile": sink.profile, "mode": sink.mode,
             "position": sink.columns.position_note}
@@ -207,7 +208,6 @@ def reconcile_sink(spark, log: Log, sink: sink_config.Sink, table, policy: Polic
     pos = positions(spark, log, sink.columns.group, topics)
     obs, counts = reconcile(rows, records, batches, compacted, pos, sink=sink.name,
                             compare=sink.compare)
-    obs = obs.localCheckpoint()
     windows = {(c.topic, c.partition): c for c in counts.collect()}
 
     def extras(topic, partition):

@@ -248,6 +248,7 @@ def findings(rows, sink):
     return out
 
 
+@pytest.mark.timeout(1500)  # eleven sinks, one Spark pass each: ~1 min unloaded
 def test_the_command_reconciles_every_profile(spark, setup, capsys):
     wh, path, _ = setup
     code = reconcile_job.main(["--warehouse", str(wh), "--sinks", str(path), "--night", NIGHT,
