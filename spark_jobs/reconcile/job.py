@@ -181,7 +181,7 @@ def graded(obs, places: dict, sink: sink_config.Sink, policy: Policy, run_id: st
                                   classes.get((topic, partition), []), its[:results.MAX_ITEMS],
                                   policy, checked_at, night)
         d = dataclasses.replace(r.details, extras={**r.details.extras,
-                                                   **extras_of(topic, partition)})
+                                                   **extras_of(topic, partition, r.details)})
         out.append(r._replace(details=d))
     return out
 
@@ -202,7 +202,7 @@ def reconcile_sink(spark, log: Log, sink: sink_config.Sink, table, policy: Polic
             "SELECT topic, partition, COUNT(*) AS n FROM {l} GROUP BY topic, partition",
             l=latest).collect()}
         return graded(obs, places, sink, policy, run_id, log.night, checked_at,
-                      lambda t, p: dict(base))
+                      lambda t, p, d: dict(base))
     batches = log.batches.where(_in("topic", topics))
     compacted = log.compacted().where(_in("topic", topics))
     pos = positions(spark, log, sink.columns.group, topics)
@@ -210,8 +210,9 @@ def reconcile_sink(spark, log: Log, sink: sink_config.Sink, table, policy: Polic
                             compare=sink.compare)
     windows = {(c.topic, c.partition): c for c in counts.collect()}
 
-    def extras(topic, partition):
+    def extras(topic, partition, details):
         c = windows.get((topic, partition))
+        missing = details.classes.get(MISSING)
         if c is None:
             return dict(base)
         position = base["position"]
@@ -221,7 +222,8 @@ def reconcile_sink(spark, log: Log, sink: sink_config.Sink, table, policy: Polic
         return {**base, "position": position, "committed_offset": c.committed_offset,
                 "window": {"first_offset": c.lo, "last_offset": c.hi},
                 "log_start": c.log_start, "log_end": c.log_end,
-                "deliverable": c.deliverable, "delivered": c.delivered}
+                "deliverable": c.deliverable,
+                "delivered": c.deliverable - ((missing.offsets or 0) if missing else 0)}
 
     places = {k: c.deliverable for k, c in windows.items()}
     return graded(obs, places, sink, policy, run_id, log.night, checked_at, extras)
