@@ -35,6 +35,7 @@ from .absence import MISSING_PARTITION
 from .log_dir_checks import (BEYOND_HIGH_WATERMARK, CHECKPOINT_AHEAD, CLOSED, HANGING,
                              HANGING_TRANSACTION, LOG_START_MOVED, MIXED_CLUSTER, OPEN)
 from .policy import ACTIVE_SEGMENT, UNCLEAN_SHUTDOWN
+from ..reconcile import classes as sink_classes
 from .units import (BATCHES, CHECKPOINTED_BATCHES, COMMITTED_OFFSETS, HIGH_WATERMARKS, LOG_DIRS,
                     NIGHTS, OPEN_TRANSACTIONS, PARTITIONS, PRODUCERS, RECORDS, REMOTE_SEGMENTS,
                     SEGMENTS, TIER_SEGMENTS, TIERED_PARTITIONS)
@@ -129,10 +130,16 @@ TIER_CHECKS = (
 SNAPSHOT_MISSING_CHECK = Check(SNAPSHOT_MISSING, NIGHTS, (SNAPSHOT_MISSING_CLASS,), None,
                                optional=True)
 
+#: a Kafka->lake sink against the log (issue 44, docs/sinks.md): one result per sink x
+#: topic-partition, written by ``python -m spark_jobs.reconcile`` (observe None: its rows are
+#: the command's, under a run id of its own)
+SINK_RECONCILE_CHECK = Check(sink_classes.CHECK, RECORDS, sink_classes.CLASSES, None,
+                             optional=True)
+
 #: check name -> :class:`Check`, every check in dq_results' order
 CHECKS = {c.name: c for c in (*DATA_CHECKS, MISSING_PARTITION_CHECK, *INTERNAL_TOPIC_CHECKS,
                               *LOG_DIR_CHECKS, *TIER_CHECKS,
-                              SNAPSHOT_MISSING_CHECK)}
+                              SNAPSHOT_MISSING_CHECK, SINK_RECONCILE_CHECK)}
 #: check name -> the unit its ``observed`` count is made of (:data:`CHECKS`' units)
 UNITS = {name: c.unit for name, c in CHECKS.items()}
 #: the checks a place gets a result of only where they apply

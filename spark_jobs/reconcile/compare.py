@@ -1,0 +1,193 @@
+"""The reconciliation of one append sink against the log, per (topic, partition), in Spark
+(issue 44, docs/sinks.md "What is checked").
+
+**The window** of a partition: from the later of the log start (the first batch's base
+offset the warehouse holds) and the sink's earliest offset, up to the sink's position: the
+committed offset of its consumer group as of the night where the profile has one
+(exclusive, as Kafka commits the next offset to read), else one past its highest offset.
+
+**Deliverable** records: the records table's rows (control records are not in it) outside
+transactions or committed (``records.txn_state``). Offsets the log cleaner removed are not
+in the records table: which ranges it removed is what the audit's own gap rules say
+(:func:`spark_jobs.audit.offsets.offset_gaps` between batches, :func:`spark_jobs.audit.records.record_gaps`
+inside them, their class ``compaction``), reused here, not restated.
+
+**Classes** (severities in ``expectations/policy.yaml`` under ``sink_reconcile``), each an
+observation naming an offset range (:data:`spark_jobs.audit.observations.OBSERVATION_NAMES`):
+
+* ``missing``: deliverable offsets inside the window the sink lacks (a range runs over the
+  deliverable offsets: a control marker or compacted offset inside it does not split it);
+* ``duplicate``: offsets the sink holds more than once (``offsets``: the extra copies);
+* ``aborted_leak``: offsets of aborted or still-open transactional records in the sink;
+* ``beyond_log``: offsets the sink holds that the log never held as a record, and that no
+  compaction gap explains (past the log end, a control marker's offset, a hole);
+* ``value_mismatch`` (``compare: key`` / ``key_value``): the sink's key (and value) bytes
+  differ from the log's record at that offset;
+* ``not_yet_delivered``: deliverable offsets past the window (the sink's lag);
+* ``compacted_away``: the compaction ranges inside the window;
+* ``before_log_start``: offsets the sink holds below the log start (retention removed them).
+"""
+
+from __future__ import annotations
+
+from spark_jobs.audit.observations import as_observations
+from spark_jobs.audit.offsets import offset_gaps
+from spark_jobs.audit.records import record_gaps
+
+from .classes import CHECK
+
+POSITION_COLUMNS = "topic string, partition int, committed_offset bigint"
+
+
+def compaction_ranges(records, batches, markers, findings):
+    """(topic, partition, lo, hi) of the offsets the log cleaner removed, by the audit's
+    rules (``offset_gaps`` and ``record_gaps``, class ``compaction``)."""
+    gaps = offset_gaps(batches, markers, findings).where("class = 'compaction'")
+    inside = record_gaps(records, batches).where("class = 'compaction'")
+    return gaps.selectExpr("topic", "partition", "first_offset AS lo", "last_offset AS hi") \
+        .unionByName(inside.selectExpr("topic", "partition", "first_offset AS lo",
+                                       "last_offset AS hi"))
+
+
+#: the windows: per partition of the log's or the sink's, its log start and end, the sink's
+#: earliest and highest offsets and position, ``lo``..``hi`` the auditable offsets
+WINDOWS = """
+    WITH lg AS (SELECT topic, partition, MIN(base_offset) AS log_start,
+                       MAX(last_offset) + 1 AS log_end FROM {b} GROUP BY topic, partition),
+    sb AS (SELECT topic, partition, MIN(offset) AS s_min, MAX(offset) AS s_max
+           FROM {s} GROUP BY topic, partition),
+    tp AS (SELECT topic, partition FROM lg UNION SELECT topic, partition FROM sb)
+    SELECT tp.topic, tp.partition, lg.log_start, lg.log_end, sb.s_min, sb.s_max,
+           p.committed_offset,
+           GREATEST(COALESCE(lg.log_start, sb.s_min), COALESCE(sb.s_min, lg.log_start)) AS lo,
+           COALESCE(p.committed_offset, sb.s_max + 1,
+                    GREATEST(COALESCE(lg.log_start, 0), 0)) - 1 AS hi
+    FROM tp LEFT JOIN lg ON lg.topic = tp.topic AND lg.partition = tp.partition
+    LEFT JOIN sb ON sb.topic = tp.topic AND sb.partition = tp.partition
+    LEFT JOIN {p} p ON p.topic = tp.topic AND p.partition = tp.partition"""
+
+#: one row per offset observed: its class, ``seq`` (the island order: deliverable index for
+#: ``missing``, the offset otherwise) and ``n`` (offsets it counts)
+OFFSETS = """
+    WITH s AS (SELECT topic, partition, offset, COUNT(*) AS copies,
+                      COUNT(DISTINCT key) AS keys, COUNT(DISTINCT value) AS vals,
+                      FIRST(key, true) AS key, FIRST(value, true) AS value
+               FROM {s} GROUP BY topic, partition, offset),
+    r AS (SELECT topic, partition, offset, key, value, txn_state,
+                 txn_state IS NULL OR txn_state = 'committed' AS deliverable
+          FROM {r}),
+    d AS (SELECT topic, partition, offset,
+                 ROW_NUMBER() OVER (PARTITION BY topic, partition ORDER BY offset) AS idx
+          FROM r WHERE deliverable),
+    cs AS (SELECT DISTINCT s.topic, s.partition, s.offset FROM s
+           JOIN {c} c ON c.topic = s.topic AND c.partition = s.partition
+                     AND s.offset BETWEEN c.lo AND c.hi),
+    sr AS (SELECT s.*, r.offset IS NOT NULL AS in_log, r.txn_state, r.deliverable,
+                  r.key AS r_key, r.value AS r_value, w.log_start, w.log_end,
+                  cs.offset IS NOT NULL AS compacted
+           FROM s LEFT JOIN r ON r.topic = s.topic AND r.partition = s.partition AND r.offset = s.offset
+           JOIN {w} w ON w.topic = s.topic AND w.partition = s.partition
+           LEFT JOIN cs ON cs.topic = s.topic AND cs.partition = s.partition AND cs.offset = s.offset),
+    held AS (
+      SELECT topic, partition, offset, offset AS seq, 1 AS n,
+             CASE WHEN offset < log_start THEN 'before_log_start'
+                  WHEN in_log AND NOT deliverable THEN 'aborted_leak'
+                  WHEN in_log AND :compare <> 'none'
+                       AND (keys > 1 OR NOT (key <=> r_key)
+                            OR (:compare = 'key_value' AND (vals > 1 OR NOT (value <=> r_value))))
+                       THEN 'value_mismatch'
+                  WHEN in_log THEN NULL
+                  WHEN compacted THEN NULL
+                  ELSE 'beyond_log' END AS class,
+             txn_state, log_end
+      FROM sr),
+    dup AS (SELECT topic, partition, offset, offset AS seq, copies - 1 AS n, 'duplicate' AS class,
+                   CAST(NULL AS string) AS txn_state, CAST(NULL AS bigint) AS log_end
+            FROM s WHERE copies > 1),
+    lack AS (
+      SELECT d.topic, d.partition, d.offset, d.idx AS seq, 1 AS n,
+             IF(d.offset <= w.hi, 'missing', 'not_yet_delivered') AS class,
+             CAST(NULL AS string) AS txn_state, CAST(NULL AS bigint) AS log_end
+      FROM d JOIN {w} w ON w.topic = d.topic AND w.partition = d.partition
+      LEFT ANTI JOIN s ON s.topic = d.topic AND s.partition = d.partition AND s.offset = d.offset
+      WHERE d.offset >= w.lo)
+    SELECT * FROM held WHERE class IS NOT NULL
+    UNION ALL SELECT * FROM dup
+    UNION ALL SELECT * FROM lack"""
+
+#: the observations: islands of consecutive ``seq`` per class, and the compaction ranges
+#: inside each window
+OBSERVATIONS = """
+    WITH o AS (SELECT *, seq - ROW_NUMBER() OVER (PARTITION BY topic, partition, class
+                                                  ORDER BY seq) AS grp FROM {o}),
+    isl AS (SELECT topic, partition, class, MIN(offset) AS lo, MAX(offset) AS hi, SUM(n) AS n,
+                   MAX(n) + 1 AS copies, FIRST(txn_state, true) AS txn_state,
+                   FIRST(log_end, true) AS log_end
+            FROM o GROUP BY topic, partition, class, grp),
+    cw AS (SELECT c.topic, c.partition, 'compacted_away' AS class, GREATEST(c.lo, w.lo) AS lo,
+                  LEAST(c.hi, w.hi) AS hi, LEAST(c.hi, w.hi) - GREATEST(c.lo, w.lo) + 1 AS n,
+                  CAST(NULL AS bigint) AS copies, CAST(NULL AS string) AS txn_state,
+                  CAST(NULL AS bigint) AS log_end
+           FROM (SELECT DISTINCT * FROM {c}) c
+           JOIN {w} w ON w.topic = c.topic AND w.partition = c.partition
+           WHERE c.hi >= w.lo AND c.lo <= w.hi),
+    a AS (SELECT * FROM isl UNION ALL SELECT * FROM cw)
+    SELECT :check AS check, topic, partition, class, lo AS first_offset, hi AS last_offset,
+           n AS offsets, IF(class = 'duplicate', copies, CAST(NULL AS bigint)) AS value,
+           CAST(NULL AS string) AS segment, CAST(NULL AS bigint) AS position,
+           CASE class
+             WHEN 'missing' THEN format_string(
+               'offsets %d..%d of %s-%d: %d committed record(s) of the log that sink %s lacks',
+               lo, hi, topic, partition, n, :sink)
+             WHEN 'duplicate' THEN format_string(
+               'offsets %d..%d of %s-%d: held more than once in sink %s (%d extra copies, up to %d of one offset)',
+               lo, hi, topic, partition, :sink, n, copies)
+             WHEN 'aborted_leak' THEN format_string(
+               'offsets %d..%d of %s-%d: records of a transaction that is %s in the log, in sink %s',
+               lo, hi, topic, partition, COALESCE(txn_state, 'aborted'), :sink)
+             WHEN 'beyond_log' THEN format_string(
+               'offsets %d..%d of %s-%d: in sink %s, but the log never held a record there (%s)',
+               lo, hi, topic, partition, :sink,
+               IF(lo >= log_end, format_string('past the log end %d', log_end),
+                  'no compaction explains them'))
+             WHEN 'value_mismatch' THEN format_string(
+               'offsets %d..%d of %s-%d: sink %s holds another key or value than the log',
+               lo, hi, topic, partition, :sink)
+             WHEN 'not_yet_delivered' THEN format_string(
+               'offsets %d..%d of %s-%d: %d committed record(s) past the position of the sink',
+               lo, hi, topic, partition, n)
+             WHEN 'compacted_away' THEN format_string(
+               'offsets %d..%d of %s-%d: removed by the log cleaner; not expected in the sink',
+               lo, hi, topic, partition)
+             ELSE format_string(
+               'offsets %d..%d of %s-%d: in sink %s, before the log start (retention removed them from the log)',
+               lo, hi, topic, partition, :sink) END AS message
+    FROM a"""
+
+#: per window: the deliverable records in it (the sink's share is this less its ``missing``
+#: offsets: no second join with the sink)
+COUNTS = """
+    WITH r AS (SELECT r.topic, r.partition, COUNT(DISTINCT r.offset) AS n FROM {r} r
+               JOIN {w} w ON w.topic = r.topic AND w.partition = r.partition
+               WHERE (r.txn_state IS NULL OR r.txn_state = 'committed')
+                 AND r.offset BETWEEN w.lo AND w.hi
+               GROUP BY r.topic, r.partition)
+    SELECT w.topic, w.partition, w.lo, w.hi, w.committed_offset, w.log_start, w.log_end,
+           w.s_min, w.s_max, COALESCE(r.n, 0) AS deliverable
+    FROM {w} w LEFT JOIN r ON r.topic = w.topic AND r.partition = w.partition"""
+
+
+def reconcile(sink_rows, records, batches, compacted, positions, *, sink: str,
+              compare: str = "none"):
+    """(observations, windows with counts) of one append sink: ``sink_rows``
+    (:data:`.sink_read.SINK_COLUMNS`), the log's ``records`` and ``batches`` of the sink's
+    topics, ``compacted`` :func:`compaction_ranges`, ``positions``
+    (:data:`POSITION_COLUMNS`: the sink's committed offsets; none: highest offsets)."""
+    spark = sink_rows.sparkSession
+    windows = spark.sql(WINDOWS, b=batches, s=sink_rows, p=positions).localCheckpoint()
+    offsets = spark.sql(OFFSETS, s=sink_rows, r=records, c=compacted, w=windows,
+                        args={"compare": compare})
+    obs = spark.sql(OBSERVATIONS, o=offsets, c=compacted, w=windows,
+                    args={"check": CHECK, "sink": sink})
+    counts = spark.sql(COUNTS, r=records, w=windows)
+    return as_observations(obs), counts
