@@ -46,6 +46,22 @@ def dag():
     return bag.dags[DAG_ID]
 
 
+class PlanTaskInstance:
+    """What plan's code asks of its ti: XComs pushed into ``pushed``; no other run holds the
+    warehouse."""
+
+    dag_id = DAG_ID
+
+    def __init__(self, pushed: dict):
+        self.pushed = pushed
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+    def get_task_states(self, **kw):
+        return {}
+
+
 def test_policy_owner_retries_tags(dag):
     assert "kafkalog" in dag.tags and len(dag.tags) >= 2
     assert dag.max_active_runs == 1
@@ -707,18 +723,8 @@ def test_a_plan_that_cannot_reach_s3_says_its_cause_first(monkeypatch, tmp_path)
                         "AWS_MAX_ATTEMPTS": "1"}.items():
         monkeypatch.setenv(name, value)
     pushed = {}
-
-    class TaskInstance:
-        dag_id = DAG_ID
-
-        def xcom_push(self, key, value):
-            pushed[key] = value
-
-        def get_task_states(self, **kw):
-            return {}
-
     night = dt.datetime(2026, 11, 22, 3, tzinfo=dt.timezone.utc)
-    context = {"ti": TaskInstance(), "run_id": "scheduled__2026-11-22T03:00:00+00:00",
+    context = {"ti": PlanTaskInstance(pushed), "run_id": "scheduled__2026-11-22T03:00:00+00:00",
                "params": {}, "logical_date": night, "data_interval_start": night}
     said = []
 
@@ -932,19 +938,9 @@ def test_a_night_without_a_snapshot_is_a_result_and_a_stray_log_is_decoded(
                         "KAFKALOG_SNAPSHOT_PREFIX": "snaps"}.items():
         monkeypatch.setenv(name, value)
     pushed = {}
-
-    class TaskInstance:  # what plan's code asks of its ti (no other run holds the warehouse)
-        dag_id = DAG_ID
-
-        def xcom_push(self, key, value):
-            pushed[key] = value
-
-        def get_task_states(self, **kw):
-            return {}
-
     night = dt.datetime(2026, 11, 22, 3, tzinfo=dt.timezone.utc)
     run_id = "scheduled__2026-11-22T03:00:00+00:00"
-    context = {"ti": TaskInstance(), "run_id": run_id, "params": {}, "logical_date": night,
+    context = {"ti": PlanTaskInstance(pushed), "run_id": run_id, "params": {}, "logical_date": night,
                "data_interval_start": night}
     with pytest.raises(AirflowFailException, match="no snapshot for 2026-11-22") as failed:
         tasks.plan_task(context)
