@@ -179,6 +179,11 @@ def tier_uri(bucket: str) -> str:
     return f"s3://{bucket}/{TIER_PREFIX}"
 
 
+def has_key_ring(out: Path) -> bool:
+    """Whether ``out`` holds the demo's tier key ring (the demo wrote its tier)."""
+    return (out / KEYS_FOLDER).is_dir()
+
+
 def settings_env(out: Path) -> dict[str, str]:
     """The runs' key-ring setting (the folder of PEM files)."""
     return {TIER_KEYS_ENV: str(out / KEYS_FOLDER)}

@@ -65,6 +65,8 @@ DESCRIPTIONS = {
                          "(a topic the snapshot says was deleted counts once, as deleted).",
     "snapshot_missing": "Every night the run was to read has a snapshot (at least one segment under "
                         "its prefix).",
+    "sink_reconcile": "A Kafka-to-lake sink holds every deliverable record of its window exactly "
+                      "once (python -m spark_jobs.reconcile; docs/sinks.md).",
 }
 
 COLUMNS = "topic, partition, class, items, offsets, max_value, example"
