@@ -38,7 +38,7 @@ from .policy import ACTIVE_SEGMENT, UNCLEAN_SHUTDOWN
 from ..reconcile import classes as sink_classes
 from .units import (BATCHES, CHECKPOINTED_BATCHES, COMMITTED_OFFSETS, HIGH_WATERMARKS, LOG_DIRS,
                     NIGHTS, OPEN_TRANSACTIONS, PARTITIONS, PRODUCERS, RECORDS, REMOTE_SEGMENTS,
-                    SEGMENTS, TIER_SEGMENTS, TIERED_PARTITIONS)
+                    SEGMENTS, SINK_RECORDS, TIER_SEGMENTS, TIERED_PARTITIONS)
 
 #: a night the run was to read whose snapshot prefix holds no segment: the DAG's plan writes
 #: this result (one row per such night, topic and partition null) and decodes nothing
@@ -133,7 +133,7 @@ SNAPSHOT_MISSING_CHECK = Check(SNAPSHOT_MISSING, NIGHTS, (SNAPSHOT_MISSING_CLASS
 #: a Kafka->lake sink against the log (issue 44, docs/sinks.md): one result per sink x
 #: topic-partition, written by ``python -m spark_jobs.reconcile`` (observe None: its rows are
 #: the command's, under a run id of its own)
-SINK_RECONCILE_CHECK = Check(sink_classes.CHECK, RECORDS, sink_classes.CLASSES, None,
+SINK_RECONCILE_CHECK = Check(sink_classes.CHECK, SINK_RECORDS, sink_classes.CLASSES, None,
                              optional=True)
 
 #: check name -> :class:`Check`, every check in dq_results' order

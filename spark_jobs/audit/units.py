@@ -25,6 +25,11 @@ HIGH_WATERMARKS, OPEN_TRANSACTIONS, LOG_DIRS = "high watermarks", "open transact
 REMOTE_SEGMENTS, TIER_SEGMENTS, TIERED_PARTITIONS = (
     "remote segments", "tier segments", "tiered partitions")
 
+#: ``sink_reconcile`` (:mod:`spark_jobs.reconcile`): the deliverable records of a sink's window
+#: in a partition, counted by the reconcile command only (the nightly audit never counts it, so
+#: the optional check gets no result there)
+SINK_RECORDS = "sink records"
+
 #: a place's key naming the only checks it gets results of (a partition this snapshot lacks:
 #: ``missing_partition``; findings outside any partition: ``decoder_findings``)
 ONLY = "only"
