@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 
 from spark_jobs import layout
 from spark_jobs.derive import keyed
-from spark_jobs.parquet import read_parquet
+from spark_jobs.parquet import column_or_null, read_parquet
 
 #: what a fold task yields per partition: its new state file (null: none written), the
 #: state files it replaces, the keys changed, its findings (:class:`~spark_jobs.findings.Finding`
@@ -311,8 +311,7 @@ def typed_rows(item: dict, job: Fold) -> pa.Table | None:
         cols = {c: t.column(c).cast(pa.int64() if c == "kafka_offset" else pa.int32())
                 for c in _TYPED_KEYS}
         for f in want:
-            cols[f.name] = t.column(f.name).cast(f.type) if f.name in t.column_names \
-                else pa.nulls(t.num_rows, f.type)
+            cols[f.name] = column_or_null(t, f).cast(f.type)
         parts.append(pa.table(cols))
     return pa.concat_tables(parts) if parts else None
 

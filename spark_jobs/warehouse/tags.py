@@ -24,8 +24,7 @@ def run_night(wh, run_id: str) -> str | None:
         return None
     rows = ledger.scan(row_filter=EqualTo("run_id", run_id),
                        selected_fields=(schemas.NIGHT,)).to_arrow()
-    nights = [n for n in rows.column(schemas.NIGHT).to_pylist() if n]
-    return max(nights) if nights else None
+    return layout.run_night(rows.column(schemas.NIGHT).to_pylist())
 
 
 def tag_night(wh, names, night: str) -> dict[str, int]:
