@@ -66,11 +66,13 @@ def load_metadata(spark, wh, snapshots: dict) -> Metadata:
 
 def missing_partitions(run_ledger, published_ledger, run_id: str, lookback: int = 1,
                        keep=None, *, max_share: float | None = 0.5,
-                       metadata: Metadata | None = None):
+                       metadata_of=None):
     """``missing_partition`` observations of run ``run_id`` (see the module docstring).
     ``keep``: a predicate over topics (the run's topic filter; default all); ``max_share``:
     the share of the expected partitions beyond which the missing ones are
-    ``beyond_max_share`` (None: never); ``metadata``: the cluster metadata as audited."""
+    ``beyond_max_share`` (None: never); ``metadata_of``: loads the cluster metadata as audited
+    (:func:`load_metadata`; called only where a partition is gone: the evidence is read
+    then alone)."""
     spark = run_ledger.sparkSession
     before = ledger_before(run_ledger, published_ledger, run_id)
     nights = sorted((r.night for r in before.select("night").distinct().collect()), reverse=True)
@@ -83,7 +85,7 @@ def missing_partitions(run_ledger, published_ledger, run_id: str, lookback: int 
         return observation_frame(spark)
     expected = sum(r.n for r in expected_counts(before, since) if wanted(r.topic))
     evidence = deletions(run_ledger, published_ledger, run_id, {r.topic for r in gone},
-                         metadata or Metadata(), last_segments={r.last_segment for r in gone})
+                         metadata_of() if metadata_of else Metadata(), last_segments={r.last_segment for r in gone})
     return observation_frame(spark, gone_observations(gone, evidence, expected, max_share))
 
 

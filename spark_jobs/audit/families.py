@@ -63,8 +63,8 @@ def load_absent(run, loaded: dict) -> dict:
                                        run.policy.lookback_nights(),
                                        layout.topic_matcher(run.topic_filter),
                                        max_share=run.policy.missing_share(),
-                                       metadata=absence.load_metadata(run.spark, run.wh,
-                                                                      run.snapshots))
+                                       metadata_of=lambda: absence.load_metadata(
+                                           run.spark, run.wh, run.snapshots))
     return {ABSENT: frame.collect()}
 
 
