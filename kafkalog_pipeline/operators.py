@@ -24,6 +24,14 @@ show it) and is the task's failure message (not "Cannot execute: spark-submit ..
 Where the job printed none (the JVM died, Python failed before our code ran), the
 last exception line of its output stands in, else the exit status.
 
+``Lineage (OpenLineage, kafkalog_pipeline/lineage.py, docs/lineage.md): where the OpenLineage
+provider is configured, each submission gets this try's parent run and the transport as
+``spark.openlineage.*`` properties, and the operator gives the provider's listener its inputs
+and outputs (``get_openlineage_facets_on_start/complete/failure``): the decode reads the run's
+snapshot prefixes and tier and writes the run's Iceberg tables; the audit reads those tables
+(with its results as ``dataQualityAssertions`` and row counts as ``dataQualityMetrics``) and
+writes ``dq_results``.
+
 ``RerunOnConflictOperator``: a :class:`TriggerDagRunOperator` that triggers this DAG's
 rerun of a run whose publish was refused for a conflict (see its docstring).
 """
@@ -38,7 +46,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import BaseOperatorLink
 
-from . import settings
+from . import lineage, settings
 from ._airflow import AdjustedHook, dag_run_url, filter_submit_log, submit_returncode
 from .tasks import CAUSE_KEY, QUALITY_JOB
 
@@ -117,6 +125,11 @@ class KafkalogSparkSubmitOperator(AdjustedHook, SparkSubmitOperator):
     def __init__(self, *, aws_conn_id: str = settings.AWS_CONN_ID, **kwargs) -> None:
         kwargs.setdefault("conn_id", settings.SPARK_CONN_ID)
         kwargs.setdefault("conf", settings.spark_conf())
+        # the OpenLineage properties are added in execute (lineage.spark_properties), from the
+        # configuration as the task runs and anew for each try: the provider's own flags take
+        # their default from the configuration once, when its module is imported
+        kwargs.setdefault("openlineage_inject_parent_job_info", False)
+        kwargs.setdefault("openlineage_inject_transport_info", False)
         super().__init__(**kwargs)
         self.aws_conn_id = aws_conn_id
 
@@ -145,6 +158,8 @@ class KafkalogSparkSubmitOperator(AdjustedHook, SparkSubmitOperator):
             from .schema_registry import PARAM, auth_env
 
             self.env_vars.update(auth_env((context.get("params") or {}).get(PARAM)))
+        # this try's parent run and the transport, for the Spark run's own lineage events
+        self.conf = lineage.spark_properties(self.conf, context)
         self.forget_hook()  # built from the environment above
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -176,6 +191,53 @@ class KafkalogSparkSubmitOperator(AdjustedHook, SparkSubmitOperator):
                           verdict["warn"], verdict["pass"], f"; warned: {warned}" if warned else "")
         return verdict
 
+    # ---- OpenLineage: the provider's listener asks for these (DefaultExtractor)
+    def _tier(self) -> str | None:
+        from spark_jobs.layout import TIERED_STORAGE_FLAG
+
+        args = [str(a) for a in self.application_args or []]
+        return args[args.index(TIERED_STORAGE_FLAG) + 1] \
+            if TIERED_STORAGE_FLAG in args[:-1] else None
+
+    def _lineage(self, ti, *, done: bool):
+        from spark_jobs.layout import AUDIT_DERIVED_TABLES
+        from spark_jobs.warehouse import branch_name
+
+        from .tasks import PLAN_KEY, PLAN_TASK
+
+        wh = lineage.run_warehouse(ti, settings.s3_access(self.aws_conn_id))
+        if wh is None:
+            return lineage.task_lineage()
+        branch = branch_name(ti.run_id)
+        run_tables = lineage.run_tables(wh, ti.run_id)
+        if not self._is_audit():
+            tier = self._tier()
+            if tier is None:  # the audit's argv has it; a chunk's has it from the plan
+                tier = ((ti.get_template_context().get("params") or {})
+                        .get(settings.TIER_PARAM))
+            return lineage.task_lineage(
+                lineage.source_datasets(ti.xcom_pull(task_ids=PLAN_TASK, key=PLAN_KEY), tier),
+                lineage.table_datasets(wh, run_tables, "output", ref=branch))
+        quality = {}
+        if done:
+            from spark_jobs.audit.results import read_results
+
+            quality = lineage.quality_facets(wh, read_results(wh, run_id=ti.run_id), ti.run_id)
+        return lineage.task_lineage(
+            lineage.table_datasets(wh, run_tables, "input", ref=branch, io_facets=quality),
+            lineage.table_datasets(wh, ["dq_results", *AUDIT_DERIVED_TABLES], "output"))
+
+    def get_openlineage_facets_on_start(self):
+        from airflow.sdk import get_current_context
+
+        return self._lineage(get_current_context()["ti"], done=False)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        return self._lineage(task_instance, done=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance):
+        return self._lineage(task_instance, done=True)
+
 
 class RerunLink(BaseOperatorLink):
     """The task's link to the rerun it triggered (or found triggered). Taken from the
@@ -204,6 +266,11 @@ class RerunOnConflictOperator(TriggerDagRunOperator):
     runner triggers it (``DagRunTriggerException`` -> the Execution API); this task does
     not wait for it (with ``max_active_runs=1`` the rerun starts only once this run has
     ended). The task's "Rerun" link leads to the rerun.
+
+    Where OpenLineage is enabled, Airflow's operator adds this task's run to the rerun's conf
+    (``openlineage``: parent and root run), so the rerun's lineage events name the task that
+    triggered it as their parent (:func:`kafkalog_pipeline.tasks.rerun_request` leaves out the
+    ``openlineage`` entry this run's own params may carry, which would otherwise stand in).
     """
 
     ui_color = "#fdf0e2"
@@ -213,8 +280,7 @@ class RerunOnConflictOperator(TriggerDagRunOperator):
         """``trigger_dag_id``: the id of the DAG the task is in (a literal: the task's
         "Triggered DAG" link reads it unrendered)."""
         super().__init__(trigger_dag_id=trigger_dag_id, logical_date=None,
-                         skip_when_already_exists=True, openlineage_inject_parent_info=False,
-                         **kwargs)
+                         skip_when_already_exists=True, **kwargs)
 
     def execute(self, context):
         from .notes import provenance_line

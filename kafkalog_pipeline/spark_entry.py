@@ -6,7 +6,9 @@ imports work (``from . import storage``), and functions shipped to executors
 are pickled by reference to their module instead of by value from ``__main__``.
 Only modules under ``spark_jobs.`` are accepted. The exit status is ``main``'s
 integer result (0 for anything else), or 1 if it raised: then its cause, one line
-(``spark_jobs.crash.CAUSE_PREFIX``), comes first and the traceback after it.
+(``spark_jobs.crash.CAUSE_PREFIX``), comes first and the traceback after it. A job whose
+session emitted an OpenLineage START (``spark_jobs.lineage``) ends it here: COMPLETE for a
+zero exit status, FAIL otherwise.
 """
 
 from __future__ import annotations
@@ -32,7 +34,11 @@ def main(argv: list[str]) -> int:
         print(crash.cause_line(f"{argv[0]}: {crash.cause_of(err)}"), file=sys.stderr, flush=True)
         raise
     sys.argv = [module.__file__, *argv[1:]]
-    return crash.run(module.main, argv[1:])
+    from spark_jobs import lineage
+
+    status = crash.run(module.main, argv[1:])
+    lineage.finished(status == 0, None if status == 0 else f"{argv[0]} exited with status {status}")
+    return status
 
 
 if __name__ == "__main__":

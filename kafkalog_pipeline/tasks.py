@@ -470,6 +470,9 @@ def say_crash(context, task_id: str, err: BaseException) -> None:
 DECODE_TASK = "decode_chunk"
 #: the task after ``publish`` that reruns a run whose publish met a conflict
 RERUN_TASK = "rerun_on_conflict"
+#: the DAG run conf's entry of OpenLineage's parent run, which TriggerDagRunOperator adds
+#: (apache-airflow-providers-standard: utils/openlineage.py) and a run's params then carry
+OPENLINEAGE_CONF = "openlineage"
 #: XCom key of ``publish``: the conflict it met (``conflict_summary``), read by RERUN_TASK
 CONFLICT_KEY = "conflict"
 #: the param a rerun carries: the run id it reruns (a rerun is never rerun again)
@@ -521,6 +524,7 @@ def rerun_request(context) -> tuple[str, dict]:
     dates = (ti.xcom_pull(task_ids=PLAN_TASK, key=PLAN_KEY) or {}).get("dates") or []
     if not dates:
         raise RuntimeError("no dates in the plan's XCom: cannot tell which nights to rerun")
+    params.pop(OPENLINEAGE_CONF, None)  # this run's parent, not the rerun's (the operator's)
     conf = {**params, "date_from": dates[0], "date_to": dates[-1], RERUN_OF: run_id}
     nights = dates[0] if dates[0] == dates[-1] else f"{dates[0]}..{dates[-1]}"
     log.info("publish of run %s was refused: run(s) %s published offsets of the same "

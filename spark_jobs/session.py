@@ -47,5 +47,9 @@ def build_session(app_name: str, master: str | None = None, conf: dict | None = 
     settings.update(conf or {})
     for k, v in settings.items():
         builder = builder.config(k, v)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    from spark_jobs import lineage
+
+    lineage.started(spark)  # the Spark run's OpenLineage START, where spark-submit asked for it
+    return spark
 

@@ -1,0 +1,196 @@
+"""OpenLineage (issue 46, docs/lineage.md): one night run by ``airflow dags test`` with the
+provider's file transport, and its events file read back.
+
+The night is one partition written with kafkalog.writer, one byte of its second batch
+flipped (the CRC mismatch of test_dags_e2e's failed audit): the audit fails, so the night is
+also the FAIL path of the audit task. The events are the provider's (the Airflow tasks') and
+the Spark runs' own (spark_jobs/lineage.py), in one file. Expected names come from the
+warehouse's catalog (pyiceberg: each table's location) and the bucket written here, not from
+kafkalog_pipeline.lineage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Airflow reads its configuration at import: airflow_env sets it first.
+from airflow_env import DAG_ID, REPO  # noqa: E402
+from test_dags_e2e import airflow_db, pipeline  # noqa: E402,F401  (the fixtures)
+
+pytestmark = pytest.mark.pipeline
+
+NIGHT = "2026-11-28"
+TOPIC = "lineage"
+NAMESPACE = "kafkalog-lineage-test"
+
+
+def plant_night(tmp_path: Path, pipeline) -> None:
+    """One segment of 3 gzip batches in ``nightly/NIGHT/lineage-0/``, a byte in its middle
+    flipped (a CRC mismatch)."""
+    import boto3
+
+    from kafkalog.writer import SegmentWriter, WriteRecord
+
+    folder = tmp_path / NIGHT / f"{TOPIC}-0"
+    with SegmentWriter(folder, 0) as w:
+        for n in range(3):
+            w.append([WriteRecord(b"k", f"v{n}-{i}".encode(), timestamp=1_795_219_200_000 + i)
+                      for i in range(5)], codec="gzip")
+        log = Path(w.path)
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    log.write_bytes(bytes(data))
+    client = boto3.client("s3", endpoint_url=pipeline["endpoint"])
+    for f in folder.iterdir():
+        client.upload_file(str(f), pipeline["bucket"], f"nightly/{NIGHT}/{TOPIC}-0/{f.name}")
+
+
+def run_night(events_file: Path) -> subprocess.CompletedProcess:
+    """``airflow dags test`` of the night, in its own process with OpenLineage configured as
+    docs/lineage.md says (the file transport)."""
+    env = dict(os.environ)
+    env.update({
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(events_file), "append": True}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": NAMESPACE,
+        "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
+        "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
+    })
+    conf = {"date_from": None, "date_to": None, "topics": "*", "reprocess": False}
+    return subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", DAG_ID, f"{NIGHT}T03:00:00+00:00",
+         "--conf", json.dumps(conf)],
+        env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_one_night_names_its_inputs_outputs_parents_and_failed_assertions(tmp_path, pipeline):
+    from pyiceberg.catalog import load_catalog
+
+    from spark_jobs.layout import DECODE_TABLES
+    from spark_jobs.warehouse import branch_name
+    from spark_jobs.warehouse.catalog import catalog_properties
+
+    plant_night(tmp_path, pipeline)
+    events_file = tmp_path / "openlineage.jsonl"
+    out = run_night(events_file)
+    assert events_file.exists(), (out.stdout[-3000:], out.stderr[-5000:])
+    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
+
+    def of(job: str):
+        return [e for e in events if e["job"]["name"] == job]
+
+    decode = of(f"{DAG_ID}.decode_chunk")
+    audit = of(f"{DAG_ID}.check_quality")
+    assert [e["eventType"] for e in decode] == ["START", "COMPLETE"], [
+        (e["job"]["name"], e["eventType"]) for e in events]
+    assert [e["eventType"] for e in audit] == ["START", "FAIL"]  # the CRC mismatch fails it
+    assert all(e["job"]["namespace"] == NAMESPACE for e in decode + audit)
+
+    # the input: the night's snapshot prefix, as OpenLineage names an S3 location
+    inputs = {(d["namespace"], d["name"]) for d in decode[-1]["inputs"]}
+    assert inputs == {(f"s3://{pipeline['bucket']}", f"nightly/{NIGHT}")}, inputs
+
+    # the outputs: every table the decode writes, by its location (the catalog's), with its
+    # name in the catalog as a TABLE symlink
+    warehouse = str(pipeline["warehouse"])
+    catalog = load_catalog("kafkalog", **catalog_properties(warehouse))
+    run_id = decode[-1]["run"]["facets"]["airflow"]["dagRun"]["run_id"]
+    outputs = {d["name"]: d for d in decode[-1]["outputs"]}
+    for name in DECODE_TABLES:
+        location = catalog.load_table(("kafka", name)).location()
+        path = location[len("file://"):] if location.startswith("file://") else location
+        assert path in outputs, (name, path, sorted(outputs))
+        dataset = outputs[path]
+        assert dataset["namespace"] == "file"
+        assert {"namespace": dataset["facets"]["symlinks"]["identifiers"][0]["namespace"],
+                "name": f"kafka.{name}", "type": "TABLE"} \
+            == dataset["facets"]["symlinks"]["identifiers"][0]
+        assert dataset["facets"]["catalog"]["framework"] == "iceberg"
+
+    # the Spark runs: their own START and COMPLETE/FAIL, each naming the Airflow task's run
+    # (their job names: the jobs' app names, spark_jobs/decode/job.py, check_quality.py)
+    for task_events, app, end in ((decode, "kafkalog_decode_segments", "COMPLETE"),
+                                  (audit, "check_quality", "FAIL")):
+        spark = of(app)
+        assert [e["eventType"] for e in spark] == ["START", end], [
+            (e["job"]["name"], e["eventType"]) for e in events]
+        for e in spark:
+            parent = e["run"]["facets"]["parent"]
+            assert parent["run"]["runId"] == task_events[0]["run"]["runId"]
+            assert parent["job"] == {"namespace": NAMESPACE, "name": task_events[0]["job"]["name"]}
+            assert parent["root"]["job"]["name"] == DAG_ID
+            assert e["job"]["namespace"] == NAMESPACE
+
+    # the audit's results on the tables it read: crc failed on batches, with its row count
+    failed = audit[-1]
+    batches_path = catalog.load_table(("kafka", "batches")).location()[len("file://"):]
+    batches = next(d for d in failed["inputs"] if d["name"] == batches_path)
+    assertions = batches["inputFacets"]["dataQualityAssertions"]["assertions"]
+    crc = [a for a in assertions if a["assertion"] == "crc"]
+    assert crc and all(not a["success"] for a in crc), assertions
+    assert any(a["params"]["place"] == f"{TOPIC}-0" for a in crc)
+    assert any(a["success"] for a in assertions)  # the checks that passed say so too
+    table = catalog.load_table(("kafka", "batches"))
+    head = table.refs()[branch_name(run_id)].snapshot_id
+    assert batches["inputFacets"]["dataQualityMetrics"]["rowCount"] == len(
+        table.scan(snapshot_id=head).to_arrow())
+    assert {d["name"].rsplit("/", 1)[-1] for d in failed["outputs"]} >= {"dq_results"}
+
+
+# ------------------------------------------------------------------ the pieces, without a run
+def test_locations_are_named_as_openlineage_names_them():
+    """OpenLineage's spec/Naming.md: S3 is namespace s3://{bucket}, name {object key}; a local
+    file system is namespace file, name {path}."""
+    from kafkalog_pipeline.lineage import location_name
+
+    assert location_name("s3://snap/nightly/2026-11-21/") == ("s3://snap", "nightly/2026-11-21")
+    assert location_name("s3://tier/kafka-tiered") == ("s3://tier", "kafka-tiered")
+    assert location_name("file:///w/kafka.db/records") == ("file", "/w/kafka.db/records")
+    assert location_name("/w/kafka.db/records/") == ("file", "/w/kafka.db/records")
+
+
+def test_the_spark_integrations_transport_properties_become_the_clients():
+    """The keys OpenLineage's Spark integration reads (spark.openlineage.transport.*: its docs'
+    configuration page) as the Python client's transport configuration."""
+    from spark_jobs.lineage import job_name, properties, transport_config
+
+    props = properties({"spark.openlineage.transport.type": "http",
+                        "spark.openlineage.transport.url": "http://marquez:5000",
+                        "spark.openlineage.transport.endpoint": "api/v1/lineage",
+                        "spark.openlineage.transport.timeoutInMillis": "5000",
+                        "spark.openlineage.transport.auth.type": "api_key",
+                        "spark.openlineage.transport.auth.apiKey": "k",
+                        "spark.openlineage.transport.headers.X-Team": "data",
+                        "spark.app.name": "not ours"})
+    assert transport_config(props) == {
+        "type": "http", "url": "http://marquez:5000", "endpoint": "api/v1/lineage",
+        "timeout": 5.0, "auth": {"type": "api_key", "apiKey": "k"},
+        "custom_headers": {"X-Team": "data"}}
+    assert transport_config({"transport.type": "file", "transport.location": "/l.jsonl"}) == {
+        "type": "file", "log_file_path": "/l.jsonl", "append": True}
+    assert transport_config({}) is None  # no transport: no events
+    with pytest.raises(ValueError, match="kafka"):
+        transport_config({"transport.type": "kafka"})
+    assert job_name("kafkalog-decode-segments") == "kafkalog_decode_segments"
+
+
+def test_a_rerun_is_the_child_of_the_task_that_triggers_it():
+    """The rerun's conf leaves out the ``openlineage`` entry of this run's params (its own
+    parent, from whoever triggered it): TriggerDagRunOperator then adds this task's run
+    (apache-airflow-providers-standard utils/openlineage.py skips a conf that has one)."""
+    from kafkalog_pipeline.tasks import OPENLINEAGE_CONF, rerun_request
+    from test_dags import FakeTI
+
+    ti = FakeTI({("publish", "conflict"): {"table": "records", "runs": ["r0"], "files": 1},
+                 ("plan", "plan"): {"dates": ["2026-11-20"]}})
+    params = {"topics": "*", "rerun_of": None,
+              OPENLINEAGE_CONF: {"parentRunId": "0190-old", "parentJobName": "x.y"}}
+    _, conf = rerun_request({"ti": ti, "run_id": "manual__1", "params": params})
+    assert OPENLINEAGE_CONF not in conf and conf["rerun_of"] == "manual__1"
