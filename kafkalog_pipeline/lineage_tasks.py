@@ -9,18 +9,21 @@ tables whose ``main`` it moved, named as :mod:`kafkalog_pipeline.lineage` names 
 TaskFlow task of another DAG, or another task, gets no datasets from it: the provider then
 falls back to the task's inlets and outlets, as without it.
 
-This module imports the provider at import: only the provider's listener imports it.
+This module imports the provider at import: only the provider's listener imports it. (The
+provider's abstract method a custom extractor implements is private: its base class is
+``_airflow.openlineage_extractor_base``.)
 """
 
 from __future__ import annotations
 
-from airflow.providers.openlineage.extractors.base import BaseExtractor, OperatorLineage
+from airflow.providers.openlineage.extractors.base import OperatorLineage
 
 from . import lineage, settings
+from ._airflow import openlineage_extractor_base
 from .tasks import PLAN_KEY, PLAN_TASK, PUBLISH_TASK
 
 
-class NightlyTaskExtractor(BaseExtractor):
+class NightlyTaskExtractor(openlineage_extractor_base()):
     """``plan``'s and ``publish``'s datasets (see the module docstring)."""
 
     @classmethod
@@ -31,7 +34,7 @@ class NightlyTaskExtractor(BaseExtractor):
         return (self.operator.dag_id == settings.NIGHTLY_DAG_ID
                 and self.operator.task_id in (PLAN_TASK, PUBLISH_TASK))
 
-    def _execute_extraction(self) -> OperatorLineage | None:
+    def extract_on_start(self) -> OperatorLineage | None:
         if not self._ours():
             return OperatorLineage()
         from airflow.sdk import get_current_context

@@ -60,6 +60,7 @@ def run_night(events_file: Path) -> subprocess.CompletedProcess:
             {"type": "file", "log_file_path": str(events_file), "append": True}),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": NAMESPACE,
         "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
+        "AIRFLOW__OPENLINEAGE__EXTRACTORS": "kafkalog_pipeline.lineage_tasks.NightlyTaskExtractor",
         "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
     })
@@ -93,9 +94,14 @@ def test_one_night_names_its_inputs_outputs_parents_and_failed_assertions(tmp_pa
     assert [e["eventType"] for e in audit] == ["START", "FAIL"]  # the CRC mismatch fails it
     assert all(e["job"]["namespace"] == NAMESPACE for e in decode + audit)
 
-    # the input: the night's snapshot prefix, as OpenLineage names an S3 location
+    # the input: the night's snapshot prefix, as OpenLineage names an S3 location (the plan
+    # listed it, the decode read it)
+    prefix = {(f"s3://{pipeline['bucket']}", f"nightly/{NIGHT}")}
     inputs = {(d["namespace"], d["name"]) for d in decode[-1]["inputs"]}
-    assert inputs == {(f"s3://{pipeline['bucket']}", f"nightly/{NIGHT}")}, inputs
+    assert inputs == prefix, inputs
+    plan = of(f"{DAG_ID}.plan")
+    assert [e["eventType"] for e in plan] == ["START", "COMPLETE"]
+    assert {(d["namespace"], d["name"]) for d in plan[-1]["inputs"]} == prefix
 
     # the outputs: every table the decode writes, by its location (the catalog's), with its
     # name in the catalog as a TABLE symlink
@@ -124,7 +130,8 @@ def test_one_night_names_its_inputs_outputs_parents_and_failed_assertions(tmp_pa
         for e in spark:
             parent = e["run"]["facets"]["parent"]
             assert parent["run"]["runId"] == task_events[0]["run"]["runId"]
-            assert parent["job"] == {"namespace": NAMESPACE, "name": task_events[0]["job"]["name"]}
+            assert (parent["job"]["namespace"], parent["job"]["name"]) == (
+                NAMESPACE, task_events[0]["job"]["name"])
             assert parent["root"]["job"]["name"] == DAG_ID
             assert e["job"]["namespace"] == NAMESPACE
 
