@@ -211,17 +211,17 @@ class NightNotifier:
         if graded is None or graded not in notify_on():
             log.info("night not notified (%s; notify_on=%s)", line, sorted(notify_on()))
             return
+        try:
+            notifier = build_notifier()
+        except NoRecipients as err:
+            log.warning("night not notified: %s", err)
+            return
         dag_run = context.get("dag_run")
         run_id = context.get("run_id") or getattr(dag_run, "run_id", "?")
         dag_id = getattr(context.get("dag"), "dag_id", None) or settings.NIGHTLY_DAG_ID
         url = report_link(run_id)
         subject, message = night_message(dag_id=dag_id, run_id=run_id, night=_night(dag_run),
                                          verdict_line=line, grade_=graded, url=url)
-        try:
-            notifier = build_notifier()
-        except NoRecipients as err:
-            log.warning("night not notified: %s", err)
-            return
         # dag.test() hands run callbacks the serialized DAG, which has no template
         # environment: the notifier then renders with its default one
         base = {k: v for k, v in context.items()
@@ -265,15 +265,15 @@ async def night_not_published(hours: float, context: dict | None = None) -> str:
     shown = deadline.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") \
         if isinstance(deadline, dt.datetime) else "its deadline"
     run_id = dag_run.get("dag_run_id") or dag_run.get("run_id") or "?"
+    try:
+        notifier = build_notifier()
+    except NoRecipients as err:
+        log.warning("deadline of run %s missed, nobody notified: %s", run_id, err)
+        return f"not notified: {err}"
     url = report_link(run_id)
     subject, message = deadline_message(
         dag_id=dag_run.get("dag_id") or settings.NIGHTLY_DAG_ID, run_id=run_id,
         night=_night(dag_run), state=dag_run.get("state"), deadline=shown, hours=hours, url=url)
-    try:
-        notifier = build_notifier()
-    except NoRecipients as err:
-        log.warning("deadline missed (%s), nobody notified: %s", subject, err)
-        return subject
     notifier.context = _context(context, subject, message, url)
     if type(notifier).async_notify is not BaseNotifier.async_notify:
         await notifier

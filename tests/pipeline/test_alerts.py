@@ -133,6 +133,50 @@ def test_a_passed_night_tells_nobody(nightly_in_db, smtp):
     assert smtp.take() == []
 
 
+from airflow.sdk.bases.notifier import BaseNotifier  # noqa: E402
+
+
+class FileNotifier(BaseNotifier):
+    """A notifier of this test, by dotted name (``test_alerts.FileNotifier``): appends its
+    rendered ``text`` to ``path``; synchronous only, as many notifiers are."""
+
+    template_fields = ("text",)
+
+    def __init__(self, *, path: str, text: str):
+        super().__init__()
+        self.path, self.text = path, text
+
+    def notify(self, context):
+        with open(self.path, "a") as out:
+            out.write(self.text + "\n")
+
+
+def test_any_notifier_class_by_name(nightly_in_db, tmp_path, monkeypatch):
+    """The setting names the class, its kwargs template our words: a warned night's run
+    callback and a missed deadline (a sync-only notifier, run off the triggerer's loop)."""
+    import asyncio
+
+    from kafkalog_pipeline import alerts
+
+    said = tmp_path / "said.txt"
+    monkeypatch.setenv("KAFKALOG_NOTIFIER", "test_alerts.FileNotifier")
+    monkeypatch.setenv("KAFKALOG_NOTIFIER_KWARGS", json.dumps(
+        {"path": str(said), "text": "{{ kafkalog_subject }} | {{ kafkalog_message }}"}))
+    requests = []
+    finish_run(nightly_in_db, "warned_by_file", {**DONE, "publish": "success"},
+               {("check_quality", "return_value"): WARNED}, callbacks=requests)
+    run_callbacks(requests)
+    text = said.read_text()
+    assert text.count(" warned (") == 1 and "| DQ: 1 warned: offset_gaps payments-1\n" in text
+    assert report_link("warned_by_file") in text
+    context = {"dag_run": {"dag_id": DAG_ID, "dag_run_id": "late_run", "state": "running",
+                           "logical_date": "2026-11-21T03:00:00Z"},
+               "deadline": {"deadline_time": "2026-11-21T09:00:00Z"}}
+    subject = asyncio.run(alerts.night_not_published(6.0, context=context))
+    assert subject == f"kafkalog: night 2026-11-21 not published by 2026-11-21 09:00 UTC ({DAG_ID})"
+    assert said.read_text()[len(text):].startswith(subject + " | Night 2026-11-21 was not")
+
+
 def test_notifier_settings_are_checked(monkeypatch):
     from kafkalog_pipeline import alerts, settings
 
