@@ -59,6 +59,11 @@ run (or backfill the nights with `--reprocess-behavior failed`): its plan reads 
   2026-11-01 --to-date 2026-11-07T23:59:59` (the bounds are logical dates, a night's is 03:00,
   so a bare `--to-date 2026-11-07` leaves that night out).
 
+**Who is told**: a failed or a warned night goes to the notifier (the SMTP provider's by
+default, any Airflow notifier class by the setting `kafkalog_notifier`) with its verdict line
+and report link; a night not published `KAFKALOG_PUBLISH_DEADLINE_HOURS` (6) after its
+logical date fires the DAG's Deadline Alert.
+
 **More** (dags/README.md): settings (Variables / environment), connections, failures and
 retries, and what to do after a failed audit (the run's rows wait on its branch).
 """
@@ -69,7 +74,7 @@ import datetime as dt
 
 from airflow.sdk import Param, TriggerRule, chain, dag, task
 
-from kafkalog_pipeline import schema_registry, settings, tasks
+from kafkalog_pipeline import alerts, schema_registry, settings, tasks
 from kafkalog_pipeline.assets import DERIVED_ALIAS, TABLE_ASSETS, derived_asset
 from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator, RerunOnConflictOperator
 
@@ -99,6 +104,11 @@ default_args = {
     max_active_runs=1,  # backfill runs are not counted: plan's warehouse wait covers them
     dagrun_timeout=dt.timedelta(hours=12),
     default_args=default_args,
+    # who is told (kafkalog_pipeline.alerts): a failed or warned night, a night not published
+    # KAFKALOG_PUBLISH_DEADLINE_HOURS (6) after its logical date
+    on_failure_callback=alerts.NightNotifier(failed=True),
+    on_success_callback=alerts.NightNotifier(failed=False),
+    deadline=alerts.publish_deadline(),
     tags=["kafkalog", "kafka", "spark", "data-quality"],
     doc_md=__doc__,
     params={

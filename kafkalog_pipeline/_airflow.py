@@ -96,6 +96,21 @@ def xcom_value(session, dag_ids, run_id: str, task_id: str, key: str):
     return None if row is None else XComModel.deserialize_value(row)
 
 
+def stored_note(dag_id: str, run_id: str) -> str | None:
+    """A run's note as the metadata DB holds it, read in the thread's session: under
+    ``dag.test()`` the run callbacks run inside ``update_state``, where the state change and
+    the listener's note are still pending in that session (and the callback's context has no
+    note: ``DagRun.dag_run_data`` leaves it out). Public: ``GET /api/v2/dags/{dag_id}/dagRuns/
+    {run_id}`` (its ``note``)."""
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+
+    run = thread_session().scalars(select(DagRun).where(DagRun.dag_id == dag_id,
+                                                        DagRun.run_id == run_id)).first()
+    return None if run is None else run.note
+
+
 def run_exists(session, dag_id: str, run_id: str) -> bool:
     """Whether Airflow has the DAG run. Public: ``GET /api/v2/dags/{dag_id}/dagRuns/{run_id}``."""
     from sqlalchemy import select

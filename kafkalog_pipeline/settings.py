@@ -48,6 +48,14 @@ SETTINGS: dict[str, tuple[str, str, str | None]] = {
     # (key id = file name without .pem), handed to spark-submit in its environment
     # (spark_jobs.layout.TIER_KEYS_ENV), never on its command line (docs/tiered.md)
     "tier_keys": ("kafkalog_tier_keys", layout.TIER_KEYS_ENV, None),
+    # who is told of a failed or warned night (kafkalog_pipeline.alerts): an Airflow notifier
+    # class by dotted name, its keyword arguments (a JSON object over ours), which grades
+    # (comma-separated: fail, warn; empty: none) and, for SMTP, the recipients
+    "notifier": ("kafkalog_notifier", "KAFKALOG_NOTIFIER",
+                 "airflow.providers.smtp.notifications.smtp.SmtpNotifier"),
+    "notifier_kwargs": ("kafkalog_notifier_kwargs", "KAFKALOG_NOTIFIER_KWARGS", "{}"),
+    "notify_on": ("kafkalog_notify_on", "KAFKALOG_NOTIFY_ON", "fail,warn"),
+    "notify_to": ("kafkalog_notify_to", "KAFKALOG_NOTIFY_TO", None),
 }
 
 #: read once, at parse time, from the environment only
@@ -65,6 +73,9 @@ PARSE_TIME: dict[str, tuple[str, str]] = {
     # the default of the DAG param tiered_storage (the trigger form's, and a scheduled run's):
     # empty, no tier; the demo sets its own tier
     "tiered_storage": ("KAFKALOG_TIERED_STORAGE", ""),
+    # the Deadline Alert (kafkalog_pipeline.alerts): a night not published this many hours
+    # after its run's logical date, when its snapshot should have landed
+    "publish_deadline_hours": ("KAFKALOG_PUBLISH_DEADLINE_HOURS", "6"),
 }
 
 #: the DAG param naming a tier to read beside the snapshot (``s3://bucket/prefix``; empty: none)

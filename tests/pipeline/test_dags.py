@@ -276,11 +276,13 @@ def nightly_in_db():
         return DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
 
 
-def finish_run(dag, run_id: str, states: dict, xcoms: dict, *, conf=None, note=None):
+def finish_run(dag, run_id: str, states: dict, xcoms: dict, *, conf=None, note=None,
+               callbacks: list | None = None):
     """A run of the nightly DAG whose tasks ended in ``states`` having pushed ``xcoms``
     (``{(task_id, key): value}``); the scheduler's own ``DagRun.update_state`` decides the
     rest (trigger rules) and the run's state, and calls the listeners as the scheduler
-    does. Returns (run state, its note)."""
+    does. The run's callback request (for the dag-processor, as the scheduler sends it) is
+    appended to ``callbacks``. Returns (run state, its note)."""
     from airflow.models.dagrun import DagRun
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -301,8 +303,10 @@ def finish_run(dag, run_id: str, states: dict, xcoms: dict, *, conf=None, note=N
         session.flush()
         dr.dag = dag
         for _ in range(5):  # each pass settles one more layer of trigger rules
-            dr.update_state(session=session)
+            _, callback = dr.update_state(session=session, execute_callbacks=False)
             if dr.state != DagRunState.RUNNING:
+                if callbacks is not None and callback is not None:
+                    callbacks.append(callback)
                 break
     with create_session() as session:
         dr = session.query(DagRun).filter_by(dag_id=DAG_ID, run_id=run_id).one()
