@@ -48,3 +48,36 @@ def parse_dags(dag_folder: Path) -> dict:
                          env=dict(os.environ), timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+#: the peer a DAG file's parse time is measured against: the least any DAG that submits a
+#: Spark job pays (the Spark provider's operator, whose import pulls in the OpenLineage
+#: provider's listener chain where that provider is installed, plus one TaskFlow task)
+PEER_DAG = """\
+from datetime import datetime
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, task
+
+with DAG("peer_spark_dag", start_date=datetime(2026, 1, 1), schedule="@daily"):
+    @task
+    def plan():
+        return 1
+    plan() >> SparkSubmitOperator(task_id="decode", application="job.py")
+"""
+
+
+def parse_against_peer(dag_folder: Path, rounds: int = 3) -> dict:
+    """Parse ``dag_folder`` and :data:`PEER_DAG` in turn, ``rounds`` times each (fresh
+    interpreters, interleaved, so that both see the same load): the last parse of ours, and
+    the fastest seconds of each (``seconds``, ``peer_seconds``)."""
+    with tempfile.TemporaryDirectory(prefix="kafkalog-peer-dag-") as folder:
+        peer = Path(folder) / "peer_spark_dag.py"
+        peer.write_text(PEER_DAG)
+        ours, theirs = [], []
+        for _ in range(rounds):
+            result = parse_dags(dag_folder)
+            ours.append(result["seconds"])
+            peer_result = parse_dags(peer)
+            assert peer_result["errors"] == {}, peer_result
+            theirs.append(peer_result["seconds"])
+    return {**result, "seconds": min(ours), "peer_seconds": min(theirs)}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
-from airflow_env import DAG_ID, DAGS, parse_dags  # noqa: E402
+from airflow_env import DAG_ID, DAGS, parse_against_peer  # noqa: E402
 
 from kafkalog_pipeline import snapshots  # noqa: E402  (no Airflow import)
 
@@ -27,12 +27,16 @@ pytestmark = pytest.mark.pipeline
 
 
 # ------------------------------------------------------------------ import, parse, policy
-def test_dagbag_imports_without_errors_in_under_a_second():
-    """Parse in a fresh interpreter (Airflow already imported, as in the dag-processor)."""
-    result = parse_dags(DAGS)
+def test_dagbag_imports_without_errors_and_about_as_fast_as_a_one_task_spark_dag():
+    """Parse in a fresh interpreter (Airflow already imported, as in the dag-processor),
+    against the least DAG that submits a Spark job, measured in turn (airflow_env.PEER_DAG):
+    the DAG files' own cost at most as much again. A bound in seconds moved with the
+    machine's load (1.2-2.4 s for an unchanged file at load 11-26) and with the providers
+    installed (the Spark provider imports OpenLineage's listener where that is installed)."""
+    result = parse_against_peer(DAGS)
     assert result["errors"] == {}
     assert DAG_ID in result["dags"] and "kafka_warehouse_maintenance" in result["dags"]
-    assert result["seconds"] < 1.0, result
+    assert result["seconds"] <= 2 * result["peer_seconds"], result
     heavy = set(result["packages"]) & {"pyspark", "great_expectations", "boto3", "moto"}
     assert not heavy, "the DAG files must not import Spark, GX, boto3 at parse time"
 

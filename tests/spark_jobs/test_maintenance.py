@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
-from airflow_env import DAGS, parse_dags  # noqa: E402
+from airflow_env import DAGS, parse_against_peer  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
@@ -726,10 +726,10 @@ def test_typed_tables_are_maintained_and_named_by_table(wh, capsys):
 
 # ------------------------------------------------------------------ the weekly DAG
 def test_dag_file_imports_without_errors_quickly_and_lightly():
-    result = parse_dags(DAGS / "kafka_warehouse_maintenance.py")
+    result = parse_against_peer(DAGS / "kafka_warehouse_maintenance.py")
     assert result["errors"] == {}
     assert result["dags"] == [DAG_ID]
-    assert result["seconds"] < 1.0, result
+    assert result["seconds"] <= 2 * result["peer_seconds"], result  # see test_dags' own
     heavy = set(result["packages"]) & {"pyspark", "great_expectations", "boto3", "moto",
                                        "pyiceberg", "pyarrow"}
     assert not heavy, "the DAG file must stay wiring only"
