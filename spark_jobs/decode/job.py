@@ -27,7 +27,8 @@ from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested,
                                         ledger_ranges, plan, read_index_positions)
 from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import Context, make_context, write_driver_table
-from spark_jobs.derive import internal, keyed_tables, keyed_tasks, log_dirs, remote, typed
+from spark_jobs.derive import (internal, keyed_tables, keyed_tasks, log_dirs, producer_txns, remote,
+                               typed)
 from spark_jobs.findings import REPLICA_DIVERGENCE, TIER_DIVERGENCE, Finding
 from spark_jobs.findings import table as findings_table
 from spark_jobs.warehouse import Warehouse, branch_name
@@ -108,12 +109,16 @@ def run(args, spark=None) -> dict:
         commit(job, listing, decoded, derived)
         resolved = resolve_transactions(job)
         committed = resolved.pop("committed", None)
+        eos_rows = producer_txns.derive(job.wh, job.ctx, args.run_id, args.chunk_id, job.bases,
+                                        decoded.files)
         refreshed = refresh_keyed(spark, job, listing, decoded, committed)  # on the executors
     finally:
         if own_session and args.master is not None:
             spark.stop()
     out = summary(job, listing, decoded, derived, counts)
     out["txn_resolved"] = resolved
+    if eos_rows:
+        out["producer_transactions"] = eos_rows
     if refreshed:
         out["keyed"] = refreshed
     if not args.no_publish:
