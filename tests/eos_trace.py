@@ -23,7 +23,8 @@ markers as its output). An idempotent producer (id 2000) writes ``events-0``.
 * with ``faults``: the fenced instance (epoch 0) writes one more batch to out-0 (the zombie
   write, ended by T5's marker); T5 (epoch 1) writes out 1 and commits in-1 -> 7 again: the
   input [4, 7) of in-1 processed by two committed transactions (T3's and T5's); and
-  producer 2000 writes its batch of sequences 3..5 twice (offsets 3 and 6). Without
+  producer 2000 writes its batch of sequences 3..5 twice (offsets 3 and 6, both in night 2:
+  the audit compares a night's own batches). Without
   ``faults``, T5 commits in-1 -> 9, and there is no zombie and no duplicate.
 
 :attr:`Trace.txns` is the generator's own account of every transaction it wrote (which
@@ -112,10 +113,12 @@ class Trace:
         key = (pid, epoch, topic, partition)
         base_seq = self.seq.get(key, 0) if seq is None else seq
         self.seq[key] = max(self.seq.get(key, 0), base_seq + n)
-        records = records or [seg.record(i, i, b"k", b"out %d" % i) for i in range(n)]
+        last = t  # the records' own timestamps: deltas 0 (given records), 0..n-1 (made here)
+        if records is None:
+            records, last = [seg.record(i, i, b"k", b"out %d" % i) for i in range(n)], t + n - 1
         return self.part(topic, partition).append(
             records, attributes=TXN_ATTR if transactional else 0, base_timestamp=t,
-            max_timestamp=t + n - 1, producer_id=pid, producer_epoch=epoch,
+            max_timestamp=last, producer_id=pid, producer_epoch=epoch,
             base_sequence=base_seq)
 
     def offset_commit(self, group: str, topic: str, partition: int, offset: int, t: int) -> bytes:
@@ -179,8 +182,8 @@ class Trace:
             self.plain("in", p, 12, T0)
         # the idempotent producer: 0..2, 3..5 (and, with faults, 3..5 again), 6..7
         self.producer_batch("events", 0, IDEMPOTENT_PID, 0, 3, T0 + 5 * s, transactional=False)
+        self.part("events").cut = len(self.part("events").data)  # night 2 holds the rest
         self.producer_batch("events", 0, IDEMPOTENT_PID, 0, 3, T0 + 6 * s, transactional=False)
-        self.part("events").cut = len(self.part("events").data)
         if self.faults:
             self.producer_batch("events", 0, IDEMPOTENT_PID, 0, 3, T0 + 7 * s,
                                 transactional=False, seq=3)

@@ -211,7 +211,8 @@ def load(spark, wh, run_id: str, snapshots: dict, run_ledger, listed,
          published_ledger=None) -> dict:
     """The frames of the checks above for run ``run_id``, from the tables the warehouse has
     (``snapshots``: :func:`.inputs.audited_snapshots`): ``consumer_lag`` (computed, cached),
-    the run's ``producer_state`` and ``leader_epochs``. Empty where it has none of them."""
+    the run's ``producer_state`` and ``leader_epochs``, every ``producer_transactions`` row
+    (read by :mod:`.eos`). Empty where it has none of them."""
     from spark_jobs.tables import read_table
 
     out = {}
@@ -222,6 +223,9 @@ def load(spark, wh, run_id: str, snapshots: dict, run_ledger, listed,
     for name in ("producer_state", "leader_epochs"):
         if name in snapshots:
             out[name] = read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id)
+    if "producer_transactions" in snapshots:  # every night's, as of the run (:mod:`.eos`)
+        out["producer_transactions"] = read_table(spark, wh, "producer_transactions",
+                                                  snapshot=snapshots["producer_transactions"][1])
     return out
 
 
