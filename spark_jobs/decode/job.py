@@ -28,7 +28,7 @@ from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested,
 from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import Context, make_context, write_driver_table
 from spark_jobs.derive import (internal, keyed_tables, keyed_tasks, log_dirs, producer_txns, remote,
-                               typed)
+                               streams_groups, typed)
 from spark_jobs.findings import REPLICA_DIVERGENCE, TIER_DIVERGENCE, Finding
 from spark_jobs.findings import table as findings_table
 from spark_jobs.warehouse import Warehouse, branch_name
@@ -111,6 +111,8 @@ def run(args, spark=None) -> dict:
         committed = resolved.pop("committed", None)
         eos_rows = producer_txns.derive(job.wh, job.ctx, args.run_id, args.chunk_id, job.bases,
                                         decoded.files)
+        streams = streams_groups.derive(job.wh, job.ctx, args.run_id, args.chunk_id, job.bases,
+                                        derived.internal_files, night_of(job, listing))
         refreshed = refresh_keyed(spark, job, listing, decoded, committed)  # on the executors
     finally:
         if own_session and args.master is not None:
@@ -119,6 +121,8 @@ def run(args, spark=None) -> dict:
     out["txn_resolved"] = resolved
     if eos_rows:
         out["producer_transactions"] = eos_rows
+    if streams:
+        out["streams_groups"] = streams
     if refreshed:
         out["keyed"] = refreshed
     if not args.no_publish:
@@ -362,7 +366,7 @@ def refresh_keyed(spark, job: Run, listing: Listing, decoded: Decoded, committed
     plans = keyed_tables.plan(job.wh, job.args, job.bases, partitions, decoded.files)
     if not plans:
         return {}
-    night = max((s.night for s in listing.segments if s.night), default=None) or job.args.night
+    night = night_of(job, listing)
     out, found = {}, []
     for k in plans:
         done = keyed_tasks.refresh(spark, job.wh, k, job.args.run_id, night,
@@ -376,6 +380,11 @@ def refresh_keyed(spark, job: Run, listing: Listing, decoded: Decoded, committed
         job.wh.add_files("findings", job.args.run_id, files, summary={"kafkalog.step": "keyed"})
     job.timings["keyed"] = time.time() - t1
     return out
+
+
+def night_of(job: Run, listing: Listing) -> str | None:
+    """The night the run reads: its segments' latest listing night, else ``--night``."""
+    return max((s.night for s in listing.segments if s.night), default=None) or job.args.night
 
 
 def summary(job: Run, listing: Listing, decoded: Decoded, derived: Derived,
@@ -415,5 +424,5 @@ def unparsable_findings(uris: list[str], run_id: str) -> pa.Table:
 
 
 __all__ = ["Decoded", "Derived", "Listing", "Run", "begin", "commit", "dedupe", "derive",
-           "frame_replicas", "list_input", "plan_tasks", "refresh_keyed", "resolve_transactions", "run",
+           "frame_replicas", "list_input", "night_of", "plan_tasks", "refresh_keyed", "resolve_transactions", "run",
            "run_decode_tasks", "summary", "unparsable_findings", "write_driver_tables"]
