@@ -271,10 +271,13 @@ def observe(run: RunFrames):
              sequence_gaps(batches, run.internal.get("producer_state")),
              stale_markers(batches, run.markers), empty_transactions(batches, run.markers)]
     if TABLE in run.internal:
-        txns = current_transactions(run.internal[TABLE]).cache()
+        # the producers with batches in this run: only their transactions can be observed
+        mine = batches.where("producer_id >= 0 AND is_transactional")
+        txns = current_transactions(run.internal[TABLE]).join(
+            mine.select("producer_id").distinct(), "producer_id", "left_semi").cache()
         parts.append(fenced_writes(txns, batches))
         ranges: dict = {}
-        for b in batches.select("topic", "partition", "base_offset", "last_offset").collect():
+        for b in mine.select("topic", "partition", "base_offset", "last_offset").collect():
             ranges.setdefault((b.topic, b.partition), []).append((b.base_offset, b.last_offset))
         max_ms = run.policy.check(None, LONG_TRANSACTION).get("max_ms", DEFAULT_MAX_MS)
         rows = [r.asDict(recursive=True) for r in txns.collect()]
