@@ -48,6 +48,9 @@ SETTINGS: dict[str, tuple[str, str, str | None]] = {
     # (key id = file name without .pem), handed to spark-submit in its environment
     # (spark_jobs.layout.TIER_KEYS_ENV), never on its command line (docs/tiered.md)
     "tier_keys": ("kafkalog_tier_keys", layout.TIER_KEYS_ENV, None),
+    # the data-quality policy the audit grades by (a YAML file on the Spark hosts and
+    # Airflow's workers; unset: the product's expectations/policy.yaml)
+    "policy": ("kafkalog_policy", "KAFKALOG_POLICY", None),
 }
 
 #: read once, at parse time, from the environment only
@@ -188,6 +191,12 @@ def spark_entry() -> str:
 def tier_args(tier: str | None) -> list[str]:
     """The decode job's and the audit's arguments naming the run's tier (none without one)."""
     return [layout.TIERED_STORAGE_FLAG, tier] if tier else []
+
+
+def policy_args() -> list[str]:
+    """The audit's ``--policy`` (the ``policy`` setting), none where it is unset."""
+    path = get("policy")
+    return ["--policy", path] if path else []
 
 
 def tier_env(tier: str | None) -> dict[str, str]:

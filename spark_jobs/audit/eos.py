@@ -10,7 +10,8 @@ transactions' fencing and read-process-write applications' offset commits.
   ``offset_hole`` where the partition's batches between them do not cover every offset
   (retention or compaction removed batches), ``snapshot_agrees`` where a producer-state
   ``.snapshot`` of the run names the producer at that epoch with the last sequence right
-  before the gap's end (the broker saw the missing batch), else ``unexplained``.
+  before the gap's end (the broker saw the missing batch), else ``unexplained``. The
+  observation's offsets are the hole's, else the batch whose sequence skips.
 * ``zombie_write``: ``fenced_write``, the pieces of a ``producer_transactions`` row that
   is ``fenced`` (its epoch is below one its producer id used before it began), in this
   run's batches; ``stale_marker``, a COMMIT/ABORT marker whose epoch is below the epoch of
@@ -105,7 +106,11 @@ def sequence_gaps(batches, producer_state=None):
                CASE WHEN c.held < g.base_offset - g.prev_offset - 1 THEN 'offset_hole'
                     WHEN s.producer_id IS NOT NULL THEN 'snapshot_agrees'
                     ELSE 'unexplained' END AS class,
-               g.prev_offset + 1 AS first_offset, g.base_offset - 1 AS last_offset,
+               -- the hole's offsets; else the batch whose sequence skips
+               CASE WHEN c.held < g.base_offset - g.prev_offset - 1 THEN g.prev_offset + 1
+                    ELSE g.base_offset END AS first_offset,
+               CASE WHEN c.held < g.base_offset - g.prev_offset - 1 THEN g.base_offset - 1
+                    ELSE g.last_offset END AS last_offset,
                g.base_sequence - g.prev_last - 1 AS offsets, g.producer_id AS value,
                g.segment, g.position,
                format_string('producer %d epoch %d: sequence %d follows %d (offsets %d and %d): '

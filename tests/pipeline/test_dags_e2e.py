@@ -89,7 +89,7 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
 
     import boto3
 
-    from demo import data as demo_data, servers
+    from demo import data as demo_data, exactly_once, servers
 
     root = tmp_path_factory.mktemp("snapshots")
     demo_data.write_nights(root)
@@ -102,6 +102,8 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
         "KAFKALOG_SNAPSHOT_PREFIX": "nightly",
         "KAFKALOG_CHUNK_BYTES": "3000",
         "KAFKALOG_MAX_CHUNKS": "2",
+        # the demo's policy: its planted exactly-once faults warn (demo.exactly_once)
+        "KAFKALOG_POLICY": str(exactly_once.write_policy(warehouse.parent / "policy.yaml")),
         **servers.local_connections(s3_endpoint, "testing"),
     }
     old = {k: os.environ.get(k) for k in env}

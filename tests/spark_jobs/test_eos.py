@@ -149,3 +149,44 @@ def test_the_faults_are_exactly_the_three_findings(nights):
 
 def test_the_clean_trace_gives_none(nights):
     assert nights["clean"]["audit-2"] == []
+
+
+def test_sequence_gap_fires_only_where_nothing_explains_the_skip(spark, tmp_path):
+    """``sequence_gap`` on one partition's batches, written by tests/segments.py (the v2
+    grammar of apache/kafka ``DefaultRecordBatch``: baseSequence, lastOffsetDelta) and
+    decoded by ``kafkalog``. An idempotent producer's sequences count its own records in the
+    partition (``ProducerStateEntry``: the next batch's base sequence is the last one's + 1),
+    so another producer's batches between two of its batches are no gap (the demo's
+    ``orders-0`` wrote its base sequence from the partition's offsets before, skipping the
+    other producer's 4 offsets: an unexplained gap, which is what the check is for)."""
+    import kafkalog
+    import segments as seg
+
+    from spark_jobs.audit import eos
+
+    def batch(base, n, pid, epoch, seq):
+        return seg.batch_v2([seg.record(k) for k in range(n)], base_offset=base,
+                            producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+    log = tmp_path / f"{0:020d}.log"
+    log.write_bytes(b"".join([
+        batch(0, 2, 10, 0, 0), batch(2, 3, 99, 0, 0),  # another producer between ...
+        batch(5, 2, 10, 0, 2),                          # ... and 10 goes on at 2: no gap
+        batch(7, 2, 10, 0, 7),                          # 4..6 skipped, offsets 7.. follow 6
+        batch(9, 2, 20, 0, 0), batch(14, 2, 20, 0, 5),  # offsets 11..13 gone (retention, cleaner)
+        batch(16, 1, 30, 2, 0), batch(17, 1, 30, 2, 3),  # the .snapshot saw sequence 2
+    ]))
+    decoded = kafkalog.decode(log).batches
+    rows = [{**r, "topic": "p", "partition": 0, "segment": str(log)} for r in decoded.to_pylist()]
+    batches = spark.createDataFrame(rows)
+    state = spark.createDataFrame(
+        [("p", 0, 30, 2, 2)], "topic string, partition int, producer_id bigint, "
+                              "producer_epoch smallint, last_sequence int")
+    got = sorted((r["class"], r["value"], r["first_offset"], r["last_offset"], r["offsets"])
+                 for r in eos.sequence_gaps(batches, state).collect())
+    # (class, producer, the hole's offsets or the skipping batch's, sequences missing)
+    assert got == [("offset_hole", 20, 11, 13, 3), ("snapshot_agrees", 30, 17, 17, 2),
+                   ("unexplained", 10, 7, 8, 3)], got
+    # without the snapshot, producer 30's skip is unexplained too
+    assert sorted(r["class"] for r in eos.sequence_gaps(batches).collect()) == [
+        "offset_hole", "unexplained", "unexplained"]
