@@ -54,6 +54,10 @@ UTF-8 (``invalid_header_key``).
 * ``events-0`` and ``__remote_log_metadata-0``: a topic in tiered storage, its local tail
   and the metadata of its remote segments (:mod:`demo.tiered`: the tier itself, compressed
   and encrypted, one planted orphan copy: ``tier_copy_orphans`` warns).
+* ``purchases-0``, ``receipts-0``, ``__consumer_offsets-1``, ``__transaction_state-1``: a
+  read-process-write application committing its input offsets in its transactions
+  (:mod:`demo.exactly_once`); on night 2 a zombie write and a double-consumed input range,
+  which the product's policy fails and the demo's (``exactly_once.write_policy``) warns of.
 * a ``_SUCCESS`` marker and a ``README.txt`` beside the partitions (not segments:
   the planner ignores them).
 * night 2 also holds a second broker's log directory, ``broker-2/`` (issue 36), as a broker
