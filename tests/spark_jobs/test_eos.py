@@ -178,8 +178,13 @@ def test_sequence_gap_fires_only_where_nothing_explains_the_skip(spark, tmp_path
         batch(16, 1, 30, 2, 0), batch(17, 1, 30, 2, 3),  # the .snapshot saw sequence 2
     ]))
     decoded = kafkalog.decode(log).batches
-    rows = [{**r, "topic": "p", "partition": 0, "segment": str(log)} for r in decoded.to_pylist()]
-    batches = spark.createDataFrame(rows)
+    columns = ("base_offset", "last_offset", "producer_id", "producer_epoch", "base_sequence",
+               "last_sequence", "position", "magic", "is_control")
+    batches = spark.createDataFrame(
+        [("p", 0, str(log), *(r[c] for c in columns)) for r in decoded.to_pylist()],
+        "topic string, partition int, segment string, base_offset bigint, last_offset bigint, "
+        "producer_id bigint, producer_epoch smallint, base_sequence int, last_sequence int, "
+        "position bigint, magic tinyint, is_control boolean")
     state = spark.createDataFrame(
         [("p", 0, 30, 2, 2)], "topic string, partition int, producer_id bigint, "
                               "producer_epoch smallint, last_sequence int")
