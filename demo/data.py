@@ -54,6 +54,10 @@ UTF-8 (``invalid_header_key``).
 * ``events-0`` and ``__remote_log_metadata-0``: a topic in tiered storage, its local tail
   and the metadata of its remote segments (:mod:`demo.tiered`: the tier itself, compressed
   and encrypted, one planted orphan copy: ``tier_copy_orphans`` warns).
+* ``purchases-0``, ``receipts-0``, ``__consumer_offsets-1``, ``__transaction_state-1``: a
+  read-process-write application committing its input offsets in its transactions
+  (:mod:`demo.exactly_once`); on night 2 a zombie write and a double-consumed input range,
+  which the product's policy fails and the demo's (``exactly_once.write_policy``) warns of.
 * a ``_SUCCESS`` marker and a ``README.txt`` beside the partitions (not segments:
   the planner ignores them).
 * night 2 also holds a second broker's log directory, ``broker-2/`` (issue 36), as a broker
@@ -85,7 +89,7 @@ from kafkalog.writer import (SegmentWriter, WriteRecord, encode_producer_snapsho
                              encode_v2_batch, internal_record, leader_epoch_checkpoint_text,
                              partition_metadata_text)
 
-from . import cdc, schemas, tiered
+from . import cdc, exactly_once, schemas, tiered
 
 NIGHTS = ("2026-11-20", "2026-11-21")
 T0 = 1_795_132_800_000  # 2026-11-20T00:00:00Z
@@ -122,8 +126,10 @@ def _orders0_active(directory: Path, base: int, night: int) -> None:
                        preallocate_bytes=1024) as w:
         i = base
         for n in range(night + 1):
+            # producer 1000's sequences count its own records (4 in the rolled segment, then
+            # 5 a night), not the partition's offsets, which other producers' batches share
             w.append([_order(i + k, n) for k in range(5)], codec="lz4", producer_id=1000,
-                     producer_epoch=0, base_sequence=i - base + 4)
+                     producer_epoch=0, base_sequence=4 + 5 * n)
             i += 5
             w.append([_order(i + k, n) for k in range(3)], codec="gzip", producer_id=3000 + n,
                      producer_epoch=1, base_sequence=0, transactional=True)
@@ -267,8 +273,10 @@ def _customers_active(directory: Path, base: int, night: int) -> None:
         w.append([_customer("cust-0", "gold", at(0, w.next_offset))])
         if night < 1:
             return
+        # the COMMIT came a minute after night 1's copy: within the transaction timeout
+        # (the broker aborts a transaction older than transaction.max.timeout.ms)
         w.append_marker(producer_id=LATE_COMMIT_PRODUCER, producer_epoch=0, commit=True,
-                        coordinator_epoch=1, timestamp=at(1, w.next_offset))
+                        coordinator_epoch=1, timestamp=at(0, w.next_offset))
         o = w.next_offset
         w.append([_customer(k, t, at(1, o + i)) for i, (k, t) in enumerate(
             (("cust-0", "silver"), ("cust-3", None), ("cust-9", "bronze"), ("cust-5", "platinum")))])
@@ -411,6 +419,7 @@ def write_night(root: Path, night: int) -> Path:
     _cluster_metadata(out / "__cluster_metadata-0")
     _customers(out / "customers-0", night)
     cdc.write(out, night, T0, HOUR)
+    exactly_once.write(out, night, T0, HOUR)
     schemas.write(out, night, T0, HOUR)
     if night >= 1:
         _broker2(out / BROKER_2)

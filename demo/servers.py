@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
 
-from . import data, tiered
+from . import data, exactly_once, tiered
 
 BUCKET = "kafka-snapshots"
 PREFIX = "snapshots"
@@ -100,6 +100,8 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
         "KAFKALOG_CHUNK_BYTES": "4096",  # small on purpose: the demo plans several chunks
         "KAFKALOG_MAX_CHUNKS": "3",
         "KAFKALOG_RETRY_DELAY_SECONDS": "5",
+        # the product's policy with the planted exactly-once faults graded warn (demo.exactly_once)
+        "KAFKALOG_POLICY": str(exactly_once.write_policy(out / "policy.yaml")),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",

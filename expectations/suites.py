@@ -50,6 +50,18 @@ DESCRIPTIONS = {
                              "replication-offset-checkpoint names (written, never known replicated).",
     "hanging_transaction": "No transaction of a producer-state .snapshot is open at the snapshot for longer "
                            "than its transaction timeout (it would pin the last stable offset).",
+    "duplicate_sequence": "No two batches of one producer id and epoch in a partition hold overlapping "
+                          "sequences (a duplicate the broker should have refused).",
+    "sequence_gap": "A producer's sequences within an epoch do not skip, or removed batches "
+                    "(retention, compaction) or its .snapshot explain the gap.",
+    "zombie_write": "No producer writes with an epoch below one it already used, and no COMMIT/ABORT "
+                    "marker has an epoch below its producer's data (KIP-1228).",
+    "double_consumption": "No input offsets of a transactional group are claimed by two committed "
+                          "transactions' offset commits.",
+    "output_without_offset_commit": "A read-process-write application's committed output comes with "
+                                    "its offset commit.",
+    "long_transaction": "No transaction lasts longer than the policy's bound (transaction.max.timeout.ms).",
+    "empty_transaction": "Markers that end no data are counted (report only).",
     "mixed_cluster": "The log directories of one snapshot night belong to one cluster.id (meta.properties).",
     "tier_copy_orphans": "Every remote segment copy __remote_log_metadata started has finished, or "
                          "started within the grace period (in flight).",

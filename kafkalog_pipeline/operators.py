@@ -154,6 +154,8 @@ class KafkalogSparkSubmitOperator(AdjustedHook, SparkSubmitOperator):
         if self._is_audit() and flag and flag[0] not in self.application_args:
             # the audit is told the tier too (the decode's argv has it from the plan)
             self.application_args = [*self.application_args, *settings.tier_args(tier)]
+        if self._is_audit() and "--policy" not in self.application_args:
+            self.application_args = [*self.application_args, *settings.policy_args()]
         if not self._is_audit():  # a live registry's basic auth, never on the command line
             from .schema_registry import PARAM, auth_env
 

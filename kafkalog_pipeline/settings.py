@@ -56,6 +56,9 @@ SETTINGS: dict[str, tuple[str, str, str | None]] = {
     "notifier_kwargs": ("kafkalog_notifier_kwargs", "KAFKALOG_NOTIFIER_KWARGS", "{}"),
     "notify_on": ("kafkalog_notify_on", "KAFKALOG_NOTIFY_ON", "fail,warn"),
     "notify_to": ("kafkalog_notify_to", "KAFKALOG_NOTIFY_TO", None),
+    # the data-quality policy the audit grades by (a YAML file on the Spark hosts and
+    # Airflow's workers; unset: the product's expectations/policy.yaml)
+    "policy": ("kafkalog_policy", "KAFKALOG_POLICY", None),
 }
 
 #: read once, at parse time, from the environment only
@@ -199,6 +202,12 @@ def spark_entry() -> str:
 def tier_args(tier: str | None) -> list[str]:
     """The decode job's and the audit's arguments naming the run's tier (none without one)."""
     return [layout.TIERED_STORAGE_FLAG, tier] if tier else []
+
+
+def policy_args() -> list[str]:
+    """The audit's ``--policy`` (the ``policy`` setting), none where it is unset."""
+    path = get("policy")
+    return ["--policy", path] if path else []
 
 
 def tier_env(tier: str | None) -> dict[str, str]:

@@ -232,7 +232,8 @@ def record_missing_nights(wh, run_id: str, where: dict[str, str], logs: dict[str
     found = sorted(night for night in where if logs.get(night))
     if not missing and not results.missing_nights_to_replace(wh, run_id, found):
         return []
-    rows = results.write_missing_nights(wh, run_id, missing, found, Policy.load())
+    rows = results.write_missing_nights(wh, run_id, missing, found,
+                                        Policy.load(settings.get("policy")))
     for row in rows:
         log.warning("run %s: %s (snapshot_missing: %s)", run_id,
                     json.loads(row["details"])["items"][0]["message"], row["status"])

@@ -92,7 +92,8 @@ DECODE_TABLES = TABLE_NAMES[:5]
 #: Those a decode run writes:
 DERIVED_TABLES = ("consumer_offsets", "group_metadata", "transactions", "cluster_metadata",
                   "producer_state", "leader_epochs", "broker_state", "partition_checkpoints",
-                  "kraft_snapshots", "quorum_state", "share_group_state", "remote_segments")
+                  "kraft_snapshots", "quorum_state", "share_group_state", "remote_segments",
+                  "producer_transactions", "streams_groups")
 #: those the audit writes
 AUDIT_DERIVED_TABLES = ("consumer_lag",)
 INTERNAL_TABLES = DERIVED_TABLES + AUDIT_DERIVED_TABLES

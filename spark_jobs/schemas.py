@@ -250,6 +250,32 @@ REMOTE_SEGMENTS = pa.schema([
     ("object_prefix", pa.string()), ("object_key", pa.string()),
     ("partition_delete_state", pa.string()), ("problems", pa.list_(pa.string())),
     (NIGHT, pa.string()), ("run_id", pa.string())])
+# --- transactions as the data partitions show them (issue 45; spark_jobs/derive/producer_txns.py)
+PRODUCER_TRANSACTIONS = pa.schema([
+    ("transactional_id", pa.string()), ("producer_id", pa.int64()),
+    ("producer_epoch", pa.int16()), ("marker_epoch", pa.int16()), ("outcome", pa.string()),
+    ("partitions", pa.list_(pa.struct([
+        ("topic", pa.string()), ("partition", pa.int32()), ("first_offset", pa.int64()),
+        ("last_offset", pa.int64()), ("batches", pa.int32()), ("records", pa.int64()),
+        ("marker_offset", pa.int64())]))),
+    ("start_time", TS), ("end_time", TS), ("duration_ms", pa.int64()),
+    ("offsets_committed", pa.bool_()), ("groups", pa.list_(pa.string())),
+    ("offset_commits", pa.list_(pa.struct([
+        ("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+        ("committed_offset", pa.int64()), ("source_partition", pa.int32()),
+        ("source_offset", pa.int64())]))),
+    ("fenced", pa.bool_()), ("txn_key", pa.string()), ("as_of", TS), ("run_id", pa.string())])
+# --- Kafka Streams groups (KIP-1071) as of the night (issue 45; spark_jobs/derive/streams_groups.py)
+STREAMS_GROUPS = pa.schema([
+    ("group", pa.string()), ("epoch", pa.int32()), ("topology_epoch", pa.int32()),
+    ("topology_json", pa.string()),
+    ("members", pa.list_(pa.struct([
+        ("member_id", pa.string()), ("client_id", pa.string()), ("client_host", pa.string()),
+        ("instance_id", pa.string()), ("process_id", pa.string()),
+        ("topology_epoch", pa.int32()), ("member_epoch", pa.int32()), ("state", pa.int8()),
+        ("active_tasks", pa.string()), ("standby_tasks", pa.string()),
+        ("warmup_tasks", pa.string())]))),
+    (NIGHT, pa.string()), ("run_id", pa.string())])
 CONSUMER_LAG = pa.schema([
     ("run_id", pa.string()), ("group", pa.string()), ("topic", pa.string()),
     ("partition", pa.int32()), ("committed_offset", pa.int64()), ("commit_timestamp", TS),
@@ -259,7 +285,8 @@ CONSUMER_LAG = pa.schema([
 INTERNAL = dict(zip(layout.INTERNAL_TABLES, (
     CONSUMER_OFFSETS, GROUP_METADATA, TRANSACTIONS, CLUSTER_METADATA, PRODUCER_STATE,
     LEADER_EPOCHS, BROKER_STATE, PARTITION_CHECKPOINTS, KRAFT_SNAPSHOTS, QUORUM_STATE,
-    SHARE_GROUP_STATE, REMOTE_SEGMENTS, CONSUMER_LAG)))
+    SHARE_GROUP_STATE, REMOTE_SEGMENTS, PRODUCER_TRANSACTIONS, STREAMS_GROUPS,
+    CONSUMER_LAG)))
 TABLES.update(INTERNAL)
 PARTITIONS.update({name: () for name in INTERNAL})
 #: the tables a decode run derives from internal topics and state files

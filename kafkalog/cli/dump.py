@@ -52,12 +52,15 @@ from .render import (
     schema_decode_findings,
 )
 from .tiered import add_argument_private_key, exit_status, materialized, read_key_ring
+from .txn_stat import cmd_txn_stat
 
 #: --decoder: "auto" goes by the partition folder's topic, "none" decodes nothing.
 DECODER_CHOICES = ("auto", "none", *DECODERS)
 
 
 def cmd_dump(args, out: TextIO) -> int:
+    if args.txn_stat:  # counts of transactions, not a dump (:mod:`.txn_stat`)
+        return cmd_txn_stat(args, out)
     try:  # everything wrong with the arguments is said before any output
         if (args.start is not None and args.start < 0) or (
                 args.end is not None and args.end < (args.start or 0)):
@@ -327,6 +330,12 @@ damage inside a segment is reported as findings in place.""",
                       "quorum-state, *.checkpoint) files, or a tiered-storage segment's "
                       ".rsm-manifest")
     dump.add_argument("--records", action="store_true", help="also print every record")
+    dump.add_argument("--txn-stat", action="store_true",
+                      help="instead of a dump, count each partition's transactions (FILE: a "
+                      ".log, a partition folder or a log directory): committed, aborted, "
+                      "empty (a marker that ends no data), open at the end (listed), stale "
+                      "markers (an epoch below the open transaction's), batches and duration "
+                      "per transaction; klog's txn-stat, offline")
     dump.add_argument("--json", action="store_true",
                       help="JSON Lines: batch, record and finding objects (index_entry and "
                       "finding for index files; for a state file its header, its rows "

@@ -9,6 +9,8 @@ adding the places only it knows of (``checks``: the family's own, :class:`.regis
 
 * the internal topics' and state files' checks (:mod:`.internal_checks`): counts at the run's
   partitions only;
+* the exactly-once checks (:mod:`.eos`): every night's ``producer_transactions`` as of the
+  run; no place of their own (their unit is the run's batches, counted at every place);
 * the log directories' checks (:mod:`.log_dir_checks`): counts at the run's partitions, and
   the night's log directories as the place (None, None) of ``mixed_cluster``;
 * ``missing_partition`` (:mod:`.absence`): where the run names a night, every partition counts
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from spark_jobs import layout
 
-from . import absence, internal_checks, log_dir_checks, tier
+from . import absence, eos, internal_checks, log_dir_checks, tier
 from .observations import dedup_batches
 from .units import ONLY, PARTITIONS
 
@@ -38,6 +40,15 @@ def places_internal(run, loaded: dict, units: dict, checks) -> None:
     for tp, counts in internal_checks.units(loaded, dedup_batches(run.tables["batches"])).items():
         if tp in units:
             units[tp].update(counts)
+
+
+def load_eos(run, loaded: dict) -> dict:
+    return eos.load(run.spark, run.wh, run.snapshots)
+
+
+def places_eos(run, loaded: dict, units: dict, checks) -> None:
+    """None of their own: the exactly-once checks count the run's batches, as every place
+    already does (:func:`.rows.run_summary`)."""
 
 
 def load_log_dirs(run, loaded: dict) -> dict:

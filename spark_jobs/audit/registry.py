@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import (absence, crc, families, findings_checks, internal_checks, log_dir_checks, offsets, records,
-               schema_decode, tier, timestamps)
+from . import (absence, crc, eos, families, findings_checks, internal_checks, log_dir_checks,
+               offsets, records, schema_decode, tier, timestamps)
 from .absence import MISSING_PARTITION
 from .log_dir_checks import (BEYOND_HIGH_WATERMARK, CHECKPOINT_AHEAD, CLOSED, HANGING,
                              HANGING_TRANSACTION, LOG_START_MOVED, MIXED_CLUSTER, OPEN)
@@ -100,6 +100,18 @@ INTERNAL_TOPIC_CHECKS = (
           ("agrees", "disagrees", "before_first_entry"), internal_checks.observe_leader_epochs,
           optional=True),
 )
+#: exactly once, checked from the log (:mod:`.eos`, issue 45): every place gets a result;
+#: a family (:data:`FAMILIES`): it reads every night's ``producer_transactions``
+EOS_CHECKS = (
+    Check(eos.DUPLICATE_SEQUENCE, BATCHES, ("duplicate",), eos.observe),
+    Check(eos.SEQUENCE_GAP, BATCHES, ("offset_hole", "snapshot_agrees", "unexplained"),
+          eos.observe),
+    Check(eos.ZOMBIE_WRITE, BATCHES, ("fenced_write", "stale_marker"), eos.observe),
+    Check(eos.DOUBLE_CONSUMPTION, BATCHES, ("double_consumption",), eos.observe),
+    Check(eos.OUTPUT_WITHOUT_OFFSET_COMMIT, BATCHES, ("no_offset_commit",), eos.observe),
+    Check(eos.LONG_TRANSACTION, BATCHES, ("long", "within"), eos.observe),
+    Check(eos.EMPTY_TRANSACTION, BATCHES, ("empty",), eos.observe),
+)
 #: the checks of a broker log directory's own files (:mod:`.log_dir_checks`, issue 36);
 #: ``mixed_cluster``'s place is about no partition: (None, None)
 LOG_DIR_CHECKS = (
@@ -138,7 +150,7 @@ SINK_RECONCILE_CHECK = Check(sink_classes.CHECK, SINK_RECORDS, sink_classes.CLAS
 
 #: check name -> :class:`Check`, every check in dq_results' order
 CHECKS = {c.name: c for c in (*DATA_CHECKS, MISSING_PARTITION_CHECK, *INTERNAL_TOPIC_CHECKS,
-                              *LOG_DIR_CHECKS, *TIER_CHECKS,
+                              *EOS_CHECKS, *LOG_DIR_CHECKS, *TIER_CHECKS,
                               SNAPSHOT_MISSING_CHECK, SINK_RECONCILE_CHECK)}
 #: check name -> the unit its ``observed`` count is made of (:data:`CHECKS`' units)
 UNITS = {name: c.unit for name, c in CHECKS.items()}
@@ -166,6 +178,7 @@ class Family:
 FAMILIES = (
     Family("internal_topics", INTERNAL_TOPIC_CHECKS, families.load_internal,
            families.places_internal),
+    Family("exactly_once", EOS_CHECKS, families.load_eos, families.places_eos),
     Family("log_dirs", LOG_DIR_CHECKS, families.load_log_dirs, families.places_log_dirs),
     Family("missing_partition", (MISSING_PARTITION_CHECK,), families.load_absent,
            families.places_absent),

@@ -27,7 +27,8 @@ from spark_jobs.decode.planning import (Segment, Task, discover, first_ingested,
                                         ledger_ranges, plan, read_index_positions)
 from spark_jobs.decode.results import TaskResult, ledger_table, task_files
 from spark_jobs.decode.writing import Context, make_context, write_driver_table
-from spark_jobs.derive import internal, keyed_tables, keyed_tasks, log_dirs, remote, typed
+from spark_jobs.derive import (internal, keyed_tables, keyed_tasks, log_dirs, producer_txns, remote,
+                               streams_groups, typed)
 from spark_jobs.derive.step import Output, Submission, merge
 from spark_jobs.findings import REPLICA_DIVERGENCE, TIER_DIVERGENCE, Finding
 from spark_jobs.findings import table as findings_table
@@ -109,12 +110,14 @@ def run(args, spark=None) -> dict:
         commit(job, listing, decoded, derived)
         resolved = resolve_transactions(job)
         committed = resolved.pop("committed", None)
+        after = derive_after_commit(spark, job, listing, decoded, derived)
         refreshed = refresh_keyed(spark, job, listing, decoded, committed)  # on the executors
     finally:
         if own_session and args.master is not None:
             spark.stop()
     out = summary(job, listing, decoded, derived, counts)
     out["txn_resolved"] = resolved
+    out.update({name: n for name, n in after.items() if n})
     if refreshed:
         out["keyed"] = refreshed
     if not args.no_publish:
@@ -245,6 +248,11 @@ def dedupe(spark, job: Run, decoded: Decoded) -> None:
 #: they count under; the typed tables' step (:func:`typed.derive`) runs after them
 INTERNAL_STEPS = ((internal.derive, "internal"), (log_dirs.derive, "internal"),
                   (remote.derive, "remote"))
+#: the derive steps that read the run's branch as committed (each ``derive(Submission)``,
+#: ``sub.files`` the submission's own data files): after the commit and the transactions'
+#: resolution (:func:`derive_after_commit`), by their table and the timing they count under
+AFTER_COMMIT_STEPS = ((producer_txns.derive, producer_txns.TABLE, "eos"),
+                      (streams_groups.derive, streams_groups.TABLE, "streams"))
 
 
 def derive(spark, job: Run, listing: Listing, decoded: Decoded) -> Derived:
@@ -305,7 +313,10 @@ def commit(job: Run, listing: Listing, decoded: Decoded, derived: Derived) -> No
     wrote their first rows), the typed tables, the decode tables."""
     t1 = time.time()
     wh, args, bases = job.wh, job.args, job.bases
+    later = {table for _, table, _ in AFTER_COMMIT_STEPS}  # committed by derive_after_commit
     for name in schemas.DERIVED_TABLES:
+        if name in later:
+            continue
         if name in derived.internal_files and name not in bases:  # first rows: made just now
             bases[name] = wh.begin_table(name, args.run_id)
         if name in bases:
@@ -332,6 +343,32 @@ def resolve_transactions(job: Run) -> dict:
     t1 = time.time()
     out = transactions.resolve_open(job.wh, job.args.run_id, job.ctx, job.args.chunk_id)
     job.timings["transactions"] = time.time() - t1
+    return out
+
+
+def derive_after_commit(spark, job: Run, listing: Listing, decoded: Decoded,
+                        derived: Derived) -> dict[str, int]:
+    """The tables derived from the run's branch as committed (:data:`AFTER_COMMIT_STEPS`:
+    ``producer_transactions``, ``streams_groups``), each step's files committed to the
+    branch (the table made where this run wrote its first rows). Returns ``{table: rows}``."""
+    args = job.args
+    files = {n: list(fs) for n, fs in (*decoded.files.items(), *derived.internal_files.items())}
+    sub = Submission(spark, job.ctx, job.wh, args.run_id, args.night, decoded.files["records"],
+                     listing.segments, listing.state_uris, listing.log_dir_files,
+                     listing.registry, job.bases, job.ledger, files=files,
+                     chunk_id=args.chunk_id)
+    out: dict[str, int] = {}
+    for step, table, timing in AFTER_COMMIT_STEPS:
+        t1 = time.time()
+        written, rows = step(sub)
+        if table in written and table not in job.bases and written[table]:  # first rows
+            job.bases[table] = job.wh.begin_table(table, args.run_id)
+        if table in job.bases:
+            job.wh.commit_files(table, args.run_id, written.get(table, []),
+                                chunk_id=args.chunk_id, summary={"kafkalog.step": table})
+        out[table] = rows.get(table, 0)
+        if out[table]:
+            job.timings[timing] = time.time() - t1
     return out
 
 
@@ -405,6 +442,7 @@ def unparsable_findings(uris: list[str], run_id: str) -> pa.Table:
     return findings_table(rows)
 
 
-__all__ = ["Decoded", "Derived", "INTERNAL_STEPS", "Listing", "Run", "begin", "commit", "dedupe", "derive",
-           "frame_replicas", "list_input", "plan_tasks", "refresh_keyed", "resolve_transactions", "run",
-           "run_decode_tasks", "summary", "unparsable_findings", "write_driver_tables"]
+__all__ = ["AFTER_COMMIT_STEPS", "Decoded", "Derived", "INTERNAL_STEPS", "Listing", "Run", "begin",
+           "commit", "dedupe", "derive", "derive_after_commit", "frame_replicas", "list_input",
+           "plan_tasks", "refresh_keyed", "resolve_transactions", "run", "run_decode_tasks",
+           "summary", "unparsable_findings", "write_driver_tables"]

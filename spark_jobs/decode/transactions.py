@@ -73,15 +73,24 @@ class MarkerIndex:
                 np.array([m[2] for m in markers], object))
         return found
 
-    def state(self, key, epoch: int, offset: int) -> str | None:
-        """The state the first marker of ``key`` after ``offset`` with an epoch not below
-        ``epoch`` gives; None where there is none (yet)."""
+    def end(self, key, epoch: int, offset: int) -> tuple[int, int, str] | None:
+        """The first marker of ``key`` after ``offset`` with an epoch not below ``epoch``:
+        ``(its offset, its epoch, the state it gives)``; None where there is none (yet)."""
         if key not in self._by:
             return None
         offsets, epochs, states = self._sorted(key)
         i = int(np.searchsorted(offsets, offset, side="right"))
         later = np.nonzero(epochs[i:] >= epoch)[0]
-        return states[i + later[0]] if len(later) else None
+        if not len(later):
+            return None
+        j = i + int(later[0])
+        return int(offsets[j]), int(epochs[j]), states[j]
+
+    def state(self, key, epoch: int, offset: int) -> str | None:
+        """The state the first marker of ``key`` after ``offset`` with an epoch not below
+        ``epoch`` gives; None where there is none (yet)."""
+        found = self.end(key, epoch, offset)
+        return found[2] if found is not None else None
 
     def states(self, keys, epochs, offsets) -> np.ndarray:
         """:meth:`state` of each record (parallel sequences), an object array (None: no

@@ -1,10 +1,14 @@
 """What a derive step reads of one submission (:class:`Submission`), and what it hands back.
 
-Every step of :mod:`spark_jobs.derive` (``internal``, ``log_dirs``, ``remote``, ``typed``) is
+Every step of :mod:`spark_jobs.derive` (``internal``, ``log_dirs``, ``remote``, ``typed``,
+``producer_txns``, ``streams_groups``) is
 ``derive(sub: Submission) -> ({table: [data file URIs]}, {table: rows})``, its findings under
 ``findings``; the decode job (:func:`spark_jobs.decode.job.derive`) makes one
 :class:`Submission` after the dedupe and runs the steps over it (:func:`merge` adds one step's
-output to another's).
+output to another's). The steps that read the run's branch as committed
+(``producer_txns``, ``streams_groups``) run over the same submission after the commit, with
+``files`` set (:func:`spark_jobs.decode.job.derive_after_commit`), and the job commits what
+they wrote.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ class Submission:
     registry: object = None  # the run's Schema Registry (decode.values), None: none
     bases: dict = field(default_factory=dict)  # table -> the snapshot of main the run began from
     ledger: object = None  # the ledger as main held it (a pyarrow Table)
+    #: every data file the submission wrote, by table (the decode tables' and the derived
+    #: ones'): what the steps after the commit read (``decode.job.AFTER_COMMIT_STEPS``)
+    files: dict = field(default_factory=dict)
+    chunk_id: str | None = None  # the job's --chunk-id (None: a whole run)
 
 
 def merge(into: Output, more: Output) -> Output:

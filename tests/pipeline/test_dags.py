@@ -1015,3 +1015,38 @@ def test_a_chunk_spec_renders_the_decode_jobs_arguments_and_names_its_task():
 
     assert SandboxedEnvironment().from_string(ChunkSpec.map_index_template()).render(
         task=Task()) == "chunk 3"
+
+
+def test_the_audit_is_told_the_policy_setting(monkeypatch, tmp_path):
+    """The ``policy`` setting (kafkalog_policy / KAFKALOG_POLICY) reaches the audit as
+    ``--policy`` (the demo's: demo.exactly_once.write_policy); unset, the audit's argv is the
+    DAG's and the product's expectations/policy.yaml grades."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from demo import exactly_once
+    from kafkalog_pipeline import tasks
+    from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator
+    from spark_jobs.audit.policy import Policy
+
+    seen = []
+
+    def submit(self, context):
+        seen.append(list(self.application_args))
+        self.job_output = type("Output", (), {"verdict": None})()
+    monkeypatch.setattr(SparkSubmitOperator, "execute", submit)
+    monkeypatch.delenv("KAFKALOG_POLICY", raising=False)
+    KafkalogSparkSubmitOperator(task_id="q", application="x.py",
+                                application_args=tasks.quality_args()).execute({"params": {}})
+    path = exactly_once.write_policy(tmp_path / "policy.yaml")
+    monkeypatch.setenv("KAFKALOG_POLICY", str(path))
+    KafkalogSparkSubmitOperator(task_id="q2", application="x.py",
+                                application_args=tasks.quality_args()).execute({"params": {}})
+    assert seen == [tasks.quality_args(), [*tasks.quality_args(), "--policy", str(path)]]
+    demo, product = Policy.load(str(path)), Policy.load()
+    assert demo.severity("receipts", "zombie_write", "fenced_write") == "warn"
+    assert demo.severity("__consumer_offsets", "double_consumption", "double_consumption") == "warn"
+    assert product.severity("receipts", "zombie_write", "fenced_write") == "fail"
+    assert product.severity("__consumer_offsets", "double_consumption",
+                            "double_consumption") == "fail"
+    assert demo.for_topic("__consumer_offsets")["compacted"]  # the product's override kept
+    assert demo.for_topic("orders") == product.for_topic("orders")

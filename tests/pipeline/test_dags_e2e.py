@@ -25,10 +25,13 @@ from airflow_env import DAG_ID, DAGS  # noqa: E402
 from spark_jobs.warehouse import Warehouse, branch_name  # noqa: E402
 from spark_jobs.warehouse.history import published_snapshot  # noqa: E402
 from spark_jobs.layout import TABLE_NAMES  # noqa: E402
+from spark_jobs.audit import registry  # noqa: E402
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
 NIGHTS = ("2026-11-20", "2026-11-21")
+#: the exactly-once checks (spark_jobs/audit/eos.py, issue 45)
+EOS_CHECKS = tuple(c.name for c in registry.EOS_CHECKS)
 
 
 # ------------------------------------------------------------------ expectations
@@ -89,7 +92,7 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
 
     import boto3
 
-    from demo import data as demo_data, servers
+    from demo import data as demo_data, exactly_once, servers
 
     root = tmp_path_factory.mktemp("snapshots")
     demo_data.write_nights(root)
@@ -102,6 +105,8 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
         "KAFKALOG_SNAPSHOT_PREFIX": "nightly",
         "KAFKALOG_CHUNK_BYTES": "3000",
         "KAFKALOG_MAX_CHUNKS": "2",
+        # the demo's policy: its planted exactly-once faults warn (demo.exactly_once)
+        "KAFKALOG_POLICY": str(exactly_once.write_policy(warehouse.parent / "policy.yaml")),
         **servers.local_connections(s3_endpoint, "testing"),
     }
     old = {k: os.environ.get(k) for k in env}
@@ -223,9 +228,11 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     typed = {"values__clicks", "values__shipments", "values__shop_dot_orders"}
     # the derived tables this snapshot has rows for: issue 19's, and remote_segments (the
     # demo's __remote_log_metadata-0; no tier is read here); night 1 has no log directory
-    # files and no share groups: their tables get no event
+    # files and no share groups: their tables get no event; payments' transactional
+    # producers give producer_transactions rows (issue 45)
     DERIVED_TABLES = ("consumer_offsets", "group_metadata", "transactions", "cluster_metadata",
-                      "producer_state", "leader_epochs", "remote_segments")
+                      "producer_state", "leader_epochs", "remote_segments",
+                      "producer_transactions")
     assert set(Warehouse(str(wh)).typed_tables()) == typed
     # the per-key state tables (issue 35): customers and orders show the cleaner's work
     # (orders-1's compacted batch), dbserver1.inventory.customers holds Debezium envelopes
@@ -260,18 +267,25 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     # the second broker's folder (demo.data.BROKER_2): producer 7000's transaction in
     # transfers-0, open ten minutes with no marker, past the 60 s default timeout
     assert verdict["warned"]["hanging_transaction"] == ["transfers-0"], verdict
+    # the read-process-write application's two planted faults (demo.exactly_once), warn by
+    # the demo's policy, and no other exactly-once finding (night 1 has none)
+    assert {c: v for c, v in verdict["warned"].items() if c in EOS_CHECKS} == {
+        "zombie_write": ["receipts-0"], "double_consumption": ["__consumer_offsets-1"]}, verdict
+    assert not {c for c in xcom(run_id, "check_quality")["warned"] if c in EOS_CHECKS}
     assert asset_extra(run_id2)["verdict"] == verdict
     # and the run's note, beside its state in Airflow's views (kafkalog_pipeline.notes)
     note = run_note(api, run_id2)
     assert note.startswith(f"DQ: {verdict['warn']} warned: ") and "offset_gaps payments-1" in note
+    assert "zombie_write receipts-0" in note and "double_consumption __consumer_offsets-1" in note
     # night 2 brings new offset commits, state files, orders and clicks, broker-2's own
     # files (broker_state, partition_checkpoints) and the tier's state as of the night, but
-    # no group, transaction or cluster metadata records and no new shipments: no event for those
+    # no group or cluster metadata records and no new shipments: no event for those
+    # (producer 8200's late COMMIT in customers-0 rebuilds its producer_transactions; the
+    # read-process-write application's coordinator logs night 2's transactions)
     assert asset_names(run_id2) == {f"kafkalog.{n}" for n in
                                     {*TABLE_NAMES, *DERIVED_TABLES, *typed, *keyed,
                                      "broker_state", "partition_checkpoints"}} - {
-        "kafkalog.group_metadata", "kafkalog.transactions", "kafkalog.cluster_metadata",
-        "kafkalog.values__shipments"}
+        "kafkalog.group_metadata", "kafkalog.cluster_metadata", "kafkalog.values__shipments"}
     counts = {name: len(warehouse_rows(wh, name)) for name in ("records", "batches", "markers")}
 
     # (the same night again, same run id, is test_backfill's step 3: Airflow clears and
