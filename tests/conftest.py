@@ -11,18 +11,8 @@ import logging
 import os
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
-
-#: the test folders mirror the packages (tests/kafkalog, tests/spark_jobs, tests/pipeline,
-#: tests/plugin); a test module may use another folder's builders (test_schema_dag the
-#: segments of test_schemas), whichever file pytest collects first
-TESTS = Path(__file__).resolve().parent
-for _folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and p.name.isidentifier()
-                      and any(p.glob("test_*.py"))):
-    if str(_folder) not in sys.path:
-        sys.path.append(str(_folder))
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -62,7 +52,7 @@ def pytest_collection_modifyitems(config, items):
 def spark():
     from spark_jobs.session import build_session
 
-    from spark_settings import FAST_START_JVM
+    from tests.spark_settings import FAST_START_JVM
 
     session = build_session("kafkalog-tests", master="local[2]",
                             conf={"spark.sql.shuffle.partitions": "4",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-import import_graph
+from tests import import_graph
 
 REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("kafkalog", "spark_jobs", "kafkalog_pipeline", "expectations", "plugins", "dags",

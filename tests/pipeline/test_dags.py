@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
-from airflow_env import DAG_ID, DAGS, parse_dags  # noqa: E402
+from tests.airflow_env import DAG_ID, DAGS, parse_dags  # noqa: E402
 
 from kafkalog_pipeline import snapshots  # noqa: E402  (no Airflow import)
 
@@ -629,7 +629,7 @@ def test_snapshot_dates_and_prefix():
 
 # ------------------------------------------------------------------ S3 listing (moto)
 def _expected_segments(root: Path, date: str) -> list[tuple]:
-    from test_dags_e2e import demo_segments
+    from tests.pipeline.demo_nights import demo_segments
 
     out = []
     for log, topic, partition in demo_segments(root / date):

@@ -20,55 +20,17 @@ from pathlib import Path
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
-from airflow_env import DAG_ID, DAGS  # noqa: E402
+from tests.airflow_env import DAG_ID, DAGS  # noqa: E402
 
 from spark_jobs.warehouse import Warehouse, branch_name  # noqa: E402
 from spark_jobs.warehouse.history import published_snapshot  # noqa: E402
 from spark_jobs.layout import TABLE_NAMES  # noqa: E402
 
+from tests.pipeline.demo_nights import expected_records, record_keys, warehouse_rows  # noqa: E402
+
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
 NIGHTS = ("2026-11-20", "2026-11-21")
-
-
-# ------------------------------------------------------------------ expectations
-def demo_segments(night: Path) -> list[tuple[Path, str, int]]:
-    """(path, topic, partition) of every segment of a demo night, at any depth (night 2 has a
-    second broker's log directory: demo.data.BROKER_2), by the snapshot grammar
-    (spark_jobs.layout.SEGMENT_KEY)."""
-    from spark_jobs import layout
-
-    return [(log, m["topic"], int(m["partition"])) for log in sorted(night.rglob("*.log"))
-            if (m := layout.SEGMENT_KEY.search(log.relative_to(night).as_posix()))]
-
-
-def expected_records(root: Path, dates) -> dict[str, set]:
-    """topic -> {(partition, offset)} of the data records in the snapshots of ``dates``."""
-    import kafkalog
-
-    out: dict[str, set] = {}
-    for date in dates:
-        for log, topic, partition in demo_segments(root / date):
-            t = kafkalog.decode(log).records
-            for offset, ok in zip(t.column("offset").to_pylist(), t.column("crc_valid").to_pylist()):
-                if ok:
-                    out.setdefault(topic, set()).add((int(partition), offset))
-    return out
-
-
-def warehouse_rows(warehouse: Path, name: str, columns=None) -> list[dict]:
-    """Rows of table ``name`` on ``main`` (the embedded catalog under ``warehouse``)."""
-    from spark_jobs.schemas import PARTITIONS
-    from spark_jobs.tables import read_arrow
-
-    if columns:  # partition columns too, as the Hive folders gave them before
-        columns = tuple(columns) + tuple(c for c in PARTITIONS[name] if c not in columns)
-    return read_arrow(str(warehouse), name, columns=columns or None).to_pylist()
-
-
-def record_keys(warehouse: Path) -> list[tuple]:
-    return [(r["topic"], r["partition"], r["offset"])
-            for r in warehouse_rows(warehouse, "records", ["topic", "partition", "offset"])]
 
 
 # ------------------------------------------------------------------ fixtures

@@ -229,7 +229,7 @@ def test_the_demo_warehouse_reads_the_same_in_duckdb(demo_out):
     """The README's DuckDB recipe on a demo warehouse (issue 35 item 4): each table the
     catalog lists, read by DuckDB's own Iceberg reader (tests/duckdb_engine.py), has the rows
     pyiceberg reads, every column; ``make demo``'s full warehouse is not here (Airflow)."""
-    import duckdb_engine
+    from tests import duckdb_engine
 
     counts = duckdb_engine.compare_warehouse(Warehouse(str(demo_out / "warehouse")))
     assert counts == {"dq_results": len(RESULTS), "values__shipments": 4,
@@ -241,7 +241,7 @@ def test_the_demo_warehouse_reads_the_same_in_duckdb(demo_out):
 def test_the_demo_secret_is_masked_in_task_logs():
     """A connection secret shorter than Airflow's masking minimum is left in the logs, and
     every task warned "Skipping masking for a secret as it's too short"."""
-    import airflow_env  # noqa: F401  (Airflow's settings, before airflow is imported)
+    from tests import airflow_env  # noqa: F401  (Airflow's settings, before airflow is imported)
     from airflow.configuration import conf
 
     secret = json.loads(servers.local_connections("http://x", servers.DEMO_KEY)[
