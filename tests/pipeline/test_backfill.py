@@ -138,11 +138,11 @@ class Airflow:
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory):
+def airflow(tmp_path_factory, demo_nights):
     out = tmp_path_factory.mktemp("backfill")
     logs = out / "pipeline-logs"
     logs.mkdir()
-    demo_data.write_nights(out / "snapshots")
+    demo_nights(out / "snapshots")  # demo_data.write_nights's (tests/pipeline/conftest.py)
     server, endpoint = servers.start_s3(out / "snapshots")
     port = servers.free_port()
     env = servers.airflow_env(out, endpoint, api_port=port)

@@ -639,11 +639,9 @@ def _expected_segments(root: Path, date: str) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def snapshot_root(tmp_path_factory):
-    from demo import data as demo_data
-
+def snapshot_root(tmp_path_factory, demo_nights):
     root = tmp_path_factory.mktemp("snapshots")
-    demo_data.write_nights(root)
+    demo_nights(root)  # demo.data.write_nights's (tests/pipeline/conftest.py)
     return root
 
 

@@ -45,7 +45,7 @@ def airflow_db():
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
+def pipeline(tmp_path_factory, s3_endpoint, airflow_db, demo_nights):
     """Snapshots in a fresh bucket, a fresh warehouse, settings and connections in the env."""
     import uuid
 
@@ -54,7 +54,7 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
     from demo import data as demo_data, servers
 
     root = tmp_path_factory.mktemp("snapshots")
-    demo_data.write_nights(root)
+    demo_nights(root)  # demo_data.write_nights's (tests/pipeline/conftest.py)
     bucket = f"snap-{uuid.uuid4().hex[:10]}"
     demo_data.upload(root, bucket, "nightly", boto3.client("s3", endpoint_url=s3_endpoint))
     warehouse = tmp_path_factory.mktemp("warehouse")

@@ -43,8 +43,8 @@ CDC = (
 
 
 @pytest.fixture(scope="module")
-def nights(tmp_path_factory) -> list[Path]:
-    return data.write_nights(tmp_path_factory.mktemp("snapshots"))
+def nights(tmp_path_factory, demo_nights) -> list[Path]:
+    return demo_nights(tmp_path_factory.mktemp("snapshots"))  # data.write_nights's
 
 
 def decoded(folder: Path):

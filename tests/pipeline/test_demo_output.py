@@ -336,7 +336,7 @@ def _batches(log: bytes) -> dict:
     return out
 
 
-def test_the_demo_tier_holds_each_offset_once_beside_its_tail_and_one_orphan(tmp_path):
+def test_the_demo_tier_holds_each_offset_once_beside_its_tail_and_one_orphan(tmp_path, demo_nights):
     """demo.tiered's nights and tier, replayed here: the copies whose last event is
     COPY_SEGMENT_FINISHED (a state machine of this test's) and the local tail cover the
     topic's offsets without a hole, overlapping only where the bytes agree; exactly one copy
@@ -345,7 +345,7 @@ def test_the_demo_tier_holds_each_offset_once_beside_its_tail_and_one_orphan(tmp
     from demo import data, tiered
     from kafkalog.internal.remote_log import read_events
 
-    data.write_nights(tmp_path / "snapshots")
+    demo_nights(tmp_path / "snapshots")  # data.write_nights's (tests/pipeline/conftest.py)
     assert tiered.write_tier(tmp_path) == 3 * len(tiered.SEGMENTS)
     night = tmp_path / "snapshots" / data.NIGHTS[-1]
     last_state: dict = {}
