@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
-from spark_settings import SUBMIT_CONF
+from tests.spark_settings import SUBMIT_CONF
 
 REPO = Path(__file__).resolve().parent.parent
 DAGS = REPO / "dags"

@@ -1,28 +1,29 @@
 """Shared fixtures: one local SparkSession and one moto S3 server per test session.
 
 Both start lazily, only for tests that ask for them. The pipeline tests (Spark,
-S3, Airflow) carry the ``pipeline`` marker; ``make test`` runs them once, on the
-compiled pass, since they do not exercise the decoder paths differently.
+S3, Airflow, a browser) carry the ``pipeline`` marker; ``make test`` runs them once, on the
+compiled pass, since they do not exercise the decoder paths differently. A user of the
+``spark`` or ``s3_endpoint`` fixture is marked here; a test without the marker that starts
+Spark, Airflow or a browser another way fails and says so (tests/pipeline_guard.py).
+
+``tests`` is a package (each folder has its ``__init__.py``): pytest puts the checkout on
+``sys.path`` and test modules import the shared helpers as ``tests.<module>`` (``from
+tests.segments import batch_v2``; a folder's own, ``tests.spark_jobs.faults``). Builders that
+more than one test module uses live in such helper modules, never in a ``test_*.py`` (no test
+module imports another: tests/test_architecture.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
-#: the test folders mirror the packages (tests/kafkalog, tests/spark_jobs, tests/pipeline,
-#: tests/plugin); a test module may use another folder's builders (test_schema_dag the
-#: segments of test_schemas), whichever file pytest collects first
-TESTS = Path(__file__).resolve().parent
-for _folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and p.name.isidentifier()
-                      and any(p.glob("test_*.py"))):
-    if str(_folder) not in sys.path:
-        sys.path.append(str(_folder))
+from tests.pipeline_guard import jvm_children, pipeline_command
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -58,11 +59,37 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: rest as collected
 
 
+@pytest.fixture(autouse=True)
+def _pipeline_marker_where_a_test_starts_a_pipeline(request, monkeypatch):
+    """A test without the ``pipeline`` marker may start no Spark, Airflow or browser: the
+    commands it starts are watched, and a JVM child it leaves fails it (its marker is
+    missing: it would run twice, and it needs what the pure pass does not set up)."""
+    if request.node.get_closest_marker("pipeline"):
+        yield
+        return
+    started = []
+
+    class Watched(subprocess.Popen):
+        def __init__(self, args, *a, **k):
+            if (what := pipeline_command(args)) is not None:
+                started.append(what)
+            super().__init__(args, *a, **k)
+
+    jvms = jvm_children()
+    monkeypatch.setattr(subprocess, "Popen", Watched)
+    yield
+    new_jvms = jvm_children() - jvms
+    if started or new_jvms:
+        pytest.fail(f"{request.node.nodeid} starts {', '.join(started) or 'a JVM (Spark)'} "
+                    "without the pipeline marker: add pytestmark = pytest.mark.pipeline "
+                    "(or @pytest.mark.pipeline)", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from spark_jobs.session import build_session
 
-    from spark_settings import FAST_START_JVM
+    from tests.spark_settings import FAST_START_JVM
 
     session = build_session("kafkalog-tests", master="local[2]",
                             conf={"spark.sql.shuffle.partitions": "4",

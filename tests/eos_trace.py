@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import kafka_messages as km
-import segments as seg
+from tests import kafka_messages as km
+from tests import segments as seg
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 APP_PID, APP_TXN_ID, GROUP, IDEMPOTENT_PID = 1000, "app-1", "app", 2000

@@ -9,7 +9,7 @@ two images, ``docs/img/report-overview.png`` and ``docs/img/report-run.png``.
 Serves the plugin's FastAPI app (:mod:`kafkalog_quality.app`, authentication off, so no Airflow
 is started) on 127.0.0.1 for ``WAREHOUSE`` (its catalog found as the plugin finds it: pyiceberg's
 configuration, else ``WAREHOUSE/.pyiceberg.yaml``), opens both pages in Debian's headless
-Chromium (``make browser``) over the DevTools pipe of ``tests/plugin/test_plugin_ui.py`` and writes
+Chromium (``make browser``) over the DevTools pipe of ``tests/plugin/browser.py`` and writes
 ``overview.png`` and ``run.png`` (``--prefix`` before each name; the first screen, 1440x900,
 or the whole page with ``--full-page``) to ``--out``. The run page is ``--run`` (a run token), else the worst run:
 failed before warned before passed, newest first. Prints the two paths and the pages' URLs.
@@ -26,16 +26,15 @@ import threading
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
-for path in (REPO, REPO / "plugins", TESTS, TESTS / "plugin"):
+REPO = Path(__file__).resolve().parent.parent
+for path in (REPO, REPO / "plugins"):  # run as a script: the checkout, and the plugin as Airflow has it
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from tests.plugin.browser import WINDOW  # noqa: E402
+
 #: where the screenshots go unless told
 SHOTS = Path("/tmp/shots")
-#: the first screen a reader sees
-WINDOW = (1440, 900)
 
 
 def worst_run(runs) -> str | None:
@@ -102,7 +101,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from kafkalog_quality import repository
-    from test_plugin_ui import DevTools
+    from tests.plugin.browser import DevTools
 
     chromium = shutil.which("chromium")
     if chromium is None:

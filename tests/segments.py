@@ -19,6 +19,7 @@ The real broker-written segments (``CORPUS``) are in the repository, under
 
 from __future__ import annotations
 
+import random
 import struct
 import zlib
 from pathlib import Path
@@ -28,6 +29,9 @@ from crc32c import crc32c
 #: the real broker-written segments (tests/data/real/README.md: where each comes from)
 CORPUS_DIR = Path(__file__).resolve().parent / "data" / "real"
 CORPUS = sorted(str(p) for p in CORPUS_DIR.rglob("*.log"))
+#: the same files as paths, and their test ids (their paths under CORPUS_DIR)
+CORPUS_FILES = [Path(p) for p in CORPUS]
+CORPUS_IDS = [str(p.relative_to(CORPUS_DIR)) for p in CORPUS_FILES]
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 
@@ -318,3 +322,10 @@ def entries(data: bytes) -> list[tuple[int, int]]:
 def read_corpus(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+def flip_bit(value: bytes, rng: random.Random) -> bytes:
+    """``value`` with one bit flipped, at a place ``rng`` picks (a damaged copy)."""
+    b = bytearray(value)
+    b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+    return bytes(b)

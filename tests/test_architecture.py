@@ -11,7 +11,10 @@
   commit mechanism, ``commits``, turns them into the warehouse's own errors);
 - no test or doc names a path of the build machines;
 - every check of the audit is in ``spark_jobs/audit/registry.py`` (its families' hooks called
-  only from ``audit/families.py``).
+  only from ``audit/families.py``);
+- no test module imports another (shared builders are helper modules, imported as
+  ``tests.<module>``; nothing is put on ``sys.path``), and an unmarked test that starts Spark,
+  Airflow or a browser is caught (tests/pipeline_guard.py).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-import import_graph
+from tests import import_graph
 
 REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("kafkalog", "spark_jobs", "kafkalog_pipeline", "expectations", "plugins", "dags",
@@ -249,6 +252,78 @@ def test_no_test_or_doc_names_a_path_of_the_build_machine():
              for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
              if MACHINE_PATHS.search(line)]
     assert found == []
+
+
+TESTS = REPO / "tests"
+
+
+def test_no_test_module_imports_another():
+    """No test module imports another (``test_*.py``, whatever the spelling: ``tests.x.test_y``,
+    ``from tests.x import test_y``, the bare ``test_y`` of a path hack): builders that several
+    modules use live in helper modules, imported as ``tests.<module>`` (tests/conftest.py)."""
+    assert importers_of_test_modules(TESTS) == []
+
+
+def importers_of_test_modules(root: Path) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if "data" in path.relative_to(root).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            for name in names:
+                leaf = name.split(".")[-1]
+                if leaf.startswith("test_") and (name.startswith("tests.") or "." not in name):
+                    out.append(f"{path.relative_to(root.parent)}:{node.lineno}: imports {name}")
+    return out
+
+
+def test_the_test_module_rule_catches_what_it_is_for(tmp_path):
+    (tmp_path / "tests" / "a").mkdir(parents=True)
+    (tmp_path / "tests" / "a" / "test_x.py").write_text(
+        "from tests.a.test_y import build\nfrom tests.a import test_z\nimport test_w\n"
+        "from tests.segments import batch_v2\ndef f():\n    from test_v import g\n")
+    assert importers_of_test_modules(tmp_path / "tests") == [
+        "tests/a/test_x.py:1: imports tests.a.test_y",
+        "tests/a/test_x.py:2: imports tests.a.test_z",
+        "tests/a/test_x.py:3: imports test_w",
+        "tests/a/test_x.py:6: imports test_v"]
+
+
+def test_the_tests_put_nothing_on_sys_path():
+    """tests/conftest.py imports the helpers as a package; it adds no folder to sys.path."""
+    tree = ast.parse((TESTS / "conftest.py").read_text())
+    assert not [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                and n.attr == "path" and getattr(n.value, "id", None) == "sys"]
+
+
+def test_the_pipeline_guard_catches_what_it_is_for():
+    """What tests/conftest.py fails an unmarked test for (tests/pipeline_guard.py): the
+    commands of Spark, Airflow and a browser, and a JVM child of the test process."""
+    import subprocess
+    import sys
+
+    from tests.pipeline_guard import jvm_children, pipeline_command
+
+    assert pipeline_command([".venv/bin/spark-submit", "job.py"]) == "spark-submit"
+    assert pipeline_command([sys.executable, "-m", "spark_jobs.decode", "--help"]) == \
+        "python -m spark_jobs.decode"
+    assert pipeline_command("airflow dags test kafka_segments_nightly") == "airflow"
+    assert pipeline_command(["/usr/bin/chromium", "--headless"]) == "chromium"
+    for harmless in ([sys.executable, "-m", "kafkalog.cli", "dump"], ["initdb", "-D", "x"],
+                     [sys.executable, "-m", "airflow_settings"], "sleep 1"):
+        assert pipeline_command(harmless) is None, harmless
+    before = jvm_children()
+    java = subprocess.Popen(["java", "-version"], stderr=subprocess.DEVNULL)
+    try:
+        assert jvm_children() - before == {java.pid}
+    finally:
+        java.wait()
+    assert jvm_children() == before
 
 
 AUDIT = REPO / "spark_jobs" / "audit"

@@ -21,8 +21,8 @@ import pytest
 import kafkalog
 from kafkalog.writer import SegmentWriter, WriteRecord, encode_v2_batch
 
-from paths import assert_same_tables, decode_both, pure_python
-from test_corpus import FILES, IDS
+from tests.paths import assert_same_tables, decode_both, pure_python
+from tests.segments import CORPUS_FILES as FILES, CORPUS_IDS as IDS
 
 needs_compiled = pytest.mark.skipif(not kafkalog.ACCELERATED, reason="compiled path not built")
 T0 = 1_763_683_200_000

@@ -17,7 +17,7 @@ from kafkalog import default_records as v2
 from kafkalog import legacy_records as legacy
 from kafkalog import log_reader
 
-import segments as s
+from tests import segments as s
 
 T0 = 1_700_000_000_000
 

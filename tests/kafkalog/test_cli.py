@@ -13,7 +13,7 @@ import pytest
 import kafkalog
 from kafkalog.cli import main
 
-from test_corpus import FILES
+from tests.segments import CORPUS_FILES as FILES
 
 SMALL = next(p for p in FILES if "first_topic-2" in str(p))  # 16 batches, 18 records
 
@@ -367,7 +367,7 @@ def _undecodable_v1_wrapper(damaged: bool = True) -> bytes:
 
 
 def test_undecodable_v1_wrapper_has_null_base_offset(tmp_path, capsys):
-    from paths import assert_same_tables, decode_both
+    from tests.paths import assert_same_tables, decode_both
 
     import kafkalog
     from kafkalog.writer import WriteRecord, encode_v2_batch
@@ -634,9 +634,9 @@ def test_faulty_log_directory_files_are_findings_exit_1(tmp_path, capsys):
 
 
 def test_dump_decodes_share_group_state_by_its_folder(tmp_path, capsys):
-    from test_internal_topics import SHARE_RECORDS, _share_segment
+    from tests.share_group_state import SHARE_RECORDS, share_segment
 
-    path = _share_segment(tmp_path, SHARE_RECORDS)
+    path = share_segment(tmp_path, SHARE_RECORDS)
     assert main(["dump", "--json", "--records", str(path)]) == 0
     records = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()
                if ln.startswith('{"type":"record"')]

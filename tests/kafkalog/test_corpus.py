@@ -18,12 +18,8 @@ import pytest
 import kafkalog
 from kafkalog.cli import main
 
-from reference import ours, theirs
-import segments
-
-CORPUS = segments.CORPUS_DIR
-FILES = [Path(p) for p in segments.CORPUS]
-IDS = [str(p.relative_to(CORPUS)) for p in FILES]
+from tests.reference import ours, theirs
+from tests.segments import CORPUS_DIR as CORPUS, CORPUS_FILES as FILES, CORPUS_IDS as IDS
 
 
 def test_corpus_is_there():

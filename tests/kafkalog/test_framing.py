@@ -17,9 +17,9 @@ import pytest
 import kafkalog
 from kafkalog.writer import WriteRecord, encode_v2_batch
 
-import segments as s
-from paths import pure_python
-from test_corpus import FILES, IDS
+from tests import segments as s
+from tests.paths import pure_python
+from tests.segments import CORPUS_FILES as FILES, CORPUS_IDS as IDS
 
 BOTH = pytest.mark.parametrize("pure", [True, False], ids=["pure", "compiled"])
 

@@ -40,7 +40,7 @@ import kafkalog
 from kafkalog.cli.files import INDEX_READERS, file_type, log_beside
 from kafkalog.indexes import OFFSET_ENTRY, TIME_ENTRY
 
-import segments
+from tests import segments
 
 BASE = 1000  # the segment's base offset
 T0 = 1_700_000_000_000

@@ -18,7 +18,7 @@ from kafkalog.indexes import (
     base_offset_of,
 )
 
-from test_corpus import FILES
+from tests.segments import CORPUS_FILES as FILES
 
 # first_topic-2: 16 single-record batches (offsets 0..15), then one holding 16..17
 LOG = next(p for p in FILES if "first_topic-2" in str(p))

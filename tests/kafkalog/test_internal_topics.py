@@ -32,14 +32,16 @@ from kafkalog.internal.share_group_state import read_share_group_state
 from kafkalog.internal.topics import decode_kraft_control
 from kafkalog.writer import (
     SegmentWriter,
-    WriteRecord,
     encode_producer_snapshot,
     internal_record,
     leader_epoch_checkpoint_text,
     partition_metadata_text,
 )
 
-from test_corpus import CORPUS, FILES
+from tests.segments import CORPUS_DIR as CORPUS, CORPUS_FILES as FILES, flip_bit
+from tests.share_group_state import (SHARE_RECORDS, SHARE_TOPIC_ID, SHARE_TOPIC_ID_TEXT, share_key,
+                                    share_segment)
+from tests.tiered_encoder import uvarint
 
 INTERNAL = [p for p in FILES if decoder_for_path(str(p))]
 #: The two CodeCrafters fixtures are KRaft metadata logs outside a __cluster_metadata folder.
@@ -164,10 +166,10 @@ def test_both_layouts_of_coordinator_key_specs():
 
 
 def test_kafka_4_metadata_records():
-    assert decode("cluster-metadata", None, _uv(1) + _uv(28) + _uv(0) + _uv(4) + b"pay"
+    assert decode("cluster-metadata", None, uvarint(1) + uvarint(28) + uvarint(0) + uvarint(4) + b"pay"
                   + b"\x00") == {"type": "CLEAR_ELR_RECORD", "version": 0,
                                  "data": {"topicName": "pay"}}
-    assert decode("cluster-metadata", None, _uv(1) + _uv(29) + _uv(0) + struct.pack(">i", 3)
+    assert decode("cluster-metadata", None, uvarint(1) + uvarint(29) + uvarint(0) + struct.pack(">i", 3)
                   + b"\x00")["data"] == {"controllerId": 3}
 
 
@@ -320,20 +322,13 @@ def test_tagged_fields_at_their_defaults_are_not_written_or_shown():
 
 # -- golden bytes, packed by hand from Kafka's wire grammar ----------------------------------
 
-def _uv(n: int) -> bytes:  # unsigned varint
-    out = b""
-    while n >= 0x80:
-        out += bytes([(n & 0x7F) | 0x80])
-        n >>= 7
-    return out + bytes([n])
-
 
 def _txn_value_v1(tagged: bytes) -> bytes:
     """TransactionLogValue v1: version, producerId, producerEpoch, timeout, status, a compact
     array of one (compact string topic, compact int32 array) struct with its own empty tag
     section, two timestamps, then the message's tagged fields."""
     return (struct.pack(">hqhib", 1, 42, 3, 60000, 2)
-            + _uv(2) + _uv(2) + b"t" + _uv(3) + struct.pack(">ii", 0, 1) + b"\x00"
+            + uvarint(2) + uvarint(2) + b"t" + uvarint(3) + struct.pack(">ii", 0, 1) + b"\x00"
             + struct.pack(">qq", 1700000000001, 1700000000000) + tagged)
 
 
@@ -341,9 +336,9 @@ TXN_KEY = struct.pack(">hh", 0, 2) + b"tx"  # version 0, int16-length string "tx
 
 
 def test_golden_transaction_log_value_with_tagged_fields():
-    tagged = (_uv(3) + _uv(0) + _uv(8) + struct.pack(">q", 41)        # previousProducerId
-              + _uv(2) + _uv(2) + struct.pack(">h", 2)                  # clientTransactionVersion
-              + _uv(7) + _uv(3) + b"xyz")                               # a tag Kafka added later
+    tagged = (uvarint(3) + uvarint(0) + uvarint(8) + struct.pack(">q", 41)        # previousProducerId
+              + uvarint(2) + uvarint(2) + struct.pack(">h", 2)                  # clientTransactionVersion
+              + uvarint(7) + uvarint(3) + b"xyz")                               # a tag Kafka added later
     out = decode("transaction-log", TXN_KEY, _txn_value_v1(tagged))
     assert out == {"key": {"type": 0, "data": {"transactionalId": "tx"}},
                    "value": {"version": 1, "data": {
@@ -357,14 +352,14 @@ def test_golden_transaction_log_value_with_tagged_fields():
 
 def test_golden_metadata_record_with_tagged_and_nullable_fields():
     topic_id = bytes(range(16))
-    value = (_uv(1) + _uv(3) + _uv(2)  # frame 1, PartitionRecord (api key 3), version 2
+    value = (uvarint(1) + uvarint(3) + uvarint(2)  # frame 1, PartitionRecord (api key 3), version 2
              + struct.pack(">i", 7) + topic_id
-             + _uv(2) + struct.pack(">i", 1) + _uv(3) + struct.pack(">ii", 1, 2)  # replicas, isr
-             + _uv(1) + _uv(1)  # no removing / adding replicas
+             + uvarint(2) + struct.pack(">i", 1) + uvarint(3) + struct.pack(">ii", 1, 2)  # replicas, isr
+             + uvarint(1) + uvarint(1)  # no removing / adding replicas
              + struct.pack(">iii", 1, 4, 9)  # leader, leaderEpoch, partitionEpoch
-             + _uv(2) + bytes(16)  # directories: one zero uuid
-             + _uv(2) + _uv(0) + _uv(1) + b"\x01"  # tag 0 leaderRecoveryState = 1
-             + _uv(1) + _uv(1) + b"\x00")  # tag 1 eligibleLeaderReplicas: null
+             + uvarint(2) + bytes(16)  # directories: one zero uuid
+             + uvarint(2) + uvarint(0) + uvarint(1) + b"\x01"  # tag 0 leaderRecoveryState = 1
+             + uvarint(1) + uvarint(1) + b"\x00")  # tag 1 eligibleLeaderReplicas: null
     out = decode("cluster-metadata", None, value)
     assert out == {"type": "PARTITION_RECORD", "version": 2, "data": {
         "partitionId": 7, "topicId": base64.urlsafe_b64encode(topic_id).decode().rstrip("="),
@@ -375,9 +370,9 @@ def test_golden_metadata_record_with_tagged_and_nullable_fields():
 
 
 @pytest.mark.parametrize("decoder, key, value, words", [
-    ("transaction-log", TXN_KEY, _txn_value_v1(_uv(1) + _uv(0) + _uv(4) + b"\0\0\0\0"),
+    ("transaction-log", TXN_KEY, _txn_value_v1(uvarint(1) + uvarint(0) + uvarint(4) + b"\0\0\0\0"),
      "previousProducerId: needs 8 bytes at byte 49, only 4 left"),  # an int64 in 4 bytes
-    ("transaction-log", TXN_KEY, _txn_value_v1(_uv(1) + _uv(2) + _uv(4) + b"\0\0\0\0"),
+    ("transaction-log", TXN_KEY, _txn_value_v1(uvarint(1) + uvarint(2) + uvarint(4) + b"\0\0\0\0"),
      "tagged field 2 declares 4 bytes but its value uses 2"),
     ("transaction-log", TXN_KEY, _txn_value_v1(b"\x00") + b"\x00", "1 bytes left over"),
     ("transaction-log", TXN_KEY, _txn_value_v1(b"\x00")[:-9], "read past the end"),
@@ -387,10 +382,10 @@ def test_golden_metadata_record_with_tagged_and_nullable_fields():
     ("offsets", b"\x00", None, "too short"),
     ("offsets", None, b"\x00\x01", "without a key"),
     ("offsets", struct.pack(">hh", 2, 2) + b"\xff\xfe", None, "not UTF-8"),
-    ("cluster-metadata", None, _uv(1) + _uv(250) + _uv(0), "unknown api key 250"),
-    ("cluster-metadata", None, _uv(0) + _uv(3) + _uv(0), "frame version 0"),
+    ("cluster-metadata", None, uvarint(1) + uvarint(250) + uvarint(0), "unknown api key 250"),
+    ("cluster-metadata", None, uvarint(0) + uvarint(3) + uvarint(0), "frame version 0"),
     ("cluster-metadata", None, None, "null value"),
-    ("cluster-metadata", None, _uv(1) + _uv(2) + _uv(0) + _uv(9) + b"abc", "read past the end"),
+    ("cluster-metadata", None, uvarint(1) + uvarint(2) + uvarint(0) + uvarint(9) + b"abc", "read past the end"),
 ])
 def test_records_that_do_not_decode_say_why(decoder, key, value, words):
     with pytest.raises(MessageError, match=words):
@@ -406,7 +401,7 @@ def test_damaged_records_only_ever_raise_message_error():
     outcomes = Counter()
     for decoder, key, value in samples:
         for damaged in ([value[:i] for i in range(len(value))]
-                        + [_flip(value, rng) for _ in range(40)]):
+                        + [flip_bit(value, rng) for _ in range(40)]):
             try:
                 decode(decoder, key, damaged, expand=True)
                 outcomes["decoded"] += 1
@@ -415,86 +410,12 @@ def test_damaged_records_only_ever_raise_message_error():
     assert outcomes["error"] > 500 and outcomes["decoded"] > 0, outcomes
 
 
-def _flip(value: bytes, rng: random.Random) -> bytes:
-    b = bytearray(value)
-    b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
-    return bytes(b)
-
-
-# -- __share_group_state (KIP-932), encoded by hand from Kafka's specs --------------------------
-# ShareCoordinatorRecordSerde / CoordinatorRecordSerde: key = int16 record type (0 snapshot,
-# 1 update) + ShareSnapshotKey/ShareUpdateKey (non-flexible: int16-length string, 16-byte
-# uuid, int32); value = int16 version 0 + the flexible value struct (compact array = uvarint
-# n + 1, every struct ending with its tagged fields).
-
-SHARE_TOPIC_ID = bytes.fromhex("0c4f9a3e5b7d41e2a8c6f0b1d2e3f405")
-SHARE_TOPIC_ID_TEXT = "DE-aPlt9QeKoxvCx0uP0BQ"  # Kafka's base64 of those 16 bytes
-
-
-def _share_key(record_type: int, group: str, partition: int) -> bytes:
-    raw = group.encode()
-    return (struct.pack(">hh", record_type, len(raw)) + raw + SHARE_TOPIC_ID
-            + struct.pack(">i", partition))
-
-
-def _state_batches(batches) -> bytes:
-    out = _uv(len(batches) + 1)
-    for first, last, state, count in batches:
-        out += struct.pack(">qqbh", first, last, state, count) + _uv(0)  # no tagged fields
-    return out
-
-
-def _share_snapshot_value(snapshot_epoch, state_epoch, leader_epoch, start, created, written,
-                          batches, delivery_complete=None) -> bytes:
-    tagged = _uv(0) if delivery_complete is None else \
-        _uv(1) + _uv(0) + _uv(4) + struct.pack(">i", delivery_complete)  # tag 0, 4 bytes
-    return (struct.pack(">hiiiqqq", 0, snapshot_epoch, state_epoch, leader_epoch, start,
-                        created, written) + _state_batches(batches) + tagged)
-
-
-def _share_update_value(snapshot_epoch, leader_epoch, start, batches) -> bytes:
-    return (struct.pack(">hiiq", 0, snapshot_epoch, leader_epoch, start)
-            + _state_batches(batches) + _uv(0))
-
-
-SHARE_RECORDS = [  # (key, value, what decode gives)
-    (_share_key(0, "sg", 3),
-     _share_snapshot_value(1, 2, 5, 100, 1700000000000, 1700000000500,
-                           [(100, 104, 2, 1), (105, 109, 0, 3)], delivery_complete=5),
-     {"key": {"type": 0, "data": {"groupId": "sg", "topicId": SHARE_TOPIC_ID_TEXT,
-                                  "partition": 3}},
-      "value": {"version": 0, "data": {
-          "snapshotEpoch": 1, "stateEpoch": 2, "leaderEpoch": 5, "startOffset": 100,
-          "deliveryCompleteCount": 5, "createTimestamp": 1700000000000,
-          "writeTimestamp": 1700000000500, "stateBatches": [
-              {"firstOffset": 100, "lastOffset": 104, "deliveryState": 2, "deliveryCount": 1},
-              {"firstOffset": 105, "lastOffset": 109, "deliveryState": 0,
-               "deliveryCount": 3}]}}}),
-    (_share_key(1, "sg", 3), _share_update_value(1, 5, -1, [(110, 110, 4, 5)]),
-     {"key": {"type": 1, "data": {"groupId": "sg", "topicId": SHARE_TOPIC_ID_TEXT,
-                                  "partition": 3}},
-      "value": {"version": 0, "data": {
-          "snapshotEpoch": 1, "leaderEpoch": 5, "startOffset": -1, "stateBatches": [
-              {"firstOffset": 110, "lastOffset": 110, "deliveryState": 4,
-               "deliveryCount": 5}]}}}),
-    (_share_key(0, "sg", 3), None,
-     {"key": {"type": 0, "data": {"groupId": "sg", "topicId": SHARE_TOPIC_ID_TEXT,
-                                  "partition": 3}}, "value": None}),
-]
-
-
-def _share_segment(tmp_path, records, folder="__share_group_state-7"):
-    d = tmp_path / folder
-    d.mkdir()
-    with SegmentWriter(d, 0) as w:
-        for key, value, _ in records:
-            w.append([WriteRecord(key, value, timestamp=1700000001000)])
-    return d / "00000000000000000000.log"
+# -- __share_group_state (KIP-932): the records of tests/share_group_state.py -------------------
 
 
 def test_share_group_state_records_decode_by_their_folder(tmp_path):
     assert base64.urlsafe_b64encode(SHARE_TOPIC_ID).decode().rstrip("=") == SHARE_TOPIC_ID_TEXT
-    path = _share_segment(tmp_path, SHARE_RECORDS)
+    path = share_segment(tmp_path, SHARE_RECORDS)
     assert decoder_for_path(str(path)) == "share-group-state"
     assert [decode("share-group-state", r.key, r.value) for r in _data_records(path)] == [
         d for _, _, d in SHARE_RECORDS]
@@ -505,7 +426,7 @@ def test_share_group_state_records_decode_by_their_folder(tmp_path):
 
 
 def test_share_group_state_rows(tmp_path):
-    path = _share_segment(tmp_path, SHARE_RECORDS)
+    path = share_segment(tmp_path, SHARE_RECORDS)
     state = read_share_group_state(str(path))
     assert state.findings == () and state.header == {"batch_count": 3, "record_count": 3}
     key = {"group_id": "sg", "topic_id": SHARE_TOPIC_ID_TEXT, "partition": 3}
@@ -532,10 +453,10 @@ def test_share_group_state_rows(tmp_path):
 
 def test_share_group_state_records_that_do_not_decode(tmp_path):
     good_key, good_value, _ = SHARE_RECORDS[0]
-    bad = [(_share_key(2, "sg", 3), None, None),             # no record type 2
+    bad = [(share_key(2, "sg", 3), None, None),             # no record type 2
            (good_key, good_value[:-3], None),                 # cut inside the tagged int32
            (good_key, struct.pack(">h", 1) + good_value[2:], None)]  # value version 1
-    path = _share_segment(tmp_path, [SHARE_RECORDS[1], *bad])
+    path = share_segment(tmp_path, [SHARE_RECORDS[1], *bad])
     state = read_share_group_state(str(path))
     assert [r["offset"] for r in state.rows] == [0]
     assert [(f.kind, f.base_offset) for f in state.findings] == [
@@ -559,18 +480,18 @@ def test_decoders_follow_renamed_partition_folders(tmp_path):
 def test_kraft_control_records_decode_with_their_specs():
     # ControlRecordUtils reads each value as version 0 of its spec (flexible: tagged
     # fields at the end of every struct)
-    header = struct.pack(">hq", 0, 1740134033990) + _uv(0)
+    header = struct.pack(">hq", 0, 1740134033990) + uvarint(0)
     assert decode_kraft_control(3, header) == {"type": "SNAPSHOT_HEADER", "version": 0, "data": {
         "version": 0, "lastContainedLogTimestamp": 1740134033990}}
-    assert decode_kraft_control(4, struct.pack(">h", 0) + _uv(0))["data"] == {"version": 0}
-    assert decode_kraft_control(5, struct.pack(">hh", 0, 1) + _uv(0))["data"] == {
+    assert decode_kraft_control(4, struct.pack(">h", 0) + uvarint(0))["data"] == {"version": 0}
+    assert decode_kraft_control(5, struct.pack(">hh", 0, 1) + uvarint(0))["data"] == {
         "version": 0, "kRaftVersion": 1}
     voter = (struct.pack(">i", 1) + SHARE_TOPIC_ID                    # voterId, directory id
-             + _uv(2) + _uv(11) + b"CONTROLLER" + _uv(10) + b"localhost"  # one endpoint
-             + struct.pack(">H", 9093) + _uv(0)
-             + struct.pack(">hh", 0, 1) + _uv(0)                      # kraft.version 0-1
-             + _uv(0))
-    assert decode_kraft_control(6, struct.pack(">h", 0) + _uv(2) + voter + _uv(0)) == {
+             + uvarint(2) + uvarint(11) + b"CONTROLLER" + uvarint(10) + b"localhost"  # one endpoint
+             + struct.pack(">H", 9093) + uvarint(0)
+             + struct.pack(">hh", 0, 1) + uvarint(0)                      # kraft.version 0-1
+             + uvarint(0))
+    assert decode_kraft_control(6, struct.pack(">h", 0) + uvarint(2) + voter + uvarint(0)) == {
         "type": "KRAFT_VOTERS", "version": 0, "data": {"version": 0, "voters": [{
             "voterId": 1, "voterDirectoryId": SHARE_TOPIC_ID_TEXT,
             "endpoints": [{"name": "CONTROLLER", "host": "localhost", "port": 9093}],
@@ -731,7 +652,7 @@ def test_damaged_state_files_are_findings_never_exceptions():
         (read_partition_metadata, partition_metadata_text("gSnfpEbtQfSDpxM2lhEn9A").encode()),
     ]
     for read, good in samples:
-        damaged = [good[:i] for i in range(len(good))] + [_flip(good, rng) for _ in range(60)]
+        damaged = [good[:i] for i in range(len(good))] + [flip_bit(good, rng) for _ in range(60)]
         damaged += [bytes(rng.randrange(256) for _ in range(rng.randrange(80))) for _ in range(60)]
         found = 0
         for data in damaged:

@@ -41,7 +41,7 @@ from kafkalog.writer import (
     encode_v2_batch,
 )
 
-from segments import CORPUS, read_corpus
+from tests.segments import CORPUS, read_corpus
 
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 V2_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-import kafka_messages as km
+from tests import kafka_messages as km
 from kafkalog.internal import decode, spec
 from kafkalog.internal.schema import spec_layouts
 from kafkalog.internal.topics import coordinator_keys, metadata_records

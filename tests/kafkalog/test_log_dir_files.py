@@ -21,7 +21,9 @@ from kafkalog.model import FINDING_KINDS, STATE_FINDING_KINDS
 from kafkalog.state_files import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, PRODUCER_SNAPSHOT
 from kafkalog.writer import WriteRecord, encode_v2_batch
 
-from test_internal_topics import SHARE_RECORDS, _flip, _share_segment
+from tests.kafkalog.broker_files import checkpoint_as_kafka_writes, properties_as_kafka_writes
+from tests.segments import flip_bit
+from tests.share_group_state import SHARE_RECORDS, share_segment
 
 
 # -- partition folder names, made as Kafka's LocalLog makes them ------------------------------
@@ -73,29 +75,9 @@ def test_names_that_are_no_partition_folder(name):
 
 # -- meta.properties: Java properties, as java.util.Properties.load reads them -----------------
 
-def _properties_as_kafka_writes(props: dict[str, str], date: str) -> bytes:
-    """PropertiesUtils.writePropertiesFile: Properties.store(writer, "") - a "#" comment line
-    for the empty comment, one with the date, then key=value with store's escapes (a
-    backslash before \\, =, :, # and !, \\t \\n \\r \\f spelled out, a leading space
-    escaped), UTF-8."""
-    def escape(text: str, is_key: bool) -> str:
-        out = []
-        for i, c in enumerate(text):
-            if c in "\\=:#!":
-                out.append("\\" + c)
-            elif c in "\t\n\r\f":
-                out.append("\\" + {"\t": "t", "\n": "n", "\r": "r", "\f": "f"}[c])
-            elif c == " " and (i == 0 or is_key):
-                out.append("\\ ")
-            else:
-                out.append(c)
-        return "".join(out)
-    lines = ["#", f"#{date}"] + [f"{escape(k, True)}={escape(v, False)}" for k, v in props.items()]
-    return ("\n".join(lines) + "\n").encode("utf-8")
-
 
 def test_meta_properties_as_kafka_writes_them():
-    data = _properties_as_kafka_writes({"node.id": "3", "directory.id": "7JmH4YiRA0Bg4MtqR69GOg",
+    data = properties_as_kafka_writes({"node.id": "3", "directory.id": "7JmH4YiRA0Bg4MtqR69GOg",
                                         "version": "1", "cluster.id": "a:b=c#d!e f"},
                                        "Fri Apr 11 13:50:25 UTC 2025")
     assert b"cluster.id=a\\:b\\=c\\#d\\!e f\n" in data
@@ -199,15 +181,10 @@ def test_clean_shutdown(data, header, words):
 
 # -- offset checkpoints (OffsetCheckpointFile) -------------------------------------------------
 
-def _checkpoint_as_kafka_writes(entries) -> bytes:
-    """CheckpointFile.CheckpointWriteBuffer with OffsetCheckpointFile's formatter."""
-    lines = ["0", str(len(entries))] + [f"{t} {p} {o}" for t, p, o in entries]
-    return ("\n".join(lines) + "\n").encode()
-
 
 def test_offset_checkpoint(tmp_path):
     path = tmp_path / "replication-offset-checkpoint"
-    path.write_bytes(_checkpoint_as_kafka_writes([("orders", 0, 5), ("my.topic-x", 12, 2**63 - 1)]))
+    path.write_bytes(checkpoint_as_kafka_writes([("orders", 0, 5), ("my.topic-x", 12, 2**63 - 1)]))
     state = read_offset_checkpoint(path)
     assert state.findings == () and state.kind == OFFSET_CHECKPOINT
     assert state.header == {"checkpoint": "replication-offset-checkpoint", "version": 0,
@@ -324,13 +301,13 @@ def test_file_kinds(name, kind):
 
 def test_damaged_log_dir_files_are_findings_never_exceptions(tmp_path):
     rng = random.Random(36)
-    share = _share_segment(tmp_path, SHARE_RECORDS).read_bytes()
+    share = share_segment(tmp_path, SHARE_RECORDS).read_bytes()
     samples = [
         (read_share_group_state, share),
-        (read_meta_properties, _properties_as_kafka_writes(
+        (read_meta_properties, properties_as_kafka_writes(
             {"node.id": "1", "version": "1", "cluster.id": "c"}, "today")),
         (read_clean_shutdown, b'{"version":0,"brokerEpoch":11}'),
-        (read_offset_checkpoint, _checkpoint_as_kafka_writes([("a", 0, 1), ("b", 1, 2)])),
+        (read_offset_checkpoint, checkpoint_as_kafka_writes([("a", 0, 1), ("b", 1, 2)])),
         (read_quorum_state, b'{"leaderId":1,"leaderEpoch":1,"votedId":-1,'
                             b'"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA","data_version":1}'),
         (read_metadata_snapshot, REAL_SNAPSHOT.read_bytes()),
@@ -338,7 +315,7 @@ def test_damaged_log_dir_files_are_findings_never_exceptions(tmp_path):
     kinds = set(STATE_FINDING_KINDS) | set(FINDING_KINDS) | {"internal_record_error"}
     for read, good in samples:
         damaged = [good[:i] for i in range(len(good))]
-        damaged += [_flip(good, rng) for _ in range(80)]
+        damaged += [flip_bit(good, rng) for _ in range(80)]
         damaged += [bytes(rng.randrange(256) for _ in range(rng.randrange(120)))
                     for _ in range(40)]
         found = 0

@@ -23,8 +23,9 @@ from kafkalog.internal.share_group_state import read_share_group_state
 from kafkalog.model import Finding
 from kafkalog.writer import SegmentWriter, WriteRecord
 
-from test_internal_topics import SHARE_RECORDS, _uv
-from test_log_dir_files import _checkpoint_as_kafka_writes, _properties_as_kafka_writes
+from tests.kafkalog.broker_files import checkpoint_as_kafka_writes, properties_as_kafka_writes
+from tests.share_group_state import SHARE_RECORDS
+from tests.tiered_encoder import uvarint
 
 BROKER_DIRS = Path(__file__).parents[1] / "data" / "broker-dirs"
 #: the seven directories (a literal list: missing data fails the tests, never skips them)
@@ -485,12 +486,12 @@ def _remote_log_segment_metadata() -> bytes:
     unsigned varints frame version 1, api key 0 = RemoteLogSegmentMetadataRecord, version
     0, then the flexible record of storage/src/main/resources/message/)."""
     topic_id, segment_id = bytes(range(16)), bytes(range(16, 32))
-    id_entry = (_uv(len(b"orders") + 1) + b"orders" + topic_id + struct.pack(">i", 0) + _uv(0)
-                + segment_id + _uv(0))  # TopicIdPartition {Name, Id, Partition}, Id
-    return (_uv(1) + _uv(0) + _uv(0) + id_entry
+    id_entry = (uvarint(len(b"orders") + 1) + b"orders" + topic_id + struct.pack(">i", 0) + uvarint(0)
+                + segment_id + uvarint(0))  # TopicIdPartition {Name, Id, Partition}, Id
+    return (uvarint(1) + uvarint(0) + uvarint(0) + id_entry
             + struct.pack(">qqiqq", 0, 3, 1, 1700000000000, 1700000005000)  # offsets, broker,
-            + _uv(2) + struct.pack(">iq", 0, 0) + _uv(0)                    # times; epochs
-            + struct.pack(">i", 4096) + _uv(0) + struct.pack(">b", 1) + _uv(0))  # size, null
+            + uvarint(2) + struct.pack(">iq", 0, 0) + uvarint(0)                    # times; epochs
+            + struct.pack(">i", 4096) + uvarint(0) + struct.pack(">b", 1) + uvarint(0))  # size, null
     # custom metadata, state COPY_SEGMENT_FINISHED, no tagged fields
 
 
@@ -505,15 +506,15 @@ def _segment(folder: Path, records: list[tuple[bytes | None, bytes | None]], **o
 def test_a_directory_of_what_the_seven_lack_reads_whole(tmp_path):
     root = tmp_path / "kafka-logs"
     root.mkdir()
-    (root / "meta.properties").write_bytes(_properties_as_kafka_writes(
+    (root / "meta.properties").write_bytes(properties_as_kafka_writes(
         {"cluster.id": "5L6g3nShT-eMCtK--X86sw", "directory.id": "xqJgskt667iXfxljqOCMkA",
          "node.id": "1", "version": "1"}, "Fri Feb 21 09:33:52 GMT 2025"))
     (root / ".kafka_cleanshutdown").write_bytes(b'{"version":0,"brokerEpoch":7}')
     (root / ".lock").write_bytes(b"")
     hw = [("orders", 0, 4), ("__share_group_state", 0, 3), ("__remote_log_metadata", 0, 1)]
     for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint"):
-        (root / name).write_bytes(_checkpoint_as_kafka_writes(hw))
-    (root / "log-start-offset-checkpoint").write_bytes(_checkpoint_as_kafka_writes([]))
+        (root / name).write_bytes(checkpoint_as_kafka_writes(hw))
+    (root / "log-start-offset-checkpoint").write_bytes(checkpoint_as_kafka_writes([]))
     (root / "cleaner-offset-checkpoint").write_bytes(b"")
 
     # orders-0: a transaction of producer 7 aborted at offset 2, then a plain record

@@ -16,7 +16,7 @@ import kafkalog
 from kafkalog import Batch, Finding, Limits
 from kafkalog.model import FINDING_KINDS
 
-import segments as s
+from tests import segments as s
 
 
 def split(items):

@@ -23,8 +23,8 @@ from kafkalog.internal.remote_log import (
 from kafkalog.internal.topics import metadata_records
 from kafkalog.writer import SegmentWriter, WriteRecord, internal_record
 
-import tiered_encoder as enc
-from tiered_encoder import uvarint as uv  # the tests' own, not kafkalog's
+from tests import tiered_encoder as enc
+from tests.tiered_encoder import uvarint as uv  # the tests' own, not kafkalog's
 
 TOPIC_ID = "lZ6vvmajTWKDBUTV6SQAtQ"  # Kafka's Uuid.toString of the 16 bytes below
 TOPIC_ID_RAW = base64.urlsafe_b64decode(TOPIC_ID + "==")

@@ -29,8 +29,8 @@ import kafkalog
 from kafkalog import Batch, Finding, Limits
 from kafkalog.model import FINDING_KINDS
 
-import segments as s
-from paths import assert_same_tables, decode_both
+from tests import segments as s
+from tests.paths import assert_same_tables, decode_both
 
 #: Small limits for fuzzing: nothing a damaged input does may allocate more.
 SMALL = Limits(max_entry_size=1 << 20, max_decompressed_size=1 << 20, max_records_per_batch=1 << 16)

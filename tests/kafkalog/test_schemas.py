@@ -9,12 +9,8 @@ alone.
 
 from __future__ import annotations
 
-import base64
-import importlib.resources
 import json
-import os
 import struct
-import warnings
 
 import pytest
 
@@ -23,188 +19,14 @@ from kafkalog.schemas import (
     FIELDS, MALFORMED, UNKNOWN_SCHEMA_ID, Registry, decode_fields, from_folder, from_schemas_topic,
 )
 from kafkalog.schemas.wire import read_message_indexes, schema_ref
-from kafkalog.writer import SegmentWriter, WriteRecord
 
-import authlib.deprecate  # noqa: E402,F401  (it sets its warnings to "always" on import)
-
-with warnings.catch_warnings():  # authlib's "use httpx2" notice, on confluent-kafka's import
-    warnings.simplefilter("ignore")
-    from confluent_kafka.schema_registry import (
-        Schema, SchemaReference, SchemaRegistryClient, header_schema_id_serializer,
-    )
-    from confluent_kafka.schema_registry.avro import AvroSerializer
-    from confluent_kafka.schema_registry.json_schema import JSONSerializer
-    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.json_format import MessageToDict
-from grpc_tools import protoc
-
-CUSTOMER = {"type": "record", "name": "Customer", "namespace": "shop",
-            "fields": [{"name": "name", "type": "string"}]}
-ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "note", "type": ["null", "string"], "default": None},
-    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["NEW", "PAID"]}},
-    {"name": "raw", "type": "bytes"},
-    {"name": "digest", "type": {"type": "fixed", "name": "Digest", "size": 2}},
-    {"name": "tags", "type": {"type": "map", "values": "int"}},
-    {"name": "amount", "type": ["null", "double"], "default": None},
-]}
-# v2 adds a field with a default and refers to shop.Customer in another subject
-ORDER_V2 = {**ORDER_V1, "fields": ORDER_V1["fields"] + [
-    {"name": "customer", "type": ["null", "shop.Customer"], "default": None}]}
-EVENT_SCHEMA = {"type": "object", "properties": {"kind": {"type": "string"}, "n": {"type": "integer"}}}
-SHOP_PROTO = """syntax = "proto3";
-package shop.v1;
-import "google/protobuf/timestamp.proto";
-message Payment {
-  int64 id = 1;
-  string currency = 2;
-  bytes token = 3;
-  enum State { UNKNOWN = 0; SETTLED = 1; }
-  State state = 4;
-  google.protobuf.Timestamp at = 5;
-  message Line { string sku = 1; int32 qty = 2; }
-  repeated Line lines = 6;
-}
-message Refund {
-  int64 payment_id = 1;
-  Payment.Line line = 2;
-}
-"""
-
-
-def proto_classes(text: str, package: str, names, file: str = "shop.proto") -> dict:
-    """The messages ``names`` of .proto ``text``, compiled by protoc (grpcio-tools) into a
-    fresh pool."""
-    import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        with open(os.path.join(tmp, file), "w") as f:
-            f.write(text)
-        include = str(importlib.resources.files("grpc_tools") / "_proto")
-        assert protoc.main(["protoc", f"-I{tmp}", f"-I{include}", "--include_imports",
-                            f"--descriptor_set_out={tmp}/d.pb", file]) == 0
-        with open(f"{tmp}/d.pb", "rb") as f:
-            fds = descriptor_pb2.FileDescriptorSet.FromString(f.read())
-    pool = descriptor_pool.DescriptorPool()
-    for fdp in fds.file:
-        pool.Add(fdp)
-    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{n}"))
-            for n in names}
-
-
-def proto_module():
-    """The messages of SHOP_PROTO."""
-    return proto_classes(SHOP_PROTO, "shop.v1", ("Payment", "Refund", "Payment.Line"))
-
-
-def schemas_records(client, subjects, deleted=(), hard_deleted=(), extra=()):
-    """``_schemas`` records (key, value) for every version the mock registry holds, shaped
-    as Schema Registry's KafkaStore writes them: a CONFIG and a NOOP first, then each
-    version's SCHEMA record; soft deletes rewrite the SCHEMA record with deleted true,
-    hard deletes follow with a null value."""
-    def dumps(obj):
-        return json.dumps(obj, separators=(",", ":")).encode()
-
-    out = [(dumps({"keytype": "CONFIG", "subject": None, "magic": 0}),
-            dumps({"compatibilityLevel": "BACKWARD"})),
-           (dumps({"keytype": "NOOP", "magic": 0}), None),
-           (dumps({"keytype": "MODE", "subject": None, "magic": 0}), dumps({"mode": "READWRITE"}))]
-    values = {}
-    for subject in subjects:
-        for version in client.get_versions(subject):
-            rs = client.get_version(subject, version)
-            value = {"subject": subject, "version": version, "id": rs.schema_id, "guid": rs.guid}
-            if rs.schema.schema_type != "AVRO":  # the registry leaves AVRO implicit
-                value["schemaType"] = rs.schema.schema_type
-            if rs.schema.references:
-                value["references"] = [{"name": r.name, "subject": r.subject, "version": r.version}
-                                       for r in rs.schema.references]
-            value.update({"schema": rs.schema.schema_str, "deleted": False})
-            key = {"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1}
-            values[(subject, version)] = (key, value)
-            out.append((dumps(key), dumps(value)))
-    for sv in deleted:
-        key, value = values[sv]
-        out.append((dumps(key), dumps({**value, "deleted": True})))
-    for sv in hard_deleted:
-        out.append((dumps(values[sv][0]), None))
-    return out + list(extra)
-
-
-class Data:
-    """Records serialized by confluent-kafka, and the ``_schemas`` records of its registry."""
-
-    def __init__(self):
-        client = SchemaRegistryClient.new_client({"url": "mock://kafkalog-test"})
-        conf = {"auto.register.schemas": True}
-
-        def ctx(topic, field=MessageField.VALUE, headers=None):
-            return SerializationContext(topic, field, headers)
-
-        # Avro: two versions of one subject, v2 with a reference; a string key
-        client.register_schema("shop.Customer", Schema(json.dumps(CUSTOMER), "AVRO"))
-        v1 = AvroSerializer(client, json.dumps(ORDER_V1), conf=conf)
-        v2 = AvroSerializer(client, Schema(json.dumps(ORDER_V2), "AVRO",
-                                           [SchemaReference("shop.Customer", "shop.Customer", 1)]),
-                            conf=conf)
-        key = AvroSerializer(client, '"string"', conf=conf)
-        self.order_v1 = {"id": 1, "note": None, "kind": "NEW", "raw": b"\x00\xff",
-                         "digest": b"ab", "tags": {"a": 1}, "amount": 2.5}
-        self.order_v2 = {**self.order_v1, "id": 2, "note": "hi", "kind": "PAID",
-                         "customer": {"name": "Ada"}}
-        self.orders = [
-            (key("k1", ctx("orders", MessageField.KEY)), v1(self.order_v1, ctx("orders")), ()),
-            (key("k2", ctx("orders", MessageField.KEY)), v2(self.order_v2, ctx("orders")), ()),
-        ]
-        # the same v2 value with its schema named by a header (GUID), not the prefix
-        headers = []
-        by_header = AvroSerializer(client, Schema(json.dumps(ORDER_V2), "AVRO",
-                                                  [SchemaReference("shop.Customer", "shop.Customer", 1)]),
-                                   conf={**conf, "schema.id.serializer": header_schema_id_serializer})
-        value = by_header(self.order_v2, ctx("orders", headers=headers))
-        self.orders.append((None, value, tuple(headers)))
-
-        # JSON Schema
-        events = JSONSerializer(json.dumps(EVENT_SCHEMA), client, conf=conf)
-        self.event = {"kind": "click", "n": 3}
-        self.events = [(None, events(self.event, ctx("events")), ())]
-
-        # Protobuf: two message types of one .proto (indexes [0] and [1]) and a nested one
-        m = proto_module()
-        self.payment = m["Payment"](id=2**40, currency="EUR", token=b"\x01\x02", state=1,
-                                    lines=[m["Payment.Line"](sku="x", qty=2)])
-        self.payment.at.FromSeconds(1_700_000_000)
-        self.refund = m["Refund"](payment_id=7, line=m["Payment.Line"](sku="y", qty=1))
-        self.line = m["Payment.Line"](sku="z")
-        pconf = {**conf, "use.deprecated.format": False}
-        ser = {n: ProtobufSerializer(m[n], client, conf=pconf) for n in m}
-        self.payments = [(None, ser["Payment"](self.payment, ctx("payments")), ()),
-                         (None, ser["Refund"](self.refund, ctx("refunds")), ()),
-                         (None, ser["Payment.Line"](self.line, ctx("lines")), ())]
-        # a Protobuf value named by header: GUID and message indexes in the header
-        headers = []
-        by_header = ProtobufSerializer(m["Refund"], client, conf={
-            **pconf, "schema.id.serializer": header_schema_id_serializer})
-        self.payments.append((None, by_header(self.refund, ctx("refunds", headers=headers)),
-                              tuple(headers)))
-        self.client = client
-        self.subjects = ["shop.Customer", "orders-key", "orders-value", "events-value",
-                         "payments-value", "refunds-value", "lines-value"]
-        self.schemas = schemas_records(client, self.subjects, deleted=[("orders-value", 1)])
+from tests.schema_data import (CUSTOMER, EVENT_SCHEMA, ORDER_V1, ORDER_V2, SHOP_PROTO, Data,
+                               avro_json, pb, schemas_records, write_segment)
 
 
 @pytest.fixture(scope="module")
 def data():
     return Data()
-
-
-def write_segment(folder, records):
-    with SegmentWriter(folder) as w:
-        w.append([WriteRecord(r[0], r[1], tuple(r[2]) if len(r) > 2 else ()) for r in records])
-    return os.path.join(folder, "00000000000000000000.log")
 
 
 @pytest.fixture(scope="module")
@@ -220,19 +42,6 @@ def snapshot(tmp_path_factory, data):
 @pytest.fixture(scope="module")
 def registry(snapshot):
     return from_schemas_topic(str(snapshot / "_schemas-0"))
-
-
-def b64(b: bytes) -> str:
-    return base64.b64encode(b).decode()
-
-
-def avro_json(datum: dict) -> dict:
-    """The issue's rendering of an Avro datum: bytes and fixed as standard base64."""
-    return {k: b64(v) if isinstance(v, bytes) else v for k, v in datum.items()}
-
-
-def pb(msg) -> dict:
-    return MessageToDict(msg, preserving_proto_field_name=True)
 
 
 def test_every_value_decodes_from_the_schemas_segment_alone(data, registry):

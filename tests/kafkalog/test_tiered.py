@@ -29,8 +29,8 @@ from kafkalog.tiered.chunks import decode_chunk_sizes
 from kafkalog.tiered.crypto import _rsa_raw, oaep_decode
 from kafkalog.tiered.layout import group_segments, object_key
 
-import tiered_data as td
-import tiered_encoder as enc
+from tests import tiered_data as td
+from tests import tiered_encoder as enc
 
 LOG = td.log_bytes()
 

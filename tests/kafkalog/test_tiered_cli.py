@@ -15,8 +15,8 @@ import pytest
 from kafkalog.cli import main
 from kafkalog.writer import SegmentWriter, WriteRecord, internal_record
 
-import tiered_data as td
-import tiered_encoder as enc
+from tests import tiered_data as td
+from tests import tiered_encoder as enc
 
 LOG = td.log_bytes()
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,8 +13,8 @@ import pytest
 from kafkalog.internal.remote_log import read_events
 from kafkalog.tiered import inventory
 
-import tiered_encoder as enc
-from segments import batch_v2, record
+from tests import tiered_encoder as enc
+from tests.segments import batch_v2, record
 
 TOPIC_ID = "lZ6vvmajTWKDBUTV6SQAtQ"  # Kafka's Uuid.toString of a topic id
 A, B, C = "adh9f8BMS4anaUnD8KWfWg", "Bdh9f8BMS4anaUnD8KWfWg", "Cdh9f8BMS4anaUnD8KWfWg"

@@ -15,8 +15,8 @@ import pytest
 from kafkalog.errors import ChunkError, RemoteObjectError
 from kafkalog.tiered import KeyRing, RemoteSegment, S3Objects
 
-import tiered_data as td
-import tiered_encoder as enc
+from tests import tiered_data as td
+from tests import tiered_encoder as enc
 
 pytestmark = pytest.mark.pipeline  # an S3 server (moto), as the repository marks such tests
 

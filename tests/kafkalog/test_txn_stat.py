@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 
-import segments as seg
+from tests import segments as seg
 from kafkalog.cli import build_parser
 from kafkalog.cli.txn_stat import partitions, txn_stat
 

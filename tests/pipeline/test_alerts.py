@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_env import DAG_ID, DAGS  # noqa: E402  (Airflow's settings first)
-from test_dags import DONE, PASSED, finish_run, nightly_in_db  # noqa: F401  (a fixture)
+from tests.airflow_env import DAG_ID, DAGS  # noqa: E402  (Airflow's settings first)
+from tests.pipeline.dag_runs import DONE, PASSED, finish_run  # noqa: E402
 
 pytestmark = pytest.mark.pipeline
 

@@ -37,13 +37,16 @@ from pathlib import Path
 
 import pytest
 
-# expected_records: the distinct (partition, offset) per topic of CRC-valid records, decoded
-# from the snapshot files with kafkalog; warehouse_rows / record_keys read the published tables
-from test_dags_e2e import demo_segments, expected_records, record_keys, warehouse_rows  # noqa: E402
+# Airflow's settings for the tests, before anything imports airflow
+from tests import airflow_env  # noqa: E402,F401
 
 from demo import data as demo_data, servers  # noqa: E402
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID as DAG_ID  # noqa: E402
-from spark_settings import SUBMIT_CONF  # noqa: E402
+
+# expected_records: the distinct (partition, offset) per topic of CRC-valid records, decoded
+# from the snapshot files with kafkalog; warehouse_rows / record_keys read the published tables
+from tests.pipeline.demo_nights import demo_segments, expected_records, record_keys, warehouse_rows  # noqa: E402
+from tests.spark_settings import SUBMIT_CONF  # noqa: E402
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
@@ -135,11 +138,11 @@ class Airflow:
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory):
+def airflow(tmp_path_factory, demo_nights):
     out = tmp_path_factory.mktemp("backfill")
     logs = out / "pipeline-logs"
     logs.mkdir()
-    demo_data.write_nights(out / "snapshots")
+    demo_nights(out / "snapshots")  # demo_data.write_nights's (tests/pipeline/conftest.py)
     server, endpoint = servers.start_s3(out / "snapshots")
     port = servers.free_port()
     env = servers.airflow_env(out, endpoint, api_port=port)
@@ -446,7 +449,7 @@ def test_a_publish_refused_for_a_conflict_is_rerun_by_the_dag(airflow):
     from urllib.parse import quote
 
     import boto3
-    from test_faults import lost_and_duplicated, published, truth
+    from tests.spark_jobs.faults import lost_and_duplicated, published, truth
 
     from kafkalog_pipeline.tasks import RERUN_TASK, rerun_id
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
-from airflow_env import DAG_ID, DAGS, parse_against_peer  # noqa: E402
+from tests.airflow_env import DAG_ID, DAGS, parse_against_peer  # noqa: E402
+from tests.pipeline.dag_runs import DONE, PASSED, FakeTI, finish_run  # noqa: E402
 
 from kafkalog_pipeline import snapshots  # noqa: E402  (no Airflow import)
 
@@ -178,21 +179,6 @@ def test_runs_take_the_warehouse_in_turn(dag, monkeypatch):
 
 
 # ------------------------------------------------------------------ rerun after a conflict
-class FakeTI:
-    """What the rerun's decision reads of a running task instance: XComs."""
-
-    dag_id = DAG_ID
-
-    def __init__(self, xcoms: dict):
-        self.xcoms, self.pushed = xcoms, {}
-
-    def xcom_pull(self, task_ids, key="return_value"):
-        return self.xcoms.get((task_ids, key))
-
-    def xcom_push(self, key, value):
-        self.pushed[key] = value
-
-
 CONFLICT = {"table": "records", "runs": ["manual__2026-11-21T03:00:00+00:00"], "files": 2}
 PARAMS = {"date_from": None, "date_to": None, "topics": "orders*", "reprocess": False,
           "schema_registry_conn_id": None, "rerun_of": None}
@@ -259,69 +245,9 @@ def test_verdict_paragraphs():
     assert len(merge("x" * 2000, "DQ: passed")) == 1000
 
 
-@pytest.fixture(scope="module")
-def nightly_in_db():
-    """A fresh metadata DB holding the nightly DAG as the dag-processor writes it."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
-    from airflow.models.dagbag import DBDagBag
-    from airflow.utils import db
-    from airflow.utils.session import create_session
-
-    db.resetdb()
-    manager = DagBundlesManager()
-    with create_session() as session:
-        manager.sync_bundles_to_db(session=session)
-    for bundle in manager.get_all_dag_bundles():
-        bundle.initialize()
-        sync_bag_to_db(BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path,
-                                    bundle_name=bundle.name), bundle.name, bundle.version)
-    with create_session() as session:
-        return DBDagBag().get_latest_version_of_dag(DAG_ID, session=session)
-
-
-def finish_run(dag, run_id: str, states: dict, xcoms: dict, *, conf=None, note=None,
-               callbacks: list | None = None):
-    """A run of the nightly DAG whose tasks ended in ``states`` having pushed ``xcoms``
-    (``{(task_id, key): value}``); the scheduler's own ``DagRun.update_state`` decides the
-    rest (trigger rules) and the run's state, and calls the listeners as the scheduler
-    does. The run's callback request (for the dag-processor, as the scheduler sends it) is
-    appended to ``callbacks``. Returns (run state, its note)."""
-    from airflow.models.dagrun import DagRun
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState
-    from airflow.utils.types import DagRunTriggeredByType, DagRunType
-
-    with create_session() as session:
-        dr = dag.create_dagrun(run_id=run_id, run_after=dt.datetime.now(dt.timezone.utc),
-                               run_type=DagRunType.MANUAL, conf=conf or {}, note=note,
-                               triggered_by=DagRunTriggeredByType.TEST,
-                               state=DagRunState.RUNNING, session=session)
-        session.flush()
-        for ti in dr.get_task_instances(session=session):
-            ti.state = states.get(ti.task_id, ti.state)
-        for (task_id, key), value in xcoms.items():
-            XComModel.set(key=key, value=value, dag_id=DAG_ID, task_id=task_id, run_id=run_id,
-                          session=session)
-        session.flush()
-        dr.dag = dag
-        for _ in range(5):  # each pass settles one more layer of trigger rules
-            _, callback = dr.update_state(session=session, execute_callbacks=False)
-            if dr.state != DagRunState.RUNNING:
-                if callbacks is not None and callback is not None:
-                    callbacks.append(callback)
-                break
-    with create_session() as session:
-        dr = session.query(DagRun).filter_by(dag_id=DAG_ID, run_id=run_id).one()
-        return str(dr.state), dr.note
-
-
-PASSED = {"fail": 0, "warn": 0, "pass": 5, "failed": {}, "warned": {}}
 NO_SNAPSHOT_WARNED = {"fail": 0, "warn": 1, "pass": 0, "failed": {},
                       "warned": {"snapshot_missing": ["2026-11-25"]}}
 NO_SNAPSHOT = {"nights": ["2026-11-25"], "where": ["s3://b/snapshots/2026-11-25/"]}
-DONE = {"plan": "success", "decode_chunk": "success", "check_quality": "success"}
 
 
 @pytest.mark.parametrize("case", [
@@ -637,7 +563,7 @@ def test_snapshot_dates_and_prefix():
 
 # ------------------------------------------------------------------ S3 listing (moto)
 def _expected_segments(root: Path, date: str) -> list[tuple]:
-    from test_dags_e2e import demo_segments
+    from tests.pipeline.demo_nights import demo_segments
 
     out = []
     for log, topic, partition in demo_segments(root / date):
@@ -647,11 +573,9 @@ def _expected_segments(root: Path, date: str) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def snapshot_root(tmp_path_factory):
-    from demo import data as demo_data
-
+def snapshot_root(tmp_path_factory, demo_nights):
     root = tmp_path_factory.mktemp("snapshots")
-    demo_data.write_nights(root)
+    demo_nights(root)  # demo.data.write_nights's (tests/pipeline/conftest.py)
     return root
 
 

@@ -20,12 +20,14 @@ from pathlib import Path
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
-from airflow_env import DAG_ID, DAGS  # noqa: E402
+from tests.airflow_env import DAG_ID, DAGS  # noqa: E402
 
 from spark_jobs.warehouse import Warehouse, branch_name  # noqa: E402
 from spark_jobs.warehouse.history import published_snapshot  # noqa: E402
 from spark_jobs.layout import TABLE_NAMES  # noqa: E402
 from spark_jobs.audit import registry  # noqa: E402
+
+from tests.pipeline.demo_nights import expected_records, record_keys, warehouse_rows  # noqa: E402
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
@@ -34,91 +36,7 @@ NIGHTS = ("2026-11-20", "2026-11-21")
 EOS_CHECKS = tuple(c.name for c in registry.EOS_CHECKS)
 
 
-# ------------------------------------------------------------------ expectations
-def demo_segments(night: Path) -> list[tuple[Path, str, int]]:
-    """(path, topic, partition) of every segment of a demo night, at any depth (night 2 has a
-    second broker's log directory: demo.data.BROKER_2), by the snapshot grammar
-    (spark_jobs.layout.SEGMENT_KEY)."""
-    from spark_jobs import layout
-
-    return [(log, m["topic"], int(m["partition"])) for log in sorted(night.rglob("*.log"))
-            if (m := layout.SEGMENT_KEY.search(log.relative_to(night).as_posix()))]
-
-
-def expected_records(root: Path, dates) -> dict[str, set]:
-    """topic -> {(partition, offset)} of the data records in the snapshots of ``dates``."""
-    import kafkalog
-
-    out: dict[str, set] = {}
-    for date in dates:
-        for log, topic, partition in demo_segments(root / date):
-            t = kafkalog.decode(log).records
-            for offset, ok in zip(t.column("offset").to_pylist(), t.column("crc_valid").to_pylist()):
-                if ok:
-                    out.setdefault(topic, set()).add((int(partition), offset))
-    return out
-
-
-def warehouse_rows(warehouse: Path, name: str, columns=None) -> list[dict]:
-    """Rows of table ``name`` on ``main`` (the embedded catalog under ``warehouse``)."""
-    from spark_jobs.schemas import PARTITIONS
-    from spark_jobs.tables import read_arrow
-
-    if columns:  # partition columns too, as the Hive folders gave them before
-        columns = tuple(columns) + tuple(c for c in PARTITIONS[name] if c not in columns)
-    return read_arrow(str(warehouse), name, columns=columns or None).to_pylist()
-
-
-def record_keys(warehouse: Path) -> list[tuple]:
-    return [(r["topic"], r["partition"], r["offset"])
-            for r in warehouse_rows(warehouse, "records", ["topic", "partition", "offset"])]
-
-
 # ------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="module")
-def airflow_db():
-    from airflow.configuration import conf
-    from airflow.utils import db
-
-    conf.set("core", "dags_folder", str(DAGS))
-    db.resetdb()
-    yield
-
-
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
-    """Snapshots in a fresh bucket, a fresh warehouse, settings and connections in the env."""
-    import uuid
-
-    import boto3
-
-    from demo import data as demo_data, exactly_once, servers
-
-    root = tmp_path_factory.mktemp("snapshots")
-    demo_data.write_nights(root)
-    bucket = f"snap-{uuid.uuid4().hex[:10]}"
-    demo_data.upload(root, bucket, "nightly", boto3.client("s3", endpoint_url=s3_endpoint))
-    warehouse = tmp_path_factory.mktemp("warehouse")
-    env = {
-        "KAFKALOG_WAREHOUSE": str(warehouse),
-        "KAFKALOG_SNAPSHOT_BUCKET": bucket,
-        "KAFKALOG_SNAPSHOT_PREFIX": "nightly",
-        "KAFKALOG_CHUNK_BYTES": "3000",
-        "KAFKALOG_MAX_CHUNKS": "2",
-        # the demo's policy: its planted exactly-once faults warn (demo.exactly_once)
-        "KAFKALOG_POLICY": str(exactly_once.write_policy(warehouse.parent / "policy.yaml")),
-        **servers.local_connections(s3_endpoint, "testing"),
-    }
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield {"root": root, "bucket": bucket, "warehouse": warehouse, "endpoint": s3_endpoint}
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
 @pytest.fixture(scope="module")
 def dag(pipeline):
     from airflow.dag_processing.dagbag import DagBag

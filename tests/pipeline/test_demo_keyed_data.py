@@ -19,6 +19,8 @@ import pytest
 import kafkalog
 from demo import cdc, data
 
+from tests.runs import decode
+
 CUSTOMERS = "customers-0"
 DEBEZIUM = f"{cdc.TOPIC}-{cdc.PARTITION}"
 
@@ -41,8 +43,8 @@ CDC = (
 
 
 @pytest.fixture(scope="module")
-def nights(tmp_path_factory) -> list[Path]:
-    return data.write_nights(tmp_path_factory.mktemp("snapshots"))
+def nights(tmp_path_factory, demo_nights) -> list[Path]:
+    return demo_nights(tmp_path_factory.mktemp("snapshots"))  # data.write_nights's
 
 
 def decoded(folder: Path):
@@ -167,7 +169,6 @@ def test_the_job_builds_these_states_night_by_night(spark, nights, tmp_path):
     import datetime as dt
     import shutil
 
-    from spark_jobs import decode as job
     from spark_jobs import layout
     from spark_jobs.warehouse import Warehouse
 
@@ -176,8 +177,7 @@ def test_the_job_builds_these_states_night_by_night(spark, nights, tmp_path):
         src = tmp_path / f"in{n}"
         for part in (CUSTOMERS, DEBEZIUM):
             shutil.copytree(night / part, src / part)
-        job.main(["--input", str(src), "--output", wh, "--run-id", f"n{n}",
-                  "--night", data.NIGHTS[n]], spark=spark)
+        decode(spark, src, wh, f"n{n}", night=data.NIGHTS[n])
     w = Warehouse(wh)
     latest, table = w.load("latest__customers"), w.load(layout.cdc_table_name(cdc.TOPIC))
     for n, night in enumerate(data.NIGHTS):

@@ -229,7 +229,7 @@ def test_the_demo_warehouse_reads_the_same_in_duckdb(demo_out):
     """The README's DuckDB recipe on a demo warehouse (issue 35 item 4): each table the
     catalog lists, read by DuckDB's own Iceberg reader (tests/duckdb_engine.py), has the rows
     pyiceberg reads, every column; ``make demo``'s full warehouse is not here (Airflow)."""
-    import duckdb_engine
+    from tests import duckdb_engine
 
     counts = duckdb_engine.compare_warehouse(Warehouse(str(demo_out / "warehouse")))
     assert counts == {"dq_results": len(RESULTS), "values__shipments": 4,
@@ -241,7 +241,7 @@ def test_the_demo_warehouse_reads_the_same_in_duckdb(demo_out):
 def test_the_demo_secret_is_masked_in_task_logs():
     """A connection secret shorter than Airflow's masking minimum is left in the logs, and
     every task warned "Skipping masking for a secret as it's too short"."""
-    import airflow_env  # noqa: F401  (Airflow's settings, before airflow is imported)
+    from tests import airflow_env  # noqa: F401  (Airflow's settings, before airflow is imported)
     from airflow.configuration import conf
 
     secret = json.loads(servers.local_connections("http://x", servers.DEMO_KEY)[
@@ -336,7 +336,7 @@ def _batches(log: bytes) -> dict:
     return out
 
 
-def test_the_demo_tier_holds_each_offset_once_beside_its_tail_and_one_orphan(tmp_path):
+def test_the_demo_tier_holds_each_offset_once_beside_its_tail_and_one_orphan(tmp_path, demo_nights):
     """demo.tiered's nights and tier, replayed here: the copies whose last event is
     COPY_SEGMENT_FINISHED (a state machine of this test's) and the local tail cover the
     topic's offsets without a hole, overlapping only where the bytes agree; exactly one copy
@@ -345,7 +345,7 @@ def test_the_demo_tier_holds_each_offset_once_beside_its_tail_and_one_orphan(tmp
     from demo import data, tiered
     from kafkalog.internal.remote_log import read_events
 
-    data.write_nights(tmp_path / "snapshots")
+    demo_nights(tmp_path / "snapshots")  # data.write_nights's (tests/pipeline/conftest.py)
     assert tiered.write_tier(tmp_path) == 3 * len(tiered.SEGMENTS)
     night = tmp_path / "snapshots" / data.NIGHTS[-1]
     last_state: dict = {}

@@ -468,7 +468,7 @@ def test_airflow_init_catalog_step_refuses_what_it_must_not_touch(tmp_path):
 
 # ---- airflow-init's catalog step against a real PostgreSQL server ------------------------------
 
-from postgres import postgres_server  # noqa: E402,F401 - the fixture (tests/postgres.py)
+from tests.postgres import postgres_server  # noqa: E402,F401 - the fixture (tests/postgres.py)
 
 
 def test_airflow_init_creates_the_catalog_role_and_database_on_a_real_postgres(

@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
-from airflow_env import DAG_ID, REPO  # noqa: E402
-from test_dags_e2e import airflow_db, pipeline  # noqa: E402,F401  (the fixtures)
+from tests.airflow_env import DAG_ID, REPO  # noqa: E402
 
 pytestmark = pytest.mark.pipeline
 
@@ -193,7 +192,7 @@ def test_a_rerun_is_the_child_of_the_task_that_triggers_it():
     parent, from whoever triggered it): TriggerDagRunOperator then adds this task's run
     (apache-airflow-providers-standard utils/openlineage.py skips a conf that has one)."""
     from kafkalog_pipeline.tasks import OPENLINEAGE_CONF, rerun_request
-    from test_dags import FakeTI
+    from tests.pipeline.dag_runs import FakeTI
 
     ti = FakeTI({("publish", "conflict"): {"table": "records", "runs": ["r0"], "files": 1},
                  ("plan", "plan"): {"dates": ["2026-11-20"]}})

@@ -9,13 +9,13 @@ import json
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
-from airflow_env import DAGS  # noqa: E402
+from tests.airflow_env import DAGS  # noqa: E402
 
 from kafkalog_pipeline import schema_registry, tasks  # noqa: E402
 from spark_jobs import layout, storage  # noqa: E402
 from spark_jobs.decode import values  # noqa: E402
 
-from test_schemas import Data, write_segment  # noqa: E402
+from tests.schema_data import Data, write_segment  # noqa: E402
 
 pytestmark = pytest.mark.pipeline
 

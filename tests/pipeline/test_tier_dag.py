@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
-from airflow_env import DAGS  # noqa: E402
+from tests.airflow_env import DAGS  # noqa: E402
 
 from kafkalog_pipeline import settings, tasks  # noqa: E402
-from segments import kp_v2  # noqa: E402
+from tests.segments import kp_v2  # noqa: E402
 from spark_jobs import layout, storage  # noqa: E402
 
 pytestmark = pytest.mark.pipeline

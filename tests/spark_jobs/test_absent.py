@@ -19,7 +19,8 @@ from spark_jobs import tables
 from spark_jobs.warehouse import Warehouse
 from spark_jobs.audit import results
 
-from test_quality import T0, dq_rows, recs, write_segments
+from tests.runs import decode, dq_rows
+from tests.snapshots import T0, recs, write_segments
 
 pytestmark = pytest.mark.pipeline
 
@@ -64,11 +65,9 @@ def run_night(spark, W, snapshot, run_id: str, night: str, *, publish=True) -> i
     """Decode ``snapshot`` as run ``run_id`` of ``night``, audit it, publish it if it passed;
     the audit's exit status."""
     from spark_jobs import check_quality
-    from spark_jobs import decode as job
     from spark_jobs import publish as publishing
 
-    job.main(["--input", str(snapshot), "--output", W, "--run-id", run_id, "--night", night,
-              "--no-publish"], spark=spark)
+    decode(spark, snapshot, W, run_id, "--no-publish", night=night)
     code = check_quality.main(["--warehouse", W, "--run-id", run_id, "--no-docs"], spark=spark)
     if publish and code == 0:
         publishing.publish(W, run_id)

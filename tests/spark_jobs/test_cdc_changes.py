@@ -1,7 +1,7 @@
 """The cdc kind's change frames (spark_jobs.derive.cdc, issue 35 item 3) against an
 independent replay.
 
-The envelopes are written here as Debezium writes them (debezium.io, the PostgreSQL and
+The envelopes are written (tests/spark_jobs/cdc_envelopes.py) as Debezium writes them (debezium.io, the PostgreSQL and
 MySQL connector pages: their ``source`` blocks; the JsonConverter with and without the
 schema wrapper; an AvroConverter value as the decode job renders it in ``records.value_json``).
 The expectation is :mod:`cdc_replay` (Debezium's documented semantics, nothing of
@@ -14,19 +14,23 @@ products table, a SQL Server DECIMAL/DATETIME row.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import json
 
 import pyarrow as pa
 import pytest
-from cdc_replay import key_of, replay
 
 from spark_jobs import findings, schemas
 from spark_jobs.derive import cdc, keyed
 
+from tests.snapshots import T0
+from tests.spark_jobs.cdc_envelopes import (ANNE, BOB, PG_SCHEMA, PG_SOURCE, ROW, emp_snapshot,
+                                           envelope_schema, fields, mysql_key, mysql_value, pg_key,
+                                           pg_value, typed_expected, unscaled, untyped_expected,
+                                           wrap)
+from tests.spark_jobs.cdc_replay import key_of, replay
+
 TOPIC = "dbserver1.inventory.customers"
-T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "value_json",
                   "txn_state", "is_transactional", "batch_position", "segment",
                   "segment_base_offset", "run_id")
@@ -67,60 +71,7 @@ def fold(frame: pa.Table) -> dict[str, dict]:
     return state
 
 
-def wrap(schema: dict, payload: dict) -> str:
-    return json.dumps({"schema": schema, "payload": payload})
-
-
-def fields(*specs) -> list[dict]:
-    return [{"type": t, "optional": o, "field": f} for t, o, f in specs]
-
-
 # ------------------------------------------------------------------ PostgreSQL, with the wrapper
-ROW = fields(("int32", False, "id"), ("string", False, "first_name"),
-             ("string", True, "email")) + [
-    {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1,
-     "field": "birth_date"}]
-PG_SOURCE = fields(("string", False, "version"), ("string", False, "connector"),
-                   ("string", False, "name"), ("int64", False, "ts_ms"),
-                   ("string", True, "snapshot"), ("string", False, "db"),
-                   ("string", True, "sequence"), ("string", False, "schema"),
-                   ("string", False, "table"), ("int64", True, "txId"),
-                   ("int64", True, "lsn"), ("int64", True, "xmin"))
-
-
-def envelope_schema(row_fields, source_fields, name="PostgreSQL_server.inventory.customers"):
-    value = {"type": "struct", "fields": row_fields, "optional": True, "name": f"{name}.Value"}
-    return {"type": "struct", "optional": False, "name": f"{name}.Envelope", "fields": [
-        {**value, "field": "before"}, {**value, "field": "after"},
-        {"type": "struct", "fields": source_fields, "optional": False,
-         "name": "io.debezium.connector.postgresql.Source", "field": "source"},
-        {"type": "string", "optional": False, "field": "op"},
-        {"type": "int64", "optional": True, "field": "ts_ms"},
-        {"type": "struct", "optional": True, "name": "event.block", "field": "transaction",
-         "fields": fields(("string", False, "id"), ("int64", False, "total_order"),
-                          ("int64", False, "data_collection_order"))}]}
-
-
-PG_SCHEMA = envelope_schema(ROW, PG_SOURCE)
-KEY_SCHEMA = {"type": "struct", "name": "PostgreSQL_server.inventory.customers.Key",
-              "optional": False, "fields": fields(("int32", False, "id"))}
-
-
-def pg_key(i: int) -> str:
-    return wrap(KEY_SCHEMA, {"id": i})
-
-
-def pg_value(op, before, after, ts, txid, lsn) -> str:
-    source = {"version": "2.7.0.Final", "connector": "postgresql", "name": "PostgreSQL_server",
-              "ts_ms": ts, "snapshot": "true" if op == "r" else "false", "db": "postgres",
-              "sequence": f'["{lsn - 9}","{lsn}"]', "schema": "inventory",
-              "table": "customers", "txId": txid, "lsn": lsn, "xmin": None}
-    return wrap(PG_SCHEMA, {"before": before, "after": after, "source": source, "op": op,
-                            "ts_ms": ts + 5, "transaction": None})
-
-
-ANNE = {"id": 1, "first_name": "Anne", "email": "annek@noanswer.org", "birth_date": 3652}
-BOB = {"id": 2, "first_name": "Bob", "email": None, "birth_date": None}
 PG_EVENTS = [
     (0, pg_key(1), pg_value("r", None, ANNE, T0, 555, 24023128)),
     (1, pg_key(2), pg_value("c", None, BOB, T0 + 1, 556, 24023200)),
@@ -131,13 +82,6 @@ PG_EVENTS = [
     (5, pg_key(3), pg_value("c", None, {**BOB, "id": 3, "first_name": "Cy"}, T0 + 4, 559,
                             24023500)),
 ]
-
-
-def typed_expected(row: dict) -> dict:
-    """A replayed (JSON) row as the typed columns hold it: the Date as days since the epoch."""
-    days = row["birth_date"]
-    return {**row, "birth_date": None if days is None else
-            dt.date(1970, 1, 1) + dt.timedelta(days=days)}
 
 
 def test_postgresql_with_schema_replays():
@@ -181,19 +125,6 @@ def test_the_state_machine_folds_the_frame_to_the_replay():
 
 
 # ------------------------------------------------------------------ MySQL, without the wrapper
-def mysql_value(op, before, after, pos, row=0, gtid=None) -> str:
-    source = {"version": "2.7.0.Final", "connector": "mysql", "name": "mysql-server-1",
-              "ts_ms": T0 + pos, "snapshot": "false", "db": "inventory", "table": "customers",
-              "server_id": 223344, "gtid": gtid, "file": "mysql-bin.000003", "pos": pos,
-              "row": row, "thread": 7, "query": None}
-    return json.dumps({"op": op, "ts_ms": T0 + pos + 3, "transaction": None, "before": before,
-                       "after": after, "source": source})
-
-
-def mysql_key(i: int) -> str:
-    return json.dumps({"id": i})
-
-
 M1 = {"id": 1004, "first_name": "Anne", "email": "annek@noanswer.org", "tags": ["a", "b"]}
 MYSQL_EVENTS = [
     (10, mysql_key(1004), mysql_value("c", None, M1, 154)),
@@ -203,11 +134,6 @@ MYSQL_EVENTS = [
     (13, mysql_key(1005), mysql_value("d", {**M1, "id": 1005}, None, 805, row=1)),
     (14, mysql_key(1005), None),
 ]
-
-
-def untyped_expected(row: dict) -> dict:
-    """A replayed row as a schema-less table holds it: each value's JSON text."""
-    return {k: None if v is None else json.dumps(v, separators=(",", ":")) for k, v in row.items()}
 
 
 def test_mysql_without_schema_replays_as_json_text():
@@ -344,7 +270,7 @@ def test_a_value_its_schema_cannot_type_and_an_unknown_type():
 
 
 # ------------------------------------------------------------------ Debezium's own events
-import debezium_events as dbz_events  # noqa: E402
+from tests.spark_jobs import debezium_events as dbz_events  # noqa: E402
 
 
 def keyed_records(pairs, first: int = 0) -> pa.Table:
@@ -385,21 +311,6 @@ def test_the_tutorial_products_replay_with_the_double_weight():
     for key, row in want.items():
         assert {n: got[key][n] for n in row} == row
     assert (got['{"id":107}']["weight"], got['{"id":107}']["pos"]) == (5.099999904632568, 717)
-
-
-def emp_snapshot() -> tuple[str, str]:
-    """The Debezium Server page's SQL Server emp row as its snapshot read: the documented
-    delete's key, schema and source, ``op`` ``r`` and its ``before`` row as ``after``."""
-    key, value = dbz_events.redis_emp()
-    payload = value["payload"]
-    read = {**payload, "before": None, "after": payload["before"], "op": "r"}
-    return key, json.dumps({"schema": value["schema"], "payload": read})
-
-
-def unscaled(text: str, scale: int):
-    """Connect's Decimal bytes by hand: big-endian two's complement, then the scale."""
-    import decimal
-    return decimal.Decimal(int.from_bytes(base64.b64decode(text), "big", signed=True)).scaleb(-scale)
 
 
 def test_a_decimal_and_datetime_table_replays():

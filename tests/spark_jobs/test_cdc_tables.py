@@ -15,14 +15,15 @@ import json
 from pathlib import Path
 
 import pytest
-from cdc_replay import replay
-from test_cdc_changes import (ANNE, BOB, mysql_key, mysql_value, pg_key, pg_value,
-                              typed_expected, untyped_expected)
 
 from kafkalog.writer import SegmentWriter, WriteRecord
-from spark_jobs import decode as job
 from spark_jobs import layout
 from spark_jobs.warehouse import Warehouse
+
+from tests.runs import decode
+from tests.spark_jobs.cdc_envelopes import (ANNE, BOB, mysql_key, mysql_value, pg_key, pg_value,
+                                           typed_expected, untyped_expected)
+from tests.spark_jobs.cdc_replay import replay
 
 pytestmark = pytest.mark.pipeline
 
@@ -112,12 +113,11 @@ def same(got: dict, want: dict, typed: bool) -> None:
 
 
 def run(spark, src, wh, run_id, night) -> dict:
-    return job.main(["--input", str(src), "--output", wh, "--run-id", run_id, "--night", night,
-                     "--cdc-topics", r"mysql1\..*"], spark=spark)
+    return decode(spark, src, wh, run_id, "--cdc-topics", r"mysql1\..*", night=night)
 
 
 def test_cdc_tables_equal_the_replay_over_nights_reruns_and_overlaps(spark, tmp_path):
-    from duckdb_engine import compare_refs, compare_warehouse
+    from tests.duckdb_engine import compare_refs, compare_warehouse
 
     n1, n2, night1, night2 = write(tmp_path)
     assert sorted(night2[PG]) == ['{"id":1}', '{"id":3}']  # Bob deleted, Carl committed late
@@ -155,8 +155,8 @@ def test_debeziums_own_events_make_tables_equal_to_the_replay(spark, tmp_path):
     one finding names the column and the offset."""
     import datetime as dt
 
-    import debezium_events as dbz_events
-    from test_cdc_changes import emp_snapshot, unscaled
+    from tests.spark_jobs import debezium_events as dbz_events
+    from tests.spark_jobs.cdc_envelopes import emp_snapshot, unscaled
 
     from spark_jobs import findings
 
@@ -178,8 +178,7 @@ def test_debeziums_own_events_make_tables_equal_to_the_replay(spark, tmp_path):
         w.close()
         want[topic] = replay([(i, k, v) for i, (k, v) in enumerate(pairs)])
     wh = str(tmp_path / "wh")
-    out = job.main(["--input", str(tmp_path / "in"), "--output", wh, "--run-id", "d1",
-                    "--night", "2025-11-21"], spark=spark)
+    out = decode(spark, tmp_path / "in", wh, "d1", night="2025-11-21")
     assert set(out["keyed"]) == {layout.cdc_table_name(t) for t in topics}
     for topic, rows in want.items():
         got = state(wh, topic)

@@ -459,7 +459,7 @@ def test_avro_envelopes_through_the_registry_decoding(tmp_path):
     from kafkalog.writer import SegmentWriter, WriteRecord
     from spark_jobs.decode import values
 
-    from test_schemas import schemas_records
+    from tests.schema_data import schemas_records
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -489,7 +489,7 @@ def test_avro_envelopes_through_the_registry_decoding(tmp_path):
 # ------------------------------------------------------------------ Debezium's own events
 # (tests/data/debezium/, read by debezium_events: debezium/debezium at DOCS_COMMIT, its
 # connector pages' listings; apache/flink at FLINK_COMMIT, the tutorial's products events)
-import debezium_events as events  # noqa: E402
+from tests.spark_jobs import debezium_events as events  # noqa: E402
 
 
 @pytest.mark.parametrize("connector, rows, positions", [

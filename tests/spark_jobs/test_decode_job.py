@@ -26,8 +26,10 @@ from spark_jobs.warehouse import DEFAULT_CATALOG, RUN_ID, CatalogError, Warehous
 from spark_jobs.warehouse.catalog import CONFIG_FILE, catalog_properties
 from spark_jobs.warehouse.history import snapshot_summary
 
-from spark_settings import FAST_START_JVM
-from segments import CORPUS_DIR as CORPUS
+from tests.snapshots import upload
+from tests.runs import decode
+from tests.spark_settings import FAST_START_JVM
+from tests.segments import CORPUS_DIR as CORPUS
 
 pytestmark = pytest.mark.pipeline
 
@@ -111,16 +113,11 @@ def run_tasks_here(wh: Path, tasks, run_id: str = "r", **kwargs) -> list[job.Tas
     return rows
 
 
-def run(spark, src, out, run_id, *extra) -> dict:
-    return job.main(["--input", str(src), "--output", str(out), "--run-id", run_id, *extra],
-                    spark=spark)
-
-
 def test_snapshot_tables_hold_exactly_what_the_segments_hold(spark, tmp_path):
     src = snapshot(tmp_path / "snap")
     logs = sorted(src.rglob("*.log"))
     wh = tmp_path / "wh"
-    summary = run(spark, src, wh, "night-1")
+    summary = decode(spark, src, wh, "night-1")
     got = got_records(wh)
     assert len(got) == len(set(got))  # every record once
     assert set(got) == expected_records(logs)
@@ -188,26 +185,26 @@ def test_reruns_and_overlapping_snapshots_add_no_duplicates(spark, tmp_path):
     write_partition(n2 / "orders-0", 40, 3, per_batch=4)
     wh = tmp_path / "wh"
 
-    s1 = run(spark, tmp_path / "n1", wh, "night-1")
+    s1 = decode(spark, tmp_path / "n1", wh, "night-1")
     assert s1["actions"] == {"decoded": 1} and s1["records"] == 24
-    s2 = run(spark, n2, wh, "night-2")
+    s2 = decode(spark, n2, wh, "night-2")
     assert s2["actions"] == {"decoded": 1, "resumed": 1}
     assert s2["records"] == 16 + 12  # only the new bytes were decoded
     want = expected_records(sorted(n2.rglob("*.log")))
     assert sorted(got_records(wh)) == sorted(want)
 
     # night 2 again (same run id): replaces exactly its own output
-    s2b = run(spark, n2, wh, "night-2")
+    s2b = decode(spark, n2, wh, "night-2")
     assert s2b["records"] == s2["records"]
     assert sorted(got_records(wh)) == sorted(want)
     # night 1 again, after night 2 relied on it: still the same tables
-    run(spark, tmp_path / "n1", wh, "night-1")
+    decode(spark, tmp_path / "n1", wh, "night-1")
     assert sorted(got_records(wh)) == sorted(want)
     # a third night with nothing new decodes nothing and adds nothing
-    s3 = run(spark, n2, wh, "night-3")
+    s3 = decode(spark, n2, wh, "night-3")
     assert s3["actions"] == {"unchanged": 2} and s3["records"] == 0
     # --reprocess decodes everything again, and adds nothing either
-    s3r = run(spark, n2, wh, "night-3", "--reprocess")
+    s3r = decode(spark, n2, wh, "night-3", "--reprocess")
     assert s3r["actions"] == {"decoded": 2} and s3r["pending_partitions"] == 1
     assert s3r["divergences"] == 0
     assert sorted(got_records(wh)) == sorted(want)
@@ -217,12 +214,12 @@ def test_reruns_and_overlapping_snapshots_add_no_duplicates(spark, tmp_path):
     first = tmp_path / "first" / "orders-0"
     first.mkdir(parents=True)
     shutil.copy2(seg, first / seg.name)
-    s5 = run(spark, tmp_path / "first", wh, "backfill-first-segment")
+    s5 = decode(spark, tmp_path / "first", wh, "backfill-first-segment")
     assert s5["actions"] == {"unchanged": 1} and s5["records"] == 0
     assert s5["pending_partitions"] == 0 and s5["timings"]["deduplicate"] == 0.0
     assert sorted(got_records(wh)) == sorted(want)
     # a backfill of an old snapshot under a new run id: every offset is already there
-    s4 = run(spark, tmp_path / "n1", wh, "backfill-night-1")
+    s4 = decode(spark, tmp_path / "n1", wh, "backfill-night-1")
     assert s4["pending_partitions"] == 1 and s4["divergences"] == 0
     assert sorted(got_records(wh)) == sorted(want)
     assert len(read_local(wh, "batches")) == len(kafkalog.decode(str(seg)).batches) + 3
@@ -234,9 +231,9 @@ def test_big_segments_split_at_index_positions_give_identical_tables(spark, tmp_
     seg = src / "orders-0" / "00000000000000000000.log"
     assert os.path.getsize(seg) > 20_000
     whole = tmp_path / "whole"
-    run(spark, src, whole, "r")
+    decode(spark, src, whole, "r")
     split = tmp_path / "split"
-    s = run(spark, src, split, "r", "--split-bytes", "4096")
+    s = decode(spark, src, split, "r", "--split-bytes", "4096")
     assert s["tasks"] > 4
     assert sorted(got_records(split)) == sorted(got_records(whole))
     assert read_local(whole, "findings").num_rows == read_local(split, "findings").num_rows == 0
@@ -248,7 +245,7 @@ def test_big_segments_split_at_index_positions_give_identical_tables(spark, tmp_
         entries[i + 4:i + 8] = (pos + 17 if pos else 0).to_bytes(4, "big")
     index.write_bytes(bytes(entries))
     skewed = tmp_path / "skewed"
-    s = run(spark, src, skewed, "r", "--split-bytes", "4096")
+    s = decode(spark, src, skewed, "r", "--split-bytes", "4096")
     assert s["tasks"] > 4
     assert sorted(got_records(skewed)) == sorted(got_records(whole))
     assert read_local(skewed, "batches").num_rows == 60
@@ -303,7 +300,7 @@ def test_index_entries_are_checked_and_findings_recorded_once(spark, tmp_path):
             "position_in_log)"}
     for name, extra in (("one-task", ()), ("split", ("--split-bytes", "4096"))):
         wh = tmp_path / name
-        s = run(spark, src, wh, "r", *extra)
+        s = decode(spark, src, wh, "r", *extra)
         assert (s["tasks"] > 4) == (name == "split")
         assert_index_findings_as_the_cli_reports(wh, seg, index)
         kinds = {f["kind"] for f in read_local(wh, "findings").to_pylist()}
@@ -350,7 +347,7 @@ def assert_split_or_not_as_the_cli(spark, tmp_path, src, index, expected, split_
     assert len(expected) >= 5
     for name, extra in (("one-task", ()), ("split", ("--split-bytes", str(split_bytes)))):
         wh = tmp_path / name
-        s = run(spark, src, wh, "r", *extra)
+        s = decode(spark, src, wh, "r", *extra)
         assert (s["tasks"] > 4) == (name == "split")
         got = read_local(wh, "findings").to_pylist()
         assert sorted((f["kind"], f["position"], f["end"], f["base_offset"], f["message"])
@@ -470,7 +467,7 @@ def test_a_resume_finds_the_last_ingested_entry_by_its_stored_crc_whatever_its_m
     # prefix; another CRC, or bytes where no entry's header can be, are not
     from types import SimpleNamespace
 
-    from segments import batch_v2, message, record
+    from tests.segments import batch_v2, message, record
     from spark_jobs.decode import executor
 
     v2_a, v1, v2_b = batch_v2([record(0), record(1)]), message(2, b"x", magic=1), \
@@ -544,7 +541,7 @@ def test_real_corpus(spark, tmp_path):
         dest.mkdir(parents=True)
         shutil.copy(log, dest / log.name)
     wh = tmp_path / "wh"
-    s = run(spark, src, wh, "corpus")
+    s = decode(spark, src, wh, "corpus")
     copied = sorted(src.rglob("*.log"))
     assert sorted(got_records(wh)) == sorted(expected_records(copied))
     assert s["segments"] == len(logs)
@@ -582,14 +579,11 @@ def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint
 
     src = snapshot(tmp_path / "snap")
     client = boto3.client("s3", endpoint_url=s3_endpoint)
-    for path in src.rglob("*"):
-        if path.is_file():
-            key = f"snapshots/2026-11-20/{path.relative_to(src).as_posix()}"
-            client.upload_file(str(path), s3_bucket, key)
+    upload(src, s3_bucket, "snapshots/2026-11-20", client)
     local = tmp_path / "wh"
-    run(spark, src, local, "r1")
+    decode(spark, src, local, "r1")
     wh = f"s3://{s3_bucket}/warehouse"
-    s = run(spark, f"s3://{s3_bucket}/snapshots/2026-11-20", wh, "r1", "--catalog", s3_catalog)
+    s = decode(spark, f"s3://{s3_bucket}/snapshots/2026-11-20", wh, "r1", "--catalog", s3_catalog)
     assert s["published"]
     cfg = storage.S3Config.from_env()
     remote_wh = Warehouse(wh, s3_catalog, s3=cfg)
@@ -604,11 +598,11 @@ def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint
         (x["kind"], x["position"]) for x in read_local(local, "findings").to_pylist())
     # split into many tasks, each reading its ranged GET (and past its end, to the next
     # task's first entry): the same tables and findings as reading local files
-    s = run(spark, f"s3://{s3_bucket}/snapshots/2026-11-20", f"{wh}-split", "r1",
+    s = decode(spark, f"s3://{s3_bucket}/snapshots/2026-11-20", f"{wh}-split", "r1",
             "--split-bytes", "2048", "--catalog", s3_catalog, "--namespace", "split")
     assert s["tasks"] > 3
     local_split = tmp_path / "wh-split"
-    run(spark, src, local_split, "r1", "--split-bytes", "2048")
+    decode(spark, src, local_split, "r1", "--split-bytes", "2048")
     split_wh = Warehouse(f"{wh}-split", s3_catalog, "split", s3=cfg)
     remote = tables.read_table(spark, split_wh, "records").collect()
     assert sorted((r.topic, r.partition, r.offset, bytes(r.key), bytes(r.value))
@@ -624,7 +618,7 @@ def test_s3_input_and_output_match_local(spark, tmp_path, s3_bucket, s3_endpoint
                              "00000000000000000000.log" for p in (0, 1)]}
     client.put_object(Bucket=s3_bucket, Key="m/chunk-0.json", Body=json.dumps(manifest).encode())
     wh2 = f"s3://{s3_bucket}/wh2"
-    s = run(spark, f"s3://{s3_bucket}/m/chunk-0.json", wh2, "r2", "--chunk-id", "0", "--no-publish",
+    s = decode(spark, f"s3://{s3_bucket}/m/chunk-0.json", wh2, "r2", "--chunk-id", "0", "--no-publish",
             "--catalog", s3_catalog, "--namespace", "chunks")
     assert s["segments"] == 2 and not s["published"]
     w2 = Warehouse(wh2, s3_catalog, "chunks", s3=cfg)
@@ -640,7 +634,7 @@ def test_missing_object_is_a_finding_not_a_crash(spark, tmp_path):
     gone = str(src / "gone-0" / "00000000000000000000.log")
     manifest.write_text(json.dumps({"segments": [str(log), {"uri": gone, "size": 100}]}))
     wh = tmp_path / "wh"
-    s = run(spark, manifest, wh, "r")
+    s = decode(spark, manifest, wh, "r")
     assert s["actions"] == {"decoded": 1, "failed": 1}
     f = read_local(wh, "findings").to_pylist()
     assert [x["kind"] for x in f] == ["fetch_error"] and "gone-0" in f[0]["message"]
@@ -657,7 +651,7 @@ def test_transaction_status_labels_committed_aborted_open(spark, tmp_path):
                             timestamp=T0)
         w.append([rec(3)], producer_id=5, producer_epoch=0, transactional=True, base_sequence=4)
     wh = tmp_path / "wh"
-    run(spark, src, wh, "r")
+    decode(spark, src, wh, "r")
     records = tables.read_table(spark, str(wh), "records")
     markers = tables.read_table(spark, str(wh), "markers")
     status = {r.offset: r.txn_status for r in
@@ -697,7 +691,7 @@ def test_same_tables_on_a_standalone_cluster(spark, tmp_path):
     bin_dir = Path(sys.executable).parent
     src = snapshot(tmp_path / "snap")
     local = tmp_path / "local"
-    run(spark, src, local, "r1", "--split-bytes", "2048")
+    decode(spark, src, local, "r1", "--split-bytes", "2048")
 
     # the master's and worker's JVMs (SPARK_DAEMON_JAVA_OPTS), the driver's and the
     # executor's start fast, as every test JVM (spark_settings)

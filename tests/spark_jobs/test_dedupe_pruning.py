@@ -20,14 +20,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import decode as job
 from spark_jobs import maintenance, schemas, tables
 from spark_jobs.warehouse import Warehouse, run_files_prefix
 from spark_jobs.warehouse.ddl import NAME_MAPPING, TABLE_PROPERTIES
-from test_faults import lost_and_duplicated, published, truth
 
-T0 = 1_763_683_200_000
+from tests.runs import decode
+from tests.snapshots import numbered
+from tests.spark_jobs.faults import lost_and_duplicated, published, truth
+
 DAY0 = dt.date(2026, 1, 1)
 
 
@@ -36,17 +37,6 @@ def day(i: int) -> str:
 
 
 # ------------------------------------------------------------ through the decode job
-def write_log(root: Path, topic: str, partition: int, first: int, count: int) -> Path:
-    """One segment of ``count`` records from offset ``first`` (batches of 5): the same
-    offset always gets the same record, whichever copy holds it."""
-    with SegmentWriter(root / f"{topic}-{partition}", first) as w:
-        while w.next_offset < first + count:
-            i = w.next_offset
-            w.append([WriteRecord(b"k", f"{partition}-{i + k}".encode(), timestamp=T0 + i + k)
-                      for k in range(5)], codec="lz4")
-    return root
-
-
 @pytest.mark.pipeline
 def test_a_night_overlapping_an_old_run_finds_its_rows_past_clustered_manifests(
         spark, tmp_path, monkeypatch):
@@ -57,14 +47,16 @@ def test_a_night_overlapping_an_old_run_finds_its_rows_past_clustered_manifests(
     ingested = {"night-1": day(0), "night-2": day(20), "night-3": day(30)}
     monkeypatch.setattr("spark_jobs.decode.job.first_ingested",
                         lambda ledger, run_id: f"{ingested[run_id]}T03:00:00+00:00")
-    n1 = write_log(tmp_path / "n1", "orders", 0, 0, 20)
-    n2 = write_log(write_log(write_log(tmp_path / "n2", "orders", 1, 0, 20), "audit", 0, 0, 10),
-                   "orders", 0, 15, 10)
-    n3 = write_log(tmp_path / "n3", "orders", 0, 10, 20)
+    # the same offset always gets the same record, whichever copy holds it (batches of 5)
+    n1 = numbered(tmp_path / "n1", "orders", (0,), batches=4, codecs=("lz4",))
+    n2 = numbered(tmp_path / "n2", "orders", (1,), batches=4, codecs=("lz4",))
+    numbered(n2, "audit", (0,), batches=2, codecs=("lz4",))
+    numbered(n2, "orders", (0,), first=15, batches=2, codecs=("lz4",))
+    n3 = numbered(tmp_path / "n3", "orders", (0,), first=10, batches=4, codecs=("lz4",))
     wh = tmp_path / "wh"
     w = Warehouse(str(wh))
     for run_id, src in (("night-1", n1), ("night-2", n2)):
-        job.main(["--input", str(src), "--output", str(wh), "--run-id", run_id], spark=spark)
+        decode(spark, src, wh, run_id)
     for name in ("records", "batches", "markers"):
         maintenance.merge_manifests(w, name)
 
@@ -72,7 +64,7 @@ def test_a_night_overlapping_an_old_run_finds_its_rows_past_clustered_manifests(
     real = job.deduplication.overlap_days
     monkeypatch.setattr(job.deduplication, "overlap_days",
                         lambda *a: seen.append(real(*a)) or seen[-1])
-    out = job.main(["--input", str(n3), "--output", str(wh), "--run-id", "night-3"], spark=spark)
+    out = decode(spark, n3, wh, "night-3")
 
     assert out["pending_partitions"] == 1 and seen == [[day(0), day(20)]]
     assert lost_and_duplicated(truth(n1, n2, n3), published(wh)) == (0, 0)

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from eos_trace import APP_PID, GROUP, IDEMPOTENT_PID, Trace
+from tests.eos_trace import APP_PID, GROUP, IDEMPOTENT_PID, Trace
 from spark_jobs import decode as job
 from spark_jobs import tables
 from spark_jobs.audit import registry

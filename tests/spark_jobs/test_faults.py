@@ -8,12 +8,13 @@ decoded from the segment files on their own with ``kafkalog.decode``.
 
 A crash is the catalog commit that never happens: ``pyiceberg``'s
 ``Table._do_commit`` (every catalog write goes through it) raises at the n-th
-call, as a process killed there would leave things; what ran before it stays.
+call, as a process killed there would leave things; what ran before it stays
+(tests/spark_jobs/faults.py, shared with the other fault tests). The snapshots are
+tests/snapshots.py's numbered ones.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import Counter
 from pathlib import Path
@@ -22,9 +23,6 @@ import pyarrow as pa
 import pytest
 from pyiceberg.exceptions import CommitFailedException
 
-import kafkalog
-from kafkalog.writer import SegmentWriter, WriteRecord
-from spark_jobs import decode as job
 from spark_jobs import publish, schemas, tables
 from spark_jobs.warehouse import ConflictError, NotAudited, Warehouse, branch_name, run_files_prefix
 from spark_jobs.warehouse._pyiceberg import STALE_SEQUENCE
@@ -32,78 +30,11 @@ from spark_jobs.warehouse.history import live_files, main_history
 from spark_jobs.warehouse.naming import PUBLISHING
 from spark_jobs.warehouse.snapshots import adding_snapshot
 
+from tests.runs import decode
+from tests.snapshots import numbered
+from tests.spark_jobs.faults import Crash, crash_at_commit, lost_and_duplicated, published, staged_run, truth
+
 pytestmark = pytest.mark.pipeline
-
-T0 = 1_763_683_200_000
-
-
-class Crash(BaseException):
-    """The process died here (a BaseException: no ``except Exception`` swallows it)."""
-
-
-@contextlib.contextmanager
-def crash_at_commit(n: int | None, *, delay: float = 0.0):
-    """The ``n``-th catalog commit from now (0-based) dies before it reaches the
-    catalog; every commit first sleeps ``delay`` seconds. Yields the commit count."""
-    from pyiceberg.table import Table
-
-    original = Table._do_commit
-    count = [0]
-
-    def do_commit(self, updates, requirements):
-        i = count[0]
-        count[0] += 1
-        if i == n:
-            raise Crash(f"killed at catalog commit {n}")
-        if delay:
-            import time
-
-            time.sleep(delay)
-        return original(self, updates, requirements)
-
-    Table._do_commit = do_commit
-    try:
-        yield count
-    finally:
-        Table._do_commit = original
-
-
-def write_snapshot(root: Path, *, partitions=(0, 1), batches: int = 4, first: int = 0) -> Path:
-    """A log dir: topic ``orders``, each partition one segment of ``batches`` batches of 5."""
-    for p in partitions:
-        with SegmentWriter(root / f"orders-{p}", first) as w:
-            for b in range(batches):
-                i = w.next_offset
-                w.append([WriteRecord(b"k", f"{p}-{i + k}".encode(), timestamp=T0 + i + k)
-                          for k in range(5)], codec=("none", "lz4", "zstd", "gzip")[b % 4])
-    return root
-
-
-def truth(*roots: Path) -> set[tuple]:
-    """Every (topic, partition, offset) the snapshots' segments hold (CRC-valid records)."""
-    out = set()
-    for root in roots:
-        for log in root.rglob("*.log"):
-            topic, _, partition = log.parent.name.rpartition("-")
-            r = kafkalog.decode(str(log)).records
-            for off, ok in zip(r.column("offset").to_pylist(), r.column("crc_valid").to_pylist()):
-                if ok:
-                    out.add((topic, int(partition), off))
-    return out
-
-
-def published(wh) -> Counter:
-    t = tables.read_arrow(str(wh), "records", columns=("topic", "partition", "offset"))
-    return Counter(zip(*(t.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
-
-
-def lost_and_duplicated(want: set, got: Counter) -> tuple[int, int]:
-    return len(want - set(got)), sum(n - 1 for n in got.values() if n > 1)
-
-
-def decode(spark, src, wh, run_id, *extra) -> dict:
-    return job.main(["--input", str(src), "--output", str(wh), "--run-id", run_id, *extra],
-                    spark=spark)
 
 
 def commits_of(fn) -> int:
@@ -115,7 +46,7 @@ def commits_of(fn) -> int:
 
 # ------------------------------------------------------------ a run dies at a commit point
 def test_a_decode_killed_at_any_commit_point_then_rerun_loses_and_duplicates_nothing(spark, tmp_path):
-    src = write_snapshot(tmp_path / "snap")
+    src = numbered(tmp_path / "snap")
     want = truth(src)
     n = commits_of(lambda: decode(spark, src, tmp_path / "probe", "night-1", "--no-publish"))
     assert n >= 2 * len(schemas.DECODE_TABLES)  # a branch and a commit per table at least
@@ -128,36 +59,6 @@ def test_a_decode_killed_at_any_commit_point_then_rerun_loses_and_duplicates_not
         publish.publish(str(wh), "night-1")
         assert lost_and_duplicated(want, published(wh)) == (0, 0), k
         assert set(published(wh)) == want
-
-
-def staged_run(wh: Warehouse, run_id: str, rows_by_partition: dict[int, range]) -> None:
-    """Commit a run's records (and a ledger row per partition) to its branch, as the job
-    would, without Spark."""
-    import pyarrow.parquet as pq
-
-    wh.begin_run(run_id, reset=True)
-    for name in ("records", "ledger"):
-        uris = []
-        for p, offsets in rows_by_partition.items():
-            n = len(offsets)
-            cols = {f.name: pa.nulls(n, f.type) for f in schemas.TABLES[name]}
-            cols.update(topic=pa.array(["orders"] * n), partition=pa.array([p] * n, pa.int32()),
-                        run_id=pa.array([run_id] * n))
-            if name == "records":
-                cols.update(offset=pa.array(list(offsets), pa.int64()), dt=pa.array(["none"] * n))
-                folder = "topic=orders/dt=none/"
-            else:
-                cols = {k: v[:1] for k, v in cols.items()}
-                cols.update(first_offset=pa.array([offsets[0]], pa.int64()),
-                            last_offset=pa.array([offsets[-1]], pa.int64()),
-                            action=pa.array(["decoded"]))
-                folder = ""
-            uri = f"{wh.data_root(name)}/{folder}{run_files_prefix(run_id)}p{p}.parquet"
-            path = uri[len("file://"):]
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.table(cols, schema=schemas.TABLES[name]), path)
-            uris.append(uri)
-        wh.commit_files(name, run_id, uris)
 
 
 def test_a_publish_killed_at_any_commit_point_then_retried_converges(tmp_path):
@@ -219,8 +120,8 @@ def test_a_publish_killed_part_way_is_completed_by_the_next_night(spark, tmp_pat
     """The publish dies after ``records`` reached main and before the ledger did, and
     nobody retries it: the next night, over an overlapping snapshot, completes it first
     instead of decoding the same segments again (it would duplicate them)."""
-    night1 = write_snapshot(tmp_path / "n1", batches=3)
-    night2 = write_snapshot(tmp_path / "n2", batches=5)  # the same segments, grown
+    night1 = numbered(tmp_path / "n1", batches=3)
+    night2 = numbered(tmp_path / "n2", batches=5)  # the same segments, grown
     wh = tmp_path / "wh"
     decode(spark, night1, wh, "night-1", "--no-publish")
     records_done = 1  # the publish marker and records' fast-forward: the first commit
@@ -299,7 +200,7 @@ def test_a_snapshot_beaten_to_its_sequence_number_is_a_lost_race_and_tried_again
 def test_two_runs_planned_together_publish_once_and_the_second_is_refused(spark, tmp_path):
     """A scheduled run and a manual spark-submit over the same snapshot, both decoded
     before either published (nothing outside the warehouse keeps them apart)."""
-    src = write_snapshot(tmp_path / "snap")
+    src = numbered(tmp_path / "snap")
     want = truth(src)
     wh = tmp_path / "wh"
     decode(spark, src, wh, "scheduled", "--no-publish")
@@ -320,7 +221,7 @@ def test_two_runs_planned_together_publish_once_and_the_second_is_refused(spark,
 
 
 def test_two_runs_at_the_same_time_never_duplicate(spark, tmp_path):
-    src = write_snapshot(tmp_path / "snap", partitions=(0, 1, 2))
+    src = numbered(tmp_path / "snap", partitions=(0, 1, 2))
     want = truth(src)
     wh = tmp_path / "wh"
     decode(spark, src, tmp_path / "warm", "warm")  # Spark warmed up, in another warehouse
@@ -348,8 +249,8 @@ def test_two_runs_at_the_same_time_never_duplicate(spark, tmp_path):
 
 # ------------------------------------------------------------ reruns and names
 def test_a_rerun_replaces_exactly_that_runs_rows(spark, tmp_path):
-    night1 = write_snapshot(tmp_path / "n1", partitions=(0,))
-    night2 = write_snapshot(tmp_path / "n2", partitions=(0, 1))
+    night1 = numbered(tmp_path / "n1", partitions=(0,))
+    night2 = numbered(tmp_path / "n2", partitions=(0, 1))
     wh = tmp_path / "wh"
     decode(spark, night1, wh, "night-1")
     decode(spark, night2, wh, "night-2")
@@ -366,7 +267,7 @@ def test_a_rerun_replaces_exactly_that_runs_rows(spark, tmp_path):
 
 
 def test_unparsable_log_names_are_findings_and_the_log_names_them(spark, tmp_path, capsys):
-    src = write_snapshot(tmp_path / "snap", partitions=(0,))
+    src = numbered(tmp_path / "snap", partitions=(0,))
     good = next(src.rglob("*.log"))
     (src / "orders-0" / "garbage.log").write_bytes(good.read_bytes())
     (src / "no_partition_dir").mkdir()

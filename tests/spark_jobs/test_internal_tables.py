@@ -1,7 +1,8 @@
 """Kafka's internal topics and the partitions' state files as tables (issue 19 parts 3-5):
 the decode job's derived tables, the audit's consumer_lag and its four checks.
 
-One snapshot written with kafkalog.writer holds what the real corpus lacks: two data
+One snapshot written with kafkalog.writer (tests/spark_jobs/internal_snapshot.py) holds
+what the real corpus lacks: two data
 partitions with idempotent producers and leader epochs, their ``.snapshot``,
 ``leader-epoch-checkpoint`` and ``partition.metadata``, a ``__consumer_offsets`` partition
 with commits that lag, run past the log end, fall before the log start, are deleted or name
@@ -18,89 +19,19 @@ import json
 
 import pytest
 
-from kafkalog.writer import (SegmentWriter, WriteRecord, encode_producer_snapshot,
-                             internal_record, leader_epoch_checkpoint_text,
-                             partition_metadata_text)
+from kafkalog.writer import encode_producer_snapshot
 from spark_jobs import layout, tables
 from spark_jobs.warehouse import Warehouse, branch_name
 
-pytestmark = pytest.mark.pipeline
+from tests.runs import decode
+from tests.snapshots import T0, upload
+from tests.spark_jobs.internal_snapshot import COMMITS, TOPIC_ID, TRANSACTIONS, write_snapshot
 
-T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
-TOPIC_ID = "gSnfpEbtQfSDpxM2lhEn9A"
-#: (group, topic, partition, offset); None: a tombstone (the commit deleted). In this order
-#: in __consumer_offsets-0, one record a second from T0.
-COMMITS = [
-    ("lagging", "orders", 0, 2),
-    ("lagging", "orders", 0, 3),        # the latest: lag 5 - 3 = 2
-    ("ahead", "orders", 0, 9),          # past the log end 5
-    ("gone", "orders", 1, 4),           # before the log start 10
-    ("lagging", "orders", 1, 12),
-    ("lagging", "orders", 1, None),     # deleted: no lag row
-    ("elsewhere", "payments", 0, 7),    # not in the snapshot
-]
-TRANSACTIONS = [("orders-tx", 1, "Ongoing"), ("orders-tx", 4, "CompleteCommit")]
+pytestmark = pytest.mark.pipeline
 
 
 def _ms(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
-
-
-def _commit(group, topic, partition, offset, ts):
-    key = {"type": 1, "data": {"group": group, "topic": topic, "partition": partition}}
-    value = None if offset is None else {"version": 3, "data": {
-        "offset": offset, "leaderEpoch": 0, "metadata": "", "commitTimestamp": ts}}
-    return internal_record("offsets", {"key": key, "value": value}, timestamp=ts)
-
-
-def write_snapshot(root):
-    """The snapshot described above under ``root``; returns the state files' paths."""
-    d0, d1 = root / "orders-0", root / "orders-1"
-    for d in (d0, d1):
-        d.mkdir()
-    with SegmentWriter(d0, 0) as w:  # producer 77, epoch 2: offsets 0-2 (leader epoch 0), 3-4 (1)
-        w.append([WriteRecord(b"k", b"v%d" % i, timestamp=T0 + i) for i in range(3)],
-                 producer_id=77, producer_epoch=2, base_sequence=0, partition_leader_epoch=0)
-        w.append([WriteRecord(b"k", b"v%d" % i, timestamp=T0 + i) for i in range(3, 5)],
-                 producer_id=77, producer_epoch=2, base_sequence=3, partition_leader_epoch=1)
-    with SegmentWriter(d1, 10) as w:  # producer 88, epoch 0: offsets 10-13, leader epoch 4
-        w.append([WriteRecord(b"k", b"v%d" % i, timestamp=T0 + i) for i in range(4)],
-                 producer_id=88, producer_epoch=0, base_sequence=0, partition_leader_epoch=4)
-
-    def entry(pid, epoch, last_seq, last_offset, delta):
-        return {"producer_id": pid, "producer_epoch": epoch, "last_sequence": last_seq,
-                "last_offset": last_offset, "offset_delta": delta, "timestamp": T0,
-                "coordinator_epoch": -1, "current_txn_first_offset": -1}
-
-    (d0 / "00000000000000000005.snapshot").write_bytes(  # agrees with the log
-        encode_producer_snapshot([entry(77, 2, 4, 4, 1)]))
-    (d0 / "leader-epoch-checkpoint").write_text(leader_epoch_checkpoint_text([(0, 0), (1, 3)]))
-    (d0 / "partition.metadata").write_text(partition_metadata_text(TOPIC_ID))
-    (d1 / "00000000000000000014.snapshot").write_bytes(  # epoch 1: the log says 0
-        encode_producer_snapshot([entry(88, 1, 3, 13, 3)]))
-    (d1 / "leader-epoch-checkpoint").write_text(leader_epoch_checkpoint_text([(3, 10)]))
-    (root / "__consumer_offsets-0").mkdir()
-    with SegmentWriter(root / "__consumer_offsets-0", 0) as w:
-        w.append([internal_record("offsets", {
-            "key": {"type": 2, "data": {"group": "lagging"}},
-            "value": {"version": 3, "data": {"protocolType": "consumer", "generation": 3,
-                                             "protocol": "range", "leader": "m1",
-                                             "currentStateTimestamp": T0, "members": []}}},
-            timestamp=T0)])
-        for i, c in enumerate(COMMITS):
-            w.append([_commit(*c, ts=T0 + 1000 * (i + 1))])
-    (root / "__transaction_state-0").mkdir()
-    with SegmentWriter(root / "__transaction_state-0", 0) as w:
-        for i, (tid, status, _) in enumerate(TRANSACTIONS):
-            w.append([internal_record("transaction-log", {
-                "key": {"type": 0, "data": {"transactionalId": tid}},
-                "value": {"version": 0, "data": {
-                    "producerId": 77, "producerEpoch": 2, "transactionTimeoutMs": 60000,
-                    "transactionStatus": status,
-                    "transactionPartitions": [{"topic": "orders", "partitionIds": [0]}],
-                    "transactionLastUpdateTimestampMs": T0 + i,
-                    "transactionStartTimestampMs": T0}}}, timestamp=T0 + i)])
-    return sorted(p for p in root.rglob("*") if layout.parse_state_key(str(p)))
 
 
 def expected_lag(run_id):
@@ -141,8 +72,7 @@ def test_internal_tables_lag_and_checks(spark, tmp_path, capsys):
     state = write_snapshot(snap)
     W = str(tmp_path / "w")
     run = "night-1"
-    out = job.main(["--input", str(snap), "--output", W, "--run-id", run, "--no-publish"],
-                   spark=spark)
+    out = decode(spark, snap, W, run, "--no-publish")
     assert out["internal"] == {"consumer_offsets": 7, "group_metadata": 1, "transactions": 2,
                                "producer_state": 2, "leader_epochs": 3}
     assert check_quality.main(["--warehouse", W, "--run-id", run, "--no-docs"], spark=spark) == 0
@@ -194,7 +124,7 @@ def test_internal_tables_lag_and_checks(spark, tmp_path, capsys):
     manifest = tmp_path / "chunk.json"
     logs = sorted(str(p) for p in snap.rglob("*.log"))
     manifest.write_bytes(layout.manifest(logs, state_files=[str(p) for p in state]))
-    again = job.main(["--input", str(manifest), "--output", W, "--run-id", run], spark=spark)
+    again = decode(spark, manifest, W, run)
     assert again["internal"] == out["internal"] and again["published"]
     check_tables(None)  # published: main
 
@@ -262,10 +192,7 @@ def test_state_files_under_an_s3_prefix(tmp_path, s3_endpoint, s3_bucket):
 
     local = write_snapshot(tmp_path)
     client = boto3.client("s3", endpoint_url=s3_endpoint)
-    for p in tmp_path.rglob("*"):
-        if p.is_file():
-            client.put_object(Bucket=s3_bucket, Key=f"snap/b1/{p.relative_to(tmp_path)}",
-                              Body=p.read_bytes())
+    upload(tmp_path, s3_bucket, "snap/b1", client)
     config = storage.S3Config.from_env(s3_endpoint)
     listed: list[str] = []
     segments, _ = discover(f"s3://{s3_bucket}/snap", config, state_files=listed)

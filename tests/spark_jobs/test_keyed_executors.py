@@ -1,8 +1,8 @@
 """The per-key state tables fold on the executors, and a warehouse on S3 works
 (spark_jobs/derive/keyed_tasks.py).
 
-The nights and the expectation are test_latest_tables' (its ``write_nights`` and its
-independent ``replay``). The driver's own copies of the state machine's folding and file
+The nights and the expectation are tests/spark_jobs/keyed_nights.py's (``write_nights`` and
+the independent ``replay``). The driver's own copies of the state machine's folding and file
 functions are made to fail: the tables still come out equal to the replay, so the folding
 and the state files' reading and writing ran in the executors' Python workers.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs import decode as job
 from spark_jobs import layout, storage
 from spark_jobs.derive import keyed
 from spark_jobs.warehouse import Warehouse
-from tests.spark_jobs.test_latest_tables import TABLE, replay, write_nights
+
+from tests.spark_jobs.keyed_nights import TABLE, decode_night, replay, write_nights
 
 
 def state(w: Warehouse, snapshot: int | None = None) -> dict:
@@ -43,9 +43,7 @@ def test_latest_on_an_s3_warehouse_folds_on_the_executors_and_equals_the_replay(
     wh = f"s3://{s3_bucket}/wh"
 
     def run(src, run_id, night):
-        return job.main(["--input", str(src), "--output", wh, "--run-id", run_id,
-                         "--night", night, "--latest-topics", r"shop\..*",
-                         "--catalog", s3_catalog], spark=spark)
+        return decode_night(spark, src, wh, run_id, night, "--catalog", s3_catalog)
 
     assert run(n1, "night-1", "2025-11-21")["keyed"][TABLE] > 0
     w = Warehouse(wh, s3_catalog, s3=storage.S3Config.from_env(s3_endpoint))

@@ -1,7 +1,7 @@
 """latest__<topic> tables against an independent replay (issue 35, item 2).
 
-The nights are written with kafkalog's writer; the expectation is a replay written here
-from what the test wrote: each record ``(offset, key, value, producer)`` and each marker
+The nights are written with kafkalog's writer; the expectation is a replay written
+(tests/spark_jobs/keyed_nights.py) from what the test wrote: each record ``(offset, key, value, producer)`` and each marker
 in offset order, a transaction's records held until its producer's marker (COMMIT shows
 them, ABORT drops them, none yet: not shown), the latest visible record per key winning
 and a tombstone removing its key. Nothing of spark_jobs.derive is used for it.
@@ -9,122 +9,17 @@ and a tombstone removing its key. Nothing of spark_jobs.derive is used for it.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from kafkalog.writer import SegmentWriter, WriteRecord
-from spark_jobs import decode as job
 from spark_jobs import layout, tables
 from spark_jobs.warehouse import Warehouse
 
-T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
-TOPIC = "shop.customers"
-TABLE = layout.latest_table_name(TOPIC)
-
-
-class Log:
-    """One partition's log as the test writes it, and what it wrote (for the replay)."""
-
-    def __init__(self, directory: Path, base: int = 0):
-        self.w = SegmentWriter(directory, base, index_interval_bytes=200)
-        self.entries: list[tuple] = []  # ("rec", offset, key, value, pid) / ("end", pid, commit)
-
-    def put(self, *pairs, pid: int | None = None, epoch: int = 0, seq: int = 0):
-        first = self.w.next_offset
-        recs = [WriteRecord(k.encode(), None if v is None else v.encode(),
-                            timestamp=T0 + (first + i) * 1000) for i, (k, v) in enumerate(pairs)]
-        if pid is None:
-            self.w.append(recs)
-        else:
-            self.w.append(recs, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                          transactional=True)
-        for i, (k, v) in enumerate(pairs):
-            self.entries.append(("rec", first + i, k, v, pid))
-
-    def end(self, pid: int, commit: bool, epoch: int = 0):
-        self.w.append_marker(producer_id=pid, producer_epoch=epoch, commit=commit,
-                             coordinator_epoch=1, timestamp=T0)
-        self.entries.append(("end", pid, commit))
-
-    def close(self):
-        self.w.close()
-
-
-def replay(entries) -> dict:
-    """{key: (offset, value)} as of the end of ``entries`` (see the module's text)."""
-    state, held = {}, {}
-    visible = []
-    for e in entries:
-        if e[0] == "rec":
-            _, offset, key, value, pid = e
-            if pid is None:
-                visible.append((offset, key, value))
-            else:
-                held.setdefault(pid, []).append((offset, key, value))
-        else:
-            _, pid, commit = e
-            if commit:
-                visible.extend(held.get(pid, []))
-            held.pop(pid, None)
-    for offset, key, value in sorted(visible):
-        if value is None:
-            state.pop(key, None)
-        else:
-            state[key] = (offset, value)
-    return state
-
-
-def table_state(wh: str, partition: int = 0, snapshot: int | None = None,
-                table: str = TABLE) -> dict:
-    w = Warehouse(wh)
-    t = w.load(table)
-    rows = t.scan(snapshot_id=snapshot).to_arrow().to_pylist() if snapshot else \
-        t.scan().to_arrow().to_pylist()
-    out = {}
-    for r in rows:
-        if r["partition"] == partition:
-            assert r["key"].decode() not in out, "a key twice"
-            out[r["key"].decode()] = (r["offset"], r["value"].decode())
-    return out
-
-
-def write_nights(tmp: Path):
-    """Night 1: a key moving between values, a tombstone, an aborted transaction, one
-    left open (its COMMIT comes on night 2), a tombstone of a key after its open write, a
-    transaction left open whose ABORT comes on night 2. Night 2 (its snapshot holds night
-    1's bytes and more): the COMMIT and the ABORT, more updates, a transaction that deletes
-    a key and is aborted."""
-    n2 = tmp / "n2" / f"{TOPIC}-0"
-    log = Log(n2)
-    log.put(("a", "a1"), ("b", "b1"), ("c", "c1"))
-    log.put(("a", "a2"))
-    log.put(("b", None))  # tombstone
-    log.put(("c", "c-aborted"), pid=7)
-    log.end(7, commit=False)
-    log.put(("d", "d-late"), ("e", "e-late"), pid=8)  # its COMMIT is on night 2
-    log.put(("e", None))  # a later tombstone: e stays deleted after the late commit
-    log.put(("f", "f1"))
-    log.put(("f", "f-never"), pid=10)  # its ABORT is on night 2: f stays f1
-    night1_cut, night1_entries = log.w.position, list(log.entries)
-    log.end(8, commit=True)
-    log.end(10, commit=False)
-    log.put(("a", "a3"), ("b", "b2"))
-    log.put(("c", None), pid=9)
-    log.end(9, commit=False)
-    log.close()
-    n1 = tmp / "n1" / f"{TOPIC}-0"
-    n1.mkdir(parents=True)
-    name = "00000000000000000000.log"
-    (n1 / name).write_bytes((n2 / name).read_bytes()[:night1_cut])
-    return tmp / "n1", tmp / "n2", night1_entries, log.entries
-
-
-def run(spark, src, out, run_id, night, *extra) -> dict:
-    return job.main(["--input", str(src), "--output", str(out), "--run-id", run_id,
-                     "--night", night, "--latest-topics", r"shop\..*", *extra], spark=spark)
+from tests.runs import decode
+from tests.spark_jobs.keyed_nights import (T0, TABLE, TOPIC, Log, decode_night, replay, table_state,
+                                          write_nights)
 
 
 def test_replay_sees_each_case(tmp_path):
@@ -137,12 +32,12 @@ def test_replay_sees_each_case(tmp_path):
 def test_latest_equals_replay_over_nights_reruns_and_overlaps(spark, tmp_path):
     n1, n2, e1, e2 = write_nights(tmp_path)
     wh = str(tmp_path / "wh")
-    out1 = run(spark, n1, wh, "night-1", "2025-11-21")
+    out1 = decode_night(spark, n1, wh, "night-1", "2025-11-21")
     assert out1["keyed"][TABLE] > 0
     assert table_state(wh) == {k: v for k, v in replay(e1).items()}
     night1 = Warehouse(wh).load(TABLE).snapshot_by_name(layout.night_tag("2025-11-21"))
     assert night1 is not None
-    run(spark, n2, wh, "night-2", "2025-11-22")
+    decode_night(spark, n2, wh, "night-2", "2025-11-22")
     assert table_state(wh) == replay(e2)
     # as of night 1: a tag read
     assert table_state(wh, snapshot=night1.snapshot_id) == replay(e1)
@@ -150,9 +45,9 @@ def test_latest_equals_replay_over_nights_reruns_and_overlaps(spark, tmp_path):
     assert tagged.snapshot_id == Warehouse(wh).load(TABLE).current_snapshot().snapshot_id
     # a rerun of night 2 and an overlapping snapshot (night 2's bytes again) change nothing
     before = table_state(wh)
-    run(spark, n2, wh, "night-2", "2025-11-22")
+    decode_night(spark, n2, wh, "night-2", "2025-11-22")
     assert table_state(wh) == before
-    run(spark, n2, wh, "night-3", "2025-11-23")
+    decode_night(spark, n2, wh, "night-3", "2025-11-23")
     assert table_state(wh) == before
     rows = tables.read_arrow(wh, "records", columns=("offset",))
     assert rows.num_rows == len({o for o in rows.column("offset").to_pylist()})
@@ -182,8 +77,7 @@ def test_a_compacted_topic_gets_its_table_by_itself_and_only_touched_partitions_
 
     wh = str(tmp_path / "wh")
     for n in (1, 2):
-        job.main(["--input", str(night(tmp_path / f"n{n}", n)), "--output", wh, "--run-id",
-                  f"r{n}", "--night", f"2025-11-2{n}"], spark=spark)
+        decode(spark, night(tmp_path / f"n{n}", n), wh, f"r{n}", night=f"2025-11-2{n}")
         if n == 1:
             w = Warehouse(wh)
             assert "latest__plain" not in w.table_names()
@@ -210,10 +104,10 @@ def test_a_backfilled_older_night_leaves_the_later_tags(spark, tmp_path):
     it was and no night-1 tag claims a state that holds night 2."""
     n1, n2, e1, e2 = write_nights(tmp_path)
     wh = str(tmp_path / "wh")
-    run(spark, n2, wh, "late", "2025-11-22")
+    decode_night(spark, n2, wh, "late", "2025-11-22")
     t = Warehouse(wh).load(TABLE)
     tag2 = t.snapshot_by_name(layout.night_tag("2025-11-22")).snapshot_id
-    run(spark, n1, wh, "early", "2025-11-21")
+    decode_night(spark, n1, wh, "early", "2025-11-21")
     t = Warehouse(wh).load(TABLE)
     assert table_state(wh) == replay(e2)
     assert t.snapshot_by_name(layout.night_tag("2025-11-22")).snapshot_id == tag2
@@ -225,17 +119,17 @@ def test_a_night_killed_at_its_last_commit_points_then_retried_equals_the_replay
     """Night 2 dies at each of the catalog commits of its txn resolution, its refresh and
     its publish (the tags too): the task's retry (a rerun of the decode, a publish again)
     leaves exactly the replay, tagged."""
-    from test_faults import Crash, crash_at_commit
+    from tests.spark_jobs.faults import Crash, crash_at_commit
 
     n1, n2, e1, e2 = write_nights(tmp_path)
 
     def night1(wh):
-        run(spark, n1, wh, "night-1", "2025-11-21")
+        decode_night(spark, n1, wh, "night-1", "2025-11-21")
 
     probe = str(tmp_path / "probe")
     night1(probe)
     with crash_at_commit(None) as count:
-        run(spark, n2, probe, "night-2", "2025-11-22", "--no-publish")
+        decode_night(spark, n2, probe, "night-2", "2025-11-22", "--no-publish")
     decode_commits = count[0]
     with crash_at_commit(None) as count:
         Warehouse(probe).publish("night-2")
@@ -247,11 +141,11 @@ def test_a_night_killed_at_its_last_commit_points_then_retried_equals_the_replay
         night1(wh)
         if where == "decode":
             with pytest.raises(Crash), crash_at_commit(k):
-                run(spark, n2, wh, "night-2", "2025-11-22", "--no-publish")
+                decode_night(spark, n2, wh, "night-2", "2025-11-22", "--no-publish")
             assert table_state(wh) == replay(e1), (where, k)  # main: night 1's state
-            run(spark, n2, wh, "night-2", "2025-11-22", "--no-publish")
+            decode_night(spark, n2, wh, "night-2", "2025-11-22", "--no-publish")
         else:
-            run(spark, n2, wh, "night-2", "2025-11-22", "--no-publish")
+            decode_night(spark, n2, wh, "night-2", "2025-11-22", "--no-publish")
             with pytest.raises(Crash), crash_at_commit(k):
                 Warehouse(wh).publish("night-2")
         Warehouse(wh).publish("night-2")
@@ -271,7 +165,7 @@ def test_manifests_do_not_pile_up_night_after_night(spark, tmp_path):
         for k in range(n + 1):
             log.put(("k", f"v{k}"))
         log.close()
-        run(spark, tmp_path / f"n{n}", wh, f"r{n}", f"2025-11-{10 + n}")
+        decode_night(spark, tmp_path / f"n{n}", wh, f"r{n}", f"2025-11-{10 + n}")
     t = Warehouse(wh).load(TABLE)
     assert table_state(wh) == {"k": (5, "v5")}
     assert len(t.current_snapshot().manifests(t.io)) <= 2

@@ -42,6 +42,8 @@ from kafkalog.writer import (SegmentWriter, WriteRecord, encode_producer_snapsho
 from spark_jobs import schemas, storage, tables
 from spark_jobs.warehouse import Warehouse, run_files_prefix
 
+from tests.runs import decode
+
 pytestmark = pytest.mark.pipeline
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
@@ -192,8 +194,7 @@ def audited(spark, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dirchecks")
     dirs = write_snapshot(tmp / "snap")
     W = str(tmp / "w")
-    job.main(["--input", str(tmp / "snap"), "--output", W, "--run-id", RUN, "--night", NIGHT,
-              "--no-publish"], spark=spark)
+    decode(spark, tmp / "snap", W, RUN, "--no-publish", night=NIGHT)
     for name, rows in dir_rows(dirs).items():
         stage_rows(W, RUN, name, rows)
     code = check_quality.main(["--warehouse", W, "--run-id", RUN], spark=spark)  # Data Docs too

@@ -23,7 +23,9 @@ from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import layout, tables
 from spark_jobs.warehouse import branch_name
 
-from test_internal_topics import SHARE_RECORDS, SHARE_TOPIC_ID_TEXT
+from tests.snapshots import upload
+from tests.runs import decode
+from tests.share_group_state import SHARE_RECORDS
 
 BROKER_DIRS = Path(__file__).parents[1] / "data" / "broker-dirs"
 DIRS = ("AdiletBatyrbayev0520+air_analyzer",
@@ -134,8 +136,7 @@ def test_seven_real_log_directories_through_the_job(spark, tmp_path):
 
     snap = night_folder(tmp_path)
     W, run = str(tmp_path / "w"), "night-1"
-    out = job.main(["--input", str(snap), "--output", W, "--run-id", run, "--no-publish",
-                    "--night", NIGHT], spark=spark)
+    out = decode(spark, snap, W, run, "--no-publish", night=NIGHT)
     ref = branch_name(run)
     dirs = {str(snap / d): d for d in DIRS}
 
@@ -233,7 +234,7 @@ def test_seven_real_log_directories_through_the_job(spark, tmp_path):
     manifest = tmp_path / "chunk.json"
     manifest.write_bytes(layout.manifest(listed["segments"], state_files=listed["state"],
                                          log_dir_files=listed["log_dirs"]))
-    again = job.main(["--input", str(manifest), "--output", W, "--run-id", run], spark=spark)
+    again = decode(spark, manifest, W, run)
     assert again["internal"] == out["internal"] and again["published"]
     assert {n: rows(W, n) for n in before} == before
     assert out["internal"]["broker_state"] == 7 and out["internal"]["quorum_state"] == 5
@@ -360,11 +361,8 @@ def test_log_dir_files_under_an_s3_prefix(tmp_path, s3_endpoint, s3_bucket):
     client = boto3.client("s3", endpoint_url=s3_endpoint)
     local = {}
     for d in ("qkrckstjq+spring-kafka", "VolodymyrZee+kafka"):
-        for p in (BROKER_DIRS / d).rglob("*"):
-            if p.is_file():
-                key = f"snap/{NIGHT}/{d}/{p.relative_to(BROKER_DIRS / d).as_posix()}"
-                client.put_object(Bucket=s3_bucket, Key=key, Body=p.read_bytes())
-                local[f"s3://{s3_bucket}/{key}"] = str(p)
+        local.update({f"s3://{s3_bucket}/{key}": str(p) for key, p in
+                      upload(BROKER_DIRS / d, s3_bucket, f"snap/{NIGHT}/{d}", client).items()})
     config = storage.S3Config.from_env(s3_endpoint)
     found: list[dict] = []
     discover(f"s3://{s3_bucket}/snap/{NIGHT}", config, log_dir_files=found, night=NIGHT)

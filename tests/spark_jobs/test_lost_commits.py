@@ -26,14 +26,15 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from postgres import postgres_server  # noqa: F401 - the fixture (tests/postgres.py)
-from test_faults import lost_and_duplicated, published, truth
-from test_latest_tables import TABLE, replay, run, table_state, write_nights
 
 from spark_jobs import layout, schemas
 from spark_jobs.warehouse import CommitFailed, Warehouse, branch_name, run_files_prefix
 from spark_jobs.warehouse.commits import Rewrite
 from spark_jobs.warehouse.history import live_files
+
+from tests.postgres import postgres_server  # noqa: F401 - the fixture (tests/postgres.py)
+from tests.spark_jobs.faults import lost_and_duplicated, published, truth
+from tests.spark_jobs.keyed_nights import TABLE, decode_night, replay, table_state, write_nights
 
 pytestmark = pytest.mark.pipeline
 
@@ -128,12 +129,12 @@ def night_with_every_commit_answer_lost(spark, tmp_path, wh: str, fault=answer_l
     fails at the fast-forward and is retried; ``fault(kind)``: how an answer is lost. The
     module's text says what must hold."""
     n1, n2, e1, e2 = write_nights(tmp_path)
-    run(spark, n1, wh, "night-1", "2025-11-21")
+    decode_night(spark, n1, wh, "night-1", "2025-11-21")
     for kind in ("staged", "txn_state", "refresh"):
         fails_loudly_and_keeps_every_file(
-            wh, kind, lambda: run(spark, n2, wh, RUN, "2025-11-22", "--no-publish"), fault)
+            wh, kind, lambda: decode_night(spark, n2, wh, RUN, "2025-11-22", "--no-publish"), fault)
         assert table_state(wh) == replay(e1), kind  # main: night 1's state, whole
-    run(spark, n2, wh, RUN, "2025-11-22", "--no-publish")
+    decode_night(spark, n2, wh, RUN, "2025-11-22", "--no-publish")
     fails_loudly_and_keeps_every_file(wh, "fast-forward", lambda: Warehouse(wh).publish(RUN),
                                       fault)
     Warehouse(wh).publish(RUN)  # the publish task's retry

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
-from airflow_env import DAGS, parse_against_peer  # noqa: E402
+from tests.airflow_env import DAGS, parse_against_peer  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402

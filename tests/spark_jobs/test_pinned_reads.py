@@ -7,14 +7,16 @@ night reads it again. Counted against the snapshot's truth (lost and duplicated
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import boto3
 import pytest
 
 from spark_jobs.decode import job
 from spark_jobs import storage, tables
-from test_faults import decode, lost_and_duplicated, published, truth, write_snapshot
+
+from tests.runs import decode
+from tests.snapshots import numbered, upload
+from tests.spark_jobs.faults import lost_and_duplicated, published, truth
 
 pytestmark = pytest.mark.pipeline
 
@@ -54,18 +56,6 @@ def test_local_read_pinned_checks_size_and_mtime(tmp_path):
     assert store.read_pinned(f.name, storage.Pin(10), 2, 4) == b"yy"
 
 
-# ------------------------------------------------------------ the decode job
-def _upload(s3, bucket: str, root: Path, prefix: str) -> dict[str, bytes]:
-    """Every file under ``root`` to ``s3://bucket/prefix/...``; their keys and bytes."""
-    out = {}
-    for f in sorted(root.rglob("*")):
-        if f.is_file():
-            key = f"{prefix}/{f.relative_to(root).as_posix()}"
-            s3.put_object(Bucket=bucket, Key=key, Body=f.read_bytes())
-            out[key] = f.read_bytes()
-    return out
-
-
 def _after_listing(monkeypatch, action):
     """Run ``action()`` once, right after the job listed its input."""
     real = job.discover
@@ -88,10 +78,10 @@ def _findings(wh, kind: str) -> list[dict]:
 
 def test_an_s3_object_cut_short_after_listing_fails_and_the_next_night_takes_it(
         spark, tmp_path, s3_bucket, s3_endpoint, monkeypatch):
-    src = write_snapshot(tmp_path / "snap", partitions=(0, 1), batches=4)
+    src = numbered(tmp_path / "snap", partitions=(0, 1), batches=4)
     want = truth(src)
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
-    objects = _upload(s3, s3_bucket, src, "night-1")
+    objects = {key: f.read_bytes() for key, f in upload(src, s3_bucket, "night-1", s3).items()}
     victim = "night-1/orders-1/00000000000000000000.log"
     restore = _after_listing(monkeypatch, lambda: s3.put_object(
         Bucket=s3_bucket, Key=victim, Body=objects[victim][:len(objects[victim]) // 3]))
@@ -116,7 +106,7 @@ def test_an_s3_object_cut_short_after_listing_fails_and_the_next_night_takes_it(
 
 def test_a_local_segment_rewritten_after_listing_fails_and_the_next_night_takes_it(
         spark, tmp_path, monkeypatch):
-    src = write_snapshot(tmp_path / "snap", partitions=(0, 1), batches=4)
+    src = numbered(tmp_path / "snap", partitions=(0, 1), batches=4)
     want = truth(src)
     victim = src / "orders-0" / "00000000000000000000.log"
     whole = victim.read_bytes()
@@ -138,7 +128,7 @@ def test_a_local_segment_rewritten_after_listing_fails_and_the_next_night_takes_
 
 
 def test_an_index_file_changed_after_listing_fails_the_task(spark, tmp_path, monkeypatch):
-    src = write_snapshot(tmp_path / "snap", partitions=(0,), batches=4)
+    src = numbered(tmp_path / "snap", partitions=(0,), batches=4)
     want = truth(src)
     index = src / "orders-0" / "00000000000000000000.index"
     assert index.exists()
@@ -161,7 +151,7 @@ def test_the_planner_reads_an_index_against_its_listing(tmp_path):
     listed one is."""
     from spark_jobs.decode import planning
 
-    src = write_snapshot(tmp_path / "snap", partitions=(0,), batches=200)  # past the index interval
+    src = numbered(tmp_path / "snap", partitions=(0,), batches=200)  # past the index interval
     index = src / "orders-0" / "00000000000000000000.index"
     store = storage.LocalStore(str(index.parent))
     pin = storage.Pin.of(store.stat(index.name))
@@ -187,9 +177,9 @@ def test_a_packed_spark_task_reads_its_next_tasks_ahead_once_each(
 
     from spark_jobs.decode import discover, executor, plan, writing
 
-    src = write_snapshot(tmp_path / "snap", partitions=range(8), batches=4)
+    src = numbered(tmp_path / "snap", partitions=range(8), batches=4)
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
-    objects = _upload(s3, s3_bucket, src, "n1")
+    objects = {key: f.read_bytes() for key, f in upload(src, s3_bucket, "n1", s3).items()}
     cfg = storage.S3Config.from_env(s3_endpoint)
     segments, _ = discover(f"s3://{s3_bucket}/n1", cfg)
     tasks = plan(segments, {}, {}, {}, 1 << 20)

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import kafkalog
-from kafkalog.writer import SegmentWriter, WriteRecord
+from kafkalog.writer import WriteRecord
 from spark_jobs import schemas, storage, tables
 from spark_jobs.warehouse import Warehouse, branch_name, run_files_prefix
 from spark_jobs.audit import checks as qc
@@ -30,20 +30,17 @@ from spark_jobs.audit import context, crc, offsets, registry, timestamps
 from spark_jobs.audit import records as record_checks
 from spark_jobs.audit.policy import Policy
 
-from segments import CORPUS, CORPUS_DIR
+from tests.runs import decode, dq_rows
+from tests.segments import CORPUS, CORPUS_DIR
+from tests.snapshots import T0, recs, write_segments
 
 pytestmark = pytest.mark.pipeline
 
-T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 EARLIER = dt.datetime(2025, 11, 20, tzinfo=dt.timezone.utc)
 NOW = dt.datetime(2025, 11, 21, 6, tzinfo=dt.timezone.utc)
 
 
 # ------------------------------------------------------------------ staging
-def recs(n, ts=T0, step=1000):
-    return [WriteRecord(b"k%d" % i, b"v%d" % i, timestamp=ts + i * step) for i in range(n)]
-
-
 def decode_partition(logdir, topic: str, partition: int, run_id: str, *, ingested_at=NOW,
                      snapshot="s3://snap/2025-11-21") -> dict[str, pa.Table]:
     """Decode every .log of ``logdir`` into the five tables of docs/tables.md."""
@@ -150,14 +147,6 @@ def stage(root, run_id: str, parts: list[dict], *, published: bool = False) -> N
         wh.commit_files(name, run_id, uris)
     if published:
         wh.publish(run_id)
-
-
-def write_segments(directory, spec) -> str:
-    """``spec``: list of (base_offset, fn(writer)); returns the directory."""
-    for base, fill in spec:
-        with SegmentWriter(directory, base) as w:
-            fill(w)
-    return str(directory)
 
 
 def skip_to(offset):
@@ -494,15 +483,6 @@ topics:
 
 
 # --------------------------------------------------------------- the job
-def dq_rows(root, run_id):
-    """Run ``run_id``'s rows of the dq_results table (``root``: a path or an Warehouse)."""
-    from pyiceberg.expressions import EqualTo
-
-    table = tables.read_arrow(root, "dq_results", row_filter=EqualTo("run_id", run_id))
-    assert table.schema.equals(schemas.DQ_RESULTS, check_metadata=False)
-    return table.to_pylist()
-
-
 def test_job_fails_the_run_and_says_why(spark, faulty_w, test_policy, capsys):
     from spark_jobs import check_quality
 
@@ -727,7 +707,6 @@ def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
     payments-1 is the demo's planted case: night 2 copies segment 0 unchanged (the
     job skips it) and segment 25, not segment 15."""
     from spark_jobs import check_quality, publish
-    from spark_jobs import decode as job
 
     W = str(tmp_path / "w")
     night1 = tmp_path / "snap1"
@@ -740,7 +719,7 @@ def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
     write_segments(night1 / "orders-0", [(0, lambda w: w.append(recs(10))), (10, with_txn)])
     payments0 = (0, lambda w: [w.append(recs(5)), w.append(recs(10, T0 + 5000))])      # 0..14
     write_segments(night1 / "payments-1", [payments0])
-    job.main(["--input", str(night1), "--output", W, "--run-id", "night-1", "--no-publish"], spark=spark)
+    decode(spark, night1, W, "night-1", "--no-publish")
     assert check_quality.main(["--warehouse", W, "--run-id", "night-1", "--no-docs"], spark=spark) == 0
     publish.publish(W, "night-1")
 
@@ -754,7 +733,7 @@ def test_decode_then_audit_across_two_nights(spark, tmp_path, capsys):
     data = bytearray(log.read_bytes())
     data[-3] ^= 0x01                                                             # the batch 40..44
     log.write_bytes(bytes(data))
-    job.main(["--input", str(night2), "--output", W, "--run-id", "night-2", "--no-publish"], spark=spark)
+    decode(spark, night2, W, "night-2", "--no-publish")
     capsys.readouterr()
     assert check_quality.main(["--warehouse", W, "--run-id", "night-2", "--no-docs"],
                               spark=spark) == check_quality.EXIT_CHECKS_FAILED
@@ -783,13 +762,12 @@ def test_real_corpus_passes(spark, tmp_path):
     no findings, no offset gaps, one KRaft control batch, CreateTime only):
     every check passes — no false alarm on data that is intact."""
     from spark_jobs import check_quality
-    from spark_jobs import decode as job
 
     corpus = str(CORPUS_DIR)
     logs = [p for p in CORPUS if re.search(r"/[^/]+-\d+/\d{20}\.log$", p)]
     assert logs
     W = str(tmp_path / "w")
-    job.main(["--input", corpus, "--output", W, "--run-id", "corpus", "--no-publish"], spark=spark)
+    decode(spark, corpus, W, "corpus", "--no-publish")
     # the two codecrafters fixtures lie outside any partition folder: graded, not passed
     unplaced = sorted(set(glob.glob(f"{corpus}/**/*.log", recursive=True)) - set(logs))
     assert len(unplaced) == 2

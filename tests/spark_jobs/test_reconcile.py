@@ -32,13 +32,14 @@ import pytest
 
 from kafkalog.state_writer import internal_record
 from kafkalog.writer import SegmentWriter, WriteRecord
-from spark_jobs import decode as decode_job
 from spark_jobs import tables
 from spark_jobs.audit.results import read_results
 from spark_jobs.reconcile import config as sink_config
 from spark_jobs.reconcile import job as reconcile_job
 from spark_jobs.reconcile.sink_read import normalize
 from spark_jobs.warehouse import Warehouse
+
+from tests.runs import decode
 
 pytestmark = pytest.mark.pipeline
 
@@ -197,8 +198,7 @@ def setup(spark, tmp_path_factory):
 def build(spark, tmp):
     """The source warehouse (decoded by the decode job) and every sink table, in ``tmp``."""
     wh = tmp / "wh"
-    decode_job.main(["--input", str(write_log(tmp / "snap")), "--output", str(wh), "--run-id",
-                     "n1", "--night", NIGHT, "--latest-topics", "users"], spark=spark)
+    decode(spark, write_log(tmp / "snap"), wh, "n1", "--latest-topics", "users", night=NIGHT)
     log = log_bytes(wh)
     from pyiceberg.catalog.sql import SqlCatalog
 

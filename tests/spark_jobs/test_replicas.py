@@ -20,9 +20,9 @@ import pytest
 
 import kafkalog
 
-from paths import pure_python
-from segments import kp_legacy, kp_v2
-from spark_jobs import decode as job
+from tests.runs import decode
+from tests.paths import pure_python
+from tests.segments import kp_legacy, kp_v2
 from spark_jobs import tables
 from spark_jobs.decode import replicas
 from spark_jobs.decode.planning import Segment
@@ -116,8 +116,7 @@ def test_replicas_are_decoded_once_and_match_the_expected_tables(spark, tmp_path
 
     want = snapshot(tmp_path / "snap")
     wh = tmp_path / "wh"
-    s = job.main(["--input", str(tmp_path / "snap"), "--output", str(wh), "--run-id", "r1"],
-                 spark=spark)
+    s = decode(spark, tmp_path / "snap", wh, "r1")
     rec = tables.read_arrow(str(wh), "records", columns=("topic", "partition", "offset", "value"))
     got = Counter(zip(*(rec.column(c).to_pylist() for c in ("topic", "partition", "offset"))))
     lost = len(set(want) - set(got))

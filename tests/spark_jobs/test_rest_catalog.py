@@ -21,8 +21,10 @@ import functools
 from pathlib import Path
 
 import pytest
-from rest_catalog import PREFIX, ROUTES, RestCatalogServer
-from test_faults import decode, lost_and_duplicated, published, staged_run, truth, write_snapshot
+from tests.rest_catalog import PREFIX, ROUTES, RestCatalogServer
+from tests.runs import decode
+from tests.snapshots import numbered
+from tests.spark_jobs.faults import lost_and_duplicated, published, staged_run, truth
 
 from spark_jobs import check_quality, publish
 from spark_jobs.warehouse import Warehouse
@@ -83,8 +85,8 @@ def test_two_nights_a_rerun_a_refused_commit_and_maintenance_through_a_rest_cata
     from spark_jobs.maintenance.job import maintain
 
     wh = rest_warehouse(rest_catalog, tmp_path / "wh")
-    n1 = write_snapshot(tmp_path / "n1", batches=3)
-    n2 = write_snapshot(tmp_path / "n2", batches=5)  # night 1's batches and two more
+    n1 = numbered(tmp_path / "n1", batches=3)
+    n2 = numbered(tmp_path / "n2", batches=5)  # night 1's batches and two more
     want1, want2 = truth(n1), truth(n2)
     assert want1 < want2
     night(spark, n1, wh, "night-1")

@@ -1,16 +1,14 @@
 """Values as data in the warehouse (issue 20, part 5): the records' schema columns,
 ``value_decode_error`` findings, the registry the job builds and ships.
 
-The values are confluent-kafka's (test_schemas.Data: its serializers against its mock
+The values are confluent-kafka's (tests/schema_data.py's Data: its serializers against its mock
 registry); the expected ``value_json`` is computed from what the serializers were given
-(test_schemas.avro_json, MessageToDict of the original messages), not from our decoder.
+(schema_data.avro_json, MessageToDict of the original messages), not from our decoder.
 """
 
 from __future__ import annotations
 
 import datetime
-import decimal
-import io
 import json
 import math
 import pickle
@@ -28,60 +26,9 @@ from spark_jobs.warehouse.ddl import TABLE_PROPERTIES, partition_spec
 from spark_jobs.decode import values
 from spark_jobs.decode.planning import discover
 
-from test_schemas import Data, avro_json, pb, proto_classes, schemas_records, write_segment
-
-#: a value whose schema id nobody registered, and an Avro value cut short
-UNKNOWN = b"\x00" + struct.pack(">I", 999) + b"\x02"
-
-#: topic shop.items (a '.' in its name) and its value subject's three versions: v2 adds a
-#: top-level and a nested field with defaults, v3 changes ``n`` from int to string
-ITEM_V1 = {"type": "record", "name": "Item", "namespace": "shop", "fields": [
-    {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
-    {"name": "price", "type": "float"}, {"name": "ok", "type": "boolean"},
-    {"name": "n", "type": "int"},
-    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-    {"name": "dims", "type": {"type": "record", "name": "Dims",
-                              "fields": [{"name": "w", "type": "double"}]}},
-    {"name": "labels", "type": {"type": "array", "items": "string"}}]}
-ITEM_V2 = {**ITEM_V1, "fields": [
-    *[f for f in ITEM_V1["fields"] if f["name"] != "dims"],
-    {"name": "dims", "type": {"type": "record", "name": "Dims", "fields": [
-        {"name": "w", "type": "double"}, {"name": "h", "type": ["null", "double"],
-                                          "default": None}]}},
-    {"name": "color", "type": ["null", "string"], "default": None}]}
-ITEM_V3 = {**ITEM_V2, "fields": [{**f, "type": "string"} if f["name"] == "n" else f
-                                 for f in ITEM_V2["fields"]]}
-ITEM_IDS = (101, 102, 103)
-AT = datetime.datetime(2026, 11, 25, 22, 0, 1, 250000, tzinfo=datetime.timezone.utc)
-
-
-def items(data):
-    """``(_schemas records, shop.items records, the data each was given)``: fastavro as the
-    serializer, the wire prefix by hand (ids far from the mock registry's)."""
-    from fastavro import parse_schema, schemaless_writer
-
-    given = [
-        {"id": 1, "name": "a", "price": 1.5, "ok": True, "n": 3, "at": AT,
-         "day": datetime.date(2026, 11, 25), "dims": {"w": 2.0}, "labels": ["x", "y"]},
-        {"id": 2, "name": "b", "price": 0.25, "ok": False, "n": -1, "at": AT,
-         "day": datetime.date(1970, 1, 1), "dims": {"w": 1.0, "h": 4.0}, "labels": [],
-         "color": "red"},
-        {"id": 3, "name": "c", "price": 2.0, "ok": True, "n": "three", "at": AT,
-         "day": datetime.date(2000, 2, 29), "dims": {"w": 0.0, "h": None}, "labels": ["z"],
-         "color": None}]
-    records, schemas_out = [], []
-    for version, (sid, schema, datum) in enumerate(zip(ITEM_IDS, (ITEM_V1, ITEM_V2, ITEM_V3),
-                                                       given), 1):
-        key = {"keytype": "SCHEMA", "subject": "shop.items-value", "version": version,
-               "magic": 1}
-        value = {"subject": "shop.items-value", "version": version, "id": sid,
-                 "schema": json.dumps(schema), "deleted": False}
-        schemas_out.append((json.dumps(key).encode(), json.dumps(value).encode()))
-        buf = io.BytesIO()
-        schemaless_writer(buf, parse_schema(schema), datum)
-        records.append((None, b"\x00" + struct.pack(">I", sid) + buf.getvalue(), ()))
-    return schemas_out, records, given
+from tests.runs import decode
+from tests.schema_data import (AT, KINDS_DEFAULTS, KINDS_PROTO, UNKNOWN, Data, Kinds, avro_json,
+                               items, pb, plain_records, write_segment)
 
 
 def items_json(datum: dict) -> dict:
@@ -94,35 +41,6 @@ def data():
     return Data()
 
 
-#: topic kinds: every Protobuf field kind in the table's message All (index [0]); a second
-#: top-level message Node (index [1], recursive); v2 adds a top-level and a nested field
-KINDS_PROTO = """syntax = "proto3";
-package kinds.v1;
-import "google/protobuf/timestamp.proto";
-import "google/protobuf/wrappers.proto";
-import "google/protobuf/struct.proto";
-message All {
-  double d = 1; float f = 2; int32 i32 = 3; int64 i64 = 4; uint32 u32 = 5; uint64 u64 = 6;
-  sint32 s32 = 7; sint64 s64 = 8; fixed32 fx32 = 9; fixed64 fx64 = 10; sfixed32 sf32 = 11;
-  sfixed64 sf64 = 12; bool b = 13; string s = 14; bytes raw = 15;
-  enum Color { RED = 0; GREEN = 1; }
-  Color color = 16;
-  message Inner { string name = 1; int64 n = 2; }
-  Inner inner = 17;
-  repeated int32 nums = 18;
-  repeated Inner inners = 19;
-  map<string, int64> counts = 20;
-  map<int32, Inner> by_id = 21;
-  oneof choice { string text = 22; int32 number = 23; }
-  optional int32 maybe = 24;
-  google.protobuf.Timestamp at = 25;
-  google.protobuf.Int64Value big = 26;
-  google.protobuf.Struct attrs = 27;
-}
-message Node { string label = 1; Node next = 2; }
-"""
-KINDS_V2 = KINDS_PROTO.replace("int64 n = 2; }", "int64 n = 2; bool flag = 3; }").replace(
-    "attrs = 27;\n", "attrs = 27;\n  string added = 28;\n")
 #: the columns of All (v1)
 INNER = pa.struct([("name", pa.string()), ("n", pa.int64())])
 KINDS_COLUMNS = pa.struct([
@@ -135,84 +53,6 @@ KINDS_COLUMNS = pa.struct([
     ("by_id", pa.map_(pa.int32(), INNER)), ("text", pa.string()), ("number", pa.int32()),
     ("maybe", pa.int32()), ("at", pa.timestamp("us", tz="UTC")), ("big", pa.int64()),
     ("attrs", pa.string())])
-#: an All row with nothing set: proto3 defaults where a field has no presence, else null
-KINDS_DEFAULTS = {
-    "d": 0.0, "f": 0.0, "i32": 0, "i64": 0, "u32": 0, "u64": decimal.Decimal(0), "s32": 0,
-    "s64": 0, "fx32": 0, "fx64": decimal.Decimal(0), "sf32": 0, "sf64": 0, "b": False, "s": "",
-    "raw": b"", "color": "RED", "inner": None, "nums": [], "inners": [], "counts": [],
-    "by_id": [], "text": None, "number": None, "maybe": None, "at": None, "big": None,
-    "attrs": None}
-
-
-class Kinds:
-    """The kinds topic's values, serialized by confluent-kafka's ProtobufSerializer against
-    ``data``'s mock registry (ids after Data's), the messages given, and the typed rows they
-    must give (literals; v2's columns null in v1's rows)."""
-
-    def __init__(self, data):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from confluent_kafka.schema_registry import header_schema_id_serializer
-            from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
-            from confluent_kafka.serialization import MessageField, SerializationContext
-
-        m = proto_classes(KINDS_PROTO, "kinds.v1", ("All", "All.Inner", "Node"), "kinds.proto")
-        m2 = proto_classes(KINDS_V2, "kinds.v1", ("All", "All.Inner"), "kinds.proto")
-        conf = {"auto.register.schemas": True, "use.deprecated.format": False}
-        All, Inner = m["All"], m["All.Inner"]
-        full = All(d=float("nan"), f=1.5, i32=-5, i64=-2**63, u32=2**32 - 1, u64=2**64 - 1,
-                   s32=-7, s64=-2**40, fx32=7, fx64=2**63, sf32=-8, sf64=-9, b=True, s="é",
-                   raw=b"\x00\xff", color=1, inner=Inner(name="x"), nums=[1, 2],
-                   inners=[Inner(name="a"), Inner()], counts={"a": 1, "b": -2**63},
-                   by_id={1: Inner(name="one", n=2), -3: Inner()}, text="t", maybe=0)
-        full.at.FromNanoseconds(1_700_000_000_123_456_789)
-        full.big.value = 2**62
-        full.attrs.update({"k": [1, "x", None], "z": {"q": True}})
-        edge = All(d=float("inf"), f=float("-inf"), number=0, color=7, inner=Inner())
-        edge.big.value = 0  # a wrapper set to its zero value is there, not null
-        node = m["Node"](label="n", next=m["Node"](label="m"))
-        self.messages = [full, All(), edge, node, All(i32=4),
-                         m2["All"](i32=5, added="new", inner=m2["All.Inner"](flag=True))]
-
-        def ctx(headers=None):
-            return SerializationContext("kinds", MessageField.VALUE, headers)
-
-        ser = {n: ProtobufSerializer(c, data.client, conf=conf) for n, c in m.items()}
-        self.records = [(None, ser["All"](x, ctx()), ()) for x in self.messages[:3]]
-        self.records.append((None, ser["Node"](node, ctx()), ()))
-        headers = []  # All named by a header: its indexes [0] are in the header
-        by_header = ProtobufSerializer(All, data.client, conf={
-            **conf, "schema.id.serializer": header_schema_id_serializer})
-        self.records.append((None, by_header(self.messages[4], ctx(headers)), tuple(headers)))
-        self.records.append((None, ProtobufSerializer(m2["All"], data.client, conf=conf)(
-            self.messages[5], ctx()), ()))
-        self.schemas = schemas_records(data.client, ["kinds-value"])[3:]
-        self.ids = [v["id"] for v in sorted((json.loads(v) for _, v in self.schemas),
-                                            key=lambda v: v["version"])]  # v1, v2 (any order)
-        v2 = {"added": None}
-        self.rows = {  # offset -> (schema id, typed row)
-            0: (self.ids[0], {
-                **KINDS_DEFAULTS, **v2, "d": math.nan, "f": 1.5, "i32": -5, "i64": -2**63,
-                "u32": 2**32 - 1, "u64": decimal.Decimal(2**64 - 1), "s32": -7, "s64": -2**40,
-                "fx32": 7, "fx64": decimal.Decimal(2**63), "sf32": -8, "sf64": -9, "b": True,
-                "s": "é", "raw": b"\x00\xff", "color": "GREEN",
-                "inner": {"name": "x", "n": 0, "flag": None}, "nums": [1, 2],
-                "inners": [{"name": "a", "n": 0, "flag": None}, {"name": "", "n": 0, "flag": None}],
-                "counts": [("a", 1), ("b", -2**63)],
-                "by_id": [(-3, {"name": "", "n": 0, "flag": None}),
-                          (1, {"name": "one", "n": 2, "flag": None})],
-                "text": "t", "maybe": 0,
-                "at": datetime.datetime(2023, 11, 14, 22, 13, 20, 123456, datetime.timezone.utc),
-                "big": 2**62, "attrs": {"k": [1, "x", None], "z": {"q": True}}}),
-            1: (self.ids[0], {**KINDS_DEFAULTS, **v2}),
-            2: (self.ids[0], {**KINDS_DEFAULTS, **v2, "d": math.inf, "f": -math.inf,
-                              "number": 0, "color": "7", "big": 0,
-                              "inner": {"name": "", "n": 0, "flag": None}}),
-            4: (self.ids[0], {**KINDS_DEFAULTS, **v2, "i32": 4}),
-            5: (self.ids[1], {**KINDS_DEFAULTS, "i32": 5, "added": "new",
-                              "inner": {"name": "", "n": 0, "flag": True}})}
 
 
 @pytest.fixture(scope="module")
@@ -229,14 +69,6 @@ def comparable(row: dict) -> dict:
     if row["attrs"] is not None and isinstance(row["attrs"], str):
         row["attrs"] = json.loads(row["attrs"])
     return {k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
-
-
-def plain_records(data):
-    """Values not in the wire format (JSON text, a string, empty, null) and two that are
-    but do not decode (an unknown id; an Avro payload cut short)."""
-    cut = data.orders[0][1][:-3]
-    return [(b"k", b'{"plain": true}', ()), (None, b"text", ()), (None, b"", ()),
-            (b"tombstone", None, ()), (None, UNKNOWN, ()), (None, cut, ())]
 
 
 @pytest.fixture(scope="module")
@@ -403,8 +235,7 @@ def test_the_job_fills_value_json_and_records_undecodable_values(spark, data, ki
     from spark_jobs import decode as job
 
     wh = tmp_path / "wh"
-    summary = job.main(["--input", str(snapshot), "--output", str(wh), "--run-id", "n1"],
-                       spark=spark)
+    summary = decode(spark, snapshot, wh, "n1")
     ids = {json.loads(v)["id"] for k, v in data.schemas + items(data)[0] + kinds.schemas
            if v and b'"SCHEMA"' in k}
     assert summary["schemas"] == f"{len(ids)} schemas, 0 records skipped"
@@ -769,9 +600,8 @@ def test_latest_tables_carry_the_typed_columns(spark, snapshot, tmp_path):
     from spark_jobs import decode as job
 
     wh = tmp_path / "wh"
-    out = job.main(["--input", str(snapshot), "--output", str(wh), "--run-id", "n1",
-                    "--night", "2026-11-20", "--latest-topics", r"orders|shop\.items|kinds"],
-                   spark=spark)
+    out = decode(spark, snapshot, wh, "n1", "--latest-topics", r"orders|shop\.items|kinds",
+                 night="2026-11-20")
     w = Warehouse(str(wh))
     checked = 0
     for topic in ("orders", "shop.items", "kinds"):

@@ -24,10 +24,12 @@ from kafkalog.writer import SegmentWriter, WriteRecord, internal_record
 from spark_jobs import layout, schemas
 from spark_jobs.warehouse import Warehouse, branch_name
 
-import duckdb_engine
-from test_internal_tables import T0, TOPIC_ID, write_snapshot
-from test_schema_tables import Data, Kinds, items, plain_records
-from test_schemas import write_segment
+from tests.runs import decode
+from tests import duckdb_engine
+from tests.snapshots import T0
+from tests.spark_jobs.internal_snapshot import TOPIC_ID, write_snapshot
+from tests.schema_data import Data, Kinds, items, plain_records
+from tests.schema_data import write_segment
 
 pytestmark = pytest.mark.pipeline
 
@@ -80,7 +82,7 @@ def night_2_snapshot(root):
 def compared(spark, tmp_path_factory):
     """The two nights' decode, audit and publish, comparing both engines on each run's branch
     and on main; yields (warehouse, {(night, 'branch' | 'main'): {table: rows}})."""
-    from spark_jobs import check_quality, decode as job, publish
+    from spark_jobs import check_quality, publish
 
     tmp = tmp_path_factory.mktemp("engines")
     snaps = {night: tmp / night for night in NIGHTS}
@@ -97,8 +99,7 @@ def compared(spark, tmp_path_factory):
     con = duckdb_engine.connect()
     seen = {}
     for night in NIGHTS:
-        job.main(["--input", str(snaps[night]), "--output", W, "--run-id", night, "--no-publish"],
-                 spark=spark)
+        decode(spark, snaps[night], W, night, "--no-publish")
         assert check_quality.main(["--warehouse", W, "--run-id", night, "--no-docs"],
                                   spark=spark) == 0  # passed: it may be published
         seen[(night, "branch")] = duckdb_engine.compare_warehouse(wh, ref=branch_name(night), con=con)

@@ -14,7 +14,7 @@ from importlib import resources
 import pyarrow as pa
 import pytest
 
-import kafka_messages as km
+from tests import kafka_messages as km
 from spark_jobs import schemas
 from spark_jobs.derive import streams_groups
 from spark_jobs.derive.internal import rows_of_file

@@ -24,7 +24,8 @@ import struct
 
 import pytest
 
-import tiered_encoder as enc
+from tests.runs import decode
+from tests import tiered_encoder as enc
 from kafkalog.writer import SegmentWriter, WriteRecord
 from spark_jobs import tables
 from spark_jobs.warehouse import Warehouse, branch_name
@@ -220,7 +221,6 @@ def test_remote_segments_and_the_tier_audit(spark, tmp_path, s3_endpoint, s3_buc
     import boto3
 
     from spark_jobs import check_quality, findings
-    from spark_jobs import decode as job
     from spark_jobs.decode.writing import make_context, write_driver_table
 
     client = boto3.client("s3", endpoint_url=s3_endpoint)
@@ -233,12 +233,9 @@ def test_remote_segments_and_the_tier_audit(spark, tmp_path, s3_endpoint, s3_buc
         snaps.append(snap)
 
     # night 1, published; night 2 over an overlapping snapshot, staged
-    job.main(["--input", str(snaps[0]), "--output", W, "--run-id", "n1", "--night", NIGHTS[0]],
-             spark=spark)
+    decode(spark, snaps[0], W, "n1", night=NIGHTS[0])
     assert remote_rows(W, "main", "n1") == replay(NIGHT1, NIGHTS[0], "n1")
-    args = ["--input", str(snaps[1]), "--output", W, "--run-id", "n2", "--night", NIGHTS[1],
-            "--no-publish"]
-    job.main(args, spark=spark)
+    decode(spark, snaps[1], W, "n2", "--no-publish", night=NIGHTS[1])
     expected2 = replay(NIGHT1 + NIGHT2, NIGHTS[1], "n2")
     assert remote_rows(W, branch_name("n2"), "n2") == expected2
     assert {r["segment_id"]: r["state"] for r in expected2}[SEGS["E1"].id] == \
@@ -296,7 +293,7 @@ def test_remote_segments_and_the_tier_audit(spark, tmp_path, s3_endpoint, s3_buc
         (c, p) for c in PLANTED for p in range(8)}
 
     # a rerun of night 2 changes nothing
-    job.main(args, spark=spark)
+    decode(spark, snaps[1], W, "n2", "--no-publish", night=NIGHTS[1])
     assert remote_rows(W, branch_name("n2"), "n2") == expected2
     assert [f["kind"] for f in tables.read_arrow(wh, "findings", ref=branch_name("n2"))
             .to_pylist() if f["topic"] == "__remote_log_metadata"] == ["internal_record_error"]

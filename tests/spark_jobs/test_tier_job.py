@@ -37,9 +37,9 @@ from collections import Counter
 import boto3
 import pytest
 
-import tiered_data
-import tiered_encoder as enc
-from segments import kp_v2
+from tests import tiered_data
+from tests import tiered_encoder as enc
+from tests.segments import kp_v2
 from spark_jobs import decode as job
 from spark_jobs import layout, tables
 from spark_jobs.findings import TIER_DIVERGENCE

@@ -16,11 +16,13 @@ import struct
 from pathlib import Path
 
 from kafkalog.writer import SegmentWriter, WriteRecord
-from spark_jobs import decode as job
 from spark_jobs import storage, tables
 from spark_jobs.decode import transactions
 from spark_jobs.publish import publish_run
 from spark_jobs.warehouse import Warehouse
+
+from tests.snapshots import upload
+from tests.runs import decode
 
 T0 = 1_763_683_200_000  # 2025-11-21T00:00:00Z
 HEAD = struct.Struct(">qiibIhiqqqhii")  # v2 batch header, 61 bytes
@@ -174,11 +176,6 @@ def write_nights(tmp: Path) -> tuple[Path, Path]:
     return n1, n2
 
 
-def run(spark, src, out, run_id, *extra) -> dict:
-    return job.main(["--input", str(src), "--output", str(out), "--run-id", run_id, *extra],
-                    spark=spark)
-
-
 def states(wh: Path, snapshot: int | None = None) -> list[tuple]:
     t = tables.read_arrow(str(wh), "records", snapshot=snapshot,
                           columns=("topic", "partition", "offset", "txn_state"))
@@ -211,33 +208,33 @@ def test_txn_state_equals_the_replay_over_nights_reruns_and_splits(spark, tmp_pa
     wh = tmp_path / "wh"
     want1, want2 = expected(n1), expected(n2)
 
-    s1 = run(spark, n1, wh, "night-1")
+    s1 = decode(spark, n1, wh, "night-1")
     assert states(wh) == want1
     # producer 11's records met their ABORT in a later segment (another task): resolved
     # after the tasks, on the branch, before publishing
     assert s1["txn_resolved"]["rows"] == 2
     night1 = main_snapshot(wh)
 
-    s2 = run(spark, n2, wh, "night-2")
+    s2 = decode(spark, n2, wh, "night-2")
     assert states(wh) == want2  # night 1's open rows decided by night 2's markers
     assert s2["txn_resolved"]["rows"] == 6 and s2["txn_resolved"]["files"] >= 1
     assert states(wh, night1) == want1  # night 1's published snapshot still says open
 
     # a rerun of night 2 and a rerun of night 1 after night 2: the same answer, no
     # offset twice
-    run(spark, n2, wh, "night-2")
+    decode(spark, n2, wh, "night-2")
     assert states(wh) == want2
-    run(spark, n1, wh, "night-1")
+    decode(spark, n1, wh, "night-1")
     assert states(wh) == want2
     # a backfill of night 2 under a new id, everything decoded again: nothing changes
-    run(spark, n2, wh, "backfill-2", "--reprocess")
+    decode(spark, n2, wh, "backfill-2", "--reprocess")
     assert states(wh) == want2
     keys = [s[:3] for s in states(wh)]
     assert len(keys) == len(set(keys)) == len(want2)
 
     # one night in tasks of a few hundred bytes: markers in later tasks of a segment
     split = tmp_path / "wh-split"
-    s = run(spark, n2, split, "split", "--split-bytes", "300")
+    s = decode(spark, n2, split, "split", "--split-bytes", "300")
     assert s["tasks"] > 4 and s["txn_resolved"]["rows"] > 0
     assert states(split) == want2
 
@@ -250,10 +247,10 @@ def test_a_reapplied_publish_carries_the_rewrites(spark, tmp_path):
     with SegmentWriter(other / "refunds-0", 0) as w:
         plain(w, 3)
     wh = tmp_path / "wh"
-    run(spark, n1, wh, "night-1")
-    s2 = run(spark, n2, wh, "night-2", "--no-publish")
+    decode(spark, n1, wh, "night-1")
+    s2 = decode(spark, n2, wh, "night-2", "--no-publish")
     assert s2["txn_resolved"]["rows"] == 6
-    run(spark, other, wh, "refunds")  # main moves on after night 2 forked from it
+    decode(spark, other, wh, "refunds")  # main moves on after night 2 forked from it
     out = publish_run(Warehouse(str(wh)), "night-2")
     assert out["tables"]["records"] == "re-applied"
     want = expected(n2) + expected(other)
@@ -269,16 +266,14 @@ def test_on_s3_in_chunks(spark, tmp_path, s3_bucket, s3_endpoint, s3_catalog):
     n1, n2 = write_nights(tmp_path)
     client = boto3.client("s3", endpoint_url=s3_endpoint)
     for night, root in (("n1", n1), ("n2", n2)):
-        for path in root.rglob("*"):
-            if path.is_file():
-                client.upload_file(str(path), s3_bucket, f"{night}/{path.relative_to(root).as_posix()}")
+        upload(root, s3_bucket, night, client)
     wh = f"s3://{s3_bucket}/warehouse"
-    run(spark, f"s3://{s3_bucket}/n1", wh, "night-1", "--catalog", s3_catalog)
+    decode(spark, f"s3://{s3_bucket}/n1", wh, "night-1", "--catalog", s3_catalog)
     for chunk, part in enumerate(("payments-0", "payments-1")):
         segments = [f"s3://{s3_bucket}/n2/{part}/{p.name}" for p in sorted((n2 / part).glob("*.log"))]
         client.put_object(Bucket=s3_bucket, Key=f"m/chunk-{chunk}.json",
                           Body=json.dumps({"segments": segments}).encode())
-        run(spark, f"s3://{s3_bucket}/m/chunk-{chunk}.json", wh, "night-2", "--chunk-id", str(chunk),
+        decode(spark, f"s3://{s3_bucket}/m/chunk-{chunk}.json", wh, "night-2", "--chunk-id", str(chunk),
             "--no-publish", "--catalog", s3_catalog)
     remote = Warehouse(wh, s3_catalog, s3=storage.S3Config.from_env())
     assert publish_run(remote, "night-2")["tables"]["records"] == "fast-forward"
@@ -293,7 +288,7 @@ def test_read_committed_helpers_read_the_column(spark, tmp_path):
     written before the column existed (null) by the same rule."""
     n1, n2 = write_nights(tmp_path)
     wh = tmp_path / "wh"
-    run(spark, n2, wh, "r")
+    decode(spark, n2, wh, "r")
     records = tables.read_table(spark, str(wh), "records")
     markers = tables.read_table(spark, str(wh), "markers")
     want = {(t, p, o): s for t, p, o, s in expected(n2)}

@@ -31,7 +31,7 @@ from spark_jobs.decode import values
 from spark_jobs.derive import typed, value_types
 from spark_jobs.audit.policy import Policy
 
-from test_schemas import proto_classes, schemas_records, write_segment
+from tests.schema_data import proto_classes, schemas_records, write_segment
 
 #: JSON Schema: ``extra`` is a oneOf (no column form: JSON text); v2 says ``code`` is a number
 READING_V1 = {"type": "object", "properties": {
