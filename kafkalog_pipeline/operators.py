@@ -39,7 +39,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import BaseOperatorLink
 
 from . import settings
-from ._airflow import AdjustedHook, dag_run_url, filter_submit_log, submit_returncode
+from ._airflow import AdjustedHook, await_answer, dag_run_url, filter_submit_log, submit_returncode
 from .tasks import CAUSE_KEY, QUALITY_JOB
 
 #: the last line of a Python traceback (``botocore.exceptions.EndpointConnectionError: ...``)
@@ -217,9 +217,44 @@ class RerunOnConflictOperator(TriggerDagRunOperator):
                          **kwargs)
 
     def execute(self, context):
+        from .gate import APPROVE, REJECT, conflict_question, gated_conflict
+        from .tasks import CONFLICT_KEY, PLAN_KEY, PLAN_TASK, PUBLISH_TASK
+
+        self.prepare_rerun(context)  # or skipped, saying why
+        if not gated_conflict():
+            return super().execute(context)
+        # publish_conflict: approve (expectations/policy.yaml): a person decides first
+        ti = context["ti"]
+        subject, body = conflict_question(
+            run_id=context["run_id"], conflict=ti.xcom_pull(task_ids=PUBLISH_TASK,
+                                                            key=CONFLICT_KEY) or {},
+            dates=(ti.xcom_pull(task_ids=PLAN_TASK, key=PLAN_KEY) or {}).get("dates") or [],
+            report=dag_run_url(ti.dag_id, context["run_id"]))
+        self.log.info("publish met a conflict; waiting in Required actions for a person to "
+                      "approve or reject the rerun (publish_conflict: approve)")
+        await_answer(context, options=[APPROVE, REJECT], subject=subject, body=body,
+                     method_name="execute_answered")
+
+    def execute_answered(self, context, event):
+        """Resumed with a person's answer (``publish_conflict: approve``): rerun, or skip."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from .gate import APPROVE, APPROVED, REJECTED, responder
+        from .tasks import GATE_KEY
+
+        approved = (event.get("chosen_options") or [None])[0] == APPROVE
+        by = responder(event)
+        context["ti"].xcom_push(key=GATE_KEY, value={"decision": APPROVED if approved
+                                                     else REJECTED, "by": by})
+        if not approved:
+            raise AirflowSkipException(f"rerun rejected by {by or '?'}: the night stays "
+                                       "unpublished, main unchanged")
+        self.prepare_rerun(context)
+        return super().execute(context)
+
+    def prepare_rerun(self, context) -> None:
         from .notes import provenance_line
         from .tasks import rerun_request
 
         self.trigger_run_id, self.conf = rerun_request(context)  # or skipped, saying why
         self.note = provenance_line(context["run_id"])
-        return super().execute(context)

@@ -260,6 +260,10 @@ def _airflow_errors():
 PLAN_TASK, PUBLISH_TASK = "plan", "publish"
 #: the audit task (the UI plugin links this task id to the run's report)
 QUALITY_TASK = "check_quality"
+#: the human gate between the audit and publish (``kafkalog_pipeline.gate``), and its XCom:
+#: ``{"decision": "auto" | "approved" | "rejected" | "never", "by": who answered}`` (also
+#: pushed by ``rerun_on_conflict`` when the policy has a person approve a conflict's rerun)
+GATE_TASK, GATE_KEY = "publish_gate", "gate"
 #: the plan's XComs naming where the run writes (the decode chunks carry them in their argv;
 #: the audit's argv pulls them, :func:`quality_args`)
 WHERE_KEYS = WAREHOUSE_KEY, CATALOG_KEY, NAMESPACE_KEY = "warehouse", "catalog", "namespace"
@@ -529,11 +533,22 @@ def rerun_request(context) -> tuple[str, dict]:
     return rerun_id(run_id), conf
 
 
+def published_nights(plan: dict) -> list[str]:
+    """The nights (``YYYY-MM-DD``) a run publishes: those it planned (``plan``: the plan's
+    :data:`PLAN_KEY` XCom) that had a snapshot; a table asset's events carry them as their
+    ``partition_key``, one event per night."""
+    missing = set(plan.get("missing_nights") or [])
+    return [layout.night(d) for d in plan.get("dates") or [] if d not in missing]
+
+
 def publish_from_context(context, assets, derived=None) -> dict:
-    """The ``publish`` task: publish the audited run, annotate the table assets' events;
+    """The ``publish`` task: publish the audited run, annotate the table assets' events
+    (one per night the run published, its ``partition_key`` the night: :func:`published_nights`);
     ``derived`` (``(alias, asset_of)``): an event through the alias for each table the
     publish moved that ``asset_of(table)`` gives an asset for (derived and typed tables,
-    kafkalog_pipeline.assets.derived_asset).
+    kafkalog_pipeline.assets.derived_asset); those carry no partition key (Airflow gives an
+    alias's events the run's own partition key, ``TaskInstance.register_asset_changes_in_db``,
+    and a nightly run has none).
 
     A conflict (another run published the same offsets first) fails the task at once,
     its summary pushed under ``CONFLICT_KEY`` for the ``rerun_on_conflict`` task."""
@@ -560,8 +575,11 @@ def publish_from_context(context, assets, derived=None) -> dict:
              "verdict": ti.xcom_pull(task_ids=QUALITY_TASK)}
     outlet_events = context.get("outlet_events")
     if outlet_events is not None:
+        nights = published_nights(plan)
         for asset in assets:
             outlet_events[asset].extra = dict(extra)
+            if nights:  # one event per night, partition_key = the night (AIP-76)
+                outlet_events[asset].add_partitions(nights)
         if derived is not None:
             alias, asset_of = derived
             moved = (result.get("tables") or {}) if isinstance(result, dict) else {}
