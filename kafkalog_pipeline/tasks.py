@@ -541,6 +541,16 @@ def published_nights(plan: dict) -> list[str]:
     return [layout.night(d) for d in plan.get("dates") or [] if d not in missing]
 
 
+def announce_tables(outlet_events, assets, nights: list[str], extra: dict) -> None:
+    """Each of ``assets``' events: ``extra``, and one event per night of ``nights``, its
+    ``partition_key`` the night (Airflow's partitioned assets, AIP-76: a DAG scheduled with
+    ``PartitionedAssetTimetable`` runs once per night; none: one event without a key)."""
+    for asset in assets:
+        outlet_events[asset].extra = dict(extra)
+        if nights:
+            outlet_events[asset].add_partitions(list(nights))
+
+
 def publish_from_context(context, assets, derived=None) -> dict:
     """The ``publish`` task: publish the audited run, annotate the table assets' events
     (one per night the run published, its ``partition_key`` the night: :func:`published_nights`);
@@ -575,11 +585,7 @@ def publish_from_context(context, assets, derived=None) -> dict:
              "verdict": ti.xcom_pull(task_ids=QUALITY_TASK)}
     outlet_events = context.get("outlet_events")
     if outlet_events is not None:
-        nights = published_nights(plan)
-        for asset in assets:
-            outlet_events[asset].extra = dict(extra)
-            if nights:  # one event per night, partition_key = the night (AIP-76)
-                outlet_events[asset].add_partitions(nights)
+        announce_tables(outlet_events, assets, published_nights(plan), extra)
         if derived is not None:
             alias, asset_of = derived
             moved = (result.get("tables") or {}) if isinstance(result, dict) else {}
