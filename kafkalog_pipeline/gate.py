@@ -59,7 +59,7 @@ def question(*, run_id: str, dates: list[str], verdict: dict, report: str) -> tu
     subject = f"Publish the warned night {nights}?"
     lines = [f"The audit of run `{run_id}` (nights {nights}) **warned**: {verdict.get('warn', 0)} "
              f"warned, {verdict.get('pass', 0)} passed, no failed check "
-             "(`expectations/policy.yaml` has `publish_warned: approve`).", "",
+             "(the policy has `publish_warned: approve`).", "",
              *(f"- {item}" for item in warned_items(verdict)), "",
              f"Report: {report} (the run's *Data quality* tab).", "",
              "**Approve** publishes the night (its branch becomes `main`); **Reject** leaves "
@@ -77,7 +77,7 @@ def conflict_question(*, run_id: str, dates: list[str], conflict: dict, report: 
         f"The publish of run `{run_id}` was refused: run(s) "
         f"{', '.join(conflict.get('runs') or ['?'])} published offsets of the same "
         f"topic-partitions to `main` first ({conflict.get('table')}: {conflict.get('files')} "
-        "files); `main` is unchanged (`expectations/policy.yaml` has `publish_conflict: approve`).",
+        "files); `main` is unchanged (the policy has `publish_conflict: approve`).",
         "", f"Run: {report}", "",
         "**Approve** reruns the night on a fresh branch (it deduplicates against the new "
         "`main`, is audited and published as any run); **Reject** leaves it unpublished."])
