@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 
 #: what the gate does with a night: publish it, ask a person, or refuse it
 PUBLISH, ASK, REFUSE = "publish", "ask", "refuse"
-#: the decisions pushed under GATE_KEY
-APPROVED, REJECTED, AUTO, NEVER = "approved", "rejected", "auto", "never"
+#: the decisions pushed under GATE_KEY (unanswered: the response timeout passed)
+APPROVED, REJECTED, AUTO, NEVER, UNANSWERED = "approved", "rejected", "auto", "never", "unanswered"
 #: the options of the conflict's question (an ApprovalOperator's, so the UI shows the same)
 APPROVE, REJECT = ApprovalOperator.APPROVE, ApprovalOperator.REJECT
 
@@ -92,6 +92,15 @@ def responder(event_or_payload: dict) -> str | None:
     return None if user is None else str(user)
 
 
+def answered(event: dict) -> tuple[str, str | None]:
+    """``(decision, who)`` of a resumed HITL task's ``event``: :data:`APPROVED`,
+    :data:`REJECTED`, or :data:`UNANSWERED` (the scheduler's timeout: an ``error`` event)."""
+    if "error" in event:
+        return UNANSWERED, None
+    chosen = (event.get("chosen_options") or [None])[0]
+    return (APPROVED if chosen == APPROVE else REJECTED), responder(event)
+
+
 class PublishGateOperator(ApprovalOperator):
     """The task between ``check_quality`` and ``publish``: see the module's text. Its
     subject and body are the night's (set when it runs, from the audit's XCom)."""
@@ -132,12 +141,10 @@ class PublishGateOperator(ApprovalOperator):
         return super().execute(context)
 
     def execute_complete(self, context, event):
-        chosen = (event.get("chosen_options") or [None])[0] if "error" not in event else None
-        decision = APPROVED if chosen == self.APPROVE else REJECTED
-        by = responder(event)
+        decision, by = answered(event)
         context["ti"].xcom_push(key=GATE_KEY, value={"decision": decision, "by": by})
-        log.info("%s by %s: %s", decision, by or "?", "publishing" if decision == APPROVED
-                 else "not published, main unchanged")
+        log.info("%s%s: %s", decision, f" by {by}" if by else "",
+                 "publishing" if decision == APPROVED else "not published, main unchanged")
         return super().execute_complete(context, event)
 
 

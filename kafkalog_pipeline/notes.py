@@ -101,6 +101,9 @@ def gate_line(gate: dict | None, gate_state: str | None) -> str | None:
     if decision == "rejected":
         return (f"{NOT_PUBLISHED}rejected by {by} in Required actions (publish_warned: "
                 "approve); main unchanged, the run's branch kept")
+    if decision == "unanswered":
+        return (f"{NOT_PUBLISHED}nobody answered in Required actions in time (publish_warned: "
+                "approve); main unchanged, the run's branch kept")
     if decision == "never" or (gate_state == "failed" and decision is None):
         return (f"{NOT_PUBLISHED}the policy publishes no warned night (publish_warned: "
                 "never); main unchanged")
@@ -119,6 +122,9 @@ def not_published_line(*, run_id: str, conflict: dict | None, rerun_state: str |
     if (rerun_gate or {}).get("decision") == "rejected":
         return (f"{said}; its rerun was rejected by {rerun_gate.get('by') or '?'} in Required "
                 "actions (publish_conflict: approve): not rerun")
+    if (rerun_gate or {}).get("decision") == "unanswered":
+        return (f"{said}; nobody answered whether to rerun it in time (publish_conflict: "
+                "approve): not rerun")
     if rerun_of:
         return f"{said}; not rerun again: clear this run to run it again"
     if rerun_state == "success":

@@ -239,16 +239,16 @@ class RerunOnConflictOperator(TriggerDagRunOperator):
         """Resumed with a person's answer (``publish_conflict: approve``): rerun, or skip."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from .gate import APPROVE, APPROVED, REJECTED, responder
+        from .gate import APPROVED, answered
         from .tasks import GATE_KEY
 
-        approved = (event.get("chosen_options") or [None])[0] == APPROVE
-        by = responder(event)
-        context["ti"].xcom_push(key=GATE_KEY, value={"decision": APPROVED if approved
-                                                     else REJECTED, "by": by})
-        if not approved:
-            raise AirflowSkipException(f"rerun rejected by {by or '?'}: the night stays "
-                                       "unpublished, main unchanged")
+        decision, by = answered(event)
+        context["ti"].xcom_push(key=GATE_KEY, value={"decision": decision, "by": by})
+        if decision != APPROVED:
+            who = f"rejected by {by or '?'}" if by or decision != "unanswered" else \
+                "not answered in time"
+            raise AirflowSkipException(f"rerun {who}: the night stays unpublished, main "
+                                       "unchanged")
         self.prepare_rerun(context)
         return super().execute(context)
 

@@ -365,6 +365,12 @@ DONE = {"plan": "success", "decode_chunk": "success", "check_quality": "success"
         ("publish_gate", "gate"): {"decision": "never", "by": None}}, {}, "failed",
      "DQ: 1 warned: offset_gaps payments-1\n\nNot published: the policy publishes no "
      "warned night (publish_warned: never); main unchanged"),
+    # approve, and nobody answered before the response timeout: the gate failed
+    ("warned unanswered", {**DONE, "publish_gate": "failed", "rerun_on_conflict": "skipped"}, {
+        ("check_quality", "return_value"): WARNED,
+        ("publish_gate", "gate"): {"decision": "unanswered", "by": None}}, {}, "failed",
+     "DQ: 1 warned: offset_gaps payments-1\n\nNot published: nobody answered in Required "
+     "actions in time (publish_warned: approve); main unchanged, the run's branch kept"),
     # publish_conflict: approve, and a person rejected the rerun
     ("conflict rerun rejected", {**DONE, "publish_gate": "success", "publish": "failed", "rerun_on_conflict": "skipped"},
      {("check_quality", "return_value"): PASSED, ("publish", "conflict"): CONFLICT,

@@ -119,6 +119,10 @@ def test_a_conflicts_rerun_waits_for_an_answer_under_approve():
         op.execute_answered({**context, "ti": ti}, {"chosen_options": ["Reject"],
                                                    "responded_by_user": user})
     assert ti.pushed["gate"] == {"decision": "rejected", "by": "Ana"}
+    # the response timeout passed (the scheduler resumes the task with an error event)
+    with pytest.raises(AirflowSkipException, match="rerun not answered in time"):
+        op.execute_answered({**context, "ti": ti}, {"error": "timeout", "error_type": "timeout"})
+    assert ti.pushed["gate"] == {"decision": "unanswered", "by": None}
     with pytest.raises(DagRunTriggerException) as trigger:
         op.execute_answered({**context, "ti": ti}, {"chosen_options": ["Approve"],
                                                    "responded_by_user": user})
