@@ -21,8 +21,8 @@
 - `rerun_on_conflict` runs only if `publish` did not succeed: when publish was refused because
   another run published the same offsets first, it triggers a rerun of the same nights on a
   fresh branch (`rerun__<run id>`, once: a rerun is not rerun again; with a policy
-  `publish_conflict: approve`, once a person approved it in Required actions). It is a teardown, so the
-  run's state stays publish's: a run not published ends failed.
+  `publish_conflict: approve`, once a person approved it in Required actions). It is a
+  teardown, so the run's state stays publish's: a run not published ends failed.
 
 **A night without a snapshot** (nothing under its prefix): `plan` records it
 (`snapshot_missing` in dq_results, warn by the policy) and fails, without retries; the run is

@@ -131,7 +131,7 @@ class PublishGateOperator(ApprovalOperator):
             ti.xcom_push(key=GATE_KEY, value={"decision": NEVER, "by": None})
             raise AirflowFailException(
                 f"not published: the audit warned ({items}) and the policy publishes no warned "
-                "night (expectations/policy.yaml publish_warned: never); main is unchanged")
+                "night (the policy's publish_warned: never); main is unchanged")
         dates = (ti.xcom_pull(task_ids=PLAN_TASK, key=PLAN_KEY) or {}).get("dates") or []
         self.subject, self.body = question(run_id=context["run_id"], dates=dates,
                                            verdict=verdict,

@@ -41,8 +41,8 @@ from airflow.listeners import hookimpl
 
 from . import settings
 from .tasks import (CAUSE_KEY, CONFLICT_KEY, DECODE_TASK, GATE_KEY, GATE_TASK, LATE_COPY,
-                    NO_SNAPSHOT_KEY, PLAN_TASK, PUBLISH_TASK, QUALITY_TASK, RERUN_OF, RERUN_TASK, SKIP_REASON_KEY,
-                    VERDICT_KEY, rerun_id, summed_states)
+                    NO_SNAPSHOT_KEY, PLAN_TASK, PUBLISH_TASK, QUALITY_TASK, RERUN_OF, RERUN_TASK,
+                    SKIP_REASON_KEY, VERDICT_KEY, rerun_id, summed_states)
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,8 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import BaseOperatorLink
 
 from . import settings
-from ._airflow import AdjustedHook, await_answer, dag_run_url, filter_submit_log, submit_returncode
+from ._airflow import (AdjustedHook, await_answer, dag_run_url, filter_submit_log,
+                       submit_returncode)
 from .tasks import CAUSE_KEY, QUALITY_JOB
 
 #: the last line of a Python traceback (``botocore.exceptions.EndpointConnectionError: ...``)

@@ -13,7 +13,8 @@ Airflow runs as in ``test_backfill`` (``dag-processor``, ``api-server`` on 127.0
    3.3 form of a deferred HITL task) with the verdict and the run's link; ``main`` holds no
    n2 row. Rejected through the REST API: publish is skipped, ``main`` still holds no n2 row,
    no asset event, and the run's note says who rejected it.
-3. n2 again (a run with ``date_from``), approved: published; its event carries n2.
+3. n2's gate cleared (a person changed their mind): it asks again; approved, n2 is
+   published; its events carry n2.
 4. n1 again (``reprocess``): its events carry n1 only.
 5. The example DAG ``kafka_night_summary`` (``PartitionedAssetTimetable`` on the ledger's
    asset) ran once per announced night, with that night's partition key, and read that
@@ -186,13 +187,19 @@ def test_a_warned_night_waits_for_a_person_and_events_are_per_night(gated):
             "Not published: rejected by admin in Required actions (publish_warned: approve); "
             "main unchanged") in note, note
 
-        # 3. n2 again, approved: published, its events carry n2
-        run_3 = trigger(af, {"date_from": N2})
-        assert gate_or_end(af, run_3) == "awaiting_input"
+        # 3. the gate cleared (a person changed their mind): it asks again; approved, n2 is
+        #    published and its events carry n2
+        af.api("POST", f"/api/v2/dags/{DAG_ID}/clearTaskInstances", {
+            "dag_run_id": run_2, "task_ids": ["publish_gate"], "include_downstream": True,
+            "only_failed": False, "dry_run": False})
+        run_3 = run_2
+        assert gate_or_end(af, run_3) == "awaiting_input", task_states(af, run_3)
         answer(af, run_3, "Approve")
         assert finish(af, run_3) == "success"
+        assert task_states(af, run_3)["publish"] == "success"
         assert ledger_nights(af) == {N1, N2}
-        assert "Approved by admin in Required actions" in run_notes(af, [run_3])[run_3]
+        note = run_notes(af, [run_3])[run_3]
+        assert "Approved by admin in Required actions" in note and "rejected" not in note, note
         for table in ("kafkalog.records", "kafkalog.ledger", "kafkalog.dq_results"):
             assert [k for r, k in partition_events(af, table)] == [N1, N2], table
         assert {r: k for r, k in partition_events(af)} == {run_1: N1, run_3: N2}
