@@ -10,11 +10,19 @@
   into the run's branch.
 - `check_quality` audits exactly that branch; its verdict is the task's return value and the
   run's note (`DQ: passed`, `DQ: 6 warned: ...`, `DQ: failed: ... — not published`).
-- `publish` makes the branch `main`, only if the audit passed, and emits the table Assets.
+- `publish_gate` lets the night through, or, for a night the audit warned and a policy
+  `publish_warned: approve` (expectations/policy.yaml), waits in Required actions until a
+  person approves (publish runs) or rejects it (not published, said in the run's note);
+  `publish_warned: never` fails it.
+- `publish` makes the branch `main`, only if the audit passed (and the gate let it), and
+  emits the table Assets: one event per night the run published, `partition_key` = the
+  night (YYYY-MM-DD), for DAGs scheduled with `PartitionedAssetTimetable`
+  (dags/kafka_night_summary.py).
 - `rerun_on_conflict` runs only if `publish` did not succeed: when publish was refused because
   another run published the same offsets first, it triggers a rerun of the same nights on a
-  fresh branch (`rerun__<run id>`, once: a rerun is not rerun again). It is a teardown, so the
-  run's state stays publish's: a run not published ends failed.
+  fresh branch (`rerun__<run id>`, once: a rerun is not rerun again; with a policy
+  `publish_conflict: approve`, once a person approved it in Required actions). It is a
+  teardown, so the run's state stays publish's: a run not published ends failed.
 
 **A night without a snapshot** (nothing under its prefix): `plan` records it
 (`snapshot_missing` in dq_results, warn by the policy) and fails, without retries; the run is
@@ -76,6 +84,7 @@ from airflow.sdk import Param, TriggerRule, chain, dag, task
 
 from kafkalog_pipeline import alerts, schema_registry, settings, tasks
 from kafkalog_pipeline.assets import DERIVED_ALIAS, TABLE_ASSETS, derived_asset
+from kafkalog_pipeline.gate import PublishGateOperator
 from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator, RerunOnConflictOperator
 
 #: the trigger form's section of the range params, collapsed: a run reads its logical date's
@@ -83,6 +92,7 @@ from kafkalog_pipeline.operators import KafkalogSparkSubmitOperator, RerunOnConf
 #: sets them
 RANGE_SECTION = "A range of nights instead of the logical date's (not for a backfill)"
 
+DAGRUN_TIMEOUT = dt.timedelta(hours=12)
 RETRY_DELAY = dt.timedelta(seconds=int(settings.parse_time_setting("retry_delay_seconds")))
 
 default_args = {
@@ -102,7 +112,7 @@ default_args = {
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,  # backfill runs are not counted: plan's warehouse wait covers them
-    dagrun_timeout=dt.timedelta(hours=12),
+    dagrun_timeout=DAGRUN_TIMEOUT,
     default_args=default_args,
     # who is told (kafkalog_pipeline.alerts): a failed or warned night, a night not published
     # KAFKALOG_PUBLISH_DEADLINE_HOURS (6) after its logical date
@@ -202,7 +212,13 @@ def kafka_segments_nightly():
                                     trigger_dag_id=settings.NIGHTLY_DAG_ID).as_teardown()
     rerun.trigger_rule = TriggerRule.ONE_FAILED
 
-    chain(decode, check_quality, publish(), rerun)
+    # The human gate (expectations/policy.yaml publish_warned): a passed night, or a warned
+    # one under `auto`, goes straight on; under `approve` a warned night waits in Required
+    # actions (approve: publish runs; reject: publish is skipped, main unchanged); `never`
+    # fails it. The answer is awaited as long as the run may last (an unanswered gate fails).
+    gate = PublishGateOperator(task_id=tasks.GATE_TASK, response_timeout=DAGRUN_TIMEOUT)
+
+    chain(decode, check_quality, gate, publish(), rerun)
 
 
 kafka_segments_nightly()

@@ -344,3 +344,24 @@ def openlineage_extractor_base():
             raise NotImplementedError
 
     return StartExtractor
+
+
+# ---- a person's answer in Required actions, from an operator that is no HITLOperator ---------
+def await_answer(context, *, options: list[str], subject: str, body: str, method_name: str):
+    """Ask the question in Airflow's Required actions and park the running task in
+    ``awaiting_input`` until a person answers; Airflow then resumes the task in its operator's
+    ``method_name(context, event)`` (``event``: the answer, as ``HITLOperator.execute_complete``
+    gets it). Does not return.
+
+    Why: ``rerun_on_conflict`` is a ``TriggerDagRunOperator`` (the rerun is triggered through
+    the Execution API by raising ``DagRunTriggerException``), so it cannot also be the
+    provider's ``HITLOperator``; these are the two steps ``HITLOperator.execute`` takes on 3.3
+    (``airflow.sdk.execution_time.hitl.upsert_hitl_detail``, the task runner's own comms, and
+    ``TaskAwaitingInput``). Public replacement: an ``HITLOperator`` upstream of the trigger
+    task (a separate task, which the teardown wiring of the rerun makes awkward)."""
+    from airflow.sdk.exceptions import TaskAwaitingInput
+    from airflow.sdk.execution_time.hitl import upsert_hitl_detail
+
+    upsert_hitl_detail(ti_id=context["task_instance"].id, options=options, subject=subject,
+                       body=body, defaults=None, multiple=False, params={})
+    raise TaskAwaitingInput(method_name=method_name, timeout=None)

@@ -2,8 +2,11 @@
 
 URIs are logical (``kafkalog://warehouse/<table>``): the warehouse root is a
 run-time setting, so each asset event carries the actual root and run in its
-``extra``. Downstream DAGs schedule on these (``schedule=[TABLE_ASSETS["records"]]``)
-instead of polling the warehouse.
+``extra``. Downstream DAGs schedule on these instead of polling the warehouse: a table
+asset's events carry the night as their ``partition_key``, one per night published, so a DAG
+schedules on them with ``PartitionedAssetTimetable(assets=TABLE_ASSETS["ledger"])`` and runs
+once per night (``dags/kafka_night_summary.py``; a plain ``schedule=[asset]`` is not triggered
+by partitioned events).
 
 The tables of Kafka's internal topics and state files (``consumer_offsets``, ...)
 exist only once a run had rows for them, so ``publish`` declares one alias,

@@ -14,7 +14,11 @@ the run, one paragraph each:
   ``no_snapshot`` XCom; the plan failed, or skipped where the policy accepts it);
 * ``Not published: run(s) R published the same offsets first; rerun as rerun__…`` when the
   audit passed and publish was refused for a conflict (or failed otherwise);
-* ``Rerun of R, whose publish met a conflict`` on the rerun the DAG triggered.
+* ``Rerun of R, whose publish met a conflict`` on the rerun the DAG triggered;
+* ``Not published: rejected by U in Required actions …`` / ``Approved by U in Required
+  actions …`` for a warned night under ``publish_warned: approve``, ``Not published: the
+  policy publishes no warned night …`` under ``never`` (``kafkalog_pipeline.gate``), and
+  ``…; its rerun was rejected by U …`` after a conflict under ``publish_conflict: approve``.
 
 Lines a person wrote are kept, after ours. While a run runs again (cleared) its note keeps
 only what is still true (the ``Rerun of`` line).
@@ -36,15 +40,15 @@ import logging
 from airflow.listeners import hookimpl
 
 from . import settings
-from .tasks import (CAUSE_KEY, CONFLICT_KEY, DECODE_TASK, LATE_COPY, NO_SNAPSHOT_KEY, PLAN_TASK,
-                    PUBLISH_TASK, QUALITY_TASK, RERUN_OF, RERUN_TASK, SKIP_REASON_KEY,
-                    VERDICT_KEY, rerun_id, summed_states)
+from .tasks import (CAUSE_KEY, CONFLICT_KEY, DECODE_TASK, GATE_KEY, GATE_TASK, LATE_COPY,
+                    NO_SNAPSHOT_KEY, PLAN_TASK, PUBLISH_TASK, QUALITY_TASK, RERUN_OF, RERUN_TASK,
+                    SKIP_REASON_KEY, VERDICT_KEY, rerun_id, summed_states)
 
 log = logging.getLogger(__name__)
 
 #: the first words of every paragraph this module writes; a note's other paragraphs are kept
-DQ, NOT_PUBLISHED, RERUN = "DQ: ", "Not published: ", "Rerun of "
-OURS = (DQ, NOT_PUBLISHED, RERUN)
+DQ, NOT_PUBLISHED, RERUN, APPROVED = "DQ: ", "Not published: ", "Rerun of ", "Approved by "
+OURS = (DQ, NOT_PUBLISHED, RERUN, APPROVED)
 #: how many "check topic-partition" items a verdict paragraph names before "… +N more"
 MAX_ITEMS = 6
 #: Airflow's limit on a note (``DagRunNote.content``, String(1000))
@@ -90,13 +94,37 @@ def provenance_line(rerun_of: str) -> str:
     return f"{RERUN}{rerun_of}, whose publish met a conflict"
 
 
+def gate_line(gate: dict | None, gate_state: str | None) -> str | None:
+    """What the human gate (``kafkalog_pipeline.gate``) did with a warned night, where it did
+    more than let it through."""
+    decision, by = (gate or {}).get("decision"), (gate or {}).get("by") or "?"
+    if decision == "rejected":
+        return (f"{NOT_PUBLISHED}rejected by {by} in Required actions (publish_warned: "
+                "approve); main unchanged, the run's branch kept")
+    if decision == "unanswered":
+        return (f"{NOT_PUBLISHED}nobody answered in Required actions in time (publish_warned: "
+                "approve); main unchanged, the run's branch kept")
+    if decision == "never" or (gate_state == "failed" and decision is None):
+        return (f"{NOT_PUBLISHED}the policy publishes no warned night (publish_warned: "
+                "never); main unchanged")
+    if decision == "approved":
+        return f"{APPROVED}{by} in Required actions (publish_warned: approve)"
+    return None
+
+
 def not_published_line(*, run_id: str, conflict: dict | None, rerun_state: str | None,
-                       rerun_of: str | None) -> str:
+                       rerun_of: str | None, rerun_gate: dict | None = None) -> str:
     """Why a run whose audit passed was not published, and what became of it."""
     if not conflict:
         return f"{NOT_PUBLISHED}publish failed (see its log)"
     said = (f"{NOT_PUBLISHED}run(s) {', '.join(conflict.get('runs') or ['?'])} published the "
             "same offsets first")
+    if (rerun_gate or {}).get("decision") == "rejected":
+        return (f"{said}; its rerun was rejected by {rerun_gate.get('by') or '?'} in Required "
+                "actions (publish_conflict: approve): not rerun")
+    if (rerun_gate or {}).get("decision") == "unanswered":
+        return (f"{said}; nobody answered whether to rerun it in time (publish_conflict: "
+                "approve): not rerun")
     if rerun_of:
         return f"{said}; not rerun again: clear this run to run it again"
     if rerun_state == "success":
@@ -122,7 +150,8 @@ def stopped_line(task: str, cause: str | None) -> str:
 def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: dict | None = None,
              conflict: dict | None = None, skip_reason: str | None = None,
              rerun_of: str | None = None, cause: str | None = None,
-             no_snapshot: dict | None = None) -> str | None:
+             no_snapshot: dict | None = None, gate: dict | None = None,
+             rerun_gate: dict | None = None) -> str | None:
     """The paragraphs this module writes on run ``run_id`` (None: none).
 
     ``states``: task id -> state (:data:`.tasks.WORST_FIRST` of a mapped task's); ``finished``:
@@ -131,7 +160,8 @@ def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: di
     (``tasks.conflict_summary``); ``skip_reason``: why the plan skipped the night;
     ``rerun_of``: the run this one reruns; ``cause``: why the task that stopped the run
     crashed (its one line); ``no_snapshot``: the plan found no snapshot of any of the run's
-    nights (:data:`.tasks.NO_SNAPSHOT_KEY`).
+    nights (:data:`.tasks.NO_SNAPSHOT_KEY`); ``gate`` / ``rerun_gate``: what the publish gate /
+    the conflict's rerun pushed (:data:`.tasks.GATE_KEY`).
     """
     lines = []
     if finished:
@@ -139,10 +169,13 @@ def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: di
             lines.append(no_snapshot_line(no_snapshot, verdict))
         elif verdict is not None:
             lines.append(verdict_line(verdict))
+            gated = gate_line(gate, states.get(GATE_TASK)) if not failing(verdict) else None
+            if gated:
+                lines.append(gated)
             if not failing(verdict) and states.get(PUBLISH_TASK) == "failed":
                 lines.append(not_published_line(run_id=run_id, conflict=conflict,
                                                 rerun_state=states.get(RERUN_TASK),
-                                                rerun_of=rerun_of))
+                                                rerun_of=rerun_of, rerun_gate=rerun_gate))
         elif states.get(PLAN_TASK) == "skipped":
             lines.append(f"{DQ}not audited: {skip_reason or 'the plan skipped the night'}")
         else:
@@ -196,6 +229,10 @@ def gather(dag_run, session) -> dict:
         if states.get(PLAN_TASK) == "skipped" else None,
         "rerun_of": (dag_run.conf or {}).get(RERUN_OF),
         "no_snapshot": no_snapshot if isinstance(no_snapshot, dict) else None,
+        "gate": xcom(GATE_TASK, GATE_KEY) if states.get(GATE_TASK) in ("success", "failed")
+        else None,
+        "rerun_gate": xcom(RERUN_TASK, GATE_KEY) if states.get(RERUN_TASK) == "skipped"
+        else None,
     }
 
 

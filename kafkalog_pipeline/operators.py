@@ -47,7 +47,8 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import BaseOperatorLink
 
 from . import lineage, settings
-from ._airflow import AdjustedHook, dag_run_url, filter_submit_log, submit_returncode
+from ._airflow import (AdjustedHook, await_answer, dag_run_url, filter_submit_log,
+                       submit_returncode)
 from .tasks import CAUSE_KEY, QUALITY_JOB
 
 #: the last line of a Python traceback (``botocore.exceptions.EndpointConnectionError: ...``)
@@ -285,9 +286,44 @@ class RerunOnConflictOperator(TriggerDagRunOperator):
                          skip_when_already_exists=True, **kwargs)
 
     def execute(self, context):
+        from .gate import APPROVE, REJECT, conflict_question, gated_conflict
+        from .tasks import CONFLICT_KEY, PLAN_KEY, PLAN_TASK, PUBLISH_TASK
+
+        self.prepare_rerun(context)  # or skipped, saying why
+        if not gated_conflict():
+            return super().execute(context)
+        # publish_conflict: approve (expectations/policy.yaml): a person decides first
+        ti = context["ti"]
+        subject, body = conflict_question(
+            run_id=context["run_id"], conflict=ti.xcom_pull(task_ids=PUBLISH_TASK,
+                                                            key=CONFLICT_KEY) or {},
+            dates=(ti.xcom_pull(task_ids=PLAN_TASK, key=PLAN_KEY) or {}).get("dates") or [],
+            report=dag_run_url(ti.dag_id, context["run_id"]))
+        self.log.info("publish met a conflict; waiting in Required actions for a person to "
+                      "approve or reject the rerun (publish_conflict: approve)")
+        await_answer(context, options=[APPROVE, REJECT], subject=subject, body=body,
+                     method_name="execute_answered")
+
+    def execute_answered(self, context, event):
+        """Resumed with a person's answer (``publish_conflict: approve``): rerun, or skip."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from .gate import APPROVED, answered
+        from .tasks import GATE_KEY
+
+        decision, by = answered(event)
+        context["ti"].xcom_push(key=GATE_KEY, value={"decision": decision, "by": by})
+        if decision != APPROVED:
+            who = f"rejected by {by or '?'}" if by or decision != "unanswered" else \
+                "not answered in time"
+            raise AirflowSkipException(f"rerun {who}: the night stays unpublished, main "
+                                       "unchanged")
+        self.prepare_rerun(context)
+        return super().execute(context)
+
+    def prepare_rerun(self, context) -> None:
         from .notes import provenance_line
         from .tasks import rerun_request
 
         self.trigger_run_id, self.conf = rerun_request(context)  # or skipped, saying why
         self.note = provenance_line(context["run_id"])
-        return super().execute(context)

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from spark_jobs import layout, storage
+from spark_jobs.audit.policy import POLICY_ENV
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ SETTINGS: dict[str, tuple[str, str, str | None]] = {
     "notify_to": ("kafkalog_notify_to", "KAFKALOG_NOTIFY_TO", None),
     # the data-quality policy the audit grades by (a YAML file on the Spark hosts and
     # Airflow's workers; unset: the product's expectations/policy.yaml)
-    "policy": ("kafkalog_policy", "KAFKALOG_POLICY", None),
+    "policy": ("kafkalog_policy", POLICY_ENV, None),
 }
 
 #: read once, at parse time, from the environment only

@@ -261,6 +261,10 @@ def _airflow_errors():
 PLAN_TASK, PUBLISH_TASK = "plan", "publish"
 #: the audit task (the UI plugin links this task id to the run's report)
 QUALITY_TASK = "check_quality"
+#: the human gate between the audit and publish (``kafkalog_pipeline.gate``), and its XCom:
+#: ``{"decision": "auto" | "approved" | "rejected" | "never", "by": who answered}`` (also
+#: pushed by ``rerun_on_conflict`` when the policy has a person approve a conflict's rerun)
+GATE_TASK, GATE_KEY = "publish_gate", "gate"
 #: the plan's XComs naming where the run writes (the decode chunks carry them in their argv;
 #: the audit's argv pulls them, :func:`quality_args`)
 WHERE_KEYS = WAREHOUSE_KEY, CATALOG_KEY, NAMESPACE_KEY = "warehouse", "catalog", "namespace"
@@ -534,11 +538,32 @@ def rerun_request(context) -> tuple[str, dict]:
     return rerun_id(run_id), conf
 
 
+def published_nights(plan: dict) -> list[str]:
+    """The nights (``YYYY-MM-DD``) a run publishes: those it planned (``plan``: the plan's
+    :data:`PLAN_KEY` XCom) that had a snapshot; a table asset's events carry them as their
+    ``partition_key``, one event per night."""
+    missing = set(plan.get("missing_nights") or [])
+    return [layout.night(d) for d in plan.get("dates") or [] if d not in missing]
+
+
+def announce_tables(outlet_events, assets, nights: list[str], extra: dict) -> None:
+    """Each of ``assets``' events: ``extra``, and one event per night of ``nights``, its
+    ``partition_key`` the night (Airflow's partitioned assets, AIP-76: a DAG scheduled with
+    ``PartitionedAssetTimetable`` runs once per night; none: one event without a key)."""
+    for asset in assets:
+        outlet_events[asset].extra = dict(extra)
+        if nights:
+            outlet_events[asset].add_partitions(list(nights))
+
+
 def publish_from_context(context, assets, derived=None) -> dict:
-    """The ``publish`` task: publish the audited run, annotate the table assets' events;
+    """The ``publish`` task: publish the audited run, annotate the table assets' events
+    (one per night the run published, its ``partition_key`` the night: :func:`published_nights`);
     ``derived`` (``(alias, asset_of)``): an event through the alias for each table the
     publish moved that ``asset_of(table)`` gives an asset for (derived and typed tables,
-    kafkalog_pipeline.assets.derived_asset).
+    kafkalog_pipeline.assets.derived_asset); those carry no partition key (Airflow gives an
+    alias's events the run's own partition key, ``TaskInstance.register_asset_changes_in_db``,
+    and a nightly run has none).
 
     A conflict (another run published the same offsets first) fails the task at once,
     its summary pushed under ``CONFLICT_KEY`` for the ``rerun_on_conflict`` task."""
@@ -565,8 +590,7 @@ def publish_from_context(context, assets, derived=None) -> dict:
              "verdict": ti.xcom_pull(task_ids=QUALITY_TASK)}
     outlet_events = context.get("outlet_events")
     if outlet_events is not None:
-        for asset in assets:
-            outlet_events[asset].extra = dict(extra)
+        announce_tables(outlet_events, assets, published_nights(plan), extra)
         if derived is not None:
             alias, asset_of = derived
             moved = (result.get("tables") or {}) if isinstance(result, dict) else {}

@@ -42,7 +42,7 @@ S3_ENV = {
 #: the two workers starts on one, and the short modules fill in around them. xdist's own
 #: order (most tests first) left them to the end: the suite then ended with one of them
 #: running alone for ~20 minutes.
-LONGEST_FIRST = ("test_dags_e2e.py", "test_backfill.py")
+LONGEST_FIRST = ("test_dags_e2e.py", "test_backfill.py", "test_gate_partitions.py")
 
 
 #: fixtures that start a Spark session or an S3 server: a test using one (directly or through

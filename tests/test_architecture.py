@@ -301,7 +301,7 @@ def test_the_tests_put_nothing_on_sys_path():
                 and n.attr == "path" and getattr(n.value, "id", None) == "sys"]
 
 
-def test_the_pipeline_guard_catches_what_it_is_for():
+def test_the_pipeline_guard_catches_what_it_is_for(tmp_path):
     """What tests/conftest.py fails an unmarked test for (tests/pipeline_guard.py): the
     commands of Spark, Airflow and a browser, and a JVM child of the test process."""
     import subprocess
@@ -317,11 +317,23 @@ def test_the_pipeline_guard_catches_what_it_is_for():
     for harmless in ([sys.executable, "-m", "kafkalog.cli", "dump"], ["initdb", "-D", "x"],
                      [sys.executable, "-m", "airflow_settings"], "sleep 1"):
         assert pipeline_command(harmless) is None, harmless
+    import time
+
     before = jvm_children()
-    java = subprocess.Popen(["java", "-version"], stderr=subprocess.DEVNULL)
+    # a JVM that stays until it is stopped (java's source launcher, reading stdin): right after
+    # the fork the child is not a JVM yet, so it is looked for until it is one
+    wait = tmp_path / "Wait.java"
+    wait.write_text("class Wait { public static void main(String[] a) throws Exception "
+                    "{ System.in.read(); } }")
+    java = subprocess.Popen(["java", str(wait)], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
+        deadline = time.monotonic() + 60
+        while jvm_children() - before != {java.pid} and time.monotonic() < deadline:
+            assert java.poll() is None, "the JVM exited"
+            time.sleep(0.05)
         assert jvm_children() - before == {java.pid}
     finally:
+        java.kill()
         java.wait()
     assert jvm_children() == before
 

@@ -20,6 +20,17 @@ RANK = {s: i for i, s in enumerate(SEVERITIES)}
 ACTIVE_SEGMENT, UNCLEAN_SHUTDOWN = "active_segment", "unclean_shutdown"
 TAIL_CLASSES = (ACTIVE_SEGMENT, UNCLEAN_SHUTDOWN)
 
+#: what becomes of a night the audit graded ``warn`` (``publish_warned``): published at once
+#: (``auto``, the default), once a person approved it in Airflow's Required actions
+#: (``approve``), or not at all (``never``); of a publish refused because another run published
+#: the same offsets first (``publish_conflict``): rerun at once (``rerun``, the default) or once a
+#: person approved the rerun (``approve``). Read by ``kafkalog_pipeline.gate``.
+PUBLISH_WARNED = ("auto", "approve", "never")
+PUBLISH_CONFLICT = ("rerun", "approve")
+#: the environment variable naming another policy file than expectations/policy.yaml (read by
+#: :meth:`Policy.load` without a path: the DAG's tasks and the audit they submit alike)
+POLICY_ENV = "KAFKALOG_POLICY"
+
 DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                             "expectations", "policy.yaml")
 
@@ -71,14 +82,26 @@ class Policy:
             _validate(over.get("checks") or {}, f"topics.{pattern}.checks")
         self.lookback_nights()  # checked now, not when an audit first needs it
         self.missing_share()
+        self.publish_warned = self._choice(doc, "publish_warned", PUBLISH_WARNED)
+        self.publish_conflict = self._choice(doc, "publish_conflict", PUBLISH_CONFLICT)
         self._cache: dict[str, dict] = {}
+
+    @staticmethod
+    def _choice(doc: dict, key: str, allowed: tuple[str, ...]) -> str:
+        """Top-level setting ``key`` of the policy, one of ``allowed`` (absent: the first)."""
+        value = doc.get(key, allowed[0])
+        if value not in allowed:
+            raise PolicyError(f"{key}: {value!r} is not one of {' | '.join(allowed)}")
+        return value
 
     @classmethod
     def load(cls, path: str | None = None) -> "Policy":
-        """The policy at ``path``; by default ``expectations/policy.yaml`` (read
-        as package data, so that it is found in a ``--py-files`` zip too)."""
+        """The policy at ``path``; by default the file ``$KAFKALOG_POLICY`` names, else
+        ``expectations/policy.yaml`` (read as package data, so that it is found in a
+        ``--py-files`` zip too)."""
         import yaml
 
+        path = path or os.environ.get(POLICY_ENV) or None
         if path is None:
             from importlib import resources
 

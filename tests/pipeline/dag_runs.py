@@ -55,7 +55,7 @@ def finish_run(dag, run_id: str, states: dict, xcoms: dict, *, conf=None, note=N
                           session=session)
         session.flush()
         dr.dag = dag
-        for _ in range(5):  # each pass settles one more layer of trigger rules
+        for _ in range(8):  # each pass settles one more layer of trigger rules
             _, callback = dr.update_state(session=session, execute_callbacks=False)
             if dr.state != DagRunState.RUNNING:
                 if callbacks is not None and callback is not None:

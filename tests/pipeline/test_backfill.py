@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -47,6 +46,8 @@ from kafkalog_pipeline.settings import NIGHTLY_DAG_ID as DAG_ID  # noqa: E402
 # from the snapshot files with kafkalog; warehouse_rows / record_keys read the published tables
 from tests.pipeline.demo_nights import demo_segments, expected_records, record_keys, warehouse_rows  # noqa: E402
 from tests.spark_settings import SUBMIT_CONF  # noqa: E402
+from tests.pipeline.scheduler import (CONFLICT_NIGHTS, FINAL, LOCK_ATTEMPTS, RUN_TIMEOUT, T0, Airflow,  # noqa: E402,F401
+                                      run_notes, task_states, write_conflict_nights)
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
@@ -58,83 +59,6 @@ def backfill_args(nights=NIGHTS) -> list[str]:
     night's run has logical date <night>T03:00Z)."""
     return ["backfill", "create", "--dag-id", DAG_ID,
             "--from-date", nights[0], "--to-date", f"{nights[-1]}T23:59:59"]
-
-
-RUN_TIMEOUT = 25 * 60  # per backfill: two runs one after the other, on a busy 2-core machine
-FINAL = ("success", "failed")
-LOCK_ATTEMPTS = 3  # airflow backfill create, on "database is locked" (see create_backfill)
-
-
-@dataclass
-class Airflow:
-    out: Path
-    env: dict
-    procs: list
-    logs: Path
-
-    @property
-    def warehouse(self) -> Path:
-        return Path(self.env["KAFKALOG_WAREHOUSE"])
-
-    def cli(self, *args: str, check: bool = True, returncode: bool = False):
-        """The command's output; with ``returncode``, (exit code, output)."""
-        proc = servers.airflow(self.env, *args, capture_output=True, text=True, timeout=300)
-        if check and proc.returncode:
-            raise AssertionError(f"airflow {' '.join(args)} exited {proc.returncode}:\n"
-                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        out = proc.stdout + proc.stderr
-        return (proc.returncode, out) if returncode else out
-
-    def query(self, sql: str, *args) -> list[tuple]:
-        return servers.metadata_query(self.env, sql, *args)
-
-    def api(self, method: str, path: str, body: dict | None = None) -> dict:
-        """Airflow's REST API (the api-server on 127.0.0.1), as ``admin``; the JSON answer."""
-        import time
-        import urllib.error
-        import urllib.request
-
-        base = self.env["AIRFLOW__API__BASE_URL"]
-        if not getattr(self, "_token", None):
-            _, password = servers.password_file(Path(self.env["AIRFLOW_HOME"]))
-            req = urllib.request.Request(f"{base}/auth/token", method="POST",
-                                         data=json.dumps({"username": "admin",
-                                                          "password": password}).encode(),
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                self._token = json.loads(resp.read())["access_token"]
-        for attempt in range(1, LOCK_ATTEMPTS + 1):
-            req = urllib.request.Request(
-                f"{base}{path}", method=method,
-                data=None if body is None else json.dumps(body).encode(),
-                headers={"Authorization": f"Bearer {self._token}",
-                         "Content-Type": "application/json", "Accept": "application/json"})
-            try:
-                with urllib.request.urlopen(req, timeout=120) as resp:
-                    return json.loads(resp.read() or b"null")
-            except urllib.error.HTTPError as err:
-                text = err.read().decode(errors="replace")
-                # SQLite refuses a stale transaction's write at once (see create_backfill)
-                if "database is locked" in text and attempt < LOCK_ATTEMPTS:
-                    time.sleep(2)
-                    continue
-                raise AssertionError(f"{method} {path}: {err.code} {text[:3000]}") from None
-
-    def dump_logs(self, lines: int = 60) -> None:
-        """Print the tail of each component's log and of every task log not in success."""
-        for log in sorted(self.logs.glob("airflow-*.log")):
-            print(f"\n===== {log.name} (last {lines} lines)")
-            print("\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
-        rows = self.query("SELECT run_id, task_id, map_index, state FROM task_instance "
-                          "WHERE dag_id = ? AND (state IS NULL OR state != 'success')", DAG_ID)
-        home = Path(self.env["AIRFLOW_HOME"]) / "logs" / f"dag_id={DAG_ID}"
-        for run_id, task_id, map_index, state in rows:
-            print(f"\n===== task {run_id} {task_id}[{map_index}]: {state}")
-            folder = home / f"run_id={run_id}" / f"task_id={task_id}"
-            if map_index >= 0:
-                folder = folder / f"map_index={map_index}"
-            for log in sorted(folder.glob("attempt=*.log"))[-1:]:
-                print("\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
 
 
 @pytest.fixture(scope="module")
@@ -309,13 +233,6 @@ def check_in_turn(af: Airflow, runs: list[dict]) -> None:
         assert end <= start, f"{first} and {second} were between plan and publish at once"
 
 
-def run_notes(af: Airflow, run_ids) -> dict[str, str | None]:
-    """The runs' notes, as the scheduler's listener wrote them (kafkalog_pipeline.notes)."""
-    rows = dict(af.query("SELECT r.run_id, n.content FROM dag_run r LEFT JOIN dag_run_note n "
-                         "ON n.dag_run_id = r.id WHERE r.dag_id = ?", DAG_ID))
-    return {r: rows.get(r) for r in run_ids}
-
-
 def check_runs(af: Airflow, runs: list[dict], nights=NIGHTS) -> None:
     """Each of ``nights`` ran and succeeded, from its own snapshot date, and published."""
     assert [r["logical_date"][:10] for r in runs] == list(nights), runs
@@ -383,34 +300,6 @@ def test_backfills_over_the_demo_nights_never_duplicate(airflow):
 
 
 # ------------------------------------------------------------------ a publish conflict, rerun
-#: two nights of a topic of their own: night A holds rerun-0's first segment and rerun-1;
-#: night B the same rerun-0 segment copied again, the next one, and no rerun-1 (retention)
-CONFLICT_NIGHTS = ("2026-11-22", "2026-11-23")
-T0 = 1_795_305_600_000  # 2026-11-22T00:00Z
-
-
-def write_conflict_nights(root: Path) -> None:
-    import shutil
-
-    from kafkalog.writer import SegmentWriter, WriteRecord
-
-    night_a, night_b = (root / n for n in CONFLICT_NIGHTS)
-
-    def segment(folder: Path, first: int, count: int) -> Path:
-        with SegmentWriter(folder, first) as w:
-            for i in range(first, first + count, 5):
-                w.append([WriteRecord(b"k", f"v{i + k}".encode(), timestamp=T0 + i + k)
-                          for k in range(5)], codec="lz4")
-            return Path(w.path)
-
-    first = segment(night_a / "rerun-0", 0, 10)
-    segment(night_a / "rerun-1", 0, 5)
-    (night_b / "rerun-0").mkdir(parents=True)
-    for f in first.parent.glob(first.stem + ".*"):  # the very same objects, index files too
-        shutil.copy(f, night_b / "rerun-0" / f.name)
-    segment(night_b / "rerun-0", 10, 10)
-
-
 def wait_for_run(af: Airflow, run_id: str, timeout: float = RUN_TIMEOUT) -> str:
     """Wait until run ``run_id`` exists and has ended; its state."""
     import time
@@ -424,11 +313,6 @@ def wait_for_run(af: Airflow, run_id: str, timeout: float = RUN_TIMEOUT) -> str:
         assert not dead, f"Airflow {dead} exited while {run_id} ran"
         assert time.monotonic() < deadline, f"run {run_id} not done after {timeout} s: {rows}"
         time.sleep(5)
-
-
-def task_states(af: Airflow, run_id: str) -> dict[str, str]:
-    return dict(af.query("SELECT task_id, state FROM task_instance WHERE dag_id = ? AND "
-                         "run_id = ? AND map_index < 1", DAG_ID, run_id))
 
 
 def last_try_log(af: Airflow, run_id: str, task_id: str) -> list[dict]:

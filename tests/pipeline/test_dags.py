@@ -90,7 +90,9 @@ def test_wiring_write_audit_publish(dag):
     check, publish = dag.get_task("check_quality"), dag.get_task("publish")
     assert decode.upstream_task_ids == {"plan"}
     assert check.upstream_task_ids == {"decode_chunk"}
-    assert publish.upstream_task_ids == {"check_quality"}
+    gate = dag.get_task("publish_gate")
+    assert gate.upstream_task_ids == {"check_quality"}
+    assert publish.upstream_task_ids == {"publish_gate"}
     assert publish.trigger_rule == "all_success"  # no audit pass, no publish
     # decode is mapped over the plan's output, spark-submit on spark_default
     assert decode.operator_class.__mro__.__contains__(SparkSubmitOperator)
@@ -245,6 +247,7 @@ def test_verdict_paragraphs():
     assert len(merge("x" * 2000, "DQ: passed")) == 1000
 
 
+WARNED = {"fail": 0, "warn": 1, "pass": 4, "failed": {}, "warned": {"offset_gaps": ["payments-1"]}}
 NO_SNAPSHOT_WARNED = {"fail": 0, "warn": 1, "pass": 0, "failed": {},
                       "warned": {"snapshot_missing": ["2026-11-25"]}}
 NO_SNAPSHOT = {"nights": ["2026-11-25"], "where": ["s3://b/snapshots/2026-11-25/"]}
@@ -252,9 +255,9 @@ NO_SNAPSHOT = {"nights": ["2026-11-25"], "where": ["s3://b/snapshots/2026-11-25/
 
 @pytest.mark.parametrize("case", [
     # audit passed, published: success; the rerun task never runs
-    ("published", {**DONE, "publish": "success"}, {("check_quality", "return_value"): PASSED},
+    ("published", {**DONE, "publish_gate": "success", "publish": "success"}, {("check_quality", "return_value"): PASSED},
      {}, "success", "DQ: passed"),
-    ("warned", {**DONE, "publish": "success"}, {("check_quality", "return_value"): {
+    ("warned", {**DONE, "publish_gate": "success", "publish": "success"}, {("check_quality", "return_value"): {
         "fail": 0, "warn": 1, "pass": 4, "failed": {}, "warned": {"offset_gaps": ["payments-1"]}}},
      {}, "success", "DQ: 1 warned: offset_gaps payments-1"),
     # the audit failed: publish upstream_failed, the rerun task ran and skipped itself (it
@@ -264,21 +267,51 @@ NO_SNAPSHOT = {"nights": ["2026-11-25"], "where": ["s3://b/snapshots/2026-11-25/
                                           "failed": {"crc": ["orders-0"]}, "warned": {}}},
      {}, "failed", "DQ: failed: crc orders-0 — not published"),
     # publish refused for a conflict, the rerun triggered: this run published nothing, failed
-    ("conflict", {**DONE, "publish": "failed", "rerun_on_conflict": "success"},
+    ("conflict", {**DONE, "publish_gate": "success", "publish": "failed", "rerun_on_conflict": "success"},
      {("check_quality", "return_value"): PASSED, ("publish", "conflict"): CONFLICT},
      {}, "failed", "DQ: passed\n\nNot published: run(s) manual__2026-11-21T03:00:00+00:00 "
      "published the same offsets first; rerun as rerun__conflict"),
     # the rerun, refused again: not rerun again
-    ("rerun refused", {**DONE, "publish": "failed", "rerun_on_conflict": "skipped"},
+    ("rerun refused", {**DONE, "publish_gate": "success", "publish": "failed", "rerun_on_conflict": "skipped"},
      {("check_quality", "return_value"): PASSED, ("publish", "conflict"): CONFLICT},
      {"rerun_of": "n1"}, "failed",
      "DQ: passed\n\nNot published: run(s) manual__2026-11-21T03:00:00+00:00 published the "
      "same offsets first; not rerun again: clear this run to run it again\n\n"
      "Rerun of n1, whose publish met a conflict"),
     # the rerun, published
-    ("rerun published", {**DONE, "publish": "success"},
+    ("rerun published", {**DONE, "publish_gate": "success", "publish": "success"},
      {("check_quality", "return_value"): PASSED}, {"rerun_of": "n1"}, "success",
      "DQ: passed\n\nRerun of n1, whose publish met a conflict"),
+    # the human gate (publish_warned: approve): approved, published; rejected, publish is
+    # skipped (main unchanged) and the run ends a success that says so; never: the gate failed
+    ("warned approved", {**DONE, "publish_gate": "success", "publish": "success"}, {
+        ("check_quality", "return_value"): WARNED,
+        ("publish_gate", "gate"): {"decision": "approved", "by": "ana"}}, {}, "success",
+     "DQ: 1 warned: offset_gaps payments-1\n\n"
+     "Approved by ana in Required actions (publish_warned: approve)"),
+    ("warned rejected", {**DONE, "publish_gate": "success", "publish": "skipped"}, {
+        ("check_quality", "return_value"): WARNED,
+        ("publish_gate", "gate"): {"decision": "rejected", "by": "ana"}}, {}, "success",
+     "DQ: 1 warned: offset_gaps payments-1\n\nNot published: rejected by ana in Required "
+     "actions (publish_warned: approve); main unchanged, the run's branch kept"),
+    ("warned never", {**DONE, "publish_gate": "failed", "rerun_on_conflict": "skipped"}, {
+        ("check_quality", "return_value"): WARNED,
+        ("publish_gate", "gate"): {"decision": "never", "by": None}}, {}, "failed",
+     "DQ: 1 warned: offset_gaps payments-1\n\nNot published: the policy publishes no "
+     "warned night (publish_warned: never); main unchanged"),
+    # approve, and nobody answered before the response timeout: the gate failed
+    ("warned unanswered", {**DONE, "publish_gate": "failed", "rerun_on_conflict": "skipped"}, {
+        ("check_quality", "return_value"): WARNED,
+        ("publish_gate", "gate"): {"decision": "unanswered", "by": None}}, {}, "failed",
+     "DQ: 1 warned: offset_gaps payments-1\n\nNot published: nobody answered in Required "
+     "actions in time (publish_warned: approve); main unchanged, the run's branch kept"),
+    # publish_conflict: approve, and a person rejected the rerun
+    ("conflict rerun rejected", {**DONE, "publish_gate": "success", "publish": "failed", "rerun_on_conflict": "skipped"},
+     {("check_quality", "return_value"): PASSED, ("publish", "conflict"): CONFLICT,
+      ("rerun_on_conflict", "gate"): {"decision": "rejected", "by": "bo"}}, {}, "failed",
+     "DQ: passed\n\nNot published: run(s) manual__2026-11-21T03:00:00+00:00 published the "
+     "same offsets first; its rerun was rejected by bo in Required actions "
+     "(publish_conflict: approve): not rerun"),
     # nothing to decode: a clean skip, and why
     ("skipped", {"plan": "skipped"}, {("plan", "skip_reason"): "nothing to decode for x"},
      {}, "success", "DQ: not audited: nothing to decode for x"),
@@ -319,7 +352,7 @@ def test_the_run_state_is_publishs_and_the_note_says_the_verdict(nightly_in_db, 
 
 
 def test_a_persons_note_is_kept(nightly_in_db):
-    got = finish_run(nightly_in_db, "noted", {**DONE, "publish": "success"},
+    got = finish_run(nightly_in_db, "noted", {**DONE, "publish_gate": "success", "publish": "success"},
                      {("check_quality", "return_value"): PASSED}, note="Checked by Ana")
     assert got == ("success", "DQ: passed\n\nChecked by Ana")
     # what `make demo` prints of it, read from the metadata DB's own tables
@@ -336,7 +369,7 @@ def test_a_run_that_runs_again_keeps_only_what_stays_true(nightly_in_db):
 
     from kafkalog_pipeline import notes
 
-    finish_run(nightly_in_db, "again", {**DONE, "publish": "success"},
+    finish_run(nightly_in_db, "again", {**DONE, "publish_gate": "success", "publish": "success"},
                {("check_quality", "return_value"): PASSED}, conf={"rerun_of": "n1"},
                note="Checked by Ana")
     with create_session() as session:
