@@ -30,6 +30,7 @@ from ..warehouse import AUDITED
 from .policy import RANK, Policy, worst
 from .log_dir_checks import MIXED_CLUSTER
 from .registry import SNAPSHOT_MISSING, SNAPSHOT_MISSING_CLASS, UNITS
+from ..reconcile.classes import CHECK as SINK_CHECK
 
 #: a result's details hold at most this many items (the worst first); ``more_items`` counts
 #: the rest
@@ -208,12 +209,26 @@ def place(row) -> str:
     partition of it gone); the night of a ``snapshot_missing`` row; the night's log
     directories (``mixed_cluster``); :data:`UNPLACED`."""
     if row["topic"] is not None:
-        return row["topic"] if row["partition"] is None else f"{row['topic']}-{row['partition']}"
+        tp = row["topic"] if row["partition"] is None else f"{row['topic']}-{row['partition']}"
+        if row["check"] == SINK_CHECK:  # one result per sink x topic-partition
+            sink = sink_of(row)
+            return f"{tp} (sink {sink})" if sink else tp
+        return tp
     if row["check"] == SNAPSHOT_MISSING:
         return row.get(NIGHT) or "?"
     if row["check"] == MIXED_CLUSTER:
         return f"log directories of {row.get(NIGHT) or '?'}"
     return UNPLACED
+
+
+def sink_of(row) -> str | None:
+    """The sink a ``sink_reconcile`` row is about (``details.sink``; None: another check's)."""
+    if row["check"] != SINK_CHECK:
+        return None
+    raw = row.get("details") if isinstance(row, Mapping) else None
+    details = raw if isinstance(raw, Details) else parse_details(raw)
+    sink = details.extras.get("sink") if details is not None else None
+    return str(sink) if sink is not None else None
 
 
 def verdict(rows) -> dict:
