@@ -65,10 +65,18 @@ PARSE_TIME: dict[str, tuple[str, str]] = {
     # the default of the DAG param tiered_storage (the trigger form's, and a scheduled run's):
     # empty, no tier; the demo sets its own tier
     "tiered_storage": ("KAFKALOG_TIERED_STORAGE", ""),
+    # the default of the DAG param sinks: empty, the audit's own default file
+    # (expectations/sinks.yaml, which configures none); the demo names its own
+    "sinks": ("KAFKALOG_SINKS", ""),
 }
 
 #: the DAG param naming a tier to read beside the snapshot (``s3://bucket/prefix``; empty: none)
 TIER_PARAM = "tiered_storage"
+#: the DAG param naming the sinks file the audit reconciles (docs/sinks.md; empty: the
+#: audit's default, ``expectations/sinks.yaml``)
+SINKS_PARAM = "sinks"
+#: the audit's option taking it (``spark_jobs.check_quality --sinks``)
+SINKS_FLAG = "--sinks"
 #: the DAG params naming topics (a regular expression, whole name) for per-key state tables:
 #: ``latest__<topic>`` and Debezium's ``cdc__<topic>`` (issue 35; empty: only the topics
 #: found compacted, or whose values are Debezium envelopes)
@@ -188,6 +196,16 @@ def spark_entry() -> str:
 def tier_args(tier: str | None) -> list[str]:
     """The decode job's and the audit's arguments naming the run's tier (none without one)."""
     return [layout.TIERED_STORAGE_FLAG, tier] if tier else []
+
+
+def audit_args(params) -> list[list[str]]:
+    """The audit's arguments the run's params add, as ``[flag, value]`` pairs: its tier
+    (:func:`tier_args`), its sinks file (the param ``sinks``; none where empty)."""
+    params = params or {}
+    pairs = [tier_args(params.get(TIER_PARAM))]
+    sinks = params.get(SINKS_PARAM)
+    pairs.append([SINKS_FLAG, str(sinks)] if sinks else [])
+    return [p for p in pairs if p]
 
 
 def tier_env(tier: str | None) -> dict[str, str]:

@@ -104,7 +104,7 @@ def test_wiring_write_audit_publish(dag):
         DERIVED_ALIAS.name}
     assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess",
                                       "schema_registry_conn_id", "rerun_of", "tiered_storage",
-                                      "latest_topics", "cdc_topics"}
+                                      "latest_topics", "cdc_topics", "sinks"}
     assert plan.retries >= 1
     # after publish, the rerun after a conflict: a teardown (out of the run's state), run only
     # when publish failed or could not, triggering this very DAG
@@ -459,6 +459,27 @@ def test_the_tier_params_default_is_the_setting(dag, monkeypatch, tmp_path):
     assert bag.dags[DAG_ID].params[TIER_PARAM] == uri
     env = servers.airflow_env(tmp_path / "demo-output", "http://127.0.0.1:1")
     assert env["KAFKALOG_TIERED_STORAGE"] == uri
+
+
+def test_the_sinks_param_reaches_the_audit(dag, monkeypatch):
+    """sinks defaults to KAFKALOG_SINKS (parse time; unset: none, the audit's own default
+    file); set, the audit's spark-submit gets --sinks FILE (and the tier's flag beside it),
+    each once, however often the operator runs."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from kafkalog_pipeline import settings
+
+    assert dag.params[settings.SINKS_PARAM] is None
+    assert settings.audit_args({}) == [] == settings.audit_args({"sinks": None, "tiered_storage": ""})
+    assert settings.audit_args({"sinks": "/etc/sinks.yaml", "tiered_storage": "s3://t/p"}) == [
+        ["--tiered-storage", "s3://t/p"], ["--sinks", "/etc/sinks.yaml"]]
+    from spark_jobs.check_quality import parse_args
+
+    assert parse_args(["--warehouse", "w", "--run-id", "r", "--sinks", "/etc/sinks.yaml"]).sinks \
+        == "/etc/sinks.yaml"
+    monkeypatch.setenv("KAFKALOG_SINKS", "/etc/sinks.yaml")
+    bag = DagBag(dag_folder=str(DAGS / "kafka_segments_nightly.py"))
+    assert bag.dags[DAG_ID].params[settings.SINKS_PARAM] == "/etc/sinks.yaml"
 
 
 def test_audit_output_levels_verdict_and_one_line_failure(caplog):
