@@ -14,7 +14,10 @@ the run, one paragraph each:
   ``no_snapshot`` XCom; the plan failed, or skipped where the policy accepts it);
 * ``Not published: run(s) R published the same offsets first; rerun as rerun__…`` when the
   audit passed and publish was refused for a conflict (or failed otherwise);
-* ``Rerun of R, whose publish met a conflict`` on the rerun the DAG triggered.
+* ``Rerun of R, whose publish met a conflict`` on the rerun the DAG triggered;
+* ``Sinks: orders-lake fail: delivered 25, missing 1, duplicates 1, leaks 1, lag 4; …`` after
+  the verdict of an audit that reconciled sinks (the DAG param ``sinks``: the verdict's
+  ``sinks``, :func:`spark_jobs.reconcile.summary.line` of each).
 
 Lines a person wrote are kept, after ours. While a run runs again (cleared) its note keeps
 only what is still true (the ``Rerun of`` line).
@@ -43,8 +46,8 @@ from .tasks import (CAUSE_KEY, CONFLICT_KEY, DECODE_TASK, LATE_COPY, NO_SNAPSHOT
 log = logging.getLogger(__name__)
 
 #: the first words of every paragraph this module writes; a note's other paragraphs are kept
-DQ, NOT_PUBLISHED, RERUN = "DQ: ", "Not published: ", "Rerun of "
-OURS = (DQ, NOT_PUBLISHED, RERUN)
+DQ, NOT_PUBLISHED, RERUN, SINKS = "DQ: ", "Not published: ", "Rerun of ", "Sinks: "
+OURS = (DQ, NOT_PUBLISHED, RERUN, SINKS)
 #: how many "check topic-partition" items a verdict paragraph names before "… +N more"
 MAX_ITEMS = 6
 #: Airflow's limit on a note (``DagRunNote.content``, String(1000))
@@ -72,6 +75,19 @@ def verdict_line(verdict: dict) -> str:
     if verdict.get("warn"):
         return f"{DQ}{verdict['warn']} warned: {items(verdict.get('warned') or {})}"
     return f"{DQ}passed"
+
+
+def sinks_line(verdict: dict) -> str | None:
+    """``Sinks: orders-lake fail: delivered 25, missing 1, duplicates 1, leaks 1, lag 4; …``:
+    each reconciled sink's totals (the verdict's ``sinks``); None without any."""
+    from spark_jobs.reconcile.summary import line
+
+    sinks = verdict.get("sinks")
+    if not isinstance(sinks, dict) or not sinks:
+        return None
+    said = [line(name, t).removeprefix("sink ").replace(": ", " ", 1)
+            for name, t in sorted(sinks.items()) if isinstance(t, dict)]
+    return f"{SINKS}{'; '.join(said)}" if said else None
 
 
 def no_snapshot_line(no_snapshot: dict, verdict: dict | None) -> str:
@@ -139,6 +155,8 @@ def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: di
             lines.append(no_snapshot_line(no_snapshot, verdict))
         elif verdict is not None:
             lines.append(verdict_line(verdict))
+            if (sinks := sinks_line(verdict)) is not None:
+                lines.append(sinks)
             if not failing(verdict) and states.get(PUBLISH_TASK) == "failed":
                 lines.append(not_published_line(run_id=run_id, conflict=conflict,
                                                 rerun_state=states.get(RERUN_TASK),

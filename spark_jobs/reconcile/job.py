@@ -22,12 +22,13 @@ import sys
 
 from spark_jobs import layout, storage, tables
 from spark_jobs.audit import results
-from spark_jobs.audit.policy import RANK, Policy, PolicyError, worst
+from spark_jobs.audit.policy import RANK, Policy, PolicyError
 from spark_jobs.schemas import NIGHT
 from spark_jobs.warehouse import CatalogError, Warehouse, add_catalog_args
 
 from . import config as sink_config
-from .classes import (ABORTED_LEAK, CHECK, DUPLICATE, MISSING, NOT_YET_DELIVERED)
+from . import summary
+from .classes import CHECK, MISSING
 from .compare import POSITION_COLUMNS, compaction_ranges, reconcile
 from .sink_read import open_table, read_sink
 from .upsert import LATEST_COLUMNS, reconcile_upsert
@@ -237,24 +238,13 @@ def reconcile_sink(spark, log: Log, sink: sink_config.Sink, table, policy: Polic
 
 
 def summary_line(sink: sink_config.Sink, rows: list[results.DqResult]) -> str:
-    """One line of a sink: delivered, missing, duplicates, leaks, lag and its status."""
-    def offsets(cls):
-        return sum((r.details.classes.get(cls).offsets or 0) for r in rows
-                   if r.details and cls in r.details.classes)
-
-    delivered = sum(r.details.extras.get("delivered") or 0 for r in rows if r.details)
-    status = worst(r.status for r in rows) if rows else "pass"
-    where = rows[0].details.extras.get("position") if rows and rows[0].details else \
-        sink.columns.position_note
-    if sink.mode == "upsert":
-        counts = {c: sum(r.details.classes[c].items for r in rows if c in r.details.classes)
-                  for c in ("missing_key", "stale_value", "deleted_key_present", DUPLICATE)}
-        return (f"sink {sink.name}: {status}: upsert, {len(rows)} partition(s), missing keys "
-                f"{counts['missing_key']}, stale values {counts['stale_value']}, deleted keys "
-                f"present {counts['deleted_key_present']}, duplicates {counts[DUPLICATE]}")
-    return (f"sink {sink.name}: {status}: delivered {delivered}, missing {offsets(MISSING)}, "
-            f"duplicates {offsets(DUPLICATE)}, leaks {offsets(ABORTED_LEAK)}, lag "
-            f"{offsets(NOT_YET_DELIVERED)} ({len(rows)} partition(s); position: {where})")
+    """One line of a sink: delivered, missing, duplicates, leaks, lag and its status
+    (:func:`.summary.line`), its partitions and where its position came from."""
+    t = summary.totals((r.status, r.details) for r in rows).get(sink.name)
+    if t is None:  # no partition of its topics in the log or the sink
+        t = summary.empty(sink.mode)
+    where = t.get("position") or sink.columns.position_note
+    return f"{summary.line(sink.name, t)} ({t['partitions']} partition(s); position: {where})"
 
 
 def reconcile_sinks(spark, wh: Warehouse, sinks: list[sink_config.Sink], *, policy: Policy,

@@ -255,6 +255,40 @@ def test_verdict_paragraphs():
     assert len(merge("x" * 2000, "DQ: passed")) == 1000
 
 
+def test_the_note_says_each_sinks_totals():
+    """An audit that reconciled sinks: the note's Sinks paragraph, each sink's totals as the
+    verdict (spark_jobs.audit.results.verdict) sums them from its sink_reconcile rows."""
+    import dataclasses
+    import datetime as dt
+
+    from kafkalog_pipeline.notes import merge, run_note, sinks_line
+    from spark_jobs.audit.policy import Policy
+    from spark_jobs.audit.results import graded_result, verdict
+
+    policy = Policy.load()
+
+    def row(sink, partition, delivered, found):
+        cls = [{"check": "sink_reconcile", "class": c, "status": s, "severity": s, "items": 1,
+                "offsets": n, "max_value": None} for c, s, n in found]
+        r = graded_result("r", "sink_reconcile", "orders", partition, delivered, cls, [], policy,
+                          dt.datetime.now(dt.timezone.utc), "2026-11-21")
+        extras = {"sink": sink, "mode": "append", "delivered": delivered}
+        return r._replace(details=dataclasses.replace(r.details, extras=extras)).to_row()
+
+    rows = [row("lake", 0, 9, [("duplicate", "warn", 1), ("not_yet_delivered", "pass", 3)]),
+            row("lake", 1, 4, [("missing", "fail", 2)]), row("dr", 0, 7, [])]
+    v = verdict(rows)
+    assert v["failed"] == {"sink_reconcile": ["orders-1 (sink lake)"]}
+    assert sinks_line(v) == ("Sinks: dr pass: delivered 7, missing 0, duplicates 0, leaks 0, "
+                             "lag 0; lake fail: delivered 13, missing 2, duplicates 1, leaks 0, "
+                             "lag 3")
+    note = run_note(run_id="r", states={"publish": "upstream_failed"}, finished=True, verdict=v)
+    assert note.split("\n\n") == ["DQ: failed: sink_reconcile orders-1 (sink lake) — not published",
+                                   sinks_line(v)]
+    assert merge(note + "\n\nseen by Ana", note) == note + "\n\nseen by Ana"  # ours replaced
+    assert sinks_line(verdict(rows[:0])) is None and "sinks" not in verdict(rows[:0])
+
+
 @pytest.fixture(scope="module")
 def nightly_in_db():
     """A fresh metadata DB holding the nightly DAG as the dag-processor writes it."""
