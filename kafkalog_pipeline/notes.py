@@ -80,13 +80,12 @@ def verdict_line(verdict: dict) -> str:
 def sinks_line(verdict: dict) -> str | None:
     """``Sinks: orders-lake fail: delivered 25, missing 1, duplicates 1, leaks 1, lag 4; …``:
     each reconciled sink's totals (the verdict's ``sinks``); None without any."""
-    from spark_jobs.reconcile.summary import line
+    from spark_jobs.reconcile.summary import brief
 
     sinks = verdict.get("sinks")
     if not isinstance(sinks, dict) or not sinks:
         return None
-    said = [line(name, t).removeprefix("sink ").replace(": ", " ", 1)
-            for name, t in sorted(sinks.items()) if isinstance(t, dict)]
+    said = [brief(name, t) for name, t in sorted(sinks.items()) if isinstance(t, dict)]
     return f"{SINKS}{'; '.join(said)}" if said else None
 
 

@@ -72,3 +72,9 @@ def line(sink: str, t: dict) -> str:
                 f"{t['deleted_keys_present']}, duplicates {t['duplicates']}")
     return (f"sink {sink}: {t['status']}: delivered {t['delivered']}, missing {t['missing']}, "
             f"duplicates {t['duplicates']}, leaks {t['leaks']}, lag {t['lag']}")
+
+
+def brief(sink: str, t: dict) -> str:
+    """:func:`line` as the run's note and the demo's report say it, many sinks on one line:
+    ``orders-lake fail: delivered 25, missing 1, duplicates 1, leaks 1, lag 4``."""
+    return line(sink, t).removeprefix("sink ").replace(": ", " ", 1)

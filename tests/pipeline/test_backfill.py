@@ -41,7 +41,7 @@ import pytest
 # from the snapshot files with kafkalog; warehouse_rows / record_keys read the published tables
 from test_dags_e2e import demo_segments, expected_records, record_keys, warehouse_rows  # noqa: E402
 
-from demo import data as demo_data, servers  # noqa: E402
+from demo import data as demo_data, servers, sink as demo_sink  # noqa: E402
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID as DAG_ID  # noqa: E402
 from spark_settings import SUBMIT_CONF  # noqa: E402
 
@@ -140,6 +140,7 @@ def airflow(tmp_path_factory):
     logs = out / "pipeline-logs"
     logs.mkdir()
     demo_data.write_nights(out / "snapshots")
+    demo_sink.write(out, out / "snapshots")  # the demo's sink: servers.airflow_env names it
     server, endpoint = servers.start_s3(out / "snapshots")
     port = servers.free_port()
     env = servers.airflow_env(out, endpoint, api_port=port)
@@ -357,6 +358,9 @@ def test_backfills_over_the_demo_nights_never_duplicate(airflow):
         notes = run_notes(af, [r["run_id"] for r in runs])
         assert all(n and n.startswith("DQ: ") for n in notes.values()), notes
         assert "offset_gaps payments-1" in notes[runs[-1]["run_id"]], notes
+        # and each night's one finding of the demo's sink (demo.sink: offset 2 held twice)
+        sinks = "Sinks: demo-shipments warn: delivered 4, missing 0, duplicates 1, leaks 0, lag 0"
+        assert all(sinks in n.split("\n\n") for n in notes.values()), notes
 
         # 2. the same dates again with the defaults: nights that ran are left alone
         again = wait_for_backfill(af, create_backfill(af, runs=()))

@@ -89,10 +89,12 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
 
     import boto3
 
-    from demo import data as demo_data, servers
+    from demo import data as demo_data, servers, sink as demo_sink
 
     root = tmp_path_factory.mktemp("snapshots")
     demo_data.write_nights(root)
+    # the demo's Kafka->lake sink (demo.sink): each night's audit reconciles it
+    sinks_file = demo_sink.write(tmp_path_factory.mktemp("sink"), root)
     bucket = f"snap-{uuid.uuid4().hex[:10]}"
     demo_data.upload(root, bucket, "nightly", boto3.client("s3", endpoint_url=s3_endpoint))
     warehouse = tmp_path_factory.mktemp("warehouse")
@@ -102,6 +104,7 @@ def pipeline(tmp_path_factory, s3_endpoint, airflow_db):
         "KAFKALOG_SNAPSHOT_PREFIX": "nightly",
         "KAFKALOG_CHUNK_BYTES": "3000",
         "KAFKALOG_MAX_CHUNKS": "2",
+        "KAFKALOG_SINKS": str(sinks_file),  # the DAG param sinks' default (parse time)
         **servers.local_connections(s3_endpoint, "testing"),
     }
     old = {k: os.environ.get(k) for k in env}
@@ -217,6 +220,9 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     assert published_snapshot(published, run_id) is not None
     assert branch_name(run_id) not in published.refs()  # publish dropped the branch
     assert (wh / "data_docs" / token1 / "index.html").exists()
+    # night 1's one finding beyond the log's own: the demo sink's duplicate (demo.sink)
+    assert xcom(run_id, "check_quality")["warned"].get("sink_reconcile") == [
+        "shipments-0 (sink demo-shipments)"]
     # every table's asset has the run's event; the internal topics' and the typed tables
     # through the alias, each one the publish moved (night 1 brings rows for all of them:
     # Avro, JSON Schema and Protobuf values)
@@ -260,10 +266,24 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     # the second broker's folder (demo.data.BROKER_2): producer 7000's transaction in
     # transfers-0, open ten minutes with no marker, past the 60 s default timeout
     assert verdict["warned"]["hanging_transaction"] == ["transfers-0"], verdict
+    # the demo's sink (demo.sink, the DAG param sinks): its planted duplicate, one warning
+    # of the night (the sink grades it warn), its totals in the verdict and the note
+    assert verdict["warned"]["sink_reconcile"] == ["shipments-0 (sink demo-shipments)"], verdict
+    assert verdict["sinks"] == {"demo-shipments": {
+        "status": "warn", "mode": "append", "partitions": 1, "delivered": 4, "missing": 0,
+        "duplicates": 1, "leaks": 0, "lag": 0}}, verdict
+    sink_rows = [r for r in warehouse_rows(wh, "dq_results")
+                 if (r["run_id"], r["check"]) == (run_id2, "sink_reconcile")]
+    assert [(r["topic"], r["partition"], r["status"], json.loads(r["details"])["classes"],
+             json.loads(r["details"])["sink"]) for r in sink_rows] == [
+        ("shipments", 0, "warn", {"duplicate": {"status": "warn", "items": 1, "offsets": 1}},
+         "demo-shipments")]
     assert asset_extra(run_id2)["verdict"] == verdict
     # and the run's note, beside its state in Airflow's views (kafkalog_pipeline.notes)
     note = run_note(api, run_id2)
     assert note.startswith(f"DQ: {verdict['warn']} warned: ") and "offset_gaps payments-1" in note
+    assert ("Sinks: demo-shipments warn: delivered 4, missing 0, duplicates 1, leaks 0, lag 0"
+            in note.split("\n\n")), note
     # night 2 brings new offset commits, state files, orders and clicks, broker-2's own
     # files (broker_state, partition_checkpoints) and the tier's state as of the night, but
     # no group, transaction or cluster metadata records and no new shipments: no event for those
