@@ -14,7 +14,11 @@ missing offset and one duplicate per partition), then times, best of --repeat:
 
 Prints both times and the ratio (compare ratios, not absolute numbers: the machine is shared).
 
-    .venv/bin/python bench/bench_reconcile.py [--rows 20000000] [--repeat 2]
+    .venv/bin/python bench/bench_reconcile.py [--rows N] [--repeat 2]
+    .venv/bin/python bench/bench_reconcile.py --full      # the issue's 20M rows
+
+``--full`` is ``--rows 20000000`` with a driver of ``--driver-memory`` (default 6g: the log's
+20M offsets are kept on the executors of a local session) and one repetition.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from pathlib import Path
 import pyarrow as pa
 
 PER_PARTITION = 1_000_000
+#: the issue's size (issue 44, "Done when")
+FULL_ROWS = 20_000_000
 
 
 def write_sink(root: Path, rows: int):
@@ -47,10 +53,11 @@ def write_sink(root: Path, rows: int):
 
         keep = pc.not_equal(offsets, 10)
         offsets = pa.concat_arrays([offsets.filter(keep), pa.array([20], pa.int64())])
+        m = len(offsets)
         data = pa.table({
-            "id": pa.array(range(len(offsets)), pa.int64()),
-            "_kafka_metadata_topic": pa.array(["orders"] * len(offsets), pa.string()),
-            "_kafka_metadata_partition": pa.array([p] * len(offsets), pa.int32()),
+            "id": pa.array(range(m), pa.int64()),
+            "_kafka_metadata_topic": pa.repeat(pa.scalar("orders", pa.string()), m),
+            "_kafka_metadata_partition": pa.repeat(pa.scalar(p, pa.int32()), m),
             "_kafka_metadata_offset": offsets,
             "_kafka_metadata_timestamp": offsets})
         if table is None:
@@ -61,17 +68,25 @@ def write_sink(root: Path, rows: int):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=int, default=20_000_000)
+    p.add_argument("--rows", type=int, default=2_000_000)
+    p.add_argument("--full", action="store_true", help="the issue's size: 20M rows, once")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--driver-memory", default=None,
+                   help="spark.driver.memory (default: Spark's; 6g with --full)")
     args = p.parse_args(argv)
+    if args.full:
+        args.rows, args.repeat = FULL_ROWS, 1
+        args.driver_memory = args.driver_memory or "6g"
 
     from spark_jobs.reconcile import config, sink_read
     from spark_jobs.reconcile.compare import POSITION_COLUMNS, reconcile
     from spark_jobs.session import build_session
 
-    spark = build_session("bench_reconcile", master=args.master,
-                          conf={"spark.sql.shuffle.partitions": "8"})
+    conf = {"spark.sql.shuffle.partitions": "8"}
+    if args.driver_memory:
+        conf["spark.driver.memory"] = args.driver_memory
+    spark = build_session("bench_reconcile", master=args.master, conf=conf)
     with tempfile.TemporaryDirectory() as tmp:
         catalog, table = write_sink(Path(tmp), args.rows)
         sink = config.parse({"sinks": [{"name": "bench", "catalog": catalog,

@@ -56,6 +56,10 @@ run (or backfill the nights with `--reprocess-behavior failed`): its plan reads 
   topics get one anyway; docs/tables.md "Latest per key").
 - `cdc_topics`: the same for Debezium topics' `cdc__<topic>` tables, the source table as of
   each night (topics whose values are Debezium envelopes get one anyway; docs/debezium.md).
+- `sinks`: a sinks file (docs/sinks.md) the audit reconciles against the log as of the
+  night: `sink_reconcile` results, one per sink × topic-partition, in the run's verdict and
+  its "Sinks" section of the report. Its default is the setting `KAFKALOG_SINKS` (read when
+  the DAG is parsed; empty: `expectations/sinks.yaml`, which configures none: no work).
 - `rerun_of`: leave empty; the DAG sets it on the rerun it triggers.
 
 **Never twice**
@@ -165,6 +169,14 @@ default_args = {
                         "Set: a regular expression (whole topic name); those topics also get "
                         "cdc__<topic>, the source table per key as of each night. See "
                         "docs/debezium.md."),
+        settings.SINKS_PARAM: Param(
+            settings.parse_time_setting("sinks") or None, type=["null", "string"],
+            title="Sinks to reconcile",
+            description="Empty: expectations/sinks.yaml (the default unless the setting "
+                        "KAFKALOG_SINKS names another file, as the demo's does), which "
+                        "configures none. Set: a sinks file on the Spark hosts; the audit "
+                        "reconciles each Kafka->lake sink it names against the log as of the "
+                        "night (check sink_reconcile). See docs/sinks.md."),
         tasks.RERUN_OF: Param(
             None, type=["null", "string"], title="Rerun of (set by the DAG)",
             description="Leave empty. The DAG sets it on the run it triggers when a run's "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
 
-from . import data, tiered
+from . import data, sink, tiered
 from .nights import dagtest, run_night, run_note, run_verdict
 from .report import report
 from .servers import (DemoError, airflow_env, api_server_args, exclusive, free_port, migrate,
@@ -48,6 +48,8 @@ def _run(out: Path, lock=None) -> int:
         print(f"Wrote snapshot {night}")
     print(f"Wrote {tiered.write_tier(out)} tiered-storage objects under {out / tiered.TIER_FOLDER}"
           f" (key ring {out / tiered.KEYS_FOLDER})")
+    print(f"Wrote the demo's sink {sink.NAME} (table {sink.TABLE} of catalog {sink.CATALOG}; "
+          f"{sink.write(out, snapshots)}): shipments-0, offset {sink.DUPLICATE} twice")
     server, endpoint = start_s3(snapshots, out)
     try:
         env = airflow_env(out, endpoint)
@@ -79,6 +81,8 @@ def _ui(out: Path, port: int | None) -> int:
         data.write_nights(snapshots)
     if not (out / tiered.TIER_FOLDER).is_dir():
         tiered.write_tier(out)
+    if sink.sinks_file(out) is None:
+        sink.write(out, snapshots)
     log_dir = out / "pipeline-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     server, endpoint = start_s3(snapshots, out)

@@ -165,6 +165,23 @@ def tier_check_line(wh, run_id: str) -> str:
     return "tier checks: " + (", ".join(checks) or "none ran")
 
 
+def sink_line(wh, run_id: str) -> str:
+    """Each reconciled sink of run ``run_id`` (check sink_reconcile, demo.sink): delivered,
+    missing, duplicates, leaks, lag (:func:`spark_jobs.reconcile.summary.brief`)."""
+    from pyiceberg.expressions import And, EqualTo
+
+    from spark_jobs.reconcile import summary
+    from spark_jobs.reconcile.classes import CHECK
+    from spark_jobs.tables import read_arrow
+
+    rows = read_arrow(wh, "dq_results", row_filter=And(EqualTo("run_id", run_id),
+                                                        EqualTo("check", CHECK)),
+                      columns=("status", "details")).to_pylist()
+    totals = summary.totals((r["status"], parse_details(r["details"])) for r in rows)
+    return "sinks: " + ("; ".join(summary.brief(name, t) for name, t in totals.items())
+                        or "none reconciled")
+
+
 def night_counts(wh, name: str) -> dict[str, int]:
     """A per-key state table's rows as of each night it is tagged with (``night-YYYY-MM-DD``)."""
     table = wh.table(name)
@@ -236,6 +253,7 @@ def report(out: Path, results: list[dict]) -> int:
             for line in dq["problems"]:
                 print(f"  {line}")
             print(f"  {tier_check_line(wh, r['run_id'])}")
+            print(f"  {sink_line(wh, r['run_id'])}")
             print(f"  report:  {dq['report'] or '(missing)'}")
     print(f"Tiered storage: {tier_records_line(wh)}")
     print("Query the tables, e.g. the checks that warned or failed, every run's:\n"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID
 
-from . import data, exactly_once, tiered
+from . import data, exactly_once, sink, tiered
 
 BUCKET = "kafka-snapshots"
 PREFIX = "snapshots"
@@ -115,6 +115,11 @@ def airflow_env(out: Path, endpoint: str, *, api_port: int | None = None) -> dic
         # as for the demo's own runs (only where the demo wrote its tier and key ring: a run
         # over snapshots without them, as the pipeline tests make, reads no tier)
         env["KAFKALOG_TIERED_STORAGE"] = tiered.tier_uri(BUCKET)
+    sinks = sink.sinks_file(out)
+    if sinks is not None:
+        # the DAG's sinks default: the demo's sink (demo.sink), only where the demo wrote it
+        # (a run over snapshots without it, as most pipeline tests make, reconciles none)
+        env["KAFKALOG_SINKS"] = str(sinks)
     if api_port is not None:
         env["AIRFLOW__API__PORT"] = str(api_port)
         env["AIRFLOW__API__HOST"] = "127.0.0.1"

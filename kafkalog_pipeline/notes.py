@@ -19,6 +19,9 @@ the run, one paragraph each:
   actions …`` for a warned night under ``publish_warned: approve``, ``Not published: the
   policy publishes no warned night …`` under ``never`` (``kafkalog_pipeline.gate``), and
   ``…; its rerun was rejected by U …`` after a conflict under ``publish_conflict: approve``.
+* ``Sinks: orders-lake fail: delivered 25, missing 1, duplicates 1, leaks 1, lag 4; …`` after
+  the verdict of an audit that reconciled sinks (the DAG param ``sinks``: the verdict's
+  ``sinks``, :func:`spark_jobs.reconcile.summary.line` of each).
 
 Lines a person wrote are kept, after ours. While a run runs again (cleared) its note keeps
 only what is still true (the ``Rerun of`` line).
@@ -47,8 +50,9 @@ from .tasks import (CAUSE_KEY, CONFLICT_KEY, DECODE_TASK, GATE_KEY, GATE_TASK, L
 log = logging.getLogger(__name__)
 
 #: the first words of every paragraph this module writes; a note's other paragraphs are kept
-DQ, NOT_PUBLISHED, RERUN, APPROVED = "DQ: ", "Not published: ", "Rerun of ", "Approved by "
-OURS = (DQ, NOT_PUBLISHED, RERUN, APPROVED)
+DQ, NOT_PUBLISHED, RERUN, APPROVED, SINKS = (
+    "DQ: ", "Not published: ", "Rerun of ", "Approved by ", "Sinks: ")
+OURS = (DQ, NOT_PUBLISHED, RERUN, APPROVED, SINKS)
 #: how many "check topic-partition" items a verdict paragraph names before "… +N more"
 MAX_ITEMS = 6
 #: Airflow's limit on a note (``DagRunNote.content``, String(1000))
@@ -76,6 +80,18 @@ def verdict_line(verdict: dict) -> str:
     if verdict.get("warn"):
         return f"{DQ}{verdict['warn']} warned: {items(verdict.get('warned') or {})}"
     return f"{DQ}passed"
+
+
+def sinks_line(verdict: dict) -> str | None:
+    """``Sinks: orders-lake fail: delivered 25, missing 1, duplicates 1, leaks 1, lag 4; …``:
+    each reconciled sink's totals (the verdict's ``sinks``); None without any."""
+    from spark_jobs.reconcile.summary import brief
+
+    sinks = verdict.get("sinks")
+    if not isinstance(sinks, dict) or not sinks:
+        return None
+    said = [brief(name, t) for name, t in sorted(sinks.items()) if isinstance(t, dict)]
+    return f"{SINKS}{'; '.join(said)}" if said else None
 
 
 def no_snapshot_line(no_snapshot: dict, verdict: dict | None) -> str:
@@ -169,6 +185,8 @@ def run_note(*, run_id: str, states: dict[str, str], finished: bool, verdict: di
             lines.append(no_snapshot_line(no_snapshot, verdict))
         elif verdict is not None:
             lines.append(verdict_line(verdict))
+            if (sinks := sinks_line(verdict)) is not None:
+                lines.append(sinks)
             gated = gate_line(gate, states.get(GATE_TASK)) if not failing(verdict) else None
             if gated:
                 lines.append(gated)

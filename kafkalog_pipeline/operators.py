@@ -151,12 +151,12 @@ class KafkalogSparkSubmitOperator(AdjustedHook, SparkSubmitOperator):
         self.env_vars = {**settings.spark_env(access), **(self.env_vars or {})}
         tier = (context.get("params") or {}).get(settings.TIER_PARAM)
         self.env_vars.update(settings.tier_env(tier))  # the key ring's folder, if any
-        flag = settings.tier_args(tier)[:1]
-        if self._is_audit() and flag and flag[0] not in self.application_args:
-            # the audit is told the tier too (the decode's argv has it from the plan)
-            self.application_args = [*self.application_args, *settings.tier_args(tier)]
-        if self._is_audit() and "--policy" not in self.application_args:
-            self.application_args = [*self.application_args, *settings.policy_args()]
+        if self._is_audit():
+            # the audit is told the tier too (the decode's argv has it from the plan), the
+            # sinks file to reconcile and the policy to grade by
+            for flag, value in settings.audit_args(context.get("params")):
+                if flag not in self.application_args:
+                    self.application_args = [*self.application_args, flag, value]
         if not self._is_audit():  # a live registry's basic auth, never on the command line
             from .schema_registry import PARAM, auth_env
 

@@ -80,10 +80,18 @@ PARSE_TIME: dict[str, tuple[str, str]] = {
     # the Deadline Alert (kafkalog_pipeline.alerts): a night not published this many hours
     # after its run's logical date, when its snapshot should have landed
     "publish_deadline_hours": ("KAFKALOG_PUBLISH_DEADLINE_HOURS", "6"),
+    # the default of the DAG param sinks: empty, the audit's own default file
+    # (expectations/sinks.yaml, which configures none); the demo names its own
+    "sinks": ("KAFKALOG_SINKS", ""),
 }
 
 #: the DAG param naming a tier to read beside the snapshot (``s3://bucket/prefix``; empty: none)
 TIER_PARAM = "tiered_storage"
+#: the DAG param naming the sinks file the audit reconciles (docs/sinks.md; empty: the
+#: audit's default, ``expectations/sinks.yaml``)
+SINKS_PARAM = "sinks"
+#: the audit's option taking it (``spark_jobs.check_quality --sinks``)
+SINKS_FLAG = "--sinks"
 #: the DAG params naming topics (a regular expression, whole name) for per-key state tables:
 #: ``latest__<topic>`` and Debezium's ``cdc__<topic>`` (issue 35; empty: only the topics
 #: found compacted, or whose values are Debezium envelopes)
@@ -209,6 +217,18 @@ def policy_args() -> list[str]:
     """The audit's ``--policy`` (the ``policy`` setting), none where it is unset."""
     path = get("policy")
     return ["--policy", path] if path else []
+
+
+def audit_args(params) -> list[list[str]]:
+    """The audit's arguments the run's params add, as ``[flag, value]`` pairs: its tier
+    (:func:`tier_args`), its sinks file (the param ``sinks``; none where empty), and the
+    policy it grades by (:func:`policy_args`)."""
+    params = params or {}
+    pairs = [tier_args(params.get(TIER_PARAM))]
+    sinks = params.get(SINKS_PARAM)
+    pairs.append([SINKS_FLAG, str(sinks)] if sinks else [])
+    pairs.append(policy_args())
+    return [p for p in pairs if p]
 
 
 def tier_env(tier: str | None) -> dict[str, str]:

@@ -11,6 +11,10 @@ great-expectations suites of ``expectations/suites.py``, and writes
   verdict is visible at once, for runs that will never be published too);
 * ``W/data_docs/<run_token>/index.html`` — the run's Data Docs.
 
+With sinks configured (``--sinks``, default ``expectations/sinks.yaml``), the audit also
+reconciles each against the log as of the run's night: ``sink_reconcile`` rows, one per
+sink x topic-partition (docs/sinks.md).
+
 Exit status: 0 when no check failed (warnings allowed); ``EXIT_CHECKS_FAILED``
 (65, sysexits' EX_DATAERR) when the audit ran and a check failed (the FAIL lines
 list them; publish must not run, and running the audit again gives the same
@@ -31,6 +35,8 @@ from spark_jobs import crash, storage
 from spark_jobs.audit import registry, results
 from spark_jobs.audit.job import audit
 from spark_jobs.audit.policy import Policy, PolicyError
+from spark_jobs.reconcile import config as sink_config
+from spark_jobs.reconcile.job import Sinks
 from spark_jobs.warehouse import CatalogError, Warehouse, add_catalog_args
 
 #: exit status of an audit that ran and failed a check (not a crash: no retry changes it)
@@ -56,6 +62,10 @@ def parse_args(argv):
                         "remote storage plugin's key.prefix, or a local copy of the bucket): "
                         "listed once for the tier audit's object checks (docs/tiered.md; "
                         "default: the tier's metadata checks only)")
+    p.add_argument("--sinks", metavar="FILE",
+                   help="the Kafka->lake sinks to reconcile against the log as of the run's "
+                        "night (check sink_reconcile, docs/sinks.md; default: "
+                        "expectations/sinks.yaml, which configures none)")
     p.add_argument("--no-docs", action="store_true", help="skip great-expectations and Data Docs")
     return p.parse_args(argv)
 
@@ -89,6 +99,11 @@ def main(argv=None, spark=None) -> int:
     except (OSError, PolicyError) as err:
         print(crash.cause_line(f"check_quality: policy: {err}"), file=sys.stderr, flush=True)
         return 2
+    try:
+        sinks = Sinks(tuple(sink_config.load(args.sinks)))
+    except sink_config.SinkConfigError as err:
+        print(crash.cause_line(f"check_quality: {err}"), file=sys.stderr, flush=True)
+        return 2
     config = None
     if (storage.is_s3(args.warehouse) or args.s3_endpoint
             or storage.is_s3(args.tiered_storage or "")):
@@ -100,8 +115,8 @@ def main(argv=None, spark=None) -> int:
         spark = build_session("check_quality", master=args.master)
     try:
         rows = audit(spark, wh, args.run_id, policy=policy, docs=not args.no_docs,
-                     topics=args.topics, tiered_storage=args.tiered_storage)
-    except (LookupError, storage.StorageError, CatalogError) as err:
+                     topics=args.topics, tiered_storage=args.tiered_storage, sinks=sinks)
+    except (LookupError, storage.StorageError, CatalogError, sink_config.SinkConfigError) as err:
         print(crash.cause_line(f"check_quality: {crash.cause_of(err)}"), file=sys.stderr,
               flush=True)
         return 2

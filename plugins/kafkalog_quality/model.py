@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from spark_jobs.audit.registry import SNAPSHOT_MISSING
 from spark_jobs.audit.results import Details, stored_details
+from spark_jobs.reconcile import summary as sink_summary
+from spark_jobs.reconcile.classes import CHECK as SINK_CHECK
 
 from .calendar import night_of
 from .words import (NOTHING_NEW, STATUSES, first_problem, ordered_counts, result_anchor,
@@ -46,14 +48,26 @@ class Result:
         return NOTHING_NEW if self.status == "pass" and self.observed == 0 else self.status
 
     @property
+    def sink(self) -> str | None:
+        """The sink a ``sink_reconcile`` result is about (``details.sink``; else None)."""
+        if self.check != SINK_CHECK or self.details is None:
+            return None
+        sink = self.details.extras.get("sink")
+        return None if sink is None else str(sink)
+
+    @property
     def label(self) -> str:
-        """What the row is about: ``orders-1``, ``orders (topic)``, ``snapshot 2026-11-27``."""
-        return where(self.topic, self.partition, self.night)
+        """What the row is about: ``orders-1``, ``orders (topic)``, ``snapshot 2026-11-27``;
+        a sink's, ``orders-1 (sink orders-lake)``."""
+        place = where(self.topic, self.partition, self.night)
+        return place if self.sink is None else f"{place} (sink {self.sink})"
 
     @property
     def anchor(self) -> str:
-        """The id of its row on the run page (:func:`result_anchor`)."""
-        return result_anchor(self.check, self.topic, self.partition, self.night)
+        """The id of its row on the run page (:func:`result_anchor`; a sink's, with its
+        name: one result per sink x topic-partition)."""
+        anchor = result_anchor(self.check, self.topic, self.partition, self.night)
+        return anchor if self.sink is None else f"{anchor}-sink-{re.sub(r'[^A-Za-z0-9_.-]', '_', self.sink)}"
 
     def first_problem(self) -> str:
         """Its one problem line (:func:`first_problem`)."""
@@ -88,6 +102,14 @@ class Run:
         out = {s: c.pop(s, 0) for s in STATUSES}
         out.update(sorted(c.items()))  # any status outside pass|warn|fail, shown as is
         return out
+
+    @property
+    def sinks(self) -> dict[str, dict]:
+        """Per sink of its ``sink_reconcile`` results: the totals
+        (:func:`spark_jobs.reconcile.summary.totals`: status, delivered, missing, duplicates,
+        leaks, lag, partitions, position)."""
+        return sink_summary.totals((r.status, r.details) for r in self.results
+                                   if r.check == SINK_CHECK)
 
     @property
     def tally(self) -> dict[str, int]:

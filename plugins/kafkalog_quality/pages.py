@@ -551,6 +551,44 @@ def counts_line(run: model.Run) -> str:
     return (f'<p id="counts">{" · ".join(parts) or "no results"}, {words.COUNTED}</p>')
 
 
+#: the "Sinks" table's columns: (title, the totals' key) of an append sink
+_SINK_COLUMNS = (("Delivered", "delivered"), ("Missing", "missing"),
+                 ("Duplicates", "duplicates"), ("Leaks", "leaks"), ("Lag", "lag"))
+
+
+def sinks_section(run: model.Run) -> str:
+    """The "Sinks" section: one row per Kafka->lake sink the run reconciled (check
+    ``sink_reconcile``, docs/sinks.md): its outcome, the records of its windows it holds
+    (delivered), the offsets it lacks (missing), holds twice (duplicates), of aborted or open
+    transactions (leaks) and not yet delivered (lag), and where its position came from;
+    nothing where the run reconciled none."""
+    sinks = run.sinks
+    if not sinks:
+        return ""
+    rows = []
+    for name, t in sinks.items():
+        if t["mode"] == "upsert":
+            counts = (f'<td colspan="{len(_SINK_COLUMNS)}">upsert: missing keys {t["missing_keys"]:,}, '
+                      f'stale values {t["stale_values"]:,}, deleted keys present '
+                      f'{t["deleted_keys_present"]:,}, duplicates {t["duplicates"]:,}</td>')
+        else:
+            counts = "".join(f'<td class="num {key}">{t[key]:,}</td>' for _, key in _SINK_COLUMNS)
+        rows.append(
+            f'<tr class="sink row-{escape(t["status"])}" data-sink="{escape(name)}" '
+            f'data-status="{escape(t["status"])}"><td class="sink-name">{escape(name)}</td>'
+            f'<td><span class="verdict verdict-{escape(t["status"])}">{escape(t["status"])}</span></td>'
+            f'{counts}<td class="num">{t["partitions"]:,}</td>'
+            f'<td class="muted position">{escape(t.get("position") or "—")}</td></tr>')
+    head = "".join(f'<th class="num">{escape(title)}</th>' for title, _ in _SINK_COLUMNS)
+    return ('<section id="sinks"><h2>Sinks</h2><p class="muted">Each Kafka-to-lake sink '
+            "against the log as of the night (check sink_reconcile; its rows below, one per "
+            "sink × topic-partition): delivered records of its window, offsets missing, "
+            "extra copies, records of aborted or open transactions, offsets past its "
+            "position.</p><div class=\"scroll\"><table><thead><tr><th>Sink</th><th>Outcome</th>"
+            f'{head}<th class="num">Partitions</th><th>Position</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div></section>')
+
+
 def run_page(run: model.Run, base: str, coverage: model.Coverage | None = None, *,
              root: str = "W", catalog: str = "kafkalog", namespace: str = "kafka",
              skip_reason: str | None = None, attempt: model.Attempt | None = None) -> str:
@@ -575,6 +613,7 @@ def run_page(run: model.Run, base: str, coverage: model.Coverage | None = None, 
         f"<p>Checked at {_when(run.checked_at)} · {docs}</p>",
         _run_nights(coverage),
         counts_line(run),
+        sinks_section(run),
     ]
     if run.error:
         parts.append(f'<p class="error">This run\'s results could not be read: {escape(run.error)}</p>')

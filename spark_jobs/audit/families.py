@@ -16,7 +16,13 @@ adding the places only it knows of (``checks``: the family's own, :class:`.regis
 * ``missing_partition`` (:mod:`.absence`): where the run names a night, every partition counts
   as one ``partitions``, and each partition it lacks is a place of ``missing_partition`` only;
 * the tier audit (:mod:`.tier`): a tiered partition without a local tail is a place of the
-  tier checks only.
+  tier checks only;
+* the configured sinks (``sink_reconcile``, :mod:`spark_jobs.reconcile`, docs/sinks.md): each
+  sink x topic-partition is a result of its own (``details.sink``), made by the reconcile
+  command's own code (:func:`spark_jobs.reconcile.job.reconcile_sinks`, handed in as
+  ``run.sinks``: :class:`spark_jobs.reconcile.job.Sinks`) against the log as
+  of the run's night, read at the run's audited snapshots; they add no place (a family's
+  ``results``: :func:`results_sinks`). No sink configured: nothing loaded, no Spark work.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ from .units import ONLY, PARTITIONS
 
 #: where the ``missing_partition`` family keeps its observations in ``loaded``
 ABSENT = absence.MISSING_PARTITION
+#: where the sinks family keeps its results in ``loaded``
+SINKS = "sink_reconcile"
+#: the keys of ``loaded`` that are no internal topic's frames (:mod:`.internal_checks`)
+NOT_INTERNAL = (ABSENT, SINKS)
 
 
 def load_internal(run, loaded: dict) -> dict:
@@ -112,3 +122,24 @@ def places_tier(run, loaded: dict, units: dict, checks) -> None:
         units.setdefault(tp, {ONLY: set()}).update(counts)  # the tier checks only
         if ONLY in units[tp]:
             units[tp][ONLY] |= {c.name for c in checks if counts.get(c.unit)}
+
+
+def load_sinks(run, loaded: dict) -> dict:
+    """``{SINKS: results}`` of the run's configured sinks (``run.sinks``: the sinks file's,
+    :class:`spark_jobs.reconcile.job.Sinks`), against the log as of the run's night at the
+    run's audited snapshots; nothing (and no Spark job) where no sink is configured."""
+    if not run.sinks:
+        return {}
+    return {SINKS: run.sinks.reconcile(run.spark, run.wh, policy=run.policy,
+                                       run_id=run.run_id, night=run.night,
+                                       snapshots={n: s for n, (_, s) in run.snapshots.items()},
+                                       out=run.out, prefix="check_quality: ")}
+
+
+def places_sinks(run, loaded: dict, units: dict, checks) -> None:
+    """The sinks add no place: each result is a sink x topic-partition of its own."""
+
+
+def results_sinks(run, loaded: dict) -> list:
+    """The sinks' results (:class:`.results.DqResult`), graded already."""
+    return list(loaded.get(SINKS) or ())

@@ -30,7 +30,7 @@ from spark_jobs.warehouse import Warehouse
 
 from . import as_of, context, internal_checks, results, rows
 from .checks import run_observations
-from .families import ABSENT, audited_topics
+from .families import ABSENT, NOT_INTERNAL, audited_topics
 from .inputs import audited_snapshots, load_tables, materialize
 from .policy import Policy
 from .registry import CHECKS, FAMILIES, OPTIONAL_CHECKS
@@ -45,7 +45,8 @@ class AuditedRun:
     ``summary`` of its tables (:func:`.rows.run_summary`: its places, topics, finding kinds and
     the ``night`` the run is audited as of, its last; None where its input named no night), and
     what the audit was asked: ``policy``, ``topic_filter`` (the run's topics), the
-    ``tiered_storage`` to list. The families of :data:`.registry.FAMILIES` read it."""
+    ``tiered_storage`` to list, the ``sinks`` to reconcile (:class:`spark_jobs.reconcile.job.Sinks`; None: none),
+    where to print (``out``). The families of :data:`.registry.FAMILIES` read it."""
 
     spark: Any
     wh: Warehouse
@@ -59,6 +60,8 @@ class AuditedRun:
     topic_filter: str | None = None
     tiered_storage: str | None = None
     summary: Any = None
+    sinks: Any = None
+    out: Any = None
 
     @property
     def ledger(self):
@@ -75,19 +78,23 @@ class AuditedRun:
 
 
 def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
-          out=None, topics: str | None = None, tiered_storage: str | None = None):
+          out=None, topics: str | None = None, tiered_storage: str | None = None,
+          sinks=None):
     """Run the audit; return the dq_results rows (also committed to ``dq_results``), with the
     run's ``snapshot_missing`` rows (its plan's: kept as they are, counted in the verdict).
     ``topics``: the run's topic filter (layout.topic_matcher; None: all); ``tiered_storage``:
-    the tier to list for the tier audit (:mod:`.tier`; None: its metadata checks only)."""
+    the tier to list for the tier audit (:mod:`.tier`; None: its metadata checks only);
+    ``sinks``: the Kafka->lake sinks to reconcile (:class:`spark_jobs.reconcile.job.Sinks`;
+    None or none configured: no ``sink_reconcile`` result, no work)."""
     out = out or sys.stdout
     store = storage.open_store(wh.root, wh.s3)
     run = read_run(spark, wh, run_id, out, policy=policy, topic_filter=topics,
                    tiered_storage=tiered_storage)
+    run.sinks, run.out = sinks, out
     loaded: dict = {}
     for family in FAMILIES:  # what each family reads beyond the run's tables
         loaded.update(family.load(run, loaded))
-    internal = {k: v for k, v in loaded.items() if k != ABSENT}
+    internal = {k: v for k, v in loaded.items() if k not in NOT_INTERNAL}
     units = places(run, loaded)
     if not units:
         raise LookupError(f"run {run_id!r} has no rows in catalog {wh.catalog_name!r} "
@@ -101,8 +108,13 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     classes, items = rows.summarize(observations)
     local_classes, local_items = rows.summarize_rows(on_driver)
     classes, items = classes + local_classes, items + local_items
+    whole = [r for family in FAMILIES if family.results is not None
+             for r in family.results(run, loaded)]  # the sinks': results of their own
     dq_rows = [r.to_row() for r in
-               rows.build_results(run_id, units, classes, items, policy, night=run.night)]
+               rows.build_results(run_id, units, classes, items, policy, night=run.night)
+               + whole]
+    whole_classes, whole_items = rows.result_classes(whole)  # for the suites, as the others'
+    classes, items = classes + whole_classes, items + whole_items
     missing_nights = write_results(wh, run, dq_rows, internal, out)
     if docs:
         check_docs(spark, store, run_id, dq_rows, classes, items, out)

@@ -143,8 +143,9 @@ SNAPSHOT_MISSING_CHECK = Check(SNAPSHOT_MISSING, NIGHTS, (SNAPSHOT_MISSING_CLASS
                                optional=True)
 
 #: a Kafka->lake sink against the log (issue 44, docs/sinks.md): one result per sink x
-#: topic-partition, written by ``python -m spark_jobs.reconcile`` (observe None: its rows are
-#: the command's, under a run id of its own)
+#: topic-partition, made by the sinks family (:data:`FAMILIES`) in the nightly audit and by
+#: ``python -m spark_jobs.reconcile`` under a run id of its own (observe None: its results
+#: are graded already, :func:`spark_jobs.reconcile.job.reconcile_sinks`)
 SINK_RECONCILE_CHECK = Check(sink_classes.CHECK, SINK_RECORDS, sink_classes.CLASSES, None,
                              optional=True)
 
@@ -166,12 +167,15 @@ TIER_CHECK_NAMES = frozenset(c.name for c in TIER_CHECKS)
 class Family:
     """A family of checks that reads more than the run's own tables: its ``checks``, what it
     loads (``load``: ``(run, loaded) -> dict``) and the places it counts and adds
-    (``places``: ``(run, loaded, units, checks) -> None``): :mod:`.families`."""
+    (``places``: ``(run, loaded, units, checks) -> None``), and the results it makes whole
+    where its places are not (topic, partition) (``results``: ``(run, loaded) ->
+    [DqResult]``; the sinks', one per sink x topic-partition): :mod:`.families`."""
 
     name: str
     checks: tuple[Check, ...]
     load: Callable
     places: Callable
+    results: Callable | None = None
 
 
 #: the families, in the order the audit loads them and counts their places
@@ -183,6 +187,8 @@ FAMILIES = (
     Family("missing_partition", (MISSING_PARTITION_CHECK,), families.load_absent,
            families.places_absent),
     Family("tier", TIER_CHECKS, families.load_tier, families.places_tier),
+    Family("sinks", (SINK_RECONCILE_CHECK,), families.load_sinks, families.places_sinks,
+           families.results_sinks),
 )
 
 

@@ -30,6 +30,8 @@ from ..warehouse import AUDITED
 from .policy import RANK, Policy, worst
 from .log_dir_checks import MIXED_CLUSTER
 from .registry import SNAPSHOT_MISSING, SNAPSHOT_MISSING_CLASS, UNITS
+from ..reconcile import summary as sink_summary
+from ..reconcile.classes import CHECK as SINK_CHECK
 
 #: a result's details hold at most this many items (the worst first); ``more_items`` counts
 #: the rest
@@ -208,7 +210,11 @@ def place(row) -> str:
     partition of it gone); the night of a ``snapshot_missing`` row; the night's log
     directories (``mixed_cluster``); :data:`UNPLACED`."""
     if row["topic"] is not None:
-        return row["topic"] if row["partition"] is None else f"{row['topic']}-{row['partition']}"
+        tp = row["topic"] if row["partition"] is None else f"{row['topic']}-{row['partition']}"
+        if row["check"] == SINK_CHECK:  # one result per sink x topic-partition
+            sink = sink_of(row)
+            return f"{tp} (sink {sink})" if sink else tp
+        return tp
     if row["check"] == SNAPSHOT_MISSING:
         return row.get(NIGHT) or "?"
     if row["check"] == MIXED_CLUSTER:
@@ -216,18 +222,36 @@ def place(row) -> str:
     return UNPLACED
 
 
+def sink_of(row) -> str | None:
+    """The sink a ``sink_reconcile`` row is about (``details.sink``; None: another check's)."""
+    if row["check"] != SINK_CHECK:
+        return None
+    raw = row.get("details") if isinstance(row, Mapping) else None
+    details = raw if isinstance(raw, Details) else parse_details(raw)
+    sink = details.extras.get("sink") if details is not None else None
+    return str(sink) if sink is not None else None
+
+
 def verdict(rows) -> dict:
     """The run's verdict, small enough for XCom and an asset event's ``extra``: results
     (check x topic-partition) per outcome, and per check that failed or warned its
     topic-partitions: ``{"fail": 1, "warn": 3, "pass": 40, "failed": {"crc": ["orders-0"]},
-    "warned": {...}}``."""
+    "warned": {...}}``; with ``sink_reconcile`` results, also ``"sinks"``: per sink its
+    totals (:func:`spark_jobs.reconcile.summary.totals`: delivered, missing, duplicates,
+    leaks, lag), which the run's note shows."""
     out: dict = {"fail": 0, "warn": 0, "pass": 0, "failed": {}, "warned": {}}
+    sinks = []
     for r in sorted(rows, key=lambda r: (r["check"], place(r))):
         status = r["status"] if r["status"] in ("fail", "warn") else "pass"
         out[status] += 1
         if status != "pass":
             out["failed" if status == "fail" else "warned"].setdefault(r["check"], []).append(
                 place(r))
+        if r["check"] == SINK_CHECK:
+            sinks.append((r["status"], parse_details(r["details"])))
+    if sinks:
+        out["sinks"] = {name: {k: v for k, v in t.items() if k != "position"}
+                        for name, t in sink_summary.totals(sinks).items()}
     return out
 
 

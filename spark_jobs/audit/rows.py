@@ -164,6 +164,26 @@ def build_results(run_id: str, units: dict, classes, items, policy: Policy,
     return rows
 
 
+def result_classes(results: list[DqResult]) -> tuple[list, list]:
+    """:func:`summarize`'s (per-class aggregates, items) of results made whole elsewhere
+    (the sinks', :data:`.registry.FAMILIES`' ``results``), from their details: what
+    :func:`verdicts` reads of them."""
+    from pyspark.sql import Row
+
+    classes, items = [], []
+    for r in results:
+        if r.details is None:
+            continue
+        for name, c in r.details.classes.items():
+            classes.append(Row(check=r.check, topic=r.topic, partition=r.partition,
+                               **{"class": name}, status=c.status, severity=c.status,
+                               items=c.items, offsets=c.offsets, max_value=None))
+        items += [Row(check=r.check, topic=r.topic, partition=r.partition,
+                      **{"class": it.class_}, status=it.status, message=it.message)
+                  for it in r.details.items]
+    return classes, items
+
+
 VERDICT_COLUMNS = ("check string, topic string, partition int, class string, status string, "
                    "severity string, items bigint, offsets bigint, max_value bigint, example string")
 

@@ -66,54 +66,81 @@ WINDOWS = """
     LEFT JOIN sb ON sb.topic = tp.topic AND sb.partition = tp.partition
     LEFT JOIN {p} p ON p.topic = tp.topic AND p.partition = tp.partition"""
 
-#: one row per offset observed: its class, ``seq`` (the island order: deliverable index for
-#: ``missing``, the offset otherwise) and ``n`` (offsets it counts)
+#: one pass over the sink's rows and the log's records together (one shuffle, by partition:
+#: the aggregate per offset and the window in offset order need no other): per offset, the
+#: sink's copies (its keys' and values' least and greatest: two differing copies are a
+#: ``value_mismatch``), whether the log holds a record there and whether it is deliverable,
+#: ``idx`` its rank among the partition's deliverable offsets; out of it, only what is
+#: observed: a row per offset of a class (``seq``: the island order, the deliverable rank for
+#: ``missing``/``not_yet_delivered``, the offset otherwise; ``n``: the offsets it counts), and
+#: one ``_window`` row per partition whose ``seq`` is the deliverable offsets in its window.
+#: ``beyond_log`` here is before the compaction ranges are taken out (:data:`OFFSETS`).
+CLASSIFY = """
+    WITH u AS (
+      SELECT topic, partition, offset, 1 AS s_n, key AS s_key, value AS s_value,
+             false AS r_in, false AS r_del, CAST(NULL AS binary) AS r_key,
+             CAST(NULL AS binary) AS r_value, CAST(NULL AS string) AS txn_state
+      FROM {s}
+      UNION ALL
+      SELECT topic, partition, offset, 0, CAST(NULL AS binary), CAST(NULL AS binary), true,
+             txn_state IS NULL OR txn_state = 'committed', key, value, txn_state
+      FROM {r}),
+    g AS (
+      SELECT topic, partition, offset, SUM(s_n) AS copies,
+             MIN(s_key) AS kmin, MAX(s_key) AS kmax, MIN(s_value) AS vmin, MAX(s_value) AS vmax,
+             BOOL_OR(r_in) AS in_log, BOOL_OR(r_del) AS deliverable,
+             FIRST(r_key, true) AS r_key, FIRST(r_value, true) AS r_value,
+             FIRST(txn_state, true) AS txn_state
+      FROM (SELECT * FROM u DISTRIBUTE BY topic, partition)
+      GROUP BY topic, partition, offset),
+    k AS (
+      SELECT g.*, w.lo, w.hi, w.log_start, w.log_end,
+             SUM(IF(g.deliverable, 1, 0)) OVER o AS idx,
+             SUM(IF(g.deliverable AND g.offset BETWEEN w.lo AND w.hi, 1, 0)) OVER a AS in_window,
+             ROW_NUMBER() OVER o AS rn
+      FROM g JOIN {w} w ON w.topic = g.topic AND w.partition = g.partition
+      WINDOW o AS (PARTITION BY g.topic, g.partition ORDER BY g.offset
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
+             a AS (PARTITION BY g.topic, g.partition ORDER BY g.offset
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)),
+    e AS (
+      SELECT topic, partition, offset, inline(filter(array(
+        named_struct(
+          'class', CASE
+            WHEN copies > 0 THEN CASE
+              WHEN offset < log_start THEN 'before_log_start'
+              WHEN in_log AND NOT deliverable THEN 'aborted_leak'
+              WHEN in_log AND :compare <> 'none'
+                   AND (kmin <> kmax OR NOT (kmin <=> r_key)
+                        OR (:compare = 'key_value' AND (vmin <> vmax OR NOT (vmin <=> r_value))))
+                   THEN 'value_mismatch'
+              WHEN in_log THEN NULL
+              ELSE 'beyond_log' END
+            WHEN deliverable AND offset >= lo THEN IF(offset <= hi, 'missing', 'not_yet_delivered')
+            END,
+          'seq', CAST(IF(copies > 0, offset, idx) AS bigint), 'n', CAST(1 AS bigint),
+          'txn_state', IF(copies > 0, txn_state, CAST(NULL AS string)),
+          'log_end', IF(copies > 0, log_end, CAST(NULL AS bigint))),
+        named_struct('class', IF(copies > 1, 'duplicate', CAST(NULL AS string)),
+                     'seq', CAST(offset AS bigint), 'n', CAST(copies - 1 AS bigint),
+                     'txn_state', CAST(NULL AS string), 'log_end', CAST(NULL AS bigint)),
+        named_struct('class', IF(rn = 1, '_window', CAST(NULL AS string)),
+                     'seq', CAST(in_window AS bigint), 'n', CAST(0 AS bigint),
+                     'txn_state', CAST(NULL AS string), 'log_end', CAST(NULL AS bigint))
+      ), x -> x.class IS NOT NULL))
+      FROM k)
+    SELECT * FROM e"""
+
+#: the observed offsets (of :data:`CLASSIFY`'s rows): ``beyond_log`` only where no compaction
+#: range explains the offset
 OFFSETS = """
-    WITH s AS (SELECT topic, partition, offset, COUNT(*) AS copies,
-                      COUNT(DISTINCT key) AS keys, COUNT(DISTINCT value) AS vals,
-                      FIRST(key, true) AS key, FIRST(value, true) AS value
-               FROM {s} GROUP BY topic, partition, offset),
-    r AS (SELECT topic, partition, offset, key, value, txn_state,
-                 txn_state IS NULL OR txn_state = 'committed' AS deliverable
-          FROM {r}),
-    d AS (SELECT topic, partition, offset,
-                 ROW_NUMBER() OVER (PARTITION BY topic, partition ORDER BY offset) AS idx
-          FROM r WHERE deliverable),
-    cs AS (SELECT DISTINCT s.topic, s.partition, s.offset FROM s
-           JOIN {c} c ON c.topic = s.topic AND c.partition = s.partition
-                     AND s.offset BETWEEN c.lo AND c.hi),
-    sr AS (SELECT s.*, r.offset IS NOT NULL AS in_log, r.txn_state, r.deliverable,
-                  r.key AS r_key, r.value AS r_value, w.log_start, w.log_end,
-                  cs.offset IS NOT NULL AS compacted
-           FROM s LEFT JOIN r ON r.topic = s.topic AND r.partition = s.partition AND r.offset = s.offset
-           JOIN {w} w ON w.topic = s.topic AND w.partition = s.partition
-           LEFT JOIN cs ON cs.topic = s.topic AND cs.partition = s.partition AND cs.offset = s.offset),
-    held AS (
-      SELECT topic, partition, offset, offset AS seq, 1 AS n,
-             CASE WHEN offset < log_start THEN 'before_log_start'
-                  WHEN in_log AND NOT deliverable THEN 'aborted_leak'
-                  WHEN in_log AND :compare <> 'none'
-                       AND (keys > 1 OR NOT (key <=> r_key)
-                            OR (:compare = 'key_value' AND (vals > 1 OR NOT (value <=> r_value))))
-                       THEN 'value_mismatch'
-                  WHEN in_log THEN NULL
-                  WHEN compacted THEN NULL
-                  ELSE 'beyond_log' END AS class,
-             txn_state, log_end
-      FROM sr),
-    dup AS (SELECT topic, partition, offset, offset AS seq, copies - 1 AS n, 'duplicate' AS class,
-                   CAST(NULL AS string) AS txn_state, CAST(NULL AS bigint) AS log_end
-            FROM s WHERE copies > 1),
-    lack AS (
-      SELECT d.topic, d.partition, d.offset, d.idx AS seq, 1 AS n,
-             IF(d.offset <= w.hi, 'missing', 'not_yet_delivered') AS class,
-             CAST(NULL AS string) AS txn_state, CAST(NULL AS bigint) AS log_end
-      FROM d JOIN {w} w ON w.topic = d.topic AND w.partition = d.partition
-      LEFT ANTI JOIN s ON s.topic = d.topic AND s.partition = d.partition AND s.offset = d.offset
-      WHERE d.offset >= w.lo)
-    SELECT * FROM held WHERE class IS NOT NULL
-    UNION ALL SELECT * FROM dup
-    UNION ALL SELECT * FROM lack"""
+    SELECT topic, partition, offset, seq, n, class, txn_state, log_end FROM {f}
+    WHERE class NOT IN ('_window', 'beyond_log')
+    UNION ALL
+    SELECT f.topic, f.partition, f.offset, f.seq, f.n, f.class, f.txn_state, f.log_end
+    FROM (SELECT * FROM {f} WHERE class = 'beyond_log') f
+    LEFT ANTI JOIN {c} c ON c.topic = f.topic AND c.partition = f.partition
+                         AND f.offset BETWEEN c.lo AND c.hi"""
 
 #: the observations: islands of consecutive ``seq`` per class, and the compaction ranges
 #: inside each window
@@ -164,17 +191,13 @@ OBSERVATIONS = """
                lo, hi, topic, partition, :sink) END AS message
     FROM a"""
 
-#: per window: the deliverable records in it (the sink's share is this less its ``missing``
-#: offsets: no second join with the sink)
+#: per window: the deliverable records in it (:data:`CLASSIFY`'s ``_window`` rows; the
+#: sink's share is this less its ``missing`` offsets: no second join with the sink)
 COUNTS = """
-    WITH r AS (SELECT r.topic, r.partition, COUNT(DISTINCT r.offset) AS n FROM {r} r
-               JOIN {w} w ON w.topic = r.topic AND w.partition = r.partition
-               WHERE (r.txn_state IS NULL OR r.txn_state = 'committed')
-                 AND r.offset BETWEEN w.lo AND w.hi
-               GROUP BY r.topic, r.partition)
     SELECT w.topic, w.partition, w.lo, w.hi, w.committed_offset, w.log_start, w.log_end,
-           w.s_min, w.s_max, COALESCE(r.n, 0) AS deliverable
-    FROM {w} w LEFT JOIN r ON r.topic = w.topic AND r.partition = w.partition"""
+           w.s_min, w.s_max, COALESCE(f.seq, 0) AS deliverable
+    FROM {w} w LEFT JOIN (SELECT topic, partition, seq FROM {f} WHERE class = '_window') f
+      ON f.topic = w.topic AND f.partition = w.partition"""
 
 
 def reconcile(sink_rows, records, batches, compacted, positions, *, sink: str,
@@ -185,9 +208,12 @@ def reconcile(sink_rows, records, batches, compacted, positions, *, sink: str,
     (:data:`POSITION_COLUMNS`: the sink's committed offsets; none: highest offsets)."""
     spark = sink_rows.sparkSession
     windows = spark.sql(WINDOWS, b=batches, s=sink_rows, p=positions).localCheckpoint()
-    offsets = spark.sql(OFFSETS, s=sink_rows, r=records, c=compacted, w=windows,
-                        args={"compare": compare})
+    # the one pass over the sink and the log: what it keeps is small (observed offsets, a
+    # row per partition), kept for the observations and the counts both
+    flagged = spark.sql(CLASSIFY, s=sink_rows, r=records, w=windows,
+                        args={"compare": compare}).localCheckpoint()
+    offsets = spark.sql(OFFSETS, f=flagged, c=compacted)
     obs = spark.sql(OBSERVATIONS, o=offsets, c=compacted, w=windows,
                     args={"check": CHECK, "sink": sink})
-    counts = spark.sql(COUNTS, r=records, w=windows)
+    counts = spark.sql(COUNTS, f=flagged, w=windows)
     return as_observations(obs), counts

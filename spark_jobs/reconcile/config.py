@@ -1,5 +1,6 @@
-"""``expectations/sinks.yaml``: the Kafka->lake sinks to reconcile against the log (issue 44,
-docs/sinks.md), and the profiles that say where each sink keeps a record's Kafka place.
+"""``expectations/sinks.yaml`` (the nightly audit's default: none configured;
+``sinks.example.yaml``: one of each profile): the Kafka->lake sinks to reconcile against the
+log (issue 44, docs/sinks.md), and the profiles that say where each sink keeps a record's Kafka place.
 
 One type, :class:`Sink`, read by :func:`load` from a file whose top level is ``sinks:``, a
 list of entries::
@@ -14,6 +15,7 @@ list of entries::
         compare: none                    # none | key | key_value
         options: {}                      # the profile's options (below)
         columns: {}                      # column paths: the columns profile's, or overrides
+        severity: {}                     # class -> pass | warn | fail, over the policy's
 
 A profile (:data:`PROFILES`) resolves to :class:`Columns`: a column path (``a.b`` for a
 struct's field) for topic, partition and offset, optional ones for key, value and
@@ -31,8 +33,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                            "expectations", "sinks.yaml")
+from spark_jobs.audit.policy import SEVERITIES
+
+from .classes import CLASSES
+
+_EXPECTATIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "expectations")
+#: the nightly audit's default sinks file (configures none) and the example of every profile
+DEFAULT_PATH = os.path.join(_EXPECTATIONS, "sinks.yaml")
+EXAMPLE_PATH = os.path.join(_EXPECTATIONS, "sinks.example.yaml")
 MODES = ("append", "upsert")
 COMPARES = ("none", "key", "key_value")
 
@@ -78,6 +87,15 @@ class Sink:
     compare: str = "none"
     options: Mapping = field(default_factory=dict)
     columns: Columns | None = None
+    #: class -> severity for this sink's results, over the policy's ``sink_reconcile``
+    severity: Mapping = field(default_factory=dict)
+
+    def grade(self, policy, topic: str | None, cls: str) -> str:
+        """The severity of class ``cls`` of this sink at ``topic``: its own ``severity:``
+        where it names the class, else the policy's (``sink_reconcile``)."""
+        from .classes import CHECK
+
+        return self.severity.get(cls) or policy.severity(topic, CHECK, cls)
 
     def used_paths(self) -> dict[str, str]:
         """{role: column path} of the columns the reconciliation reads: topic, partition,
@@ -219,7 +237,7 @@ def parse_sink(entry, where: str) -> Sink:
     name = str(_need(entry, "name", where))
     where = f"sink {name}"
     unknown = sorted(set(entry) - {"name", "catalog", "table", "profile", "topics", "mode", "key",
-                                   "compare", "options", "columns"})
+                                   "compare", "options", "columns", "severity"})
     if unknown:
         raise SinkConfigError(f"{where}: unknown key {unknown[0]!r}")
     catalog = _need(entry, "catalog", where)
@@ -244,6 +262,16 @@ def parse_sink(entry, where: str) -> Sink:
     bad = sorted(set(columns) - set(_COLUMN_KEYS))
     if bad:
         raise SinkConfigError(f"{where}: columns.{bad[0]} is not one of {', '.join(_COLUMN_KEYS)}")
+    severity = entry.get("severity") or {}
+    if not isinstance(severity, Mapping):
+        raise SinkConfigError(f"{where}: severity is a mapping (class: pass | warn | fail)")
+    for cls, grade in severity.items():
+        if cls not in CLASSES:
+            raise SinkConfigError(f"{where}: severity.{cls}: not a class of sink_reconcile "
+                                  f"({', '.join(CLASSES)})")
+        if grade not in SEVERITIES:
+            raise SinkConfigError(f"{where}: severity.{cls}: {grade!r} is not one of "
+                                  f"{', '.join(SEVERITIES)}")
     profile = str(_need(entry, "profile", where))
     cols = resolve(name, profile, options, topics, columns)
     if compare != "none" and cols.key is None:
@@ -253,7 +281,8 @@ def parse_sink(entry, where: str) -> Sink:
     if mode == "upsert" and cols.value is None:
         raise SinkConfigError(f"{where}: mode upsert needs a value column (columns.value)")
     return Sink(name, catalog, str(_need(entry, "table", where)), profile, topics, mode,
-                key and str(key), compare, dict(options), cols)
+                key and str(key), compare, dict(options), cols,
+                {str(k): str(v) for k, v in severity.items()})
 
 
 def load(path: str | None = None) -> list[Sink]:

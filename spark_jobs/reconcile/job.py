@@ -22,12 +22,13 @@ import sys
 
 from spark_jobs import layout, storage, tables
 from spark_jobs.audit import results
-from spark_jobs.audit.policy import RANK, Policy, PolicyError, worst
+from spark_jobs.audit.policy import RANK, Policy, PolicyError
 from spark_jobs.schemas import NIGHT
 from spark_jobs.warehouse import CatalogError, Warehouse, add_catalog_args
 
 from . import config as sink_config
-from .classes import (ABORTED_LEAK, CHECK, DUPLICATE, MISSING, NOT_YET_DELIVERED)
+from . import summary
+from .classes import CHECK, MISSING
 from .compare import POSITION_COLUMNS, compaction_ranges, reconcile
 from .sink_read import open_table, read_sink
 from .upsert import LATEST_COLUMNS, reconcile_upsert
@@ -41,7 +42,7 @@ def parse_args(argv):
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--warehouse", required=True, help="warehouse root W (local path or s3://...)")
     p.add_argument("--sinks", required=True, help="the sinks file (docs/sinks.md; "
-                                                 "expectations/sinks.yaml is the example)")
+                                                 "expectations/sinks.example.yaml is an example)")
     p.add_argument("--night", type=_night, help="reconcile as of this night (YYYY-MM-DD; "
                    "default: everything the warehouse holds)")
     p.add_argument("--run-id", help="the run id of the rows written (default: "
@@ -90,13 +91,20 @@ class Log:
         return self._compacted
 
 
-def read_log(spark, wh: Warehouse, night: str | None) -> Log:
-    """The log as of ``night`` (None: all of it)."""
+def read_log(spark, wh: Warehouse, night: str | None, snapshots: dict | None = None) -> Log:
+    """The log as of ``night`` (None: all of it); ``snapshots``: table name -> the snapshot
+    id to read it at (the nightly audit's: the run's branch, :mod:`spark_jobs.audit.inputs`;
+    None: each table's ``main``)."""
+    at = snapshots or {}
     names = wh.table_names()
-    frames = {n: tables.read_table(spark, wh, n) for n in ("records", "batches", "markers", "findings")}
-    offsets = tables.read_table(spark, wh, "consumer_offsets") if "consumer_offsets" in names else None
+
+    def read(name):
+        return tables.read_table(spark, wh, name, snapshot=at.get(name))
+
+    frames = {n: read(n) for n in ("records", "batches", "markers", "findings")}
+    offsets = read("consumer_offsets") if "consumer_offsets" in names else None
     if night is not None:
-        ledger = tables.read_table(spark, wh, "ledger")
+        ledger = read("ledger")
         segs = ledger.where(ledger[NIGHT] <= night).select("segment").distinct()
         frames = {n: f.join(segs, "segment", "left_semi").cache() for n, f in frames.items()}
         if offsets is not None:
@@ -165,7 +173,7 @@ def graded(obs, places: dict, sink: sink_config.Sink, policy: Policy, run_id: st
     classes: dict = {}
     items: dict = {}
     for it in first:
-        place, status = (it.topic, it.partition), policy.severity(it.topic, CHECK, it["class"])
+        place, status = (it.topic, it.partition), sink.grade(policy, it.topic, it["class"])
         d = it.asDict()
         agg = {"check": CHECK, "class": d["class"], "status": status, "severity": status,
                "items": d.pop("_items"), "offsets": d.pop("_offsets"), "max_value": d.pop("_max")}
@@ -230,38 +238,53 @@ def reconcile_sink(spark, log: Log, sink: sink_config.Sink, table, policy: Polic
 
 
 def summary_line(sink: sink_config.Sink, rows: list[results.DqResult]) -> str:
-    """One line of a sink: delivered, missing, duplicates, leaks, lag and its status."""
-    def offsets(cls):
-        return sum((r.details.classes.get(cls).offsets or 0) for r in rows
-                   if r.details and cls in r.details.classes)
+    """One line of a sink: delivered, missing, duplicates, leaks, lag and its status
+    (:func:`.summary.line`), its partitions and where its position came from."""
+    t = summary.totals((r.status, r.details) for r in rows).get(sink.name)
+    if t is None:  # no partition of its topics in the log or the sink
+        t = summary.empty(sink.mode)
+    where = t.get("position") or sink.columns.position_note
+    return f"{summary.line(sink.name, t)} ({t['partitions']} partition(s); position: {where})"
 
-    delivered = sum(r.details.extras.get("delivered") or 0 for r in rows if r.details)
-    status = worst(r.status for r in rows) if rows else "pass"
-    where = rows[0].details.extras.get("position") if rows and rows[0].details else \
-        sink.columns.position_note
-    if sink.mode == "upsert":
-        counts = {c: sum(r.details.classes[c].items for r in rows if c in r.details.classes)
-                  for c in ("missing_key", "stale_value", "deleted_key_present", DUPLICATE)}
-        return (f"sink {sink.name}: {status}: upsert, {len(rows)} partition(s), missing keys "
-                f"{counts['missing_key']}, stale values {counts['stale_value']}, deleted keys "
-                f"present {counts['deleted_key_present']}, duplicates {counts[DUPLICATE]}")
-    return (f"sink {sink.name}: {status}: delivered {delivered}, missing {offsets(MISSING)}, "
-            f"duplicates {offsets(DUPLICATE)}, leaks {offsets(ABORTED_LEAK)}, lag "
-            f"{offsets(NOT_YET_DELIVERED)} ({len(rows)} partition(s); position: {where})")
+
+def reconcile_sinks(spark, wh: Warehouse, sinks: list[sink_config.Sink], *, policy: Policy,
+                    run_id: str, night: str | None, snapshots: dict | None = None, out=None,
+                    prefix: str = "") -> list[results.DqResult]:
+    """The results of ``sinks`` against the log of ``wh`` as of ``night`` (``snapshots``:
+    :func:`read_log`'s), a line per sink printed (:func:`summary_line`, after ``prefix``);
+    nothing written. The command's :func:`run` and the nightly audit's family
+    (:func:`spark_jobs.audit.families.load_sinks`) both call it."""
+    out = out or sys.stdout
+    opened = [(s, open_table(s)) for s in sinks]  # every configuration error before any work
+    checked_at = dt.datetime.now(dt.timezone.utc)
+    log = read_log(spark, wh, night, snapshots)
+    every = []
+    for sink, table in opened:
+        rows = reconcile_sink(spark, log, sink, table, policy, run_id, checked_at)
+        print(prefix + summary_line(sink, rows), file=out, flush=True)
+        every += rows
+    return every
+
+
+@dataclasses.dataclass(frozen=True)
+class Sinks:
+    """The configured sinks, as the nightly audit is handed them (``check_quality --sinks``):
+    :meth:`reconcile` is :func:`reconcile_sinks` of them (the audit's sinks family calls it;
+    handed in, not imported, so that the audit's registry never imports this module)."""
+
+    sinks: tuple[sink_config.Sink, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.sinks)
+
+    def reconcile(self, spark, wh: Warehouse, **kwargs) -> list[results.DqResult]:
+        return reconcile_sinks(spark, wh, list(self.sinks), **kwargs)
 
 
 def run(spark, wh: Warehouse, sinks: list[sink_config.Sink], *, policy: Policy, run_id: str,
         night: str | None, out=None) -> list[results.DqResult]:
     """Reconcile ``sinks``, write their rows under ``run_id``, print a line per sink."""
-    out = out or sys.stdout
-    opened = [(s, open_table(s)) for s in sinks]  # every configuration error before any work
-    checked_at = dt.datetime.now(dt.timezone.utc)
-    log = read_log(spark, wh, night)
-    every = []
-    for sink, table in opened:
-        rows = reconcile_sink(spark, log, sink, table, policy, run_id, checked_at)
-        print(summary_line(sink, rows), file=out, flush=True)
-        every += rows
+    every = reconcile_sinks(spark, wh, sinks, policy=policy, run_id=run_id, night=night, out=out)
     results.write(wh, run_id, [r.to_row() for r in every])
     return every
 

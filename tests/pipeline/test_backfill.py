@@ -39,7 +39,7 @@ import pytest
 # Airflow's settings for the tests, before anything imports airflow
 from tests import airflow_env  # noqa: E402,F401
 
-from demo import data as demo_data, servers  # noqa: E402
+from demo import data as demo_data, servers, sink as demo_sink  # noqa: E402
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID as DAG_ID  # noqa: E402
 
 # expected_records: the distinct (partition, offset) per topic of CRC-valid records, decoded
@@ -67,6 +67,7 @@ def airflow(tmp_path_factory, demo_nights):
     logs = out / "pipeline-logs"
     logs.mkdir()
     demo_nights(out / "snapshots")  # demo_data.write_nights's (tests/pipeline/conftest.py)
+    demo_sink.write(out, out / "snapshots")  # the demo's sink: servers.airflow_env names it
     server, endpoint = servers.start_s3(out / "snapshots")
     port = servers.free_port()
     env = servers.airflow_env(out, endpoint, api_port=port)
@@ -277,6 +278,9 @@ def test_backfills_over_the_demo_nights_never_duplicate(airflow):
         notes = run_notes(af, [r["run_id"] for r in runs])
         assert all(n and n.startswith("DQ: ") for n in notes.values()), notes
         assert "offset_gaps payments-1" in notes[runs[-1]["run_id"]], notes
+        # and each night's one finding of the demo's sink (demo.sink: offset 2 held twice)
+        sinks = "Sinks: demo-shipments warn: delivered 4, missing 0, duplicates 1, leaks 0, lag 0"
+        assert all(sinks in n.split("\n\n") for n in notes.values()), notes
 
         # 2. the same dates again with the defaults: nights that ran are left alone
         again = wait_for_backfill(af, create_backfill(af, runs=()))

@@ -111,7 +111,7 @@ def test_wiring_write_audit_publish(dag):
         DERIVED_ALIAS.name}
     assert set(dag.params.keys()) == {"date_from", "date_to", "topics", "reprocess",
                                       "schema_registry_conn_id", "rerun_of", "tiered_storage",
-                                      "latest_topics", "cdc_topics"}
+                                      "latest_topics", "cdc_topics", "sinks"}
     assert plan.retries >= 1
     # after publish, the rerun after a conflict: a teardown (out of the run's state), run only
     # when publish failed or could not, triggering this very DAG
@@ -245,6 +245,40 @@ def test_verdict_paragraphs():
         "DQ: 1 warned: crc a-0\n\nchecked by Ana"
     assert merge("DQ: passed", None) is None
     assert len(merge("x" * 2000, "DQ: passed")) == 1000
+
+
+def test_the_note_says_each_sinks_totals():
+    """An audit that reconciled sinks: the note's Sinks paragraph, each sink's totals as the
+    verdict (spark_jobs.audit.results.verdict) sums them from its sink_reconcile rows."""
+    import dataclasses
+    import datetime as dt
+
+    from kafkalog_pipeline.notes import merge, run_note, sinks_line
+    from spark_jobs.audit.policy import Policy
+    from spark_jobs.audit.results import graded_result, verdict
+
+    policy = Policy.load()
+
+    def row(sink, partition, delivered, found):
+        cls = [{"check": "sink_reconcile", "class": c, "status": s, "severity": s, "items": 1,
+                "offsets": n, "max_value": None} for c, s, n in found]
+        r = graded_result("r", "sink_reconcile", "orders", partition, delivered, cls, [], policy,
+                          dt.datetime.now(dt.timezone.utc), "2026-11-21")
+        extras = {"sink": sink, "mode": "append", "delivered": delivered}
+        return r._replace(details=dataclasses.replace(r.details, extras=extras)).to_row()
+
+    rows = [row("lake", 0, 9, [("duplicate", "warn", 1), ("not_yet_delivered", "pass", 3)]),
+            row("lake", 1, 4, [("missing", "fail", 2)]), row("dr", 0, 7, [])]
+    v = verdict(rows)
+    assert v["failed"] == {"sink_reconcile": ["orders-1 (sink lake)"]}
+    assert sinks_line(v) == ("Sinks: dr pass: delivered 7, missing 0, duplicates 0, leaks 0, "
+                             "lag 0; lake fail: delivered 13, missing 2, duplicates 1, leaks 0, "
+                             "lag 3")
+    note = run_note(run_id="r", states={"publish": "upstream_failed"}, finished=True, verdict=v)
+    assert note.split("\n\n") == ["DQ: failed: sink_reconcile orders-1 (sink lake) — not published",
+                                   sinks_line(v)]
+    assert merge(note + "\n\nseen by Ana", note) == note + "\n\nseen by Ana"  # ours replaced
+    assert sinks_line(verdict(rows[:0])) is None and "sinks" not in verdict(rows[:0])
 
 
 WARNED = {"fail": 0, "warn": 1, "pass": 4, "failed": {}, "warned": {"offset_gaps": ["payments-1"]}}
@@ -426,6 +460,27 @@ def test_the_tier_params_default_is_the_setting(dag, monkeypatch, tmp_path):
     assert bag.dags[DAG_ID].params[TIER_PARAM] == uri
     env = servers.airflow_env(tmp_path / "demo-output", "http://127.0.0.1:1")
     assert env["KAFKALOG_TIERED_STORAGE"] == uri
+
+
+def test_the_sinks_param_reaches_the_audit(dag, monkeypatch):
+    """sinks defaults to KAFKALOG_SINKS (parse time; unset: none, the audit's own default
+    file); set, the audit's spark-submit gets --sinks FILE (and the tier's flag beside it),
+    each once, however often the operator runs."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from kafkalog_pipeline import settings
+
+    assert dag.params[settings.SINKS_PARAM] is None
+    assert settings.audit_args({}) == [] == settings.audit_args({"sinks": None, "tiered_storage": ""})
+    assert settings.audit_args({"sinks": "/etc/sinks.yaml", "tiered_storage": "s3://t/p"}) == [
+        ["--tiered-storage", "s3://t/p"], ["--sinks", "/etc/sinks.yaml"]]
+    from spark_jobs.check_quality import parse_args
+
+    assert parse_args(["--warehouse", "w", "--run-id", "r", "--sinks", "/etc/sinks.yaml"]).sinks \
+        == "/etc/sinks.yaml"
+    monkeypatch.setenv("KAFKALOG_SINKS", "/etc/sinks.yaml")
+    bag = DagBag(dag_folder=str(DAGS / "kafka_segments_nightly.py"))
+    assert bag.dags[DAG_ID].params[settings.SINKS_PARAM] == "/etc/sinks.yaml"
 
 
 def test_audit_output_levels_verdict_and_one_line_failure(caplog):
@@ -999,7 +1054,9 @@ def test_the_audit_is_told_the_policy_setting(monkeypatch, tmp_path):
     KafkalogSparkSubmitOperator(task_id="q2", application="x.py",
                                 application_args=tasks.quality_args()).execute({"params": {}})
     assert seen == [tasks.quality_args(), [*tasks.quality_args(), "--policy", str(path)]]
-    demo, product = Policy.load(str(path)), Policy.load()
+    demo = Policy.load(str(path))
+    monkeypatch.delenv("KAFKALOG_POLICY")  # Policy.load() reads the setting's file otherwise
+    product = Policy.load()
     assert demo.severity("receipts", "zombie_write", "fenced_write") == "warn"
     assert demo.severity("__consumer_offsets", "double_consumption", "double_consumption") == "warn"
     assert product.severity("receipts", "zombie_write", "fenced_write") == "fail"

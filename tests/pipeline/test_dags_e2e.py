@@ -38,6 +38,23 @@ EOS_CHECKS = tuple(c.name for c in registry.EOS_CHECKS)
 
 # ------------------------------------------------------------------ fixtures
 @pytest.fixture(scope="module")
+def pipeline(pipeline, tmp_path_factory):
+    """The demo's snapshots in a fresh bucket and a fresh warehouse (tests/pipeline/conftest.py),
+    and the demo's Kafka->lake sink (demo.sink), which each night's audit reconciles: the DAG
+    param sinks' default (read at parse time: before the ``dag`` fixture)."""
+    from demo import sink as demo_sink
+
+    sinks_file = demo_sink.write(tmp_path_factory.mktemp("sink"), pipeline["root"])
+    old = os.environ.get("KAFKALOG_SINKS")
+    os.environ["KAFKALOG_SINKS"] = str(sinks_file)
+    yield pipeline
+    if old is None:
+        os.environ.pop("KAFKALOG_SINKS", None)
+    else:
+        os.environ["KAFKALOG_SINKS"] = old
+
+
+@pytest.fixture(scope="module")
 def dag(pipeline):
     from airflow.dag_processing.dagbag import DagBag
 
@@ -140,6 +157,9 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     assert published_snapshot(published, run_id) is not None
     assert branch_name(run_id) not in published.refs()  # publish dropped the branch
     assert (wh / "data_docs" / token1 / "index.html").exists()
+    # night 1's one finding beyond the log's own: the demo sink's duplicate (demo.sink)
+    assert xcom(run_id, "check_quality")["warned"].get("sink_reconcile") == [
+        "shipments-0 (sink demo-shipments)"]
     # every table's asset has the run's event; the internal topics' and the typed tables
     # through the alias, each one the publish moved (night 1 brings rows for all of them:
     # Avro, JSON Schema and Protobuf values)
@@ -190,11 +210,25 @@ def test_two_nights_and_manual_reprocess(dag, pipeline, api):
     assert {c: v for c, v in verdict["warned"].items() if c in EOS_CHECKS} == {
         "zombie_write": ["receipts-0"], "double_consumption": ["__consumer_offsets-1"]}, verdict
     assert not {c for c in xcom(run_id, "check_quality")["warned"] if c in EOS_CHECKS}
+    # the demo's sink (demo.sink, the DAG param sinks): its planted duplicate, one warning
+    # of the night (the sink grades it warn), its totals in the verdict and the note
+    assert verdict["warned"]["sink_reconcile"] == ["shipments-0 (sink demo-shipments)"], verdict
+    assert verdict["sinks"] == {"demo-shipments": {
+        "status": "warn", "mode": "append", "partitions": 1, "delivered": 4, "missing": 0,
+        "duplicates": 1, "leaks": 0, "lag": 0}}, verdict
+    sink_rows = [r for r in warehouse_rows(wh, "dq_results")
+                 if (r["run_id"], r["check"]) == (run_id2, "sink_reconcile")]
+    assert [(r["topic"], r["partition"], r["status"], json.loads(r["details"])["classes"],
+             json.loads(r["details"])["sink"]) for r in sink_rows] == [
+        ("shipments", 0, "warn", {"duplicate": {"status": "warn", "items": 1, "offsets": 1}},
+         "demo-shipments")]
     assert asset_extra(run_id2)["verdict"] == verdict
     # and the run's note, beside its state in Airflow's views (kafkalog_pipeline.notes)
     note = run_note(api, run_id2)
     assert note.startswith(f"DQ: {verdict['warn']} warned: ") and "offset_gaps payments-1" in note
     assert "zombie_write receipts-0" in note and "double_consumption __consumer_offsets-1" in note
+    assert ("Sinks: demo-shipments warn: delivered 4, missing 0, duplicates 1, leaks 0, lag 0"
+            in note.split("\n\n")), note
     # night 2 brings new offset commits, state files, orders and clicks, broker-2's own
     # files (broker_state, partition_checkpoints) and the tier's state as of the night, but
     # no group or cluster metadata records and no new shipments: no event for those

@@ -42,6 +42,18 @@ def row(run_id, check, topic, partition, status, causes="{}") -> dict:
             "details": causes, "checked_at": dt.datetime(2026, 11, 21, 3, 5)}
 
 
+def sink_details() -> str:
+    """The details of the demo sink's result (demo.sink: offset 2 of shipments-0 held twice,
+    graded warn by the demo's sinks file), keys as reconcile.job writes them."""
+    return json.dumps({"unit": "sink records", "more_items": 0,
+                       "classes": {"duplicate": {"status": "warn", "items": 1, "offsets": 1}},
+                       "items": [{"class": "duplicate", "status": "warn", "first_offset": 2,
+                                  "last_offset": 2, "offsets": 1, "value": 2,
+                                  "message": "offsets 2..2 of shipments-0: held more than once"}],
+                       "sink": "demo-shipments", "mode": "append", "deliverable": 4,
+                       "delivered": 4, "position": "the sink's highest offset"})
+
+
 RESULTS = [
     row(NIGHT_2, "offset_gaps", "payments", 1, "warn",
         details(missing_segment=("warn", 1), retention=("pass", 1))),
@@ -54,6 +66,9 @@ RESULTS = [
     # the tiered topic's checks (demo.tiered): its planted orphan copy
     row(NIGHT_2, "tier_missing_objects", "events", 0, "pass"),
     row(NIGHT_2, "tier_copy_orphans", "events", 0, "warn", details(orphan=("warn", 1))),
+    # the demo's sink (demo.sink), reconciled each night: its planted duplicate
+    row(NIGHT_1, "sink_reconcile", "shipments", 0, "warn", sink_details()),
+    row(NIGHT_2, "sink_reconcile", "shipments", 0, "warn", sink_details()),
 ]
 
 
@@ -63,9 +78,11 @@ def test_problem_lines_name_each_check_that_did_not_pass_worst_first():
         "fail crc: orders-1 (crc_mismatch 3)",
         "warn decoder_findings: orders-0 (index_mismatch 2), payments-0 (invalid_header_key 1)",
         "warn offset_gaps: payments-1 (missing_segment 1)",  # retention passed: not a cause
+        "warn sink_reconcile: shipments-0 (sink demo-shipments) (duplicate 1)",
         "warn tier_copy_orphans: events-0 (orphan 1)",
     ]
-    assert report.problem_lines([r for r in RESULTS if r["run_id"] == NIGHT_1]) == []
+    assert report.problem_lines([r for r in RESULTS if r["run_id"] == NIGHT_1]) == [
+        "warn sink_reconcile: shipments-0 (sink demo-shipments) (duplicate 1)"]
 
 
 def test_a_result_without_readable_details_is_named_without_causes():
@@ -192,16 +209,22 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
     assert report.report(demo_out, results) == 0
     text = capsys.readouterr().out
     night_1 = text[text.index(f"Data quality of {NIGHT_1}"):text.index(f"Data quality of {NIGHT_2}")]
-    assert night_1.splitlines()[0] == f"Data quality of {NIGHT_1}: 1 pass"
+    assert night_1.splitlines()[:2] == [
+        f"Data quality of {NIGHT_1}: 1 warn, 1 pass",
+        "  warn sink_reconcile: shipments-0 (sink demo-shipments) (duplicate 1)"]
     assert "  report:  (missing)" in night_1
+    sinks = "  sinks: demo-shipments warn: delivered 4, missing 0, duplicates 1, leaks 0, lag 0"
+    assert sinks in night_1.splitlines()
     night_2 = text[text.index(f"Data quality of {NIGHT_2}"):].splitlines()
-    assert night_2[:6] == [
-        f"Data quality of {NIGHT_2}: 1 fail, 4 warn, 3 pass",
+    assert night_2[:8] == [
+        f"Data quality of {NIGHT_2}: 1 fail, 5 warn, 3 pass",
         "  fail crc: orders-1 (crc_mismatch 3)",
         "  warn decoder_findings: orders-0 (index_mismatch 2), payments-0 (invalid_header_key 1)",
         "  warn offset_gaps: payments-1 (missing_segment 1)",
+        "  warn sink_reconcile: shipments-0 (sink demo-shipments) (duplicate 1)",
         "  warn tier_copy_orphans: events-0 (orphan 1)",
-        "  tier checks: tier_copy_orphans warn (orphan 1), tier_missing_objects pass"]
+        "  tier checks: tier_copy_orphans warn (orphan 1), tier_missing_objects pass",
+        sinks]
     assert "  tier checks: none ran" in night_1.splitlines()
     queries = [ln.strip() for ln in text.splitlines() if "PYICEBERG_HOME=" in ln]
     assert len(queries) == 1 and "{'" not in text  # one query; no Python dict of counts
@@ -221,7 +244,8 @@ def test_the_summary_names_each_nights_problems_and_one_query(demo_out, capsys):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     listed = proc.stdout.splitlines()[1:]
-    assert len(listed) == 5 and all(" pass " not in ln for ln in listed)
+    assert len(listed) == 7 and all(" pass " not in ln for ln in listed)
+    assert sum("sink_reconcile" in ln and "shipments" in ln for ln in listed) == 2
     assert sum("offset_gaps" in ln and "payments" in ln for ln in listed) == 1
 
 

@@ -1193,3 +1193,64 @@ def test_a_newer_attempt_than_the_results_is_what_the_pages_show(tmp_path, monke
     assert "running since 2026-11-20 06:00 UTC (check_quality): no verdict yet" in \
         dom.one("section", id="attempt").text
     assert client.get("/api/runs").json()["runs"][0]["shown_verdict"] == "running"
+
+
+# ---- sinks (issue 44) ----------------------------------------------------------------------
+
+
+def sink_rows(run_id: str, checked_at, night: str) -> list[dict]:
+    """sink_reconcile rows as the audit's sinks family writes them: the results built with the
+    audit's own graded_result and the extras reconcile.job adds (sink, position, delivered):
+    sink orders-lake fails on orders-0 (offset 17 held twice, 14..15 missing, 26..29 past its
+    position) and passes on orders-1; sink dr-copy passes on orders-0."""
+    from spark_jobs.audit.policy import Policy
+    from spark_jobs.audit.results import graded_result
+
+    policy = Policy.load()
+
+    def result(sink, partition, observed, delivered, found):
+        cls = [{"check": "sink_reconcile", "class": c, "status": s, "severity": s,
+                "items": 1, "offsets": n, "max_value": None} for c, s, n, _, _ in found]
+        items = [{"class": c, "status": s, "first_offset": lo, "last_offset": hi, "offsets": n,
+                  "value": None, "segment": None, "position": None,
+                  "message": f"offsets {lo}..{hi} of orders-{partition}: {c} in sink {sink}"}
+                 for c, s, n, lo, hi in found]
+        r = graded_result(run_id, "sink_reconcile", "orders", partition, observed, cls, items,
+                          policy, checked_at, night)
+        extras = {"sink": sink, "mode": "append", "delivered": delivered,
+                  "position": "committed offsets of consumer group connect-orders-lake"}
+        return r._replace(details=dataclasses.replace(r.details, extras=extras)).to_row()
+
+    return [result("orders-lake", 0, 20, 18, [("duplicate", "fail", 1, 17, 17),
+                                             ("missing", "fail", 2, 14, 15),
+                                             ("not_yet_delivered", "pass", 4, 26, 29)]),
+            result("orders-lake", 1, 5, 5, []),
+            result("dr-copy", 0, 20, 20, [])]
+
+
+def test_the_run_page_has_a_sinks_section(own_warehouse, own_client):
+    """A run that reconciled sinks: its page's "Sinks" section has one row per sink (outcome,
+    delivered, missing, duplicates, leaks, lag summed over its partitions), and each sink
+    result's row says which sink it is about; a run without sinks has no such section."""
+    root, runs = own_warehouse
+    run = runs[-1]
+    run = {**run, "rows": run["rows"] + sink_rows(run["run_id"], run["checked_at"], run["nights"][-1])}
+    token = write_run(root, run)
+    page = Dom(own_client.get(f"/runs/{token}").text)
+    page.one("section", id="sinks")
+    sinks = page.find("tr", cls="sink")
+    assert [(tr.attrs["data-sink"], tr.attrs["data-status"]) for tr in sinks] == [
+        ("dr-copy", "pass"), ("orders-lake", "fail")]
+    cells = {c: [td.text for td in page.find("td", cls=c)] for c in
+             ("delivered", "missing", "duplicates", "leaks", "lag")}
+    assert cells == {"delivered": ["20", "23"], "missing": ["0", "2"], "duplicates": ["0", "1"],
+                     "leaks": ["0", "0"], "lag": ["0", "4"]}
+    assert "connect-orders-lake" in page.find("td", cls="position")[1].text
+    # the sink's results among the run's: labelled with the sink, each its own row
+    labels = [td.text for td in page.find("td", cls="tp") if "(sink " in td.text]
+    assert sorted(labels) == ["orders-0 (sink dr-copy)", "orders-0 (sink orders-lake)",
+                              "orders-1 (sink orders-lake)"]
+    ids = [tr.attrs["id"] for tr in page.find("tr", cls="result")]
+    assert len(ids) == len(set(ids))
+    other = Dom(own_client.get(f"/runs/{runs[0]['token']}").text)
+    assert other.find("section", id="sinks") == []

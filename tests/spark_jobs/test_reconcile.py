@@ -344,6 +344,97 @@ def test_profiles_follow_the_anchors():
     assert normalize(kmt_flat(rows), flat).to_pylist()[0]["offset"] == 3
 
 
-def test_the_example_file_loads():
-    sinks = sink_config.load()
+def test_the_example_file_loads_and_the_default_configures_none():
+    sinks = sink_config.load(sink_config.EXAMPLE_PATH)
     assert sinks and all(s.columns is not None for s in sinks)
+    assert sink_config.load() == []  # the nightly audit's default: no sink, no work
+
+
+def test_a_sink_grades_its_own_classes():
+    from spark_jobs.audit.policy import Policy
+
+    entry = {"name": "a", "catalog": "c", "table": "t", "profile": "kafkalog", "topics": ["x"]}
+    sink = sink_config.parse({"sinks": [{**entry, "severity": {"duplicate": "warn"}}]})[0]
+    policy = Policy.load()
+    assert sink.grade(policy, "x", "duplicate") == "warn"
+    assert sink.grade(policy, "x", "missing") == policy.severity("x", "sink_reconcile", "missing") == "fail"
+    for bad, words in (({"dupe": "warn"}, "severity.dupe: not a class"),
+                       ({"missing": "ignore"}, "'ignore' is not one of pass, warn, fail")):
+        with pytest.raises(sink_config.SinkConfigError, match=words):
+            sink_config.parse({"sinks": [{**entry, "severity": bad}]})
+
+
+def sinks_file(setup, names) -> str:
+    """A sinks file of ``names`` only (the fixture's entries)."""
+    import yaml
+
+    _, path, tmp = setup
+    entries = [e for e in yaml.safe_load(path.read_text())["sinks"] if e["name"] in names]
+    out = tmp / f"only-{'-'.join(names)}.yaml"
+    out.write_text(yaml.safe_dump({"sinks": entries}))
+    return str(out)
+
+
+def test_the_nightly_audit_reconciles_the_configured_sinks(spark, setup, capsys):
+    """The audit's sinks family and the command are one implementation: the audit of run n1
+    (its night, its snapshots) writes the command's rows, under the run's id, beside its
+    other checks; the Data Docs agree (great-expectations fails sink_reconcile too)."""
+    from spark_jobs import check_quality
+
+    wh, _, _ = setup
+    path = sinks_file(setup, ("kc-flat-planted", "kc-flat-clean"))
+    assert reconcile_job.main(["--warehouse", str(wh), "--sinks", path, "--night", NIGHT,
+                               "--run-id", "rec-2"], spark=spark) == reconcile_job.EXIT_FAILED
+    capsys.readouterr()
+    code = check_quality.main(["--warehouse", str(wh), "--run-id", "n1", "--sinks", path],
+                              spark=spark)
+    captured = capsys.readouterr()
+    assert code == check_quality.EXIT_CHECKS_FAILED, captured.err[-3000:]
+    every = read_results(str(wh), run_id="n1")
+    audit_rows = [r for r in every if r.check == "sink_reconcile"]
+    assert {r.check for r in every} > {"sink_reconcile", "crc", "offset_gaps"}
+
+    def same(rows):
+        return sorted((r.details.extras["sink"], r.topic, r.partition, r.status, r.severity,
+                       r.observed, r.failed, r.details.to_json()) for r in rows)
+
+    assert same(audit_rows) == same(read_results(str(wh), run_id="rec-2"))
+    assert len(audit_rows) == 4  # 2 sinks x orders-0, orders-1
+    got = findings(audit_rows, "kc-flat-planted")
+    assert got[(0, "duplicate")] == [(PLANT_DUPLICATE, PLANT_DUPLICATE, 1)]
+    assert got[(0, "missing")] == [(PLANT_MISSING, PLANT_MISSING, 1)]
+    assert "check_quality: sink kc-flat-planted: fail: delivered" in captured.out
+    assert "FAIL sink_reconcile orders-0 (sink kc-flat-planted)" in captured.err
+    assert "great-expectations: " in captured.out and "sink_reconcile" in \
+        captured.out.split("great-expectations: ")[1].splitlines()[0]
+    # a configuration error is the audit's one cause line, exit 2, before any Spark work
+    bad = sinks_file(setup, ("kc-flat-planted",)) + ".bad"
+    with open(bad, "w") as f:
+        f.write("sinks:\n  - name: x\n")
+    assert check_quality.main(["--warehouse", str(wh), "--run-id", "n1", "--sinks", bad],
+                              spark=spark) == 2
+    assert "sink x: needs 'catalog'" in capsys.readouterr().err
+
+
+def test_no_sink_configured_is_no_row_and_no_work():
+    """The sinks family loads nothing and touches no Spark session, warehouse or table where
+    no sink is configured (the default file): no sink_reconcile row."""
+    from types import SimpleNamespace
+
+    from spark_jobs.audit import families
+    from spark_jobs.audit.registry import FAMILIES
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"touched {name}")
+
+    family = next(f for f in FAMILIES if f.name == "sinks")
+    for configured in (None, reconcile_job.Sinks(tuple(sink_config.load()))):
+        run = SimpleNamespace(sinks=configured, spark=Untouchable(), wh=Untouchable(),
+                              snapshots=Untouchable(), policy=Untouchable())
+        loaded = family.load(run, {})
+        assert loaded == {} and family.results(run, loaded) == []
+        units = {("orders", 0): {"batches": 1}}
+        family.places(run, loaded, units, family.checks)
+        assert units == {("orders", 0): {"batches": 1}}
+    assert families.SINKS in families.NOT_INTERNAL
