@@ -27,7 +27,8 @@ requests it made (the moto server's request log, by method and kind).
 
 Reported: seconds per task per round and their means; the night (plan + decode + audit +
 publish), the floor (its mean times the night's spark-submits) and the ratio night/floor.
-``PYTHONPATH`` chooses the code measured (as for bench_audit.py).
+``PYTHONPATH`` chooses the code measured (as for bench_audit.py); the floor always runs this
+checkout's code, so runs measuring two codes share one floor.
 
     .venv/bin/python bench/bench_night.py [--rounds 2] [--cores 2] [--out DIR] [--json FILE]
 """
@@ -181,8 +182,12 @@ def run_round(i: int, args, endpoint: str, floor_cmd: list[str], requests: Reque
            "KAFKALOG_MAX_CHUNKS": "3", "AIRFLOW_HOME": str(args.out / "airflow")}
     env["PYTHONPATH"] = os.pathsep.join([str(code), *[p for p in env["PYTHONPATH"].split(
         os.pathsep) if p and p != str(code)]])
-    # the floor's warehouse has its own embedded catalog: no PYICEBERG_HOME naming the night's
+    # the floor's warehouse has its own embedded catalog: no PYICEBERG_HOME naming the night's;
+    # and the floor runs this checkout's code whatever code is measured, so that two runs
+    # measuring two codes divide by the same floor
     floor_env = {k: v for k, v in env.items() if k != "PYICEBERG_HOME"}
+    floor_env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), *[p for p in env["PYTHONPATH"].split(os.pathsep) if p and p != str(code)]])
     spec = {"code": str(code), "run_id": run_id, "dates": [data.NIGHTS[NIGHT]],
             "warehouse": str(warehouse), "bucket": servers.BUCKET, "prefix": servers.PREFIX,
             "tier": tier, "access": {"endpoint_url": endpoint, "region": "us-east-1",
