@@ -74,7 +74,7 @@ postgres:
 # Every benchmark runs, even after one whose target is not met (exit 1); make bench
 # then names those and exits 1.
 BENCHES := bench_fast bench_decode bench_memory bench_job bench_plan bench_scale bench_iceberg \
-	bench_replicas bench_schemas bench_history bench_tiered bench_audit
+	bench_replicas bench_schemas bench_history bench_tiered bench_audit bench_night
 bench: venv
 	$(BIN)/pip install --disable-pip-version-check -q -c requirements.lock -r bench/requirements.txt
 	@unmet=""; for b in $(BENCHES); do \

@@ -27,18 +27,39 @@
 are the package's public API.
 """
 
-from spark_jobs.decode.deduplication import dedupe, divergence_findings, overlap_filter, resolve_pending
-from spark_jobs.decode.cli import main, parse_args
-from spark_jobs.decode.job import unparsable_findings
-from spark_jobs.decode.planning import (DEFAULT_SPLIT_BYTES, Coverage, Segment, Task,
-                                    coverage_from_ledger, discover, first_ingested,
-                                    index_positions, ingested, ledger_ranges, overlap_days,
-                                    plan, read_index_positions, resume_from, split_points,
-                                    trusted_runs)
-from spark_jobs.decode.executor import RAW_KINDS, run_task, run_tasks
-from spark_jobs.decode.results import TaskResult, ledger_table, task_files
-from spark_jobs.decode.writing import (DEFAULT_MAX_RAW, DEFAULT_SLACK, Context, day_partitions,
-                                     make_context, write_frame)
+import importlib
+
+#: the package's public names, each in the module of its stage: imported when first asked
+#: for (PEP 562), so that a caller of one stage (the DAG's plan reads ``planning``) does not
+#: import every stage, the executors', Spark's and the derived tables' modules with them
+_HOMES = {
+    "deduplication": ("dedupe", "divergence_findings", "overlap_filter", "resolve_pending"),
+    "cli": ("main", "parse_args"),
+    "job": ("unparsable_findings",),
+    "planning": ("DEFAULT_SPLIT_BYTES", "Coverage", "Segment", "Task", "coverage_from_ledger",
+                 "discover", "first_ingested", "index_positions", "ingested", "ledger_ranges",
+                 "overlap_days", "plan", "read_index_positions", "resume_from", "split_points",
+                 "trusted_runs"),
+    "executor": ("RAW_KINDS", "run_task", "run_tasks"),
+    "results": ("TaskResult", "ledger_table", "task_files"),
+    "writing": ("DEFAULT_MAX_RAW", "DEFAULT_SLACK", "Context", "day_partitions",
+                "make_context", "write_frame"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOME_OF))
+
 
 __all__ = [
     "DEFAULT_MAX_RAW", "DEFAULT_SLACK", "DEFAULT_SPLIT_BYTES", "RAW_KINDS", "Context",

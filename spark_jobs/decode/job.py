@@ -92,14 +92,23 @@ class Derived:
 
 def run(args, spark=None) -> dict:
     """The job: a page of its steps; returns (and prints) the summary."""
-    job = begin(args)
-    listing = list_input(job)
-    tasks = plan_tasks(job, listing)
     own_session = spark is None
-    if own_session:
+    if own_session:  # the driver plans (no Spark in it) while its Spark session starts
+        from concurrent.futures import ThreadPoolExecutor
+
         from spark_jobs.session import build_session
 
-        spark = build_session("kafkalog-decode-segments", master=args.master)
+        with ThreadPoolExecutor(1, thread_name_prefix="decode-plan") as pool:
+            planned = pool.submit(prepare, args)
+            spark = build_session("kafkalog-decode-segments", master=args.master)
+            try:
+                job, listing, tasks = planned.result()
+            except BaseException:
+                if args.master is not None:
+                    spark.stop()
+                raise
+    else:
+        job, listing, tasks = prepare(args)
     job.timings["plan"] = time.time() - job.started
     try:
         decoded = frame_replicas(spark, job, listing, tasks)
@@ -129,6 +138,13 @@ def run(args, spark=None) -> dict:
     out["timings"] = {k: round(v, 3) for k, v in job.timings.items()}
     print(json.dumps(out, sort_keys=True))
     return out
+
+
+def prepare(args) -> tuple[Run, Listing, list[Task]]:
+    """The driver's steps before Spark: begin the run, list its input, plan its tasks."""
+    job = begin(args)
+    listing = list_input(job)
+    return job, listing, plan_tasks(job, listing)
 
 
 def begin(args) -> Run:

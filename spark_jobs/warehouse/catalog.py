@@ -64,6 +64,9 @@ def catalog_properties(root: str, name: str = DEFAULT_CATALOG,
     else (a local root only) the embedded default, which this writes down."""
     from pyiceberg.utils.config import Config
 
+    from spark_jobs.warehouse._pyiceberg import cache_config_files
+
+    cache_config_files()  # every Config after this one parses the file once, not again
     props = Config().get_catalog_config(name)
     if props is None and not storage.is_s3(root):
         local = os.path.abspath(root[len("file://"):] if root.startswith("file://") else root)

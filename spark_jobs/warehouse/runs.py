@@ -70,11 +70,12 @@ class Warehouse:
         except NoSuchTableError:
             return None
 
-    def table(self, name: str):
+    def table(self, name: str, loaded=None):
         """Table ``name``, created (with its empty first snapshot) where missing, and
         brought up to this version's schema, partition spec and properties where an
-        earlier version made it (:func:`.ddl.evolve`)."""
-        table = self.load(name)
+        earlier version made it (:func:`.ddl.evolve`); ``loaded``: the table as the caller
+        has just loaded it (:meth:`load`), not loaded again."""
+        table = self.load(name) if loaded is None else loaded
         if table is None and name not in schemas.TABLES:
             raise KeyError(f"typed table {name!r} does not exist yet (Warehouse.typed_table)")
         if table is not None and name in schemas.TABLES:
@@ -295,11 +296,7 @@ class Warehouse:
 
     def staged_snapshot(self, name: str, run_id: str) -> int | None:
         """The head of run ``run_id``'s branch on table ``name`` (None: no branch)."""
-        table = self.load(name)
-        if table is None:
-            return None
-        ref = table.refs().get(branch_name(run_id))
-        return ref.snapshot_id if ref is not None else None
+        return staged_head(self.load(name), run_id)
 
     # ---------------------------------------------------------- publish
 
@@ -315,16 +312,18 @@ class Warehouse:
                 return {name: int(s) for name, s in json.loads(summary[AUDITED]).items()}
         return None
 
-    def check_audited(self, run_id: str, names=None) -> None:
+    def check_audited(self, run_id: str, names=None, loaded: dict | None = None) -> None:
         """Raise :class:`NotAudited` unless every branch head of run ``run_id`` is the
-        snapshot its newest audit read (a table already published has no branch left)."""
+        snapshot its newest audit read (a table already published has no branch left);
+        ``loaded``: ``{name: table or None}`` as the caller has just loaded them."""
         names = names or self.run_tables()
         heads = self.audited_heads(run_id)
         if heads is None:
             raise NotAudited(f"run {run_id!r} has no audit in {self.namespace}.dq_results: "
                              "audit it (spark_jobs/check_quality.py) before publishing")
         for name in names:
-            head = self.staged_snapshot(name, run_id)
+            head = (self.staged_snapshot(name, run_id) if loaded is None
+                    else staged_head(loaded[name], run_id))
             if head is not None and heads.get(name) != head:
                 raise NotAudited(
                     f"{name}: the head of {branch_name(run_id)} is snapshot {head}, the audit "
@@ -339,10 +338,11 @@ class Warehouse:
         (:class:`NotAudited`) unless the branches are what the run's newest audit read.
         Returns ``{table: action}``. ``names`` default: :meth:`run_tables`."""
         names = names or self.run_tables()
+        loaded = {name: self.load(name) for name in names}  # each table loaded once
         if audited:
-            self.check_audited(run_id, names)
+            self.check_audited(run_id, names, loaded)
         branch = branch_name(run_id)
-        tables = {name: self.table(name) for name in names}
+        tables = {name: self.table(name, loaded[name]) for name in names}
         marked = publishing_key(run_id) in tables[names[0]].properties
         if not any(branch in t.refs() for t in tables.values()):
             if marked or any(published_snapshot(t, run_id) is not None for t in tables.values()):
@@ -490,3 +490,11 @@ class Warehouse:
             commits.send(table, commit, landed=commits.token_landed(props))
 
         commits.retry(f"{name}: could not write run {run_id!r}", step)
+
+
+def staged_head(table, run_id: str) -> int | None:
+    """The head of run ``run_id``'s branch on ``table`` (None: no table, or no branch)."""
+    if table is None:
+        return None
+    ref = table.refs().get(branch_name(run_id))
+    return ref.snapshot_id if ref is not None else None

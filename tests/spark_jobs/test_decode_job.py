@@ -870,3 +870,32 @@ def test_a_changed_catalog_file_is_read_again(tmp_path):
     with pytest.raises(CatalogError, match="defines no catalog named"):
         catalog_properties(root)
     assert catalog_properties(root, "other")["type"] == "sql"
+
+
+def test_pyiceberg_reads_its_configuration_file_once_per_version(tmp_path, monkeypatch):
+    """pyiceberg builds a ``Config`` per metadata read, each parsing ``.pyiceberg.yaml``
+    again (``spark_jobs.warehouse._pyiceberg.cache_config_files``): parsed once per version of
+    the file and per ``PYICEBERG_HOME``, and what each ``Config`` sees is the file as it is."""
+    import pyiceberg.utils.config as config
+
+    from spark_jobs.warehouse.catalog import write_config
+
+    homes = [tmp_path / "a", tmp_path / "b"]
+    for home, uri in zip(homes, ("sqlite:///one.db", "sqlite:///two.db")):
+        write_config(str(home), "bench", {"type": "sql", "uri": uri})
+    monkeypatch.setenv("PYICEBERG_HOME", str(homes[0]))
+    catalog_properties(str(tmp_path / "wh"), "bench")  # the catalog's first load caches
+    parses = []
+    load = config.strictyaml.load
+    monkeypatch.setattr(config.strictyaml, "load", lambda text: parses.append(1) or load(text))
+    seen = [config.Config().get_catalog_config("bench")["uri"] for _ in range(3)]
+    assert seen == ["sqlite:///one.db"] * 3 and not parses  # parsed by the first load
+    write_config(str(homes[0]), "bench", {"type": "sql", "uri": "sqlite:///three.db"})
+    assert config.Config().get_catalog_config("bench")["uri"] == "sqlite:///three.db"
+    monkeypatch.setenv("PYICEBERG_HOME", str(homes[1]))
+    assert config.Config().get_catalog_config("bench")["uri"] == "sqlite:///two.db"
+    monkeypatch.setenv("PYICEBERG_CATALOG__BENCH__URI", "sqlite:///env.db")  # still read
+    assert config.Config().get_catalog_config("bench")["uri"] == "sqlite:///env.db"
+    monkeypatch.delenv("PYICEBERG_CATALOG__BENCH__URI")
+    assert config.Config().get_catalog_config("bench")["uri"] == "sqlite:///two.db"
+    assert len(parses) == 2  # three.db's and two.db's, once each
