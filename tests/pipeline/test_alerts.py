@@ -97,7 +97,7 @@ def report_link(run_id: str) -> str:
 
 
 @pytest.mark.parametrize("case", [
-    ("warned night", {**DONE, "publish": "success"}, WARNED, "success",
+    ("warned night", {**DONE, "publish_gate": "success", "publish": "success"}, WARNED, "success",
      "DQ: 1 warned: offset_gaps payments-1", "warned"),
     ("failed night", {**DONE, "check_quality": "failed", "rerun_on_conflict": "skipped"},
      FAILED, "failed", "DQ: failed: crc orders-0 — not published", "failed"),
@@ -126,7 +126,7 @@ def test_a_failed_and_a_warned_night_each_send_one_mail(nightly_in_db, smtp, mon
 
 def test_a_passed_night_tells_nobody(nightly_in_db, smtp):
     requests = []
-    assert finish_run(nightly_in_db, "passed_night", {**DONE, "publish": "success"},
+    assert finish_run(nightly_in_db, "passed_night", {**DONE, "publish_gate": "success", "publish": "success"},
                       {("check_quality", "return_value"): PASSED}, callbacks=requests) == (
         "success", "DQ: passed")
     run_callbacks(requests)
@@ -159,11 +159,11 @@ def test_any_notifier_class_by_name(nightly_in_db, tmp_path, monkeypatch):
     from kafkalog_pipeline import alerts
 
     said = tmp_path / "said.txt"
-    monkeypatch.setenv("KAFKALOG_NOTIFIER", "test_alerts.FileNotifier")
+    monkeypatch.setenv("KAFKALOG_NOTIFIER", "tests.pipeline.test_alerts.FileNotifier")
     monkeypatch.setenv("KAFKALOG_NOTIFIER_KWARGS", json.dumps(
         {"path": str(said), "text": "{{ kafkalog_subject }} | {{ kafkalog_message }}"}))
     requests = []
-    finish_run(nightly_in_db, "warned_by_file", {**DONE, "publish": "success"},
+    finish_run(nightly_in_db, "warned_by_file", {**DONE, "publish_gate": "success", "publish": "success"},
                {("check_quality", "return_value"): WARNED}, callbacks=requests)
     run_callbacks(requests)
     text = said.read_text()
