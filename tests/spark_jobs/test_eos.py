@@ -161,7 +161,7 @@ def test_sequence_gap_fires_only_where_nothing_explains_the_skip(spark, tmp_path
     ``orders-0`` wrote its base sequence from the partition's offsets before, skipping the
     other producer's 4 offsets: an unexplained gap, which is what the check is for)."""
     import kafkalog
-    import segments as seg
+    from tests import segments as seg
 
     from spark_jobs.audit import eos
 

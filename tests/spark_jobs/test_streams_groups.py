@@ -82,7 +82,7 @@ def test_the_decode_job_writes_the_groups_as_of_the_night(spark, tmp_path):
     from spark_jobs import decode as job
     from spark_jobs import tables
 
-    import segments as seg
+    from tests import segments as seg
 
     def night(folder, records):
         d = folder / "__consumer_offsets-3"
