@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafkalog_pipeline.settings import SETTINGS
-from spark_jobs import layout, schemas, storage, warehouse
+from spark_jobs import layout, parquet, schemas, storage, warehouse
 from spark_jobs.audit.results import parse_details
 from spark_jobs.warehouse.catalog import CONFIG_FILE, mask_password, read_config
 from spark_jobs.warehouse.history import ancestry, main_history, snapshot_summary
@@ -148,16 +148,14 @@ RESULT_SCHEMA = schemas.DQ_RESULTS
 def scan(table, snapshot_id: int, schema: pa.Schema, row_filter=None) -> pa.Table:
     """The columns of ``schema`` of Iceberg ``table`` at ``snapshot_id`` (rows ``row_filter``),
     cast to it; a column that snapshot's schema lacks (a table made before it existed) reads
-    null, as Iceberg reads it in files written before it was added."""
+    null, as Iceberg reads it in files written before it was added
+    (:func:`spark_jobs.parquet.conform`)."""
     from pyiceberg.expressions import AlwaysTrue
 
     plan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter or AlwaysTrue())
     have = {f.name for f in plan.projection().fields}
-    present = [n for n in schema.names if n in have]
-    arrow = plan.select(*present).to_arrow()
-    columns = [arrow.column(f.name) if f.name in have else pa.nulls(arrow.num_rows, f.type)
-               for f in schema]
-    return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
+    return parquet.conform(plan.select(*[n for n in schema.names if n in have]).to_arrow(),
+                           schema)
 
 
 def _utc(value):

@@ -15,6 +15,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from spark_jobs import layout
+
 from .policy import Policy
 from .registry import DECODER_FINDINGS, OPTIONAL_CHECKS, UNITS
 from .results import MAX_ITEMS, DqResult, graded_result
@@ -32,7 +34,7 @@ def partition_units(tables: dict):
 class RunSummary:
     """What one query tells of a run's tables: its places' ``units``
     (:func:`partition_units`), every ``topic`` they have rows of, the ``finding_kinds`` of its
-    findings and its ``night`` (the latest its ledger names; None: none)."""
+    findings and its ``night`` (:func:`spark_jobs.layout.run_night` of its ledger's; None: none)."""
 
     units: dict
     topics: frozenset
@@ -55,9 +57,9 @@ def run_summary(tables: dict) -> RunSummary:
                  UNION SELECT topic, partition, segment FROM {f}) GROUP BY topic, partition),
         fk AS (SELECT topic, partition, collect_set(kind) AS kinds FROM {f}
                GROUP BY topic, partition),
-        n AS (SELECT MAX(night) AS night FROM {l})
+        n AS (SELECT collect_set(night) AS nights FROM {l})
         SELECT p.topic, p.partition, COALESCE(bc.n, 0) AS batches, COALESCE(rc.n, 0) AS records,
-               COALESCE(sc.n, 0) AS segments, fk.kinds, n.night
+               COALESCE(sc.n, 0) AS segments, fk.kinds, n.nights
         FROM p CROSS JOIN n
         LEFT JOIN bc ON bc.topic <=> p.topic AND bc.partition <=> p.partition
         LEFT JOIN rc ON rc.topic <=> p.topic AND rc.partition <=> p.partition
@@ -73,7 +75,7 @@ def run_summary(tables: dict) -> RunSummary:
             out[(None, None)] = {SEGMENTS: x.segments, ONLY: {DECODER_FINDINGS}}
     return RunSummary(out, frozenset(x.topic for x in rows if x.topic is not None),
                       frozenset(k for x in rows for k in (x.kinds or ())),
-                      rows[0].night if rows else None)
+                      layout.run_night(rows[0].nights) if rows else None)
 
 
 def summarize(observations):
