@@ -1,8 +1,9 @@
 """What the demo's nights (demo.data) hold and what a warehouse holds after them, read
 independently of the pipeline: every segment of a night by the snapshot grammar, the data
 records whose batch CRC is valid (decoded here with ``kafkalog.decode``), and a table's rows
-on ``main`` read with pyarrow. Shared by the DAG tests (test_dags_e2e, test_backfill,
-test_dags)."""
+on ``main`` read with pyarrow; a night of one partition with a CRC mismatch, uploaded
+(``upload_crc_night``). Shared by the DAG tests (test_dags_e2e, test_backfill, test_dags,
+test_lineage)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,25 @@ def warehouse_rows(warehouse: Path, name: str, columns=None) -> list[dict]:
 def record_keys(warehouse: Path) -> list[tuple]:
     return [(r["topic"], r["partition"], r["offset"])
             for r in warehouse_rows(warehouse, "records", ["topic", "partition", "offset"])]
+
+
+def upload_crc_night(tmp_path: Path, pipeline: dict, night: str, topic: str, t0: int) -> None:
+    """One segment of 3 gzip batches of 5 records (timestamps from ``t0``) in
+    ``nightly/<night>/<topic>-0/`` of the pipeline's bucket, a byte in its middle flipped (a
+    CRC mismatch)."""
+    import boto3
+
+    from kafkalog.writer import SegmentWriter, WriteRecord
+
+    folder = tmp_path / night / f"{topic}-0"
+    with SegmentWriter(folder, 0) as w:
+        for n in range(3):
+            w.append([WriteRecord(b"k", f"v{n}-{i}".encode(), timestamp=t0 + i)
+                      for i in range(5)], codec="gzip")
+        log = Path(w.path)
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    log.write_bytes(bytes(data))
+    client = boto3.client("s3", endpoint_url=pipeline["endpoint"])
+    for f in folder.iterdir():
+        client.upload_file(str(f), pipeline["bucket"], f"nightly/{night}/{topic}-0/{f.name}")

@@ -27,7 +27,8 @@ from spark_jobs.warehouse.history import published_snapshot  # noqa: E402
 from spark_jobs.layout import TABLE_NAMES  # noqa: E402
 from spark_jobs.audit import registry  # noqa: E402
 
-from tests.pipeline.demo_nights import expected_records, record_keys, warehouse_rows  # noqa: E402
+from tests.pipeline.demo_nights import (expected_records, record_keys,  # noqa: E402
+                                        upload_crc_night, warehouse_rows)
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
@@ -385,22 +386,7 @@ def test_failed_audit_holds_publish_back(dag, pipeline, tmp_path, api):
     """A CRC mismatch fails the audit (expectations/policy.yaml): the run is not published.
 
     The task fails once, no retry, with one line naming the check; FAIL lines at ERROR."""
-    import boto3
-
-    from kafkalog.writer import SegmentWriter, WriteRecord
-
-    night = tmp_path / "2026-11-27" / "audit-0"
-    with SegmentWriter(night, 0) as w:
-        for n in range(3):
-            w.append([WriteRecord(b"k", f"v{n}-{i}".encode(), timestamp=1_795_132_800_000 + i)
-                      for i in range(5)], codec="gzip")
-        log = Path(w.path)
-    data = bytearray(log.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    log.write_bytes(bytes(data))
-    client = boto3.client("s3", endpoint_url=pipeline["endpoint"])
-    for f in night.iterdir():
-        client.upload_file(str(f), pipeline["bucket"], f"nightly/2026-11-27/audit-0/{f.name}")
+    upload_crc_night(tmp_path, pipeline, "2026-11-27", "audit", 1_795_132_800_000)
 
     run_id, state, tasks = run(dag, "2026-11-27")
     assert state == "failed"

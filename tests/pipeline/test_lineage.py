@@ -21,6 +21,7 @@ import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
 from tests.airflow_env import DAG_ID, REPO  # noqa: E402
+from tests.pipeline.demo_nights import upload_crc_night  # noqa: E402
 
 pytestmark = pytest.mark.pipeline
 
@@ -32,22 +33,7 @@ NAMESPACE = "kafkalog-lineage-test"
 def plant_night(tmp_path: Path, pipeline) -> None:
     """One segment of 3 gzip batches in ``nightly/NIGHT/lineage-0/``, a byte in its middle
     flipped (a CRC mismatch)."""
-    import boto3
-
-    from kafkalog.writer import SegmentWriter, WriteRecord
-
-    folder = tmp_path / NIGHT / f"{TOPIC}-0"
-    with SegmentWriter(folder, 0) as w:
-        for n in range(3):
-            w.append([WriteRecord(b"k", f"v{n}-{i}".encode(), timestamp=1_795_219_200_000 + i)
-                      for i in range(5)], codec="gzip")
-        log = Path(w.path)
-    data = bytearray(log.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    log.write_bytes(bytes(data))
-    client = boto3.client("s3", endpoint_url=pipeline["endpoint"])
-    for f in folder.iterdir():
-        client.upload_file(str(f), pipeline["bucket"], f"nightly/{NIGHT}/{TOPIC}-0/{f.name}")
+    upload_crc_night(tmp_path, pipeline, NIGHT, TOPIC, 1_795_219_200_000)
 
 
 def run_night(events_file: Path) -> subprocess.CompletedProcess:
