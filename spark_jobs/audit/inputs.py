@@ -31,30 +31,10 @@ def audited_snapshots(wh: Warehouse, run_id: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-#: Spark's adaptive query execution (:func:`materialize` computes without it)
-ADAPTIVE = "spark.sql.adaptive.enabled"
-#: the columns of a Kafka partition: the key every check's windows and groups start with
-PLACE = ("topic", "partition")
-
-
 def materialize(df):
     """``df`` computed once and kept on the executors: every later query reads
-    these rows, not ``df``'s plan (a table's files are read once, not once per check).
-    A frame with :data:`PLACE`'s columns is kept hash-partitioned by them, into the session's
-    ``spark.sql.shuffle.partitions`` (the same number for every such frame): the checks'
-    windows ``PARTITION BY topic, partition ...``, their groups and their joins on the place
-    read it where it is, without a shuffle (each shuffle is a stage, and under adaptive
-    execution a Spark job, of its own). It is computed without adaptive execution: a
-    checkpoint of an adaptive plan forgets its partitioning."""
-    spark = df.sparkSession
-    if set(PLACE) <= set(df.columns):
-        df = df.repartition(int(spark.conf.get("spark.sql.shuffle.partitions")), *PLACE)
-    adaptive = spark.conf.get(ADAPTIVE)
-    spark.conf.set(ADAPTIVE, "false")
-    try:
-        return df.localCheckpoint()
-    finally:
-        spark.conf.set(ADAPTIVE, adaptive)
+    these rows, not ``df``'s plan (a table's files are read once, not once per check)."""
+    return df.localCheckpoint()
 
 
 def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]]):
