@@ -158,19 +158,21 @@ class TaskLogFiles:
 
 
 @contextlib.contextmanager
-def dag_test_like_a_worker():
-    """``dag.test()`` leaving what a scheduled run leaves for the UI:
+def dag_test_like_a_worker(dag=None):
+    """``dag.test()`` (of ``dag``) leaving what a scheduled run leaves for the UI:
 
     * each task try's log in the file the api-server reads (:class:`TaskLogFiles`);
     * the run's real start time: ``dag.test()`` creates the run with
       ``start_date = logical date`` (apache/airflow#66127), so a run of a past night
-      read "4d 05:00" for two minutes' work; here it is the time the run was created.
+      read "4d 05:00" for two minutes' work; here it is the time the run was created;
+    * without the DAG's Deadline Alert (``_airflow.without_deadlines``: ``dag.test()`` of a
+      run that succeeds fails on it in Airflow 3.3.2).
     """
     import logging
 
     import structlog
 
-    from kafkalog_pipeline._airflow import dag_test_hooks
+    from kafkalog_pipeline._airflow import dag_test_hooks, without_deadlines
 
     files = TaskLogFiles()
     processors = structlog.get_config()["processors"]
@@ -178,7 +180,8 @@ def dag_test_like_a_worker():
     handler = files.handler()
     logging.getLogger().addHandler(handler)
     try:
-        with dag_test_hooks(files.open, files.close):
+        with dag_test_hooks(files.open, files.close), \
+                (without_deadlines(dag) if dag is not None else contextlib.nullcontext()):
             yield files
     finally:
         logging.getLogger().removeHandler(handler)
@@ -200,7 +203,7 @@ def dagtest(date: str) -> int:
     # run_after = logical date: the run id is manual__<logical date>, the same on every
     # demo run, so a rerun replaces that run's output instead of adding a new run; the
     # tiered topic's tier as the run's param (its key ring is a setting: demo.tiered)
-    with dag_test_like_a_worker():
+    with dag_test_like_a_worker(dag):
         dr = dag.test(logical_date=logical, run_after=logical,
                       run_conf={TIER_PARAM: tiered.tier_uri(BUCKET)})
     states = {ti.task_id + (f"[{ti.map_index}]" if ti.map_index >= 0 else ""): str(ti.state)

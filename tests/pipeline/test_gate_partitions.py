@@ -56,13 +56,14 @@ def gated(tmp_path_factory):
     write_conflict_nights(out / "snapshots")
     policy = (Path(__file__).resolve().parents[2] / "expectations" / "policy.yaml").read_text()
     assert "\npublish_warned: auto\n" in policy
-    (out / "policy.yaml").write_text(policy.replace("\npublish_warned: auto\n",
-                                                    "\npublish_warned: approve\n"))
+    # not out/policy.yaml: servers.airflow_env writes the demo's policy there
+    (out / "approve-policy.yaml").write_text(policy.replace("\npublish_warned: auto\n",
+                                                            "\npublish_warned: approve\n"))
     server, endpoint = servers.start_s3(out / "snapshots")
     port = servers.free_port()
     env = servers.airflow_env(out, endpoint, api_port=port)
     env.update({
-        "KAFKALOG_POLICY": str(out / "policy.yaml"),
+        "KAFKALOG_POLICY": str(out / "approve-policy.yaml"),
         "KAFKALOG_MAX_CHUNKS": "1",
         "KAFKALOG_NIGHTLY_SCHEDULE": "0 3 29 2 *",  # no scheduled run of the nightly DAG
         "KAFKALOG_WAIT_SECONDS": "5",
