@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 
 #: JVM options of every test driver (``spark.driver.extraJavaOptions``)
-FAST_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: and room for the compiled code: with C1 alone every warm method stays compiled, and the
+#: audit's generated code filled the default code cache ("Out of space in CodeCache for
+#: adapters" in check_quality of test_dags_e2e's night 1, once in two runs)
+FAST_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=512m"
 
 #: the pipeline's default ``KAFKALOG_SPARK_CONF`` (kafkalog_pipeline.settings) plus the above,
 #: and no web UI (nobody looks at it; the in-process session has none either)
