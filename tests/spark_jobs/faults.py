@@ -23,15 +23,31 @@ class Crash(BaseException):
 
 
 @contextlib.contextmanager
-def crash_at_commit(n: int | None, *, delay: float = 0.0):
-    """The ``n``-th catalog commit from now (0-based) dies before it reaches the
-    catalog; every commit first sleeps ``delay`` seconds. Yields the commit count."""
+def around_commits(hook):
+    """While active, every catalog commit (pyiceberg's ``Table._do_commit``, which every
+    catalog write goes through) is ``hook(commit, table, updates, requirements)``, where
+    ``commit(table, updates, requirements)`` is pyiceberg's own."""
     from pyiceberg.table import Table
 
     original = Table._do_commit
-    count = [0]
 
     def do_commit(self, updates, requirements):
+        return hook(original, self, updates, requirements)
+
+    Table._do_commit = do_commit
+    try:
+        yield
+    finally:
+        Table._do_commit = original
+
+
+@contextlib.contextmanager
+def crash_at_commit(n: int | None, *, delay: float = 0.0):
+    """The ``n``-th catalog commit from now (0-based) dies before it reaches the
+    catalog; every commit first sleeps ``delay`` seconds. Yields the commit count."""
+    count = [0]
+
+    def hook(commit, table, updates, requirements):
         i = count[0]
         count[0] += 1
         if i == n:
@@ -40,13 +56,10 @@ def crash_at_commit(n: int | None, *, delay: float = 0.0):
             import time
 
             time.sleep(delay)
-        return original(self, updates, requirements)
+        return commit(table, updates, requirements)
 
-    Table._do_commit = do_commit
-    try:
+    with around_commits(hook):
         yield count
-    finally:
-        Table._do_commit = original
 
 
 def truth(*roots: Path) -> set[tuple]:

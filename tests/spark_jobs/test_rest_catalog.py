@@ -24,7 +24,7 @@ import pytest
 from tests.rest_catalog import PREFIX, ROUTES, RestCatalogServer
 from tests.runs import decode
 from tests.snapshots import numbered
-from tests.spark_jobs.faults import lost_and_duplicated, published, staged_run, truth
+from tests.spark_jobs.faults import around_commits, lost_and_duplicated, published, staged_run, truth
 
 from spark_jobs import check_quality, publish
 from spark_jobs.warehouse import Warehouse
@@ -61,23 +61,20 @@ def night(spark, src, wh: str, run_id: str) -> None:
 def another_publish_before_the_first_commit_to_main(wh: str, other_run: str):
     """The next commit that moves ``records``' main first lets run ``other_run`` publish
     (through the server, for real): the commit then carries a stale requirement."""
-    from pyiceberg.table import Table, update
+    from pyiceberg.table import update
 
-    original, fired = Table._do_commit, []
+    fired = []
 
-    def do_commit(self, updates, requirements):
+    def hook(commit, table, updates, requirements):
         moves_main = any(isinstance(u, update.SetSnapshotRefUpdate) and u.ref_name == "main"
                          for u in updates)
-        if moves_main and self.name()[-1] == "records" and not fired:
+        if moves_main and table.name()[-1] == "records" and not fired:
             fired.append(other_run)
             publish.publish(wh, other_run)
-        return original(self, updates, requirements)
+        return commit(table, updates, requirements)
 
-    Table._do_commit = do_commit
-    try:
+    with around_commits(hook):
         yield fired
-    finally:
-        Table._do_commit = original
 
 
 def test_two_nights_a_rerun_a_refused_commit_and_maintenance_through_a_rest_catalog(
