@@ -11,7 +11,8 @@ inputs and outputs through ``get_openlineage_facets_on_start/complete/failure``,
 integration names one, ``IcebergHandler``): a location is namespace ``s3://{bucket}`` and
 name ``{key}``, or namespace ``file`` and name ``{absolute path}``. A night's snapshot is its
 prefix (``s3://bucket/nightly/2026-11-21``), a tier its ``s3://bucket/prefix``. An Iceberg
-table is its table location (``file`` + ``/W/kafka.db/records``), with a ``symlinks`` facet
+table is its table location (``file`` + ``/W/kafka/records``; the table's asset has that
+dataset's URI, ``file:///W/kafka/records``: :func:`dataset_uri`), with a ``symlinks`` facet
 of type ``TABLE`` naming it in its catalog (``kafka.records`` in the catalog's URI) and a
 ``catalog`` facet (framework ``iceberg``, the catalog's type, name, URI and warehouse).
 
@@ -53,6 +54,16 @@ def location_name(uri: str) -> tuple[str, str]:
 
         return "file", os.path.abspath(parsed.path if parsed.scheme else uri).rstrip("/") or "/"
     return f"{parsed.scheme}://{parsed.netloc}", parsed.path.strip("/")
+
+
+def dataset_uri(uri: str) -> str:
+    """The URI of location ``uri``'s dataset: its namespace and name joined as the naming spec
+    joins them (``s3://b`` + ``k`` -> ``s3://b/k``; ``file`` + ``/p`` -> ``file:///p``), which
+    Airflow's asset converters turn back into the same pair (the common-io provider's for
+    ``file``, the Amazon provider's for ``s3``): a table asset's URI
+    (:mod:`kafkalog_pipeline.assets`)."""
+    namespace, name = location_name(uri)
+    return f"file://{name}" if namespace == "file" else f"{namespace}/{name}"
 
 
 def location_dataset(uri: str, kind: str = "input", facets=None, io_facets=None):

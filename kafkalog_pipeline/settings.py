@@ -3,8 +3,8 @@
 Every setting has an Airflow Variable name and an environment variable name
 (see ``SETTINGS``); a Variable wins over the environment, the environment over
 the default. Nothing here touches the metadata database at import time: the
-DAG file only calls :func:`parse_time_setting`, which reads the environment
-(Variables at parse time cost a database query per parse, see Airflow's best
+DAG file only calls :func:`parse_time_setting` and :func:`environment`, which read the
+environment (Variables at parse time cost a database query per parse, see Airflow's best
 practices), and tasks call :func:`get` at run time.
 
 S3 access for the snapshot bucket (and an ``s3://`` warehouse) comes from the
@@ -83,6 +83,10 @@ PARSE_TIME: dict[str, tuple[str, str]] = {
     # the default of the DAG param sinks: empty, the audit's own default file
     # (expectations/sinks.yaml, which configures none); the demo names its own
     "sinks": ("KAFKALOG_SINKS", ""),
+    # where the tables are, for the table assets' URIs (kafkalog_pipeline.assets), with
+    # {namespace} and {table}: e.g. s3://lake/wh/{namespace}/{table} for a REST catalog, whose
+    # server places its tables itself; empty: the catalog's layout (docs/lineage.md, "Assets")
+    "table_location": ("KAFKALOG_TABLE_LOCATION", ""),
 }
 
 #: the DAG param naming a tier to read beside the snapshot (``s3://bucket/prefix``; empty: none)
@@ -122,6 +126,13 @@ def spark_conf() -> dict[str, str]:
     return {str(k): str(v) for k, v in conf.items()}
 
 
+def environment(name: str) -> str | None:
+    """Setting ``name`` as the environment says, else its default: what the DAG file reads at
+    parse time (no Variable: :func:`get` reads those at run time)."""
+    _, env, default = SETTINGS[name]
+    return os.environ.get(env) or default
+
+
 def get(name: str, *, required: bool = False) -> str | None:
     """Setting ``name``: Airflow Variable, else environment, else default."""
     var, env, default = SETTINGS[name]
@@ -133,7 +144,7 @@ def get(name: str, *, required: bool = False) -> str | None:
     except Exception as err:  # outside a task / no metadata DB: the environment decides
         log.debug("Variable %s not readable (%s); using the environment", var, err)
     if value in (None, ""):
-        value = os.environ.get(env) or default
+        value = environment(name)
     if required and not value:
         raise SettingError(
             f"setting {name!r} is not set: define the Airflow Variable {var!r} "

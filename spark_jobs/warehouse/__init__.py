@@ -22,7 +22,9 @@ publish protocol of a run (docs/tables.md), one module per idea:
 
 The names below are what the rest of the project uses; the modules above are public too
 (``from spark_jobs.warehouse import history``). Importing the package imports no pyiceberg:
-each function imports it when it needs it.
+each function imports it when it needs it; nor pyarrow: :class:`Warehouse` (``runs``) is
+imported when first named, so that the DAG file's parse, which reads only ``catalog``
+(``kafkalog_pipeline.assets``), does not pay for it.
 """
 
 from spark_jobs.warehouse.catalog import DEFAULT_CATALOG, DEFAULT_NAMESPACE, add_catalog_args
@@ -31,7 +33,15 @@ from spark_jobs.warehouse.errors import (CatalogError, CommitError, CommitFailed
 from spark_jobs.warehouse.naming import (AUDITED, FILES, MAIN, ROWS, RUN_ID, STAGE,
                                          airflow_summary, branch_name, is_run_file,
                                          run_files_prefix)
-from spark_jobs.warehouse.runs import Warehouse
+
+
+def __getattr__(name: str):
+    if name == "Warehouse":  # PEP 562: imported when first named (see above)
+        from spark_jobs.warehouse.runs import Warehouse
+
+        return Warehouse
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AUDITED", "DEFAULT_CATALOG", "DEFAULT_NAMESPACE", "FILES", "MAIN", "ROWS", "RUN_ID", "STAGE",

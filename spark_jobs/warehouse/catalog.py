@@ -5,7 +5,9 @@ or the working directory, or ``PYICEBERG_CATALOG__<NAME>__<KEY>`` variables) nam
 catalog (default ``kafkalog``). Where none is configured and the warehouse root ``W`` is
 a local directory, the embedded default is a SQL catalog on ``W/catalog.db`` (SQLite),
 written down in ``W/.pyiceberg.yaml`` so that ``PYICEBERG_HOME=W`` finds it
-(docs/tables.md, "How the catalog is found").
+(docs/tables.md, "How the catalog is found"). Where a catalog puts a table it is asked to
+make is :func:`default_table_location` (read without opening the catalog: the DAG file's
+table assets are named by it, ``kafkalog_pipeline.assets``).
 """
 
 from __future__ import annotations
@@ -59,14 +61,17 @@ def _yaml_scalar(value) -> str:
 
 
 def catalog_properties(root: str, name: str = DEFAULT_CATALOG,
-                       s3: storage.S3Config | None = None) -> dict:
+                       s3: storage.S3Config | None = None, *, parse_time: bool = False) -> dict:
     """Catalog ``name``'s properties: pyiceberg's configuration, else ``root/.pyiceberg.yaml``,
-    else (a local root only) the embedded default, which this writes down."""
+    else (a local root only) the embedded default, which this writes down. ``parse_time``:
+    the DAG file's reading, which writes nothing and leaves pyiceberg's readers as they are
+    (``_pyiceberg`` imports pyiceberg's Arrow IO: a second at every parse)."""
     from pyiceberg.utils.config import Config
 
-    from spark_jobs.warehouse._pyiceberg import cache_config_files
+    if not parse_time:
+        from spark_jobs.warehouse._pyiceberg import cache_config_files
 
-    cache_config_files()  # every Config after this one parses the file once, not again
+        cache_config_files()  # every Config after this one parses the file once, not again
     props = Config().get_catalog_config(name)
     if props is None and not storage.is_s3(root):
         local = os.path.abspath(root[len("file://"):] if root.startswith("file://") else root)
@@ -77,7 +82,8 @@ def catalog_properties(root: str, name: str = DEFAULT_CATALOG,
                 raise CatalogError(f"{conf} defines no catalog named {name!r}")
         else:
             props = embedded_config(local, name)
-            write_config(local, name, props)
+            if not parse_time:
+                write_config(local, name, props)
     if props is None:
         raise CatalogError(
             f"no Iceberg catalog named {name!r} is configured for warehouse {root}: define it in "
@@ -92,6 +98,45 @@ def catalog_properties(root: str, name: str = DEFAULT_CATALOG,
             if value and key not in props:
                 props[key] = value
     return props
+
+
+#: where pyiceberg 0.12 puts a table created without a location (as ours are,
+#: :func:`spark_jobs.warehouse.ddl.create_table`) in a namespace without a ``location``
+#: property (as ours is made), by catalog type: ``Catalog._get_default_warehouse_location``
+#: (sql, in-memory) or its Hive-style variant that glue.py, hive.py and dynamodb.py call. A
+#: REST catalog's server places its tables itself (its ``warehouse`` may be a mere name).
+TABLE_LAYOUTS = {
+    "sql": "{warehouse}/{namespace}/{table}",
+    "in-memory": "{warehouse}/{namespace}/{table}",
+    "hive": "{warehouse}/{namespace}.db/{table}",
+    "glue": "{warehouse}/{namespace}.db/{table}",
+    "dynamodb": "{warehouse}/{namespace}.db/{table}",
+}
+
+
+def catalog_type(props: dict) -> str | None:
+    """A catalog's type: its ``type``, else as pyiceberg infers it from its ``uri``
+    (``pyiceberg.catalog.infer_catalog_type``: ``http``... a REST catalog, ``thrift``... Hive,
+    ``sqlite``/``postgresql``... SQL); None where neither says."""
+    if props.get("type"):
+        return str(props["type"]).lower()
+    uri = str(props.get("uri") or "")
+    for prefix, kind in (("http", "rest"), ("thrift", "hive"), ("sqlite", "sql"),
+                         ("postgresql", "sql")):
+        if uri.startswith(prefix):
+            return kind
+    return None
+
+
+def default_table_location(props: dict, namespace: str, table: str) -> str | None:
+    """Where catalog ``props`` makes table ``namespace.table`` (:data:`TABLE_LAYOUTS`), known
+    without opening the catalog; None where the catalog decides (REST, an unknown type) or
+    has no ``warehouse``."""
+    layout = TABLE_LAYOUTS.get(catalog_type(props) or "")
+    warehouse = str(props.get("warehouse") or "").rstrip("/")
+    if layout is None or not warehouse:
+        return None
+    return layout.format(warehouse=warehouse, namespace=namespace, table=table)
 
 
 def mask_password(text: str) -> str:
