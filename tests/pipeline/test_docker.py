@@ -376,6 +376,29 @@ print("RESULT " + json.dumps(Config().get_catalog_config("kafkalog")))
     assert props["warehouse"].rstrip("/") != env["KAFKALOG_WAREHOUSE"].rstrip("/")
 
 
+def test_table_assets_are_named_by_the_tables_s3_locations(tmp_path, monkeypatch):
+    """The DAG file parsed with the stack's environment (docker/README.md): each table's asset
+    URI is where the SQL catalog makes the table, under its warehouse on MinIO
+    (``s3://warehouse/iceberg/kafka/<table>``), not under the root W; read without the
+    catalog's database (postgres is not there at parse time, nor here)."""
+    from kafkalog_pipeline.assets import DERIVED_ASSETS, table_asset
+
+    values = generated_env(tmp_path)
+    env = {k: interpolate(v, values) for k, v in env_of(services()["airflow-scheduler"]).items()}
+    for key in [k for k in os.environ if k.startswith(("PYICEBERG", "KAFKALOG_"))]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith(("PYICEBERG_CATALOG__", "KAFKALOG_")):
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))  # no .pyiceberg.yaml there
+    warehouse = env["PYICEBERG_CATALOG__KAFKALOG__WAREHOUSE"]
+    assert warehouse == "s3://warehouse/iceberg"
+    for name in ("records", "ledger", *list(DERIVED_ASSETS)[:2]):
+        asset = table_asset(name)
+        assert (asset.name, asset.uri) == (f"kafkalog.{name}", f"{warehouse}/kafka/{name}")
+    assert not list(tmp_path.glob(".pyiceberg.yaml"))
+
+
 def test_iceberg_catalog_uri_names_the_postgres_service_and_secrets_from_env(tmp_path):
     from sqlalchemy.engine import make_url
 

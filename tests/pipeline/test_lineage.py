@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 # Airflow reads its configuration at import: airflow_env sets it first.
@@ -57,8 +58,10 @@ def run_night(events_file: Path) -> subprocess.CompletedProcess:
 
 
 def test_one_night_names_its_inputs_outputs_parents_and_failed_assertions(tmp_path, pipeline):
+    from airflow.providers.openlineage.utils.utils import translate_airflow_asset
     from pyiceberg.catalog import load_catalog
 
+    from kafkalog_pipeline.assets import table_asset
     from spark_jobs.layout import DECODE_TABLES
     from spark_jobs.warehouse import branch_name
     from spark_jobs.warehouse.catalog import catalog_properties
@@ -104,6 +107,9 @@ def test_one_night_names_its_inputs_outputs_parents_and_failed_assertions(tmp_pa
                 "name": f"kafka.{name}", "type": "TABLE"} \
             == dataset["facets"]["symlinks"]["identifiers"][0]
         assert dataset["facets"]["catalog"]["framework"] == "iceberg"
+        # the table's asset (the DAG's, parsed in this environment) is that dataset
+        ours = translate_airflow_asset(table_asset(name), None)
+        assert (ours.namespace, ours.name) == ("file", path), name
 
     # the Spark runs: their own START and COMPLETE/FAIL, each naming the Airflow task's run
     # (their job names: the jobs' app names, spark_jobs/decode/job.py, check_quality.py)
@@ -144,8 +150,97 @@ def test_locations_are_named_as_openlineage_names_them():
 
     assert location_name("s3://snap/nightly/2026-11-21/") == ("s3://snap", "nightly/2026-11-21")
     assert location_name("s3://tier/kafka-tiered") == ("s3://tier", "kafka-tiered")
-    assert location_name("file:///w/kafka.db/records") == ("file", "/w/kafka.db/records")
-    assert location_name("/w/kafka.db/records/") == ("file", "/w/kafka.db/records")
+    assert location_name("file:///w/kafka/records") == ("file", "/w/kafka/records")
+    assert location_name("/w/kafka/records/") == ("file", "/w/kafka/records")
+
+
+def asset_env(monkeypatch, warehouse: str, catalog: str | None = None) -> None:
+    """The environment a DAG file is parsed in: the warehouse (and catalog), nothing else."""
+    for var in ("KAFKALOG_TABLE_LOCATION", "KAFKALOG_CATALOG", "KAFKALOG_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KAFKALOG_WAREHOUSE", warehouse)
+    if catalog:
+        monkeypatch.setenv("KAFKALOG_CATALOG", catalog)
+
+
+def test_a_table_asset_is_the_dataset_the_lineage_events_name(tmp_path, monkeypatch):
+    """A local warehouse's embedded catalog (the demo's): each table's asset, made before the
+    warehouse exists as at parse time (nothing opened or written), is what pyiceberg then
+    makes the table as, named as the events name its output dataset; Airflow's own
+    conversion of the asset (the common-io provider's ``file`` converter, which the
+    OpenLineage provider applies to outlets) gives the same namespace and name."""
+    from airflow.providers.openlineage.utils.utils import translate_airflow_asset
+
+    from kafkalog_pipeline.assets import table_asset
+    from kafkalog_pipeline.lineage import table_datasets
+    from spark_jobs.warehouse import Warehouse
+
+    root = tmp_path / "warehouse"
+    asset_env(monkeypatch, str(root))
+    names = ("records", "ledger", "consumer_offsets", "values__shop_dot_orders")
+    assets = {n: table_asset(n) for n in names}
+    assert not root.exists()  # parse time wrote nothing (no .pyiceberg.yaml, no catalog.db)
+    assert assets["records"].uri == f"file://{root}/kafka/records"
+    assert assets["records"].name == "kafkalog.records"
+
+    wh = Warehouse(str(root))
+    for name in names[:3]:
+        wh.table(name)
+    wh.typed_table(names[3], pa.schema([pa.field("order_id", pa.int64())]))
+    for dataset in table_datasets(wh, names, "output"):
+        table = dataset.name.rsplit("/", 1)[-1]
+        ours = translate_airflow_asset(assets[table], None)
+        assert (ours.namespace, ours.name) == (dataset.namespace, dataset.name) == (
+            "file", wh.load(table).location()[len("file://"):]), table
+
+
+def test_an_s3_warehouse_asset_joins_the_datasets_namespace_and_name(
+        tmp_path, s3_bucket, s3_catalog, monkeypatch):
+    """The production shape (docker/compose.yaml): the warehouse root on S3, a SQL catalog
+    whose warehouse is ``s3://<bucket>/iceberg``: the asset's URI is the S3 location the
+    table gets, the events' namespace ``s3://<bucket>`` and name its key joined (the naming
+    spec's URI). The Amazon provider, not installed here, turns an ``s3://`` asset into that
+    pair; without it Airflow keeps the URI as written (no normalizer) and names no dataset."""
+    from airflow.providers.openlineage.utils.utils import translate_airflow_asset
+
+    from kafkalog_pipeline.assets import table_asset
+    from kafkalog_pipeline.lineage import table_datasets
+    from spark_jobs import storage
+    from spark_jobs.warehouse import Warehouse
+
+    asset_env(monkeypatch, f"s3://{s3_bucket}/kafka", s3_catalog)
+    asset = table_asset("records")
+    assert asset.uri == f"s3://{s3_bucket}/iceberg/kafka/records"
+    wh = Warehouse(f"s3://{s3_bucket}/kafka", s3_catalog, s3=storage.S3Config.from_env())
+    wh.table("records")
+    [dataset] = table_datasets(wh, ["records"], "output")
+    assert (dataset.namespace, dataset.name) == (f"s3://{s3_bucket}", "iceberg/kafka/records")
+    assert asset.uri == f"{dataset.namespace}/{dataset.name}" == wh.load("records").location()
+    converted = translate_airflow_asset(asset, None)
+    if converted is not None:  # the Amazon provider is installed
+        assert (converted.namespace, converted.name) == (dataset.namespace, dataset.name)
+
+
+def test_where_the_catalog_places_its_tables_the_setting_says(tmp_path, monkeypatch):
+    """A REST catalog's server places its tables: no URI can be derived, so the asset keeps
+    the logical one unless KAFKALOG_TABLE_LOCATION says; a template that names no table (or
+    another field) is refused; no warehouse in the environment: the logical URI."""
+    from kafkalog_pipeline.assets import table_asset
+    from kafkalog_pipeline.settings import SettingError
+
+    monkeypatch.setenv("PYICEBERG_CATALOG__RESTY__URI", "https://iceberg.example.com/api")
+    monkeypatch.setenv("PYICEBERG_CATALOG__RESTY__WAREHOUSE", "lake")
+    asset_env(monkeypatch, "s3://lake/kafkalog", "resty")
+    assert table_asset("records").uri == "kafkalog://warehouse/records"
+    monkeypatch.setenv("KAFKALOG_TABLE_LOCATION", "s3://lake/tables/{namespace}/{table}/")
+    assert table_asset("records").uri == "s3://lake/tables/kafka/records"
+    for bad in ("s3://lake/tables/{namespace}", "s3://lake/{schema}/{table}"):
+        monkeypatch.setenv("KAFKALOG_TABLE_LOCATION", bad)
+        with pytest.raises(SettingError, match="KAFKALOG_TABLE_LOCATION"):
+            table_asset("records")
+    monkeypatch.delenv("KAFKALOG_TABLE_LOCATION")
+    monkeypatch.delenv("KAFKALOG_WAREHOUSE")
+    assert table_asset("ledger").uri == "kafkalog://warehouse/ledger"
 
 
 def test_the_spark_integrations_transport_properties_become_the_clients():
