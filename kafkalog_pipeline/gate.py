@@ -12,6 +12,11 @@
 
 A night that passed, or failed (publish is ``upstream_failed`` then), never waits.
 
+An answer given before Airflow 3.3.2's scheduler has taken the exit of the worker that parked
+the gate (the first seconds after the question appeared) is lost by Airflow: it retries the
+resumed gate as one killed externally, and the retry asks again (apache/airflow#67287; nothing
+is published; dags/README.md, "The human gate before publish").
+
 ``publish_conflict`` says the same of a publish refused because another run published the
 same offsets first: ``rerun`` (the default) reruns the night at once; ``approve`` makes
 ``rerun_on_conflict`` ask first (:class:`kafkalog_pipeline.operators.RerunOnConflictOperator`);

@@ -1,16 +1,20 @@
 """Airflow as `make ui` runs it (demo.servers: dag-processor, api-server, scheduler as
-subprocesses over a SQLite metadata DB), driven by its CLI and REST API (``Airflow``), and
-what the scheduler tests read of it; the conflict nights (a topic of their own). Used by
-test_backfill and test_gate_partitions."""
+subprocesses over a SQLite metadata DB), started over a folder of snapshots
+(``running_airflow``), driven by its CLI and REST API (``Airflow``), and what the scheduler
+tests read of it; the conflict nights (a topic of their own). Used by test_backfill and
+test_gate_partitions."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from demo import servers
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID as DAG_ID
+from tests.spark_settings import SUBMIT_CONF
 
 
 RUN_TIMEOUT = 25 * 60  # per backfill: two runs one after the other, on a busy 2-core machine
@@ -88,6 +92,64 @@ class Airflow:
                 folder = folder / f"map_index={map_index}"
             for log in sorted(folder.glob("attempt=*.log"))[-1:]:
                 print("\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+
+
+@contextlib.contextmanager
+def running_airflow(out: Path, settings: dict[str, str], dag_ids=(DAG_ID,)):
+    """The ``Airflow`` of ``out``: ``out/snapshots`` served by a moto S3 server on 127.0.0.1,
+    the metadata DB migrated, then the dag-processor, the api-server (127.0.0.1, a free port)
+    and, once ``dag_ids`` are serialized and the API answers (task workers report to its
+    execution API), the scheduler, with the demo's environment (``servers.airflow_env``)
+    updated with the scheduler tests' settings and ``settings``. On an error while it runs,
+    the components' and failed tasks' logs are printed; all is stopped at the end."""
+    logs = out / "pipeline-logs"
+    logs.mkdir(exist_ok=True)
+    server, endpoint = servers.start_s3(out / "snapshots")
+    port = servers.free_port()
+    env = servers.airflow_env(out, endpoint, api_port=port)
+    env.update({
+        "KAFKALOG_WAIT_SECONDS": "5",  # a waiting plan looks again every 5 s
+        # a task's supervisor notices that its process exited at its next heartbeat, every
+        # 5 s by default: each task (a plan's wait included) held its slot ~5 s after it ended
+        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "2",
+        "KAFKALOG_SPARK_CONF": SUBMIT_CONF,  # JVMs that start fast (spark_settings)
+        **settings,
+    })
+    procs = []
+    af = Airflow(out, env, procs, logs)
+    try:
+        servers.migrate(env, logs)
+        # the dag-processor first: the scheduler starts once the DAG is in the DB
+        procs.append(servers.start_component(env, logs, "dag-processor"))
+        procs.append(servers.start_component(env, logs, *servers.api_server_args(port)))
+        for dag_id in dag_ids:
+            servers.wait_for_dag(env, procs, dag_id=dag_id)
+        servers.wait_for_api(port, procs)
+        procs.append(servers.start_component(env, logs, "scheduler"))
+        yield af
+    except BaseException:
+        af.dump_logs()
+        raise
+    finally:
+        servers.stop_components(procs)
+        server.stop()
+
+
+def partition_events(af: Airflow, asset: str = "kafkalog.records") -> list[tuple[str, str]]:
+    """(source run id, partition_key) of the asset's events, in order."""
+    return af.query("SELECT e.source_run_id, e.partition_key FROM asset_event e JOIN asset a "
+                    "ON a.id = e.asset_id WHERE a.name = ? ORDER BY e.id", asset)
+
+
+def executor_events(af: Airflow, run_id: str, task_id: str, try_number: int) -> int:
+    """How many times the scheduler has taken the executor's report of a worker of the task's
+    try (its ``Received executor event`` lines): a worker that parked the task in
+    ``awaiting_input`` has exited then, as far as the scheduler knows."""
+    key = (f"TaskInstanceKey(dag_id='{DAG_ID}', task_id='{task_id}', run_id='{run_id}', "
+           f"try_number={try_number}, map_index=-1)")
+    text = (af.logs / "airflow-scheduler.log").read_text(errors="replace")
+    return len(re.findall(r"Received executor event with state \w+ for task instance "
+                          + re.escape(key), text))
 
 
 def run_notes(af: Airflow, run_ids) -> dict[str, str | None]:

@@ -23,6 +23,10 @@ publish is stopped before it runs, night B publishes some of the same offsets, A
 publish is cleared and refused, and the DAG reruns night A by itself, once; no offset
 of either night is lost or duplicated.
 
+Each run's publish announced each table asset once, its event's ``partition_key`` the run's
+night; step 3's rerun announced its night, and only it, again (issue 46's "rerunning n1 emits
+n1 only"; ``test_gate_partitions`` has the rest of the per-night assets).
+
 The scheduler creates no run of its own (``[scheduler] use_job_schedule = False``):
 the runs checked are the backfills' and the test's, whatever today's date is.
 Airflow's state is read from its SQLite DB (read-only).
@@ -41,13 +45,14 @@ from tests import airflow_env  # noqa: E402,F401
 
 from demo import data as demo_data, servers, sink as demo_sink  # noqa: E402
 from kafkalog_pipeline.settings import NIGHTLY_DAG_ID as DAG_ID  # noqa: E402
+from kafkalog_pipeline.assets import TABLE_ASSETS  # noqa: E402
 
 # expected_records: the distinct (partition, offset) per topic of CRC-valid records, decoded
 # from the snapshot files with kafkalog; warehouse_rows / record_keys read the published tables
 from tests.pipeline.demo_nights import demo_segments, expected_records, record_keys, warehouse_rows  # noqa: E402
-from tests.spark_settings import SUBMIT_CONF  # noqa: E402
 from tests.pipeline.scheduler import (CONFLICT_NIGHTS, FINAL, LOCK_ATTEMPTS, RUN_TIMEOUT, T0, Airflow,  # noqa: E402,F401
-                                      run_notes, task_states, write_conflict_nights)
+                                      partition_events, run_notes, running_airflow, task_states,
+                                      write_conflict_nights)
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
@@ -64,14 +69,9 @@ def backfill_args(nights=NIGHTS) -> list[str]:
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory, demo_nights):
     out = tmp_path_factory.mktemp("backfill")
-    logs = out / "pipeline-logs"
-    logs.mkdir()
     demo_nights(out / "snapshots")  # demo_data.write_nights's (tests/pipeline/conftest.py)
     demo_sink.write(out, out / "snapshots")  # the demo's sink: servers.airflow_env names it
-    server, endpoint = servers.start_s3(out / "snapshots")
-    port = servers.free_port()
-    env = servers.airflow_env(out, endpoint, api_port=port)
-    env.update({
+    with running_airflow(out, {
         # two task slots (servers.airflow_env's, as `make ui` runs): a run's decode chunks run
         # side by side, and the other night's plan waits for the warehouse while they do
         "AIRFLOW__CORE__PARALLELISM": "2",
@@ -81,29 +81,8 @@ def airflow(tmp_path_factory, demo_nights):
         "KAFKALOG_MAX_CHUNKS": "2",
         # no scheduled run for "today": only the backfills' runs exist
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
-        "KAFKALOG_WAIT_SECONDS": "5",  # a waiting plan looks again every 5 s
-        # a task's supervisor notices that its process exited at its next heartbeat, every
-        # 5 s by default: each task (a plan's wait included) held its slot ~5 s after it ended
-        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "2",
-        "KAFKALOG_SPARK_CONF": SUBMIT_CONF,  # JVMs that start fast (spark_settings)
-    })
-    servers.migrate(env, logs)
-    procs = []
-    af = Airflow(out, env, procs, logs)
-    try:
-        # the dag-processor first: the scheduler starts once the DAG is in the DB
-        procs.append(servers.start_component(env, logs, "dag-processor"))
-        procs.append(servers.start_component(env, logs, *servers.api_server_args(port)))
-        servers.wait_for_dag(env, procs)
-        servers.wait_for_api(port, procs)  # task workers report to its execution API
-        procs.append(servers.start_component(env, logs, "scheduler"))
+    }) as af:
         yield af
-    except BaseException:
-        af.dump_logs()
-        raise
-    finally:
-        servers.stop_components(procs)
-        server.stop()
 
 
 # ------------------------------------------------------------------ helpers
@@ -286,6 +265,10 @@ def test_backfills_over_the_demo_nights_never_duplicate(airflow):
         # and each night's one finding of the demo's sink (demo.sink: offset 2 held twice)
         sinks = "Sinks: demo-shipments warn: delivered 4, missing 0, duplicates 1, leaks 0, lag 0"
         assert all(sinks in n.split("\n\n") for n in notes.values()), notes
+        # each run's publish announced each table for its own night (partition_key), once
+        announced = sorted((r["run_id"], n) for r, n in zip(runs, NIGHTS))
+        for asset in TABLE_ASSETS.values():
+            assert sorted(partition_events(af, asset.name)) == announced, asset
 
         # 2. the same dates again with the defaults: nights that ran are left alone
         again = wait_for_backfill(af, create_backfill(af, runs=()))
@@ -303,6 +286,11 @@ def test_backfills_over_the_demo_nights_never_duplicate(airflow):
         assert rerun[0]["start"] > runs[-1]["end"], "the run was not rerun"
         assert assert_warehouse_exact(af.warehouse, want) == counts
         assert {name: sorted(k) for name, k in warehouse_keys(af.warehouse).items()} == keys
+        # the rerun announced its night, and only it, again (partition_key)
+        for asset in TABLE_ASSETS.values():
+            events = partition_events(af, asset.name)
+            assert (sorted(events[:-1]), events[-1:]) == (
+                announced, [(runs[-1]["run_id"], NIGHTS[-1])]), (asset, events)
     except BaseException:
         af.dump_logs()
         raise
