@@ -57,8 +57,8 @@ WINDOWS = """
     sb AS (SELECT topic, partition, MIN(offset) AS s_min, MAX(offset) AS s_max
            FROM {s} GROUP BY topic, partition),
     tp AS (SELECT topic, partition FROM lg UNION SELECT topic, partition FROM sb)
-    SELECT /*+ BROADCAST(lg, sb, p) */ tp.topic, tp.partition, lg.log_start, lg.log_end, sb.s_min, sb.s_max,
-           p.committed_offset,
+    SELECT /*+ BROADCAST(lg, sb, p) */ tp.topic, tp.partition, lg.log_start, lg.log_end,
+           sb.s_min, sb.s_max, p.committed_offset,
            GREATEST(COALESCE(lg.log_start, sb.s_min), COALESCE(sb.s_min, lg.log_start)) AS lo,
            COALESCE(p.committed_offset, sb.s_max + 1,
                     GREATEST(COALESCE(lg.log_start, 0), 0)) - 1 AS hi
