@@ -6,9 +6,10 @@ kafka-connect-transforms KafkaMetadataTransform.java at fe86930d) with pyiceberg
 per ~1M rows, and a log of the same N offsets (one partition per 1M offsets; one planted
 missing offset and one duplicate per partition), then times, best of --repeat:
 
-* reconcile: :func:`spark_jobs.reconcile.sink_read.read_sink` (pyiceberg planning, files
-  read on the executors) + :func:`spark_jobs.reconcile.compare.reconcile` (windows, classes,
-  islands), its observations and counts collected;
+* reconcile: :func:`spark_jobs.reconcile.sink_read.read_sink` (pyiceberg planning, the
+  planned files read on the executors: here by Spark's Parquet reader, as the table's schema
+  history allows) + :func:`spark_jobs.reconcile.compare.reconcile` (windows, classes,
+  deliverable ranks, islands), its observations and counts collected;
 * baseline: the same files read by Spark's own Parquet reader, a left anti join of the log
   against the sink on (topic, partition, offset) and a duplicate count, collected.
 

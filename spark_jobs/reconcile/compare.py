@@ -57,8 +57,8 @@ WINDOWS = """
     sb AS (SELECT topic, partition, MIN(offset) AS s_min, MAX(offset) AS s_max
            FROM {s} GROUP BY topic, partition),
     tp AS (SELECT topic, partition FROM lg UNION SELECT topic, partition FROM sb)
-    SELECT tp.topic, tp.partition, lg.log_start, lg.log_end, sb.s_min, sb.s_max,
-           p.committed_offset,
+    SELECT /*+ BROADCAST(lg, sb, p) */ tp.topic, tp.partition, lg.log_start, lg.log_end,
+           sb.s_min, sb.s_max, p.committed_offset,
            GREATEST(COALESCE(lg.log_start, sb.s_min), COALESCE(sb.s_min, lg.log_start)) AS lo,
            COALESCE(p.committed_offset, sb.s_max + 1,
                     GREATEST(COALESCE(lg.log_start, 0), 0)) - 1 AS hi
@@ -66,43 +66,35 @@ WINDOWS = """
     LEFT JOIN sb ON sb.topic = tp.topic AND sb.partition = tp.partition
     LEFT JOIN {p} p ON p.topic = tp.topic AND p.partition = tp.partition"""
 
-#: one pass over the sink's rows and the log's records together (one shuffle, by partition:
-#: the aggregate per offset and the window in offset order need no other): per offset, the
-#: sink's copies (its keys' and values' least and greatest: two differing copies are a
-#: ``value_mismatch``), whether the log holds a record there and whether it is deliverable,
-#: ``idx`` its rank among the partition's deliverable offsets; out of it, only what is
-#: observed: a row per offset of a class (``seq``: the island order, the deliverable rank for
-#: ``missing``/``not_yet_delivered``, the offset otherwise; ``n``: the offsets it counts), and
-#: one ``_window`` row per partition whose ``seq`` is the deliverable offsets in its window.
+#: one pass over the sink's rows and the log's records together (one shuffle, by partition,
+#: one aggregate in a hash table, no sort): per offset, the sink's copies (its keys' and
+#: values' least and greatest: two differing copies are a ``value_mismatch``), whether the log
+#: holds a record there and whether it is deliverable; out of it, only what is observed: a
+#: row per offset of a class (``seq``: the offset; ``n``: the offsets it counts).
 #: ``beyond_log`` here is before the compaction ranges are taken out (:data:`OFFSETS`).
-CLASSIFY = """
+#: ``%(bytes)s``: :data:`BYTES` where the keys and values are compared, else :data:`NO_BYTES`
+#: (no bytes in the aggregate's buffer: Spark aggregates fixed-width buffers in a hash table,
+#: others by sorting every row first); ``txn_state`` goes through the aggregate as a number.
+CLASSIFY_TEMPLATE = """
     WITH u AS (
       SELECT topic, partition, offset, 1 AS s_n, key AS s_key, value AS s_value,
              false AS r_in, false AS r_del, CAST(NULL AS binary) AS r_key,
-             CAST(NULL AS binary) AS r_value, CAST(NULL AS string) AS txn_state
+             CAST(NULL AS binary) AS r_value, CAST(NULL AS int) AS txn
       FROM {s}
       UNION ALL
       SELECT topic, partition, offset, 0, CAST(NULL AS binary), CAST(NULL AS binary), true,
-             txn_state IS NULL OR txn_state = 'committed', key, value, txn_state
+             txn_state IS NULL OR txn_state = 'committed', key, value,
+             CASE txn_state WHEN 'committed' THEN 1 WHEN 'aborted' THEN 2 WHEN 'open' THEN 3 END
       FROM {r}),
     g AS (
-      SELECT topic, partition, offset, SUM(s_n) AS copies,
-             MIN(s_key) AS kmin, MAX(s_key) AS kmax, MIN(s_value) AS vmin, MAX(s_value) AS vmax,
+      SELECT topic, partition, offset, SUM(s_n) AS copies, %(bytes)s,
              BOOL_OR(r_in) AS in_log, BOOL_OR(r_del) AS deliverable,
-             FIRST(r_key, true) AS r_key, FIRST(r_value, true) AS r_value,
-             FIRST(txn_state, true) AS txn_state
+             element_at(array('committed', 'aborted', 'open'), MAX(txn)) AS txn_state
       FROM (SELECT * FROM u DISTRIBUTE BY topic, partition)
       GROUP BY topic, partition, offset),
     k AS (
-      SELECT g.*, w.lo, w.hi, w.log_start, w.log_end,
-             SUM(IF(g.deliverable, 1, 0)) OVER o AS idx,
-             SUM(IF(g.deliverable AND g.offset BETWEEN w.lo AND w.hi, 1, 0)) OVER a AS in_window,
-             ROW_NUMBER() OVER o AS rn
-      FROM g JOIN {w} w ON w.topic = g.topic AND w.partition = g.partition
-      WINDOW o AS (PARTITION BY g.topic, g.partition ORDER BY g.offset
-                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
-             a AS (PARTITION BY g.topic, g.partition ORDER BY g.offset
-                   ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)),
+      SELECT /*+ BROADCAST(w) */ g.*, w.lo, w.hi, w.log_start, w.log_end
+      FROM g JOIN {w} w ON w.topic = g.topic AND w.partition = g.partition),
     e AS (
       SELECT topic, partition, offset, inline(filter(array(
         named_struct(
@@ -118,24 +110,48 @@ CLASSIFY = """
               ELSE 'beyond_log' END
             WHEN deliverable AND offset >= lo THEN IF(offset <= hi, 'missing', 'not_yet_delivered')
             END,
-          'seq', CAST(IF(copies > 0, offset, idx) AS bigint), 'n', CAST(1 AS bigint),
+          'seq', CAST(offset AS bigint), 'n', CAST(1 AS bigint),
           'txn_state', IF(copies > 0, txn_state, CAST(NULL AS string)),
           'log_end', IF(copies > 0, log_end, CAST(NULL AS bigint))),
         named_struct('class', IF(copies > 1, 'duplicate', CAST(NULL AS string)),
                      'seq', CAST(offset AS bigint), 'n', CAST(copies - 1 AS bigint),
-                     'txn_state', CAST(NULL AS string), 'log_end', CAST(NULL AS bigint)),
-        named_struct('class', IF(rn = 1, '_window', CAST(NULL AS string)),
-                     'seq', CAST(in_window AS bigint), 'n', CAST(0 AS bigint),
                      'txn_state', CAST(NULL AS string), 'log_end', CAST(NULL AS bigint))
       ), x -> x.class IS NOT NULL))
       FROM k)
     SELECT * FROM e"""
 
-#: the observed offsets (of :data:`CLASSIFY`'s rows): ``beyond_log`` only where no compaction
-#: range explains the offset
+#: the log's deliverable offsets as bit masks: per (topic, partition, word ``b``: offsets
+#: ``b * 64`` .. ``b * 64 + 63``), ``mask`` bit ``i`` set where offset ``b * 64 + i`` is a
+#: deliverable record, and ``before`` the deliverable offsets of the partition's words before
+#: it (a window over 1/64th of the records: the rank of a deliverable offset is ``before`` and
+#: the bits of its word up to it, no sort of the records)
+DELIVERABLE = """
+    SELECT topic, partition, b, mask,
+           COALESCE(SUM(bit_count(mask)) OVER (PARTITION BY topic, partition ORDER BY b
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+    FROM (SELECT topic, partition, offset DIV 64 AS b,
+                 BIT_OR(shiftleft(1L, CAST(offset % 64 AS int))) AS mask
+          FROM {r} WHERE txn_state IS NULL OR txn_state = 'committed'
+          GROUP BY topic, partition, offset DIV 64)"""
+
+BYTES = ("MIN(s_key) AS kmin, MAX(s_key) AS kmax, MIN(s_value) AS vmin, MAX(s_value) AS vmax, "
+         "FIRST(r_key, true) AS r_key, FIRST(r_value, true) AS r_value")
+NO_BYTES = ", ".join(f"CAST(NULL AS binary) AS {c}"
+                     for c in ("kmin", "kmax", "vmin", "vmax", "r_key", "r_value"))
+
+#: the observed offsets (of :data:`CLASSIFY_TEMPLATE`'s rows): ``beyond_log`` only where no
+#: compaction range explains the offset; ``missing`` and ``not_yet_delivered`` ranked among
+#: the partition's deliverable offsets (:data:`DELIVERABLE`): their ranges run over the
+#: deliverable offsets (a control marker or compacted offset inside one does not split it)
 OFFSETS = """
     SELECT topic, partition, offset, seq, n, class, txn_state, log_end FROM {f}
-    WHERE class NOT IN ('_window', 'beyond_log')
+    WHERE class NOT IN ('beyond_log', 'missing', 'not_yet_delivered')
+    UNION ALL
+    SELECT f.topic, f.partition, f.offset,
+           d.before + bit_count(d.mask & shiftrightunsigned(-1L, 63 - CAST(f.offset % 64 AS int))),
+           f.n, f.class, f.txn_state, f.log_end
+    FROM (SELECT * FROM {f} WHERE class IN ('missing', 'not_yet_delivered')) f
+    JOIN {d} d ON d.topic = f.topic AND d.partition = f.partition AND d.b = f.offset DIV 64
     UNION ALL
     SELECT f.topic, f.partition, f.offset, f.seq, f.n, f.class, f.txn_state, f.log_end
     FROM (SELECT * FROM {f} WHERE class = 'beyond_log') f
@@ -191,13 +207,22 @@ OBSERVATIONS = """
                lo, hi, topic, partition, :sink) END AS message
     FROM a"""
 
-#: per window: the deliverable records in it (:data:`CLASSIFY`'s ``_window`` rows; the
-#: sink's share is this less its ``missing`` offsets: no second join with the sink)
+#: per window: the deliverable records in it (the bits of :data:`DELIVERABLE`'s words
+#: between ``lo`` and ``hi``; the sink's share is this less its ``missing`` offsets: no second
+#: join with the sink)
 COUNTS = """
-    SELECT w.topic, w.partition, w.lo, w.hi, w.committed_offset, w.log_start, w.log_end,
-           w.s_min, w.s_max, COALESCE(f.seq, 0) AS deliverable
-    FROM {w} w LEFT JOIN (SELECT topic, partition, seq FROM {f} WHERE class = '_window') f
-      ON f.topic = w.topic AND f.partition = w.partition"""
+    WITH n AS (
+      SELECT /*+ BROADCAST(w) */ d.topic, d.partition,
+             SUM(bit_count(d.mask & shiftleft(
+               shiftrightunsigned(-1L, CAST(63 - (LEAST(w.hi - d.b * 64, 63)
+                                                  - GREATEST(w.lo - d.b * 64, 0)) AS int)),
+               CAST(GREATEST(w.lo - d.b * 64, 0) AS int)))) AS n
+      FROM {d} d JOIN {w} w ON w.topic = d.topic AND w.partition = d.partition
+      WHERE w.lo <= w.hi AND d.b BETWEEN w.lo DIV 64 AND w.hi DIV 64
+      GROUP BY d.topic, d.partition)
+    SELECT /*+ BROADCAST(n) */ w.topic, w.partition, w.lo, w.hi, w.committed_offset,
+           w.log_start, w.log_end, w.s_min, w.s_max, COALESCE(n.n, 0) AS deliverable
+    FROM {w} w LEFT JOIN n ON n.topic = w.topic AND n.partition = w.partition"""
 
 
 def reconcile(sink_rows, records, batches, compacted, positions, *, sink: str,
@@ -208,12 +233,14 @@ def reconcile(sink_rows, records, batches, compacted, positions, *, sink: str,
     (:data:`POSITION_COLUMNS`: the sink's committed offsets; none: highest offsets)."""
     spark = sink_rows.sparkSession
     windows = spark.sql(WINDOWS, b=batches, s=sink_rows, p=positions).localCheckpoint()
-    # the one pass over the sink and the log: what it keeps is small (observed offsets, a
-    # row per partition), kept for the observations and the counts both
-    flagged = spark.sql(CLASSIFY, s=sink_rows, r=records, w=windows,
+    # the one pass over the sink and the log: what it keeps is small (observed offsets)
+    classify = CLASSIFY_TEMPLATE % {"bytes": NO_BYTES if compare == "none" else BYTES}
+    flagged = spark.sql(classify, s=sink_rows, r=records, w=windows,
                         args={"compare": compare}).localCheckpoint()
-    offsets = spark.sql(OFFSETS, f=flagged, c=compacted)
+    # the deliverable offsets' bit masks: 1/64th of the records, kept for ranks and counts
+    deliverable = spark.sql(DELIVERABLE, r=records).localCheckpoint()
+    offsets = spark.sql(OFFSETS, f=flagged, c=compacted, d=deliverable)
     obs = spark.sql(OBSERVATIONS, o=offsets, c=compacted, w=windows,
                     args={"check": CHECK, "sink": sink})
-    counts = spark.sql(COUNTS, f=flagged, w=windows)
+    counts = spark.sql(COUNTS, d=deliverable, w=windows)
     return as_observations(obs), counts

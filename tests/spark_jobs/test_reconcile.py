@@ -438,3 +438,51 @@ def test_no_sink_configured_is_no_row_and_no_work():
         family.places(run, loaded, units, family.checks)
         assert units == {("orders", 0): {"batches": 1}}
     assert families.SINKS in families.NOT_INTERNAL
+
+
+def test_spark_reads_the_files_only_where_the_schema_history_allows_and_both_readers_agree(
+        spark, setup):
+    """Spark's Parquet reader reads a sink's files where every column read kept its name,
+    field id and type through the table's schema history (and the files are local): the same
+    rows as the FileIO reader for every profile's shape. A column renamed and renamed back, a
+    promoted type, a file on an object store: the FileIO reader."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.types import LongType
+
+    from spark_jobs.reconcile import sink_read
+
+    _, path, tmp = setup
+    for sink in sink_config.load(str(path)):
+        if sink.name.endswith("-clean"):
+            continue
+        table = sink_read.open_table(sink)
+        paths = sink_read.planned_files(sink, table, ["orders", "users"])
+        schema = sink_read.spark_schema(sink, table, paths)
+        assert schema is not None and len(paths) >= 1, sink.name
+        got = sink_read.read_by_spark(spark, sink, paths, schema).collect()
+        want = sink_read.read_by_fileio(spark, sink, table, paths).collect()
+        assert sorted(got, key=repr) == sorted(want, key=repr) and got, sink.name
+    kc = next(s for s in sink_config.load(str(path)) if s.name == "kc-flat-planted")
+    cat = SqlCatalog("sinks", **{k: v for k, v in kc.catalog.items() if k != "name"})
+    data = kmt_flat([("orders", 0, o, b"", b"") for o in range(3)])
+    renamed = cat.create_table("lake.renamed", schema=data.schema)
+    renamed.append(data)
+    with renamed.update_schema() as u:
+        u.rename_column("_kafka_metadata_offset", "offset_then")
+    with renamed.update_schema() as u:
+        u.rename_column("offset_then", "_kafka_metadata_offset")
+    promoted = cat.create_table("lake.promoted", schema=data.schema)
+    promoted.append(data)
+    with promoted.update_schema() as u:
+        u.update_column("_kafka_metadata_partition", LongType())
+    for name in ("renamed", "promoted"):
+        sink = sink_config.parse({"sinks": [{**{k: getattr(kc, k) for k in ("name", "catalog",
+                                                                             "profile")},
+                                             "table": f"lake.{name}", "topics": ["orders"]}]})[0]
+        table = sink_read.open_table(sink)
+        paths = sink_read.planned_files(sink, table, ["orders"])
+        assert sink_read.spark_schema(sink, table, paths) is None, name
+        rows = sink_read.read_sink(spark, sink, table, ["orders"]).collect()
+        assert sorted(r.offset for r in rows) == [0, 1, 2], name
+    table = sink_read.open_table(kc)
+    assert sink_read.spark_schema(kc, table, ["s3://bucket/lake/data/a.parquet"]) is None
