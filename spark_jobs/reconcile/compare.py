@@ -33,6 +33,7 @@ from __future__ import annotations
 from spark_jobs.audit.observations import as_observations
 from spark_jobs.audit.offsets import offset_gaps
 from spark_jobs.audit.records import record_gaps
+from spark_jobs.schemas import TXN_ENDS, TXN_OPEN
 
 from .classes import CHECK
 
@@ -83,13 +84,14 @@ CLASSIFY_TEMPLATE = """
       FROM {s}
       UNION ALL
       SELECT topic, partition, offset, 0, CAST(NULL AS binary), CAST(NULL AS binary), true,
-             txn_state IS NULL OR txn_state = 'committed', key, value,
-             CASE txn_state WHEN 'committed' THEN 1 WHEN 'aborted' THEN 2 WHEN 'open' THEN 3 END
+             txn_state IS NULL OR txn_state = '%(committed)s', key, value,
+             CASE txn_state WHEN '%(committed)s' THEN 1 WHEN '%(aborted)s' THEN 2
+                            WHEN '%(open)s' THEN 3 END
       FROM {r}),
     g AS (
       SELECT topic, partition, offset, SUM(s_n) AS copies, %(bytes)s,
              BOOL_OR(r_in) AS in_log, BOOL_OR(r_del) AS deliverable,
-             element_at(array('committed', 'aborted', 'open'), MAX(txn)) AS txn_state
+             element_at(array('%(committed)s', '%(aborted)s', '%(open)s'), MAX(txn)) AS txn_state
       FROM (SELECT * FROM u DISTRIBUTE BY topic, partition)
       GROUP BY topic, partition, offset),
     k AS (
@@ -234,7 +236,9 @@ def reconcile(sink_rows, records, batches, compacted, positions, *, sink: str,
     spark = sink_rows.sparkSession
     windows = spark.sql(WINDOWS, b=batches, s=sink_rows, p=positions).localCheckpoint()
     # the one pass over the sink and the log: what it keeps is small (observed offsets)
-    classify = CLASSIFY_TEMPLATE % {"bytes": NO_BYTES if compare == "none" else BYTES}
+    classify = CLASSIFY_TEMPLATE % {"bytes": NO_BYTES if compare == "none" else BYTES,
+                                   "committed": TXN_ENDS["COMMIT"], "aborted": TXN_ENDS["ABORT"],
+                                   "open": TXN_OPEN}
     flagged = spark.sql(classify, s=sink_rows, r=records, w=windows,
                         args={"compare": compare}).localCheckpoint()
     # the deliverable offsets' bit masks: 1/64th of the records, kept for ranks and counts
