@@ -111,12 +111,9 @@ def _pipeline_marker_where_a_test_starts_a_pipeline(request, monkeypatch):
 def spark():
     from spark_jobs.session import build_session
 
-    from tests.spark_settings import FAST_START_JVM
+    from tests.spark_settings import SESSION_CONF
 
-    session = build_session("kafkalog-tests", master="local[2]",
-                            conf={"spark.sql.shuffle.partitions": "4",
-                                  "spark.default.parallelism": "4",
-                                  "spark.driver.extraJavaOptions": FAST_START_JVM})
+    session = build_session("kafkalog-tests", master="local[2]", conf=SESSION_CONF)
     yield session
     session.stop()
     # py4j says goodbye at INFO from __del__ when the interpreter exits; by then the
