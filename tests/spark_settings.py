@@ -21,7 +21,8 @@ FAST_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCache
 
 #: SQL settings of every test session and spark-submit: no whole-stage code generation and no
 #: generated code for expressions, projections and orderings either (Spark's interpreted path,
-#: which its own test suites run every expression through as well). Janino compiling the code
+#: which its own test suites run every expression through as well: ``factoryMode`` is an
+#: internal setting Spark keeps for its tests, not one for production). Janino compiling the code
 #: of each new plan was a third of an audit's CPU time: check_quality on the demo's night 2
 #: (night 1 published; one in-process session, the settings alternated, 3 audits each, load
 #: 4-9) took 36.1/43.6/37.3 s CPU (driver, JVM and Python workers) with code generation,
