@@ -43,9 +43,10 @@ ui: venv
 # tests (Spark, S3, Airflow, browser) do not depend on the decoder path and run once.
 # Two pytest-xdist workers, a test module each at a time (--dist loadfile keeps a module's
 # fixtures, such as one job run read by many tests, in one process): the Airflow and Spark
-# tests spend much of their time waiting on subprocesses. The two longest modules go first,
-# one to each worker (tests/conftest.py: LONGEST_FIRST; xdist's reordering is off so that it
-# keeps that order). `make test TEST_WORKERS=` runs in one process.
+# tests spend much of their time waiting on subprocesses. The longest modules go first (the
+# two longest one to each worker) and the quick ones last, so that the workers end together
+# (tests/conftest.py: LONGEST_FIRST; xdist's reordering is off so that it keeps that order).
+# `make test TEST_WORKERS=` runs in one process.
 TEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 test: venv browser postgres
 	KAFKALOG_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(TEST_WORKERS) --durations=25

@@ -37,12 +37,30 @@ S3_ENV = {
 }
 
 
-#: the modules whose Airflow DAG runs take longest (15-20 min each on a busy 2-core machine),
-#: collected first: with ``--dist loadfile --no-loadscope-reorder`` (the Makefile) each of
-#: the two workers starts on one, and the short modules fill in around them. xdist's own
-#: order (most tests first) left them to the end: the suite then ended with one of them
-#: running alone for ~20 minutes.
-LONGEST_FIRST = ("test_dags_e2e.py", "test_backfill.py", "test_gate_partitions.py")
+#: the test modules that take longest, longest first (seconds of the compiled pass at the last
+#: full run, on the loaded 2-core machine), collected first: with ``--dist loadfile
+#: --no-loadscope-reorder`` (the Makefile) each worker takes the next module when it is nearly
+#: done with its own, so the longest go first (one to each worker: the two Airflow modules,
+#: 15-20 min each when the machine is busy) and the short ones fill in after them. The modules
+#: not named here follow, those that run Spark, Airflow or a browser (the ``pipeline`` marker)
+#: before the rest: the suite ends on quick modules, not on one worker still in a long one while
+#: the other has nothing left (xdist's own order, most tests first, left the Airflow modules to
+#: the end: the suite ended with one of them running alone for ~20 minutes).
+LONGEST_FIRST = (
+    "test_backfill.py",  # ~750 s: two tests over one real scheduler, six DAG runs
+    "test_dags_e2e.py",  # ~300 s: five dag.test() nights
+    "test_gate_partitions.py",
+    "test_absent.py",  # ~320 s: a dozen decoded and audited nights
+    "test_quality.py",  # ~200 s
+    "test_reconcile.py",  # ~120 s
+    "test_eos.py",  # ~100 s
+    "test_second_engine.py",
+    "test_lineage.py",
+    "test_tier_audit.py",
+    "test_log_dir_checks.py",
+    "test_docker.py",
+    "test_plugin_ui.py",
+)
 
 
 #: fixtures that start a Spark session or an S3 server: a test using one (directly or through
@@ -56,7 +74,11 @@ def pytest_collection_modifyitems(config, items):
         if PIPELINE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.pipeline)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: rest as collected
+    pipeline_modules = {item.path for item in items if item.get_closest_marker("pipeline")}
+    # one key per module (a module's tests stay together, in their order): stable, so the
+    # modules of each kind stay as collected
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)),
+                                 item.path not in pipeline_modules))
 
 
 @pytest.fixture(autouse=True)
@@ -89,12 +111,9 @@ def _pipeline_marker_where_a_test_starts_a_pipeline(request, monkeypatch):
 def spark():
     from spark_jobs.session import build_session
 
-    from tests.spark_settings import FAST_START_JVM
+    from tests.spark_settings import SESSION_CONF
 
-    session = build_session("kafkalog-tests", master="local[2]",
-                            conf={"spark.sql.shuffle.partitions": "4",
-                                  "spark.default.parallelism": "4",
-                                  "spark.driver.extraJavaOptions": FAST_START_JVM})
+    session = build_session("kafkalog-tests", master="local[2]", conf=SESSION_CONF)
     yield session
     session.stop()
     # py4j says goodbye at INFO from __del__ when the interpreter exits; by then the
