@@ -8,6 +8,7 @@ make current — or ``main`` where the run has no branch (already published).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,14 +38,74 @@ def materialize(df):
     return df.localCheckpoint()
 
 
-def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]]):
+#: the prefix of the audit's Spark job descriptions (:func:`described`)
+JOB_PREFIX = "check_quality: "
+
+
+@contextmanager
+def described(spark, what: str):
+    """The Spark jobs started inside the block are described ``check_quality: <what>`` (the
+    Spark UI's and the event log's job description: which step or family of the audit ran
+    them, :mod:`.job`); the description before it is restored after."""
+    sc = spark.sparkContext
+    before = sc.getLocalProperty("spark.job.description")
+    sc.setJobDescription(JOB_PREFIX + what)
+    try:
+        yield
+    finally:
+        sc.setJobDescription(before)
+
+
+@contextmanager
+def sql_conf(spark, settings: dict):
+    """Spark SQL ``settings`` for the block only (the session's values restored after)."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, str(v))
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]],
+                sizes: dict | None = None):
     """The run's five tables, as of ``snapshots`` (:func:`audited_snapshots`), each read once
-    (:func:`materialize`)."""
+    (:func:`materialize`); ``sizes``: gets each table's bytes of Parquet read."""
     from spark_jobs.tables import read_table
 
+    sizes = {} if sizes is None else sizes
+
+    def counted(name):
+        def keep(table, data_file):
+            sizes[name] = sizes.get(name, 0) + data_file.file_size_in_bytes
+            return True
+        return keep
+
     return {name: materialize(read_table(spark, wh, name, snapshot=snapshots[name][1],
-                                         run_id=run_id))
+                                         run_id=run_id, keep=counted(name)))
             for name in TABLES}
+
+
+#: the audit's Spark settings (:func:`audit_settings`): adaptive execution off, so that a query
+#: is one Spark job (and one job per broadcast) instead of one per stage, each re-planning the
+#: whole query: the audit's queries are many small ones over tables read once
+ADAPTIVE = "spark.sql.adaptive.enabled"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+#: the bytes of the run's Parquet files per shuffle partition of the audit's queries
+BYTES_PER_PARTITION = 32 << 20
+
+
+def shuffle_partitions(spark, sizes: dict) -> int:
+    """The audit's shuffle partitions, sized to the run's tables (``sizes``: bytes of Parquet
+    per table, :func:`load_tables`): one per :data:`BYTES_PER_PARTITION`, at least one, at
+    most the session's ``spark.sql.shuffle.partitions``."""
+    most = int(spark.conf.get(SHUFFLE_PARTITIONS, "200"))
+    return max(1, min(most, -(-sum(sizes.values()) // BYTES_PER_PARTITION)))
 
 
 @dataclass(frozen=True)
