@@ -18,11 +18,15 @@ Then ``--rounds`` rounds, each running both, alternating which goes first
 
 Reported per kind: wall seconds of each spark-submit (start to exit), their mean, and the
 Spark jobs and stages each ran (its event log, ``spark.eventLog.enabled``:
-``SparkListenerJobStart`` and ``SparkListenerStageCompleted`` events); the ratio of the means
-audit/floor. ``PYTHONPATH`` chooses the code measured (the first entry: run the same bench with
+``SparkListenerJobStart`` and ``SparkListenerStageCompleted`` events), and per job
+description (``by_step``: the audit describes its jobs by step and family,
+``spark_jobs.audit.inputs.described``) the jobs and their seconds; the ratio of the means
+audit/floor. ``--keep-events`` keeps the event logs; ``--rows FILE`` appends each audit's
+dq_results rows, canonical, for ``bench/dq_diff.py compare`` (two codes' rows). ``PYTHONPATH`` chooses the code measured (the first entry: run the same bench with
 another checkout's code first to measure it).
 
     .venv/bin/python bench/bench_audit.py [--rounds 3] [--cores 2] [--out DIR] [--json FILE]
+        [--rows FILE] [--keep-events]
 """
 
 from __future__ import annotations
@@ -146,12 +150,27 @@ def floor(warehouse: str, run_id: str) -> int:
     return 0
 
 
+def record_rows(path: Path, wh: Path, round_: int) -> None:
+    """Append the run's dq_results rows as the audit just wrote them, canonical
+    (:func:`dq_diff.canonical`), as a line of ``bench/dq_capture.py``'s format."""
+    sys.path.insert(0, str(HERE))
+    import dq_diff
+
+    rows = dq_diff.canonical(dq_diff.read_rows(wh, RUN))
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": "bench_audit", "call": round_, "run_id": RUN,
+                            "rows": rows}, sort_keys=True) + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--out", type=Path, default=HERE / "out" / "audit")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--rows", type=Path,
+                    help="append each audit's dq_results rows of the run, canonical "
+                         "(bench/dq_diff.py compare FILE_A FILE_B: two codes' rows)")
     ap.add_argument("--keep-events", action="store_true",
                     help="keep each spark-submit's event log in --out (events-<kind>-<round>)")
     ap.add_argument("--floor", nargs=2, metavar=("WAREHOUSE", "RUN_ID"), help=argparse.SUPPRESS)
@@ -177,6 +196,8 @@ def main(argv=None) -> int:
             seconds, status = submit(args.cores, events, commands[kind], env)
             runs[kind].append({"seconds": round(seconds, 2), "exit": status,
                                **event_counts(events)})
+            if kind == "audit" and args.rows:
+                record_rows(args.rows, wh, i)
             if not args.keep_events:
                 shutil.rmtree(events, ignore_errors=True)
     mean = {k: sum(r["seconds"] for r in v) / len(v) for k, v in runs.items()}

@@ -32,10 +32,15 @@ def audited_snapshots(wh: Warehouse, run_id: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def materialize(df):
+def materialize(df, partitions: int | None = None):
     """``df`` computed once and kept on the executors: every later query reads
-    these rows, not ``df``'s plan (a table's files are read once, not once per check)."""
-    return df.localCheckpoint()
+    these rows, not ``df``'s plan (a table's files are read once, not once per check); in at
+    most ``partitions`` partitions (default: the audit's shuffle partitions,
+    :func:`shuffle_partitions`), so that every later scan of a small table is one task, not
+    one per file split."""
+    most = partitions if partitions is not None else \
+        int(df.sparkSession.conf.get(SHUFFLE_PARTITIONS, "200"))
+    return df.coalesce(max(1, most)).localCheckpoint()
 
 
 #: the prefix of the audit's Spark job descriptions (:func:`described`)
@@ -86,9 +91,12 @@ def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[st
             return True
         return keep
 
-    return {name: materialize(read_table(spark, wh, name, snapshot=snapshots[name][1],
-                                         run_id=run_id, keep=counted(name)))
-            for name in TABLES}
+    out = {}
+    for name in TABLES:
+        df = read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id,
+                        keep=counted(name))
+        out[name] = materialize(df, partitions_for(sizes.get(name, 0)))
+    return out
 
 
 #: the audit's Spark settings (:func:`audit_settings`): adaptive execution off, so that a query
@@ -100,12 +108,18 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 BYTES_PER_PARTITION = 32 << 20
 
 
+def partitions_for(size: int) -> int:
+    """Partitions for ``size`` bytes of Parquet: one per :data:`BYTES_PER_PARTITION`, at least
+    one."""
+    return max(1, -(-size // BYTES_PER_PARTITION))
+
+
 def shuffle_partitions(spark, sizes: dict) -> int:
     """The audit's shuffle partitions, sized to the run's tables (``sizes``: bytes of Parquet
-    per table, :func:`load_tables`): one per :data:`BYTES_PER_PARTITION`, at least one, at
-    most the session's ``spark.sql.shuffle.partitions``."""
+    per table, :func:`load_tables`): :func:`partitions_for` their sum, at most the session's
+    ``spark.sql.shuffle.partitions``."""
     most = int(spark.conf.get(SHUFFLE_PARTITIONS, "200"))
-    return max(1, min(most, -(-sum(sizes.values()) // BYTES_PER_PARTITION)))
+    return min(most, partitions_for(sum(sizes.values())))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,11 @@ parses the command line, calls :func:`audit` and reports its rows).
 5. :func:`publish_docs` — the great-expectations suites validate the verdicts, the Data
    Docs go to ``W/data_docs/<run_token>/``; they must agree with ``dq_results``.
 
-Every line printed starts with ``check_quality:``.
+Every line printed starts with ``check_quality:``; every Spark job the audit starts is
+described ``check_quality: <step or family>`` (:func:`.inputs.described`: the Spark UI's and
+the event log's job description, ``bench/bench_audit.py`` counts them so). The audit runs in
+its own Spark settings (:func:`audit`): adaptive execution off and the shuffle partitions
+sized to the run's tables (:func:`.inputs.shuffle_partitions`), the session's restored after.
 """
 
 from __future__ import annotations
@@ -152,8 +156,8 @@ def read_run(spark, wh: Warehouse, run_id: str, out, *, policy: Policy,
     sizes: dict = {}
     with described(spark, "read the run's tables"):
         tables = load_tables(spark, wh, run_id, snapshots, sizes)
+        spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, sizes)))
         published_ledger = materialize(read_table(spark, wh, "ledger"))
-    spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, sizes)))
     with described(spark, "read the run: prior ends and listed segments"):
         prior = materialize(context.prior_ends(published_ledger, tables["ledger"], run_id))
         listed = materialize(context.listed_segments(tables["ledger"], published_ledger, run_id))
