@@ -38,7 +38,8 @@ def pytest_configure(config):
         _current["calls"] += 1
         with open(path, "a") as f:
             f.write(json.dumps({"test": _current["test"], "call": _current["calls"],
-                                "run_id": run_id, "rows": dq_diff.canonical(rows)},
+                                "run_id": run_id,
+                                "rows": dq_diff.canonical(rows, [config.rootpath])},
                                sort_keys=True) + "\n")
         return rows
 

@@ -32,14 +32,18 @@ IGNORED = ("checked_at", "run_id")
 _TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/")
 
 
-def canonical(rows) -> list[dict]:
-    """``rows`` (dq_results rows: dicts) as compared: see the module docstring."""
+def canonical(rows, roots=()) -> list[dict]:
+    """``rows`` (dq_results rows: dicts) as compared: see the module docstring; each of
+    ``roots`` (a checkout whose test data the tests read) written ``<checkout>``."""
     out = []
     for r in rows:
         r = {k: v for k, v in dict(r).items() if k not in IGNORED}
         if isinstance(r.get("details"), str):
             r["details"] = json.loads(r["details"])
-        out.append(json.loads(_TMP.sub("<tmp>/", json.dumps(r, sort_keys=True, default=str))))
+        text = _TMP.sub("<tmp>/", json.dumps(r, sort_keys=True, default=str))
+        for root in roots:
+            text = text.replace(str(root).rstrip("/") + "/", "<checkout>/")
+        out.append(json.loads(text))
     return out
 
 
@@ -101,7 +105,9 @@ def compare(args) -> int:
         out = {}
         for line in Path(path).read_text().splitlines():
             x = json.loads(line)
-            out[(x["test"], x["call"])] = x["rows"]
+            out[(x["test"], x["call"], len(out))  # every line, in order
+                if x["test"] == "bench_audit" else (x["test"], x["call"])] = \
+                canonical(x["rows"], args.mask)
         return out
 
     a, b = load(args.a), load(args.b)
@@ -126,6 +132,9 @@ def main(argv=None) -> int:
     c = sub.add_parser("compare")
     c.add_argument("a")
     c.add_argument("b")
+    c.add_argument("--mask", action="append", default=[], metavar="PATH",
+                   help="a checkout's path, written <checkout> (the tests' data are read "
+                        "from the checkout that runs them)")
     args = ap.parse_args(argv)
     return run(args) if args.what == "run" else compare(args)
 
