@@ -18,11 +18,15 @@ Then ``--rounds`` rounds, each running both, alternating which goes first
 
 Reported per kind: wall seconds of each spark-submit (start to exit), their mean, and the
 Spark jobs and stages each ran (its event log, ``spark.eventLog.enabled``:
-``SparkListenerJobStart`` and ``SparkListenerStageCompleted`` events); the ratio of the means
-audit/floor. ``PYTHONPATH`` chooses the code measured (the first entry: run the same bench with
+``SparkListenerJobStart`` and ``SparkListenerStageCompleted`` events), and per job
+description (``by_step``: the audit describes its jobs by step and family,
+``spark_jobs.audit.inputs.described``) the jobs and their seconds; the ratio of the means
+audit/floor. ``--keep-events`` keeps the event logs; ``--rows FILE`` appends each audit's
+dq_results rows, canonical, for ``bench/dq_diff.py compare`` (two codes' rows). ``PYTHONPATH`` chooses the code measured (the first entry: run the same bench with
 another checkout's code first to measure it).
 
     .venv/bin/python bench/bench_audit.py [--rounds 3] [--cores 2] [--out DIR] [--json FILE]
+        [--rows FILE] [--keep-events]
 """
 
 from __future__ import annotations
@@ -79,20 +83,36 @@ def submit(cores: int, events: Path, args: list[str], env: dict) -> tuple[float,
 
 
 def event_counts(events: Path) -> dict:
-    """Jobs started and stages completed of the one application that wrote to ``events``."""
+    """Jobs started and stages completed of the one application that wrote to ``events``, and
+    ``by_step``: per job description (the audit names its steps and families:
+    ``spark_jobs.audit.job``; else the job's call site) ``[jobs, seconds]``, the seconds from
+    each job's submission to its end."""
     logs = [p for p in events.rglob("*") if p.is_file() and not p.name.startswith(".")
             and not p.name.startswith("appstatus")]
     jobs = stages = 0
+    started: dict = {}  # job id -> (step, submission ms)
+    by_step: dict = {}
     for log in logs:  # one file (rolling off); Spark may roll it into events_N_* files
         with open(log) as f:
             for line in f:
                 if '"Event":"SparkListenerJobStart"' in line:
                     jobs += 1
+                    event = json.loads(line)
+                    props = event.get("Properties") or {}
+                    step = props.get("spark.job.description") or props.get("callSite.short", "?")
+                    started[event["Job ID"]] = (step, event.get("Submission Time"))
+                elif '"Event":"SparkListenerJobEnd"' in line:
+                    event = json.loads(line)
+                    step, at = started.get(event["Job ID"], ("?", None))
+                    tally = by_step.setdefault(step, [0, 0.0])
+                    tally[0] += 1
+                    if at is not None and event.get("Completion Time") is not None:
+                        tally[1] = round(tally[1] + (event["Completion Time"] - at) / 1000, 3)
                 elif '"Event":"SparkListenerStageCompleted"' in line:
                     stages += 1
     if not logs or not jobs:
         raise SystemExit(f"no Spark event log (or no job) in {events}")
-    return {"jobs": jobs, "stages": stages}
+    return {"jobs": jobs, "stages": stages, "by_step": by_step}
 
 
 def prepare(out: Path, cores: int, env: dict) -> Path:
@@ -130,12 +150,29 @@ def floor(warehouse: str, run_id: str) -> int:
     return 0
 
 
+def record_rows(path: Path, wh: Path, round_: int) -> None:
+    """Append the run's dq_results rows as the audit just wrote them, canonical
+    (:func:`dq_diff.canonical`), as a line of ``bench/dq_capture.py``'s format."""
+    sys.path.insert(0, str(HERE))
+    import dq_diff
+
+    rows = dq_diff.canonical(dq_diff.read_rows(wh, RUN))
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": "bench_audit", "call": round_, "run_id": RUN,
+                            "rows": rows}, sort_keys=True) + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--out", type=Path, default=HERE / "out" / "audit")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--rows", type=Path,
+                    help="append each audit's dq_results rows of the run, canonical "
+                         "(bench/dq_diff.py compare FILE_A FILE_B: two codes' rows)")
+    ap.add_argument("--keep-events", action="store_true",
+                    help="keep each spark-submit's event log in --out (events-<kind>-<round>)")
     ap.add_argument("--floor", nargs=2, metavar=("WAREHOUSE", "RUN_ID"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.floor:
@@ -159,7 +196,10 @@ def main(argv=None) -> int:
             seconds, status = submit(args.cores, events, commands[kind], env)
             runs[kind].append({"seconds": round(seconds, 2), "exit": status,
                                **event_counts(events)})
-            shutil.rmtree(events, ignore_errors=True)
+            if kind == "audit" and args.rows:
+                record_rows(args.rows, wh, i)
+            if not args.keep_events:
+                shutil.rmtree(events, ignore_errors=True)
     mean = {k: sum(r["seconds"] for r in v) / len(v) for k, v in runs.items()}
     out = {
         "code": str(code), "cores": args.cores, "rounds": args.rounds,

@@ -85,14 +85,15 @@ def read_files(spark, paths: list[str], name: str, config: storage.S3Config | No
 
 def read_table(spark, warehouse, name: str, *, snapshot: int | None = None, ref: str | None = None,
                row_filter=None, run_id: str | None = None,
-               config: storage.S3Config | None = None):
+               config: storage.S3Config | None = None, keep=None):
     """Table ``name`` of ``warehouse`` (a root, or a :class:`~spark_jobs.warehouse.Warehouse`)
     as a DataFrame: ``main``'s current snapshot, or ``snapshot`` / ``ref`` (time travel, a
     run's branch); ``row_filter`` prunes files (rows are not filtered by it);
-    ``run_id`` keeps that run's rows only."""
+    ``run_id`` keeps that run's rows only; ``keep``: as :func:`table_paths`' (sees each
+    data file planned)."""
     wh = warehouse_of(warehouse, config)
     df = read_files(spark, table_paths(wh, name, snapshot=snapshot, ref=ref, row_filter=row_filter,
-                                       run_id=run_id), name, wh.s3)
+                                       run_id=run_id, keep=keep), name, wh.s3)
     return df.where(df.run_id == run_id) if run_id is not None else df
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from .context import listed_segments
 from .families import tiered_topics
 from .inputs import RunFrames
-from .observations import union_all
+from .observations import OBSERVATION_NAMES, observation_frame, union_all
 from .policy import Policy
 from .records import batch_kinds
 from .registry import CHECKS, DECODER_FINDINGS, observers
@@ -39,7 +39,8 @@ def run_checks(tables: dict, policy: Policy, run_id: str, prior=None, listed=Non
                     absent=absent, kinds=batch_kinds(tables["batches"]).cache(),
                     listed=listed_segments(tables["ledger"], run_id=run_id) if listed is None
                     else listed)
-    parts = [frame for observe in observers() if (frame := observe(run)) is not None]
+    parts = [observation_frame(run.spark, frame) if isinstance(frame, list) else frame
+             for observe in observers() if (frame := observe(run)) is not None]
     out = union_all(run.spark, parts)
     finding_kinds = [row[0] for row in run.findings.select("kind").distinct().collect()]
     return apply_policy(out, policy, run.topics, finding_kinds), run.topics
@@ -61,8 +62,19 @@ def run_observations(tables: dict, policy: Policy, run_id: str, *, topics, findi
     parts = [frame for observe in observers(on_driver=False) if (frame := observe(run)) is not None]
     spark = apply_policy(union_all(run.spark, parts), policy, topics, finding_kinds, rows=grades)
     found = [observe(run) for observe in observers(on_driver=True)]
-    return spark, graded_rows([o for f in found if f is not None
-                               for o in (f if isinstance(f, list) else f.collect())], grades)
+    return spark, graded_rows([o for f in found if f is not None for o in driver_rows(f)],
+                              grades)
+
+
+def driver_rows(found) -> list:
+    """Observations made on the driver as Rows of :data:`.observations.OBSERVATION_NAMES`:
+    ``found`` is a list of such Rows or of tuples in that order (the tier audit's), or a
+    frame (collected)."""
+    from pyspark.sql import Row
+
+    if not isinstance(found, list):
+        return found.collect()
+    return [o if isinstance(o, Row) else Row(**dict(zip(OBSERVATION_NAMES, o))) for o in found]
 
 
 def graded_rows(observations, grades) -> list:

@@ -8,6 +8,7 @@ make current — or ``main`` where the run has no branch (already published).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,20 +32,94 @@ def audited_snapshots(wh: Warehouse, run_id: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def materialize(df):
+def materialize(df, partitions: int | None = None):
     """``df`` computed once and kept on the executors: every later query reads
-    these rows, not ``df``'s plan (a table's files are read once, not once per check)."""
-    return df.localCheckpoint()
+    these rows, not ``df``'s plan (a table's files are read once, not once per check); in at
+    most ``partitions`` partitions (default: the audit's shuffle partitions,
+    :func:`shuffle_partitions`), so that every later scan of a small table is one task, not
+    one per file split."""
+    most = partitions if partitions is not None else \
+        int(df.sparkSession.conf.get(SHUFFLE_PARTITIONS, "200"))
+    return df.coalesce(max(1, most)).localCheckpoint()
 
 
-def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]]):
+#: the prefix of the audit's Spark job descriptions (:func:`described`)
+JOB_PREFIX = "check_quality: "
+
+
+@contextmanager
+def described(spark, what: str):
+    """The Spark jobs started inside the block are described ``check_quality: <what>`` (the
+    Spark UI's and the event log's job description: which step or family of the audit ran
+    them, :mod:`.job`); the description before it is restored after."""
+    sc = spark.sparkContext
+    before = sc.getLocalProperty("spark.job.description")
+    sc.setJobDescription(JOB_PREFIX + what)
+    try:
+        yield
+    finally:
+        sc.setJobDescription(before)
+
+
+@contextmanager
+def sql_conf(spark, settings: dict):
+    """Spark SQL ``settings`` for the block only (the session's values restored after)."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, str(v))
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]],
+                sizes: dict | None = None):
     """The run's five tables, as of ``snapshots`` (:func:`audited_snapshots`), each read once
-    (:func:`materialize`)."""
+    (:func:`materialize`); ``sizes``: gets each table's bytes of Parquet read."""
     from spark_jobs.tables import read_table
 
-    return {name: materialize(read_table(spark, wh, name, snapshot=snapshots[name][1],
-                                         run_id=run_id))
-            for name in TABLES}
+    sizes = {} if sizes is None else sizes
+
+    def counted(name):
+        def keep(table, data_file):
+            sizes[name] = sizes.get(name, 0) + data_file.file_size_in_bytes
+            return True
+        return keep
+
+    out = {}
+    for name in TABLES:
+        df = read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id,
+                        keep=counted(name))
+        out[name] = materialize(df, partitions_for(sizes.get(name, 0)))
+    return out
+
+
+#: the audit's Spark settings (:func:`audit_settings`): adaptive execution off, so that a query
+#: is one Spark job (and one job per broadcast) instead of one per stage, each re-planning the
+#: whole query: the audit's queries are many small ones over tables read once
+ADAPTIVE = "spark.sql.adaptive.enabled"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+#: the bytes of the run's Parquet files per shuffle partition of the audit's queries
+BYTES_PER_PARTITION = 32 << 20
+
+
+def partitions_for(size: int) -> int:
+    """Partitions for ``size`` bytes of Parquet: one per :data:`BYTES_PER_PARTITION`, at least
+    one."""
+    return max(1, -(-size // BYTES_PER_PARTITION))
+
+
+def shuffle_partitions(spark, sizes: dict) -> int:
+    """The audit's shuffle partitions, sized to the run's tables (``sizes``: bytes of Parquet
+    per table, :func:`load_tables`): :func:`partitions_for` their sum, at most the session's
+    ``spark.sql.shuffle.partitions``."""
+    most = int(spark.conf.get(SHUFFLE_PARTITIONS, "200"))
+    return min(most, partitions_for(sum(sizes.values())))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,11 @@ parses the command line, calls :func:`audit` and reports its rows).
 5. :func:`publish_docs` — the great-expectations suites validate the verdicts, the Data
    Docs go to ``W/data_docs/<run_token>/``; they must agree with ``dq_results``.
 
-Every line printed starts with ``check_quality:``.
+Every line printed starts with ``check_quality:``; every Spark job the audit starts is
+described ``check_quality: <step or family>`` (:func:`.inputs.described`: the Spark UI's and
+the event log's job description, ``bench/bench_audit.py`` counts them so). The audit runs in
+its own Spark settings (:func:`audit`): adaptive execution off and the shuffle partitions
+sized to the run's tables (:func:`.inputs.shuffle_partitions`), the session's restored after.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from spark_jobs.warehouse import Warehouse
 from . import as_of, context, internal_checks, results, rows
 from .checks import run_observations
 from .families import ABSENT, NOT_INTERNAL, audited_topics
-from .inputs import audited_snapshots, load_tables, materialize
+from .inputs import (ADAPTIVE, SHUFFLE_PARTITIONS, audited_snapshots, described, load_tables,
+                     materialize, shuffle_partitions, sql_conf)
 from .policy import Policy
 from .registry import CHECKS, FAMILIES, OPTIONAL_CHECKS
 
@@ -86,6 +91,18 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     the tier to list for the tier audit (:mod:`.tier`; None: its metadata checks only);
     ``sinks``: the Kafka->lake sinks to reconcile (:class:`spark_jobs.reconcile.job.Sinks`;
     None or none configured: no ``sink_reconcile`` result, no work)."""
+    # the audit's settings (:data:`.inputs.ADAPTIVE`), the session's again after it; the
+    # shuffle partitions are sized to the run once its tables are read (:func:`read_run`)
+    with sql_conf(spark, {ADAPTIVE: "false",
+                          SHUFFLE_PARTITIONS: spark.conf.get(SHUFFLE_PARTITIONS, "200")}):
+        return audit_run(spark, wh, run_id, policy=policy, docs=docs, out=out, topics=topics,
+                         tiered_storage=tiered_storage, sinks=sinks)
+
+
+def audit_run(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
+              out=None, topics: str | None = None, tiered_storage: str | None = None,
+              sinks=None):
+    """:func:`audit`'s steps, in the audit's Spark settings."""
     out = out or sys.stdout
     store = storage.open_store(wh.root, wh.s3)
     run = read_run(spark, wh, run_id, out, policy=policy, topic_filter=topics,
@@ -93,31 +110,39 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     run.sinks, run.out = sinks, out
     loaded: dict = {}
     for family in FAMILIES:  # what each family reads beyond the run's tables
-        loaded.update(family.load(run, loaded))
+        with described(spark, f"load {family.name}"):
+            loaded.update(family.load(run, loaded))
     internal = {k: v for k, v in loaded.items() if k not in NOT_INTERNAL}
     units = places(run, loaded)
     if not units:
         raise LookupError(f"run {run_id!r} has no rows in catalog {wh.catalog_name!r} "
                           f"({run.where})")
-    observations, on_driver = run_observations(
-        run.tables, policy, run_id, topics=audited_topics(run, loaded),
-        finding_kinds=run.summary.finding_kinds, prior=run.prior, listed=run.listed,
-        internal=internal, absent=loaded.get(ABSENT))
-    # computed once: everything below reads the materialized rows
-    observations = observations.localCheckpoint()
-    classes, items = rows.summarize(observations)
+    with described(spark, "observations"):
+        observations, on_driver = run_observations(
+            run.tables, policy, run_id, topics=audited_topics(run, loaded),
+            finding_kinds=run.summary.finding_kinds, prior=run.prior, listed=run.listed,
+            internal=internal, absent=loaded.get(ABSENT))
+        # computed once: everything below reads the materialized rows
+        observations = observations.localCheckpoint()
+    with described(spark, "summarize"):
+        classes, items = rows.summarize(observations)
     local_classes, local_items = rows.summarize_rows(on_driver)
     classes, items = classes + local_classes, items + local_items
-    whole = [r for family in FAMILIES if family.results is not None
-             for r in family.results(run, loaded)]  # the sinks': results of their own
+    whole = []
+    for family in FAMILIES:  # the sinks': results of their own
+        if family.results is not None:
+            with described(spark, f"results of {family.name}"):
+                whole += family.results(run, loaded)
     dq_rows = [r.to_row() for r in
                rows.build_results(run_id, units, classes, items, policy, night=run.night)
                + whole]
     whole_classes, whole_items = rows.result_classes(whole)  # for the suites, as the others'
     classes, items = classes + whole_classes, items + whole_items
-    missing_nights = write_results(wh, run, dq_rows, internal, out)
+    with described(spark, "write results"):
+        missing_nights = write_results(wh, run, dq_rows, internal, out)
     if docs:
-        check_docs(spark, store, run_id, dq_rows, classes, items, out)
+        with described(spark, "data docs"):
+            check_docs(spark, store, run_id, dq_rows, classes, items, out)
     return dq_rows + missing_nights
 
 
@@ -128,14 +153,20 @@ def read_run(spark, wh: Warehouse, run_id: str, out, *, policy: Policy,
     from spark_jobs.tables import read_table
 
     snapshots = audited_snapshots(wh, run_id)
-    tables = load_tables(spark, wh, run_id, snapshots)
-    published_ledger = materialize(read_table(spark, wh, "ledger"))
-    prior = materialize(context.prior_ends(published_ledger, tables["ledger"], run_id))
-    listed = materialize(context.listed_segments(tables["ledger"], published_ledger, run_id))
+    sizes: dict = {}
+    with described(spark, "read the run's tables"):
+        tables = load_tables(spark, wh, run_id, snapshots, sizes)
+        spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, sizes)))
+        published_ledger = materialize(read_table(spark, wh, "ledger"))
+    with described(spark, "read the run: prior ends and listed segments"):
+        prior = materialize(context.prior_ends(published_ledger, tables["ledger"], run_id))
+        listed = materialize(context.listed_segments(tables["ledger"], published_ledger, run_id))
     run = AuditedRun(spark, wh, run_id, snapshots, tables, published_ledger, prior, listed,
                      policy, topic_filter, tiered_storage)
-    borrow_published_rows(spark, wh, run, out)
-    run.summary = rows.run_summary(run.tables)
+    with described(spark, "read the run: rows later nights published first"):
+        borrow_published_rows(spark, wh, run, out)
+    with described(spark, "read the run: summary"):
+        run.summary = rows.run_summary(run.tables)
     return run
 
 
@@ -166,7 +197,8 @@ def places(run: AuditedRun, loaded: dict) -> dict:
     lacks where it names a night, the tier) counts and adds there (:mod:`.families`)."""
     units = {tp: dict(counts) for tp, counts in run.summary.units.items()}
     for family in FAMILIES:
-        family.places(run, loaded, units, family.checks)
+        with described(run.spark, f"places of {family.name}"):
+            family.places(run, loaded, units, family.checks)
     return units
 
 

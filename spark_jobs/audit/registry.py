@@ -9,8 +9,9 @@ observes it.
   (:func:`.findings_checks.observe_findings`); None for ``snapshot_missing``, which the
   DAG's plan writes (:func:`.results.write_missing_nights`);
 * **on_driver**: its observations are made on the driver from a few collected rows (the tier
-  audit's, ``missing_partition``'s): graded and summarized there, never a Spark job
-  (:func:`.checks.run_observations`);
+  audit's, ``missing_partition``'s), and its ``observe`` returns them as a list (tuples in
+  :data:`.observations.OBSERVATION_NAMES`' order, or Rows): graded and summarized there,
+  never a Spark job (:func:`.checks.run_observations`);
 * **optional**: a place gets a result of it only where it applies (the internal topics' and
   state files' checks where the partition has a committed offset, a .snapshot, a
   checkpoint; the log directory's where it has a high watermark, an open transaction, a

@@ -42,7 +42,6 @@ from spark_jobs.derive.remote import TABLE  # the table the metadata checks read
 from spark_jobs.findings import TIER_DIVERGENCE
 
 from .inputs import RunFrames
-from .observations import observation_frame
 from .units import REMOTE_SEGMENTS, TIERED_PARTITIONS, TIER_SEGMENTS
 
 #: where :func:`load` keeps its inputs in :attr:`.inputs.RunFrames.internal`
@@ -308,11 +307,12 @@ def divergence_observations(divergences: list[dict]) -> list[tuple]:
 
 
 def _observe(run: RunFrames, make):
+    """The observations ``make`` finds in the run's tier inputs, as tuples (made on the
+    driver: no Spark job); None where the run has no tier inputs or they do not apply."""
     tier = run.internal.get(KEY)
     if tier is None:
         return None
-    found = make(tier)
-    return observation_frame(run.spark, found) if found is not None else None
+    return make(tier)
 
 
 def observe_orphans(run: RunFrames):
