@@ -38,6 +38,9 @@ from spark_jobs.schemas import TXN_ENDS, TXN_OPEN
 from .classes import CHECK
 
 POSITION_COLUMNS = "topic string, partition int, committed_offset bigint"
+#: a log record a sink is to hold, control records and compaction aside (a SQL predicate on
+#: ``records.txn_state``): outside any transaction, or in a committed one (not aborted, not open)
+DELIVERABLE_RECORD = f"(txn_state IS NULL OR txn_state = '{TXN_ENDS['COMMIT']}')"
 
 
 def compaction_ranges(records, batches, markers, findings):
@@ -84,7 +87,7 @@ CLASSIFY_TEMPLATE = """
       FROM {s}
       UNION ALL
       SELECT topic, partition, offset, 0, CAST(NULL AS binary), CAST(NULL AS binary), true,
-             txn_state IS NULL OR txn_state = '%(committed)s', key, value,
+             %(deliverable)s, key, value,
              CASE txn_state WHEN '%(committed)s' THEN 1 WHEN '%(aborted)s' THEN 2
                             WHEN '%(open)s' THEN 3 END
       FROM {r}),
@@ -133,7 +136,7 @@ DELIVERABLE = """
                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
     FROM (SELECT topic, partition, offset DIV 64 AS b,
                  BIT_OR(shiftleft(1L, CAST(offset % 64 AS int))) AS mask
-          FROM {r} WHERE txn_state IS NULL OR txn_state = 'committed'
+          FROM {r} WHERE """ + DELIVERABLE_RECORD + """
           GROUP BY topic, partition, offset DIV 64)"""
 
 BYTES = ("MIN(s_key) AS kmin, MAX(s_key) AS kmax, MIN(s_value) AS vmin, MAX(s_value) AS vmax, "
@@ -237,6 +240,7 @@ def reconcile(sink_rows, records, batches, compacted, positions, *, sink: str,
     windows = spark.sql(WINDOWS, b=batches, s=sink_rows, p=positions).localCheckpoint()
     # the one pass over the sink and the log: what it keeps is small (observed offsets)
     classify = CLASSIFY_TEMPLATE % {"bytes": NO_BYTES if compare == "none" else BYTES,
+                                   "deliverable": DELIVERABLE_RECORD,
                                    "committed": TXN_ENDS["COMMIT"], "aborted": TXN_ENDS["ABORT"],
                                    "open": TXN_OPEN}
     flagged = spark.sql(classify, s=sink_rows, r=records, w=windows,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from spark_jobs.audit.observations import as_observations
 
 from .classes import CHECK
+from .compare import DELIVERABLE_RECORD
 LATEST_COLUMNS = "topic string, partition int, key binary, value binary, offset bigint"
 
 QUERY = """
@@ -29,7 +30,7 @@ QUERY = """
                SELECT topic, partition, key, offset, value,
                       ROW_NUMBER() OVER (PARTITION BY topic, key ORDER BY offset DESC) AS _n
                FROM {r} WHERE key IS NOT NULL
-                 AND (txn_state IS NULL OR txn_state = 'committed')) WHERE _n = 1),
+                 AND """ + DELIVERABLE_RECORD + """) WHERE _n = 1),
     o AS (
       SELECT l.topic, l.partition, 'missing_key' AS class, l.offset, l.key, 1 AS n
       FROM l LEFT ANTI JOIN s ON s.topic = l.topic AND s.key = l.key
