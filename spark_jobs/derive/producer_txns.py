@@ -251,24 +251,20 @@ def derive(sub: Submission) -> Output:
     not exist yet)."""
     from pyiceberg.expressions import In
 
-    from spark_jobs import tables
     from spark_jobs.parquet import PartWriter, write_schema
-    from spark_jobs.warehouse import branch_name
 
     wh = sub.wh
     pids = _producers(sub.files.get("batches", []), "batches", wh.s3) | \
         _producers(sub.files.get("markers", []), "markers", wh.s3)
     if not pids:
         return ({TABLE: []}, {TABLE: 0}) if TABLE in sub.bases else ({}, {})
-    branch = branch_name(sub.run_id)
     only = In("producer_id", sorted(pids))
-    batches = tables.read_arrow(wh, "batches", ref=branch, row_filter=only,
-                                columns=_BATCH_COLUMNS)
-    markers = tables.read_arrow(wh, "markers", ref=branch, row_filter=only)
-    have = set(wh.run_tables())
-    offsets = tables.read_arrow(wh, "consumer_offsets", ref=branch) \
-        if "consumer_offsets" in have else None
-    txns = tables.read_arrow(wh, "transactions", ref=branch) if "transactions" in have else None
+    batches = sub.read_branch("batches", row_filter=only, columns=_BATCH_COLUMNS)
+    markers = sub.read_branch("markers", row_filter=only)
+    # internal topics' tables: absent (None) in a warehouse that never saw one; empty where
+    # another chunk of the run is making them now (Submission.read_branch)
+    offsets = sub.read_branch("consumer_offsets")
+    txns = sub.read_branch("transactions")
     out = build(batches, markers, offsets, txns,
                 as_of=dt.datetime.now(dt.timezone.utc), run_id=sub.run_id)
     written = []
