@@ -90,20 +90,21 @@ def unexpected_rows_query(check: str, status: str) -> str:
             f"WHERE `check` = '{check}' AND status = '{status}'")
 
 
-#: Spark SQL type -> SQLite column type of the verdicts table
+#: the verdicts' column type (``spark_jobs.audit.rows.VERDICT_COLUMNS``) -> SQLite column type
 SQLITE_TYPES = {"string": "TEXT", "int": "INTEGER", "bigint": "INTEGER"}
 
 
-def verdicts_database(verdicts, path: str) -> None:
-    """Write the verdicts (a Spark DataFrame, one row per check × topic-partition × class ×
-    status: small and bounded) into the SQLite table ``verdicts`` at ``path``."""
+def verdicts_database(verdicts: list[tuple], columns: str, path: str) -> None:
+    """Write the verdicts (:func:`spark_jobs.audit.rows.verdicts`: rows of ``columns``, a
+    ``name type, ...`` list, one row per check × topic-partition × class × status: small and
+    bounded) into the SQLite table ``verdicts`` at ``path``."""
     import sqlite3
 
-    fields = [(f.name, SQLITE_TYPES[f.dataType.simpleString()]) for f in verdicts.schema.fields]
-    rows = [tuple(r) for r in verdicts.collect()]
+    fields = [(name, SQLITE_TYPES[kind]) for name, kind in
+              (column.split() for column in columns.split(","))]
     with sqlite3.connect(path) as db:
         db.execute(f"CREATE TABLE verdicts ({', '.join(f'`{n}` {t}' for n, t in fields)})")
-        db.executemany(f"INSERT INTO verdicts VALUES ({', '.join('?' * len(fields))})", rows)
+        db.executemany(f"INSERT INTO verdicts VALUES ({', '.join('?' * len(fields))})", verdicts)
     db.close()
 
 
@@ -133,8 +134,18 @@ def suite_name(check: str) -> str:
     return f"kafka_{check}"
 
 
-def validate(verdicts, run_id: str, checks, docs_dir: str | None = None):
-    """Validate ``verdicts`` with every check's suite (one checkpoint, one context) and
+def preload() -> None:
+    """Import what :func:`validate` uses (great_expectations, the Data Docs' renderers): the
+    seconds a cold audit would otherwise pay at its end (:mod:`expectations.gx_process`)."""
+    import great_expectations  # noqa: F401
+    from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: F401
+
+    from expectations import data_docs  # noqa: F401
+
+
+def validate(verdicts: list[tuple], columns: str, run_id: str, checks,
+             docs_dir: str | None = None):
+    """Validate ``verdicts`` (rows of ``columns``: :func:`verdicts_database`) with every check's suite (one checkpoint, one context) and
     build this run's Data Docs into ``docs_dir`` (a new temporary folder if None), once,
     after all validations (``expectations.data_docs.build``). Returns
     ``(summary {check: {"fail": n, "warn": n}}, docs_dir)``: the unexpected rows of each
@@ -152,7 +163,7 @@ def validate(verdicts, run_id: str, checks, docs_dir: str | None = None):
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
     with tempfile.TemporaryDirectory(prefix="dq-verdicts-") as scratch:
         database = os.path.join(scratch, "verdicts.sqlite")
-        verdicts_database(verdicts, database)
+        verdicts_database(verdicts, columns, database)
         source = ctx.data_sources.add_sqlite("audit", connection_string=f"sqlite:///{database}")
         whole = source.add_table_asset("verdicts", table_name="verdicts") \
             .add_batch_definition_whole_table("run")

@@ -28,6 +28,7 @@ operator reads as the task's summary.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -109,17 +110,25 @@ def main(argv=None, spark=None) -> int:
             or storage.is_s3(args.tiered_storage or "")):
         config = storage.S3Config.from_env(args.s3_endpoint)
     wh = Warehouse(args.warehouse, args.catalog, args.namespace, config)
-    if spark is None:
-        from spark_jobs.session import build_session
+    with contextlib.ExitStack() as stack:
+        gx = None
+        if spark is None:  # a process of its own: great-expectations imports beside the session
+            from spark_jobs.session import build_session
 
-        spark = build_session("check_quality", master=args.master)
-    try:
-        rows = audit(spark, wh, args.run_id, policy=policy, docs=not args.no_docs,
-                     topics=args.topics, tiered_storage=args.tiered_storage, sinks=sinks)
-    except (LookupError, storage.StorageError, CatalogError, sink_config.SinkConfigError) as err:
-        print(crash.cause_line(f"check_quality: {crash.cause_of(err)}"), file=sys.stderr,
-              flush=True)
-        return 2
+            if not args.no_docs:
+                from expectations.gx_process import GxProcess
+
+                gx = stack.enter_context(GxProcess())
+            spark = build_session("check_quality", master=args.master)
+        try:
+            rows = audit(spark, wh, args.run_id, policy=policy, docs=not args.no_docs,
+                         topics=args.topics, tiered_storage=args.tiered_storage, sinks=sinks,
+                         gx=gx)
+        except (LookupError, storage.StorageError, CatalogError,
+                sink_config.SinkConfigError) as err:
+            print(crash.cause_line(f"check_quality: {crash.cause_of(err)}"), file=sys.stderr,
+                  flush=True)
+            return 2
     return report(rows)
 
 

@@ -84,24 +84,26 @@ class AuditedRun:
 
 def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
           out=None, topics: str | None = None, tiered_storage: str | None = None,
-          sinks=None):
+          sinks=None, gx=None):
     """Run the audit; return the dq_results rows (also committed to ``dq_results``), with the
     run's ``snapshot_missing`` rows (its plan's: kept as they are, counted in the verdict).
     ``topics``: the run's topic filter (layout.topic_matcher; None: all); ``tiered_storage``:
     the tier to list for the tier audit (:mod:`.tier`; None: its metadata checks only);
     ``sinks``: the Kafka->lake sinks to reconcile (:class:`spark_jobs.reconcile.job.Sinks`;
-    None or none configured: no ``sink_reconcile`` result, no work)."""
+    None or none configured: no ``sink_reconcile`` result, no work); ``gx``: where the
+    suites validate (:class:`expectations.gx_process.GxProcess`, started before the session;
+    None: in this process)."""
     # the audit's settings (:data:`.inputs.ADAPTIVE`), the session's again after it; the
     # shuffle partitions are sized to the run once its tables are read (:func:`read_run`)
     with sql_conf(spark, {ADAPTIVE: "false",
                           SHUFFLE_PARTITIONS: spark.conf.get(SHUFFLE_PARTITIONS, "200")}):
         return audit_run(spark, wh, run_id, policy=policy, docs=docs, out=out, topics=topics,
-                         tiered_storage=tiered_storage, sinks=sinks)
+                         tiered_storage=tiered_storage, sinks=sinks, gx=gx)
 
 
 def audit_run(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = True,
               out=None, topics: str | None = None, tiered_storage: str | None = None,
-              sinks=None):
+              sinks=None, gx=None):
     """:func:`audit`'s steps, in the audit's Spark settings."""
     out = out or sys.stdout
     store = storage.open_store(wh.root, wh.s3)
@@ -142,7 +144,7 @@ def audit_run(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool =
         missing_nights = write_results(wh, run, dq_rows, internal, out)
     if docs:
         with described(spark, "data docs"):
-            check_docs(spark, store, run_id, dq_rows, classes, items, out)
+            check_docs(store, run_id, dq_rows, classes, items, out, gx)
     return dq_rows + missing_nights
 
 
@@ -218,30 +220,31 @@ def write_results(wh: Warehouse, run: AuditedRun, dq_rows: list[dict], internal:
     return missing_nights
 
 
-def check_docs(spark, store, run_id: str, dq_rows: list[dict], classes, items, out) -> None:
+def check_docs(store, run_id: str, dq_rows: list[dict], classes, items, out, gx=None) -> None:
     """Step 5: the great-expectations suites over the verdicts, Data Docs published; a suite
     per check, the optional checks only where they applied (an empty suite would read as a
     pass of something never checked). Raises where the suites and ``dq_rows`` disagree."""
-    verdicts = rows.verdicts(spark, classes, items)
+    verdicts = rows.verdicts(classes, items)
     present = {r["check"] for r in dq_rows}
     summary = publish_docs(store, verdicts, run_id,
                            [c for c in CHECKS if c not in OPTIONAL_CHECKS or c in present],
-                           out=out)
+                           out=out, gx=gx)
     gx_failed = {c for c, n in summary.items() if n.get("fail")}
     if gx_failed != {r["check"] for r in dq_rows if r["status"] == "fail"}:
         raise RuntimeError(f"great-expectations disagrees with dq_results: {sorted(gx_failed)}")
 
 
-def publish_docs(store, verdicts, run_id: str, checks, out=None) -> dict:
-    """Validate ``verdicts`` (:func:`.rows.verdicts`) with the GX suites, build Data Docs in a temp
-    folder, upload them to ``data_docs/<run_token>/`` (replacing a previous upload); return the
+def publish_docs(store, verdicts: list[tuple], run_id: str, checks, out=None, gx=None) -> dict:
+    """Validate ``verdicts`` (:func:`.rows.verdicts`) with the GX suites (in ``gx``, a
+    :class:`expectations.gx_process.GxProcess`, if given), build Data Docs in a temp folder, upload them to ``data_docs/<run_token>/`` (replacing a previous upload); return the
     suites' summary ``{check: {"fail": n, "warn": n}}``."""
     import shutil
 
     from expectations import suites
 
     prefix = layout.run_folder(layout.DATA_DOCS, storage.run_token(run_id))
-    summary, docs_dir = suites.validate(verdicts, run_id, checks)
+    validate = gx.validate if gx is not None else suites.validate
+    summary, docs_dir = validate(verdicts, rows.VERDICT_COLUMNS, run_id, checks)
     try:
         if not os.path.exists(os.path.join(docs_dir, "index.html")):
             raise RuntimeError(f"great-expectations wrote no index.html into {docs_dir}")

@@ -190,13 +190,14 @@ VERDICT_COLUMNS = ("check string, topic string, partition int, class string, sta
                    "severity string, items bigint, offsets bigint, max_value bigint, example string")
 
 
-def verdicts(spark, classes, items):
+def verdicts(classes, items) -> list[tuple]:
     """One row per check × topic-partition × class × status (counts and one
-    example message): the small table the great-expectations suites validate."""
+    example message), of :data:`VERDICT_COLUMNS`: the small table the great-expectations
+    suites validate (made here, on the driver, from the rows already summarized)."""
     example = {}
     for it in items:
         example.setdefault((it.check, it.topic, it.partition, it["class"], it.status), it.message)
     rows = [(c.check, c.topic, c.partition, c["class"], c.status, c.severity, c.items, c.offsets,
              c.max_value, example.get((c.check, c.topic, c.partition, c["class"], c.status)))
             for c in classes]
-    return spark.createDataFrame(rows, VERDICT_COLUMNS)
+    return rows
