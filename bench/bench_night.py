@@ -25,8 +25,14 @@ submit in odd rounds, after it in even ones. Every spark-submit writes a Spark e
 jobs and stages are counted (``bench_audit.event_counts``). ``plan`` also reports the S3
 requests it made (the moto server's request log, by method and kind).
 
+After the decode submits, once per decode submit, the decode's own peer, the **write floor**
+(:func:`write_floor`: the night's objects listed, read by the Python workers, written by Spark
+as one Parquet table and appended to one Iceberg table in one commit).
+
 Reported: seconds per task per round and their means; the night (plan + decode + audit +
-publish), the floor (its mean times the night's spark-submits) and the ratio night/floor.
+publish), the floor (its mean times the night's spark-submits) and the ratio night/floor; the
+decode against the write floor, and the night against its fairer peer (each decode submit's
+write floor plus the audit's floor).
 ``PYTHONPATH`` chooses the code measured (as for bench_audit.py); the floor always runs this
 checkout's code, so runs measuring two codes share one floor.
 
@@ -93,6 +99,48 @@ def task_child(task: str, spec: dict) -> int:
     seconds = time.perf_counter() - t1
     print(RESULT_PREFIX + json.dumps({"seconds": seconds, "preload_seconds": preload,
                                       "result": result}, default=str), flush=True)
+    return 0
+
+
+def write_floor(spec: dict) -> int:
+    """The decode's own peer, run by spark-submit (``--write-floor SPEC``): a session; the
+    night's snapshot objects listed once (one S3 listing, as the plan lists them), read by the
+    Python workers (as the decode reads its segments) and written by Spark as one Parquet
+    table of (key, bytes); those files appended to one new Iceberg table in one commit
+    (pyiceberg's ``add_files``, a SQLite catalog of its own). What any decode of the night into
+    an Iceberg table does at the least: no decoding, one table, one commit."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from spark_jobs.session import build_session
+    from spark_jobs.storage import S3Config, open_store
+
+    spark = build_session("bench-night-write-floor")
+    access = S3Config(**spec["access"])
+    root = f"s3://{spec['bucket']}/{spec['prefix']}/{spec['dates'][0]}"
+    keys = [o.key for o in open_store(root, access).list()]
+
+    def fetch(batches):
+        store = open_store(root, access)
+        for b in batches:
+            names = b.column("key").to_pylist()
+            yield pa.RecordBatch.from_pydict({"key": names,
+                                              "bytes": [store.read(k) for k in names]})
+
+    out = Path(spec["write_floor"])
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    spark.createDataFrame([(k,) for k in keys], "key string") \
+        .repartition(spark.sparkContext.defaultParallelism) \
+        .mapInArrow(fetch, "key string, bytes binary").write.parquet(str(out / "data"))
+    catalog = SqlCatalog("floor", uri=f"sqlite:///{out}/catalog.db",
+                         warehouse=(out / "tables").as_uri())
+    catalog.create_namespace("bench")
+    table = catalog.create_table("bench.objects", schema=pa.schema(
+        [("key", pa.string()), ("bytes", pa.binary())]))
+    table.add_files(sorted(str(f) for f in (out / "data").glob("*.parquet")))
+    print(f"write floor: {len(keys)} objects, {table.scan().to_arrow().num_rows} rows")
+    spark.stop()
     return 0
 
 
@@ -219,6 +267,19 @@ def run_round(i: int, args, endpoint: str, floor_cmd: list[str], requests: Reque
     tasks_out["plan"] = {**{k: round(v, 2) if isinstance(v, float) else v
                             for k, v in plan.items()}, "chunks": len(summary["decode_args"])}
     tasks_out["decode"] = [spark("decode", a) for a in summary["decode_args"]]
+    # the decode's own peer (write_floor), once per decode submit; not in the night's floor
+    write_spec = {**spec, "write_floor": str(args.out / "write-floor")}
+    write_floors = []
+    for _ in summary["decode_args"]:
+        events = args.out / "events-write-floor"
+        shutil.rmtree(events, ignore_errors=True)
+        events.mkdir(parents=True)
+        seconds, status, _ = submit(args.cores, events, [str(HERE / "bench_night.py"),
+                                                         "--write-floor", json.dumps(write_spec)],
+                                    floor_env)
+        write_floors.append({"seconds": round(seconds, 2), "exit": status,
+                             **bench_audit.event_counts(events)})
+        shutil.rmtree(events, ignore_errors=True)
     quality = [a.replace("{{ run_id }}", run_id).replace("{{ params.topics }}", "*")
                for a in tasks.quality_args()]
     where = {tasks.WAREHOUSE_KEY: summary["warehouse"], tasks.CATALOG_KEY: summary["catalog"],
@@ -233,8 +294,12 @@ def run_round(i: int, args, endpoint: str, floor_cmd: list[str], requests: Reque
     night_s = (tasks_out["plan"]["seconds"] + sum(d["seconds"] for d in tasks_out["decode"])
                + tasks_out["audit"]["seconds"] + tasks_out["publish"]["seconds"])
     floor_s = sum(f["seconds"] for f in floors)
-    return {"tasks": tasks_out, "floors": floors, "night_s": round(night_s, 2),
-            "floor_s": round(floor_s, 2), "ratio": round(night_s / floor_s, 2)}
+    decode_s = sum(d["seconds"] for d in tasks_out["decode"])
+    write_s = sum(w["seconds"] for w in write_floors)
+    return {"tasks": tasks_out, "floors": floors, "write_floors": write_floors,
+            "night_s": round(night_s, 2), "floor_s": round(floor_s, 2),
+            "ratio": round(night_s / floor_s, 2),
+            "decode_vs_write_floor": round(decode_s / write_s, 2)}
 
 
 def main(argv=None) -> int:
@@ -244,9 +309,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=HERE / "out" / "night")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--task", nargs=2, metavar=("TASK", "SPEC"), help=argparse.SUPPRESS)
+    ap.add_argument("--write-floor", metavar="SPEC", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.task:
         return task_child(args.task[0], json.loads(args.task[1]))
+    if args.write_floor:
+        return write_floor(json.loads(args.write_floor))
     from demo import data, servers, tiered
 
     args.out = args.out.resolve()
@@ -295,6 +363,13 @@ def main(argv=None) -> int:
         "spark_submits": submits,
         "per_task_vs_one_floor": {k: round(v / floor_one, 2) for k, v in per_task.items()},
         "ratio_night_vs_floor": mean(r["ratio"] for r in rounds),
+        "write_floor_one_s": mean(w["seconds"] for r in rounds for w in r["write_floors"]),
+        "ratio_decode_vs_write_floor": mean(r["decode_vs_write_floor"] for r in rounds),
+        # the night against its fairer peer: the decode submits against the write floor,
+        # the audit against the read floor (plan and publish against nothing)
+        "ratio_night_vs_fair_floor": mean(
+            r["night_s"] / (sum(w["seconds"] for w in r["write_floors"]) + r["floors"][-1]["seconds"])
+            for r in rounds),
     }
     print(json.dumps({k: v for k, v in out.items() if k != "rounds_detail"}, indent=1))
     if args.json:
