@@ -14,14 +14,17 @@ Then ``--rounds`` rounds, each running both, alternating which goes first
   Data Docs, as the DAG's ``check_quality`` task runs;
 * ``floor``: this file with ``--floor W R``: a session, the run's ``records`` files at the
   head of its branch read once (``spark_jobs.tables.read_table``), grouped by
-  (topic, partition), collected.
+  (topic, partition), collected;
+* ``floor_inputs`` (the fairer floor, :func:`floor_inputs`): a session, every table the audit
+  reads at the snapshot it reads it (the run's branch heads) and the published ledger, each
+  read once, grouped by (topic, partition), collected.
 
 Reported per kind: wall seconds of each spark-submit (start to exit), their mean, and the
 Spark jobs and stages each ran (its event log, ``spark.eventLog.enabled``:
 ``SparkListenerJobStart`` and ``SparkListenerStageCompleted`` events), and per job
 description (``by_step``: the audit describes its jobs by step and family,
-``spark_jobs.audit.inputs.described``) the jobs and their seconds; the ratio of the means
-audit/floor. ``--keep-events`` keeps the event logs; ``--rows FILE`` appends each audit's
+``spark_jobs.audit.inputs.described``) the jobs and their seconds; the ratios of the means
+audit/floor and audit/floor_inputs. ``--keep-events`` keeps the event logs; ``--rows FILE`` appends each audit's
 dq_results rows, canonical, for ``bench/dq_diff.py compare`` (two codes' rows). ``PYTHONPATH`` chooses the code measured (the first entry: run the same bench with
 another checkout's code first to measure it).
 
@@ -150,6 +153,32 @@ def floor(warehouse: str, run_id: str) -> int:
     return 0
 
 
+def floor_inputs(warehouse: str, run_id: str) -> int:
+    """The fairer floor, run by spark-submit: a session; every table the audit reads, as of
+    the snapshots it reads them at (``spark_jobs.audit.inputs.audited_snapshots``: the run's
+    branch heads, the decode tables and the derived ones the warehouse has) and the published
+    ``ledger``, each read once, grouped by (topic, partition) where it has them, collected."""
+    from spark_jobs import schemas
+    from spark_jobs.audit.inputs import audited_snapshots
+    from spark_jobs.session import build_session
+    from spark_jobs.tables import read_table
+    from spark_jobs.warehouse import Warehouse
+
+    spark = build_session("bench-audit-floor-inputs")
+    wh = Warehouse(warehouse)
+    reads = [(name, snapshot) for name, (_, snapshot) in audited_snapshots(wh, run_id).items()
+             if name in schemas.TABLES]  # not the typed per-subject tables: no check reads them
+    reads.append(("ledger", None))  # main's: what was published before the run
+    total = 0
+    for name, snapshot in reads:
+        df = read_table(spark, wh, name, snapshot=snapshot)
+        keys = [c for c in ("topic", "partition") if c in df.columns]
+        total += sum(r["count"] for r in df.groupBy(*keys).count().collect())
+    print(f"floor_inputs: {total} rows in {len(reads)} reads")
+    spark.stop()
+    return 0
+
+
 def record_rows(path: Path, wh: Path, round_: int) -> None:
     """Append the run's dq_results rows as the audit just wrote them, canonical
     (:func:`dq_diff.canonical`), as a line of ``bench/dq_capture.py``'s format."""
@@ -174,9 +203,13 @@ def main(argv=None) -> int:
     ap.add_argument("--keep-events", action="store_true",
                     help="keep each spark-submit's event log in --out (events-<kind>-<round>)")
     ap.add_argument("--floor", nargs=2, metavar=("WAREHOUSE", "RUN_ID"), help=argparse.SUPPRESS)
+    ap.add_argument("--floor-inputs", nargs=2, metavar=("WAREHOUSE", "RUN_ID"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.floor:
         return floor(*args.floor)
+    if args.floor_inputs:
+        return floor_inputs(*args.floor_inputs)
     code = code_root()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(code), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])}
@@ -186,10 +219,12 @@ def main(argv=None) -> int:
     commands = {
         "audit": [entry, "spark_jobs.check_quality", "--warehouse", str(wh), "--run-id", RUN],
         "floor": [str(HERE / "bench_audit.py"), "--floor", str(wh), RUN],
+        "floor_inputs": [str(HERE / "bench_audit.py"), "--floor-inputs", str(wh), RUN],
     }
     runs: dict = {k: [] for k in commands}
     for i in range(args.rounds):
-        for kind in (("audit", "floor") if i % 2 == 0 else ("floor", "audit")):
+        for kind in (("audit", "floor", "floor_inputs") if i % 2 == 0
+                     else ("floor_inputs", "floor", "audit")):
             events = args.out / f"events-{kind}-{i}"
             shutil.rmtree(events, ignore_errors=True)
             events.mkdir()
@@ -206,6 +241,7 @@ def main(argv=None) -> int:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "runs": runs, "mean_s": {k: round(v, 2) for k, v in mean.items()},
         "ratio_audit_vs_floor": round(mean["audit"] / mean["floor"], 2),
+        "ratio_audit_vs_floor_inputs": round(mean["audit"] / mean["floor_inputs"], 2),
     }
     print(json.dumps(out, indent=1))
     if args.json:
