@@ -192,7 +192,7 @@ OBSERVATIONS = """
                lo, hi, topic, partition, :sink, n, copies)
              WHEN 'aborted_leak' THEN format_string(
                'offsets %d..%d of %s-%d: records of a transaction that is %s in the log, in sink %s',
-               lo, hi, topic, partition, COALESCE(txn_state, 'aborted'), :sink)
+               lo, hi, topic, partition, COALESCE(txn_state, :aborted), :sink)
              WHEN 'beyond_log' THEN format_string(
                'offsets %d..%d of %s-%d: in sink %s, but the log never held a record there (%s)',
                lo, hi, topic, partition, :sink,
@@ -249,6 +249,6 @@ def reconcile(sink_rows, records, batches, compacted, positions, *, sink: str,
     deliverable = spark.sql(DELIVERABLE, r=records).localCheckpoint()
     offsets = spark.sql(OFFSETS, f=flagged, c=compacted, d=deliverable)
     obs = spark.sql(OBSERVATIONS, o=offsets, c=compacted, w=windows,
-                    args={"check": CHECK, "sink": sink})
+                    args={"check": CHECK, "sink": sink, "aborted": TXN_ENDS["ABORT"]})
     counts = spark.sql(COUNTS, d=deliverable, w=windows)
     return as_observations(obs), counts
