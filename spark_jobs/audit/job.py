@@ -236,8 +236,9 @@ def check_docs(store, run_id: str, dq_rows: list[dict], classes, items, out, gx=
 
 def publish_docs(store, verdicts: list[tuple], run_id: str, checks, out=None, gx=None) -> dict:
     """Validate ``verdicts`` (:func:`.rows.verdicts`) with the GX suites (in ``gx``, a
-    :class:`expectations.gx_process.GxProcess`, if given), build Data Docs in a temp folder, upload them to ``data_docs/<run_token>/`` (replacing a previous upload); return the
-    suites' summary ``{check: {"fail": n, "warn": n}}``."""
+    :class:`expectations.gx_process.GxProcess`, if given), build Data Docs in a temp folder,
+    upload them to ``data_docs/<run_token>/`` (replacing a previous upload); return the suites'
+    summary ``{check: {"fail": n, "warn": n}}``."""
     import shutil
 
     from expectations import suites
