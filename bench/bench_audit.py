@@ -24,8 +24,9 @@ Spark jobs and stages each ran (its event log, ``spark.eventLog.enabled``:
 ``SparkListenerJobStart`` and ``SparkListenerStageCompleted`` events), and per job
 description (``by_step``: the audit describes its jobs by step and family,
 ``spark_jobs.audit.inputs.described``) the jobs and their seconds; the ratios of the means
-audit/floor and audit/floor_inputs. ``--keep-events`` keeps the event logs; ``--rows FILE`` appends each audit's
-dq_results rows, canonical, for ``bench/dq_diff.py compare`` (two codes' rows). ``PYTHONPATH`` chooses the code measured (the first entry: run the same bench with
+audit/floor and audit/floor_inputs. ``--keep-events`` keeps the event logs; ``--rows FILE``
+appends each audit's dq_results rows, canonical, for ``bench/dq_diff.py compare`` (two codes'
+rows). ``PYTHONPATH`` chooses the code measured (the first entry: run the same bench with
 another checkout's code first to measure it).
 
     .venv/bin/python bench/bench_audit.py [--rounds 3] [--cores 2] [--out DIR] [--json FILE]

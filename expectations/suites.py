@@ -145,9 +145,10 @@ def preload() -> None:
 
 def validate(verdicts: list[tuple], columns: str, run_id: str, checks,
              docs_dir: str | None = None):
-    """Validate ``verdicts`` (rows of ``columns``: :func:`verdicts_database`) with every check's suite (one checkpoint, one context) and
-    build this run's Data Docs into ``docs_dir`` (a new temporary folder if None), once,
-    after all validations (``expectations.data_docs.build``). Returns
+    """Validate ``verdicts`` (rows of ``columns``: :func:`verdicts_database`) with every
+    check's suite (one checkpoint, one context) and build this run's Data Docs into
+    ``docs_dir`` (a new temporary folder if None), once, after all validations
+    (``expectations.data_docs.build``). Returns
     ``(summary {check: {"fail": n, "warn": n}}, docs_dir)``: the unexpected rows of each
     check's fail- and warn-graded expectation."""
     import logging

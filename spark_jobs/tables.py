@@ -99,9 +99,12 @@ def read_table(spark, warehouse, name: str, *, snapshot: int | None = None, ref:
 
 def read_arrow(warehouse, name: str, *, snapshot: int | None = None, ref: str | None = None,
                row_filter=None, columns: tuple[str, ...] | None = None,
-               config: storage.S3Config | None = None) -> pa.Table:
+               config: storage.S3Config | None = None, ref_may_be_missing: bool = False
+               ) -> pa.Table:
     """Table ``name`` as an Arrow table through pyiceberg (no Spark), in the table's schema
-    (``columns``: only those); rows are filtered by ``row_filter``."""
+    (``columns``: only those); rows are filtered by ``row_filter``. A table that does not
+    exist reads empty; one without branch or tag ``ref`` raises LookupError, or, with
+    ``ref_may_be_missing``, reads empty too."""
     wh = warehouse_of(warehouse, config)
     schema = schemas.TABLES[name]
     if columns is not None:
@@ -112,6 +115,8 @@ def read_arrow(warehouse, name: str, *, snapshot: int | None = None, ref: str | 
     if snapshot is None and ref is not None:
         found = table.refs().get(ref)
         if found is None:
+            if ref_may_be_missing:
+                return schema.empty_table()
             raise LookupError(f"table {name} has no branch or tag {ref!r}")
         snapshot = found.snapshot_id
     # a table an earlier version made may lack a column this version adds (until a writer

@@ -261,8 +261,8 @@ def derive(sub: Submission) -> Output:
     only = In("producer_id", sorted(pids))
     batches = sub.read_branch("batches", row_filter=only, columns=_BATCH_COLUMNS)
     markers = sub.read_branch("markers", row_filter=only)
-    # internal topics' tables: absent (None) in a warehouse that never saw one; empty where
-    # another chunk of the run is making them now (Submission.read_branch)
+    # internal topics' tables: empty in a warehouse that never saw one, and where another
+    # chunk of the run is making them now (Submission.read_branch)
     offsets = sub.read_branch("consumer_offsets")
     txns = sub.read_branch("transactions")
     out = build(batches, markers, offsets, txns,

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
 #: a step's output: ``({table: [data file URIs]}, {table: rows})``
 Output = tuple[dict[str, list[str]], dict[str, int]]
 
@@ -44,26 +42,17 @@ class Submission:
 
     def read_branch(self, name: str, **kwargs):
         """Table ``name`` on the run's branch as committed so far, through pyiceberg
-        (:func:`spark_jobs.tables.read_arrow`, ``kwargs`` its ``row_filter``/``columns``);
-        None where the warehouse has no table ``name``. A table made after this submission
+        (:func:`spark_jobs.tables.read_arrow`, ``kwargs`` its ``row_filter``/``columns``;
+        empty where the warehouse has no table ``name``). A table made after this submission
         began (not in ``bases``) by another submission of the run that has not yet joined
         its branch (:meth:`~spark_jobs.warehouse.Warehouse.begin_table`, at that
         submission's commit) holds none of the run's rows: it reads empty, as it read a
         moment before the other submission made it. A table in ``bases`` has the branch."""
-        from spark_jobs import schemas, tables
+        from spark_jobs import tables
         from spark_jobs.warehouse import branch_name
 
-        if self.wh.load(name) is None:
-            return None
-        try:
-            return tables.read_arrow(self.wh, name, ref=branch_name(self.run_id), **kwargs)
-        except LookupError:
-            if name in self.bases:
-                raise
-        columns = kwargs.get("columns")
-        schema = schemas.TABLES[name]
-        return (schema if columns is None else
-                pa.schema([schema.field(c) for c in columns])).empty_table()
+        return tables.read_arrow(self.wh, name, ref=branch_name(self.run_id),
+                                 ref_may_be_missing=name not in self.bases, **kwargs)
 
 
 def merge(into: Output, more: Output) -> Output:

@@ -31,7 +31,8 @@ def test_a_table_another_chunk_is_making_reads_empty_until_it_joins_the_branch(t
     wh = Warehouse(str(tmp_path / "warehouse"))
     bases = wh.begin_run(RUN, reset=True, names=("batches",))  # this chunk's begin
     sub = submission(wh, bases)
-    assert sub.read_branch("consumer_offsets") is None  # no such table: as before
+    absent = sub.read_branch("consumer_offsets")  # no such table: empty, as before
+    assert absent.num_rows == 0 and absent.schema == schemas.TABLES["consumer_offsets"]
 
     wh.table("consumer_offsets")  # the other chunk makes it (its first rows), no branch yet
     got = sub.read_branch("consumer_offsets")
