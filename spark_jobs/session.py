@@ -25,6 +25,16 @@ DEFAULTS = {
 }
 
 
+#: Spark's interpreted SQL evaluation: no whole-stage code generation and no generated code for
+#: expressions, projections and orderings either. ``factoryMode`` is a setting Spark keeps for
+#: its own test suites (which run every expression through the interpreted path as well), not a
+#: documented one: set for queries over a few hundred rows (the tests' sessions,
+#: ``tests/spark_settings.py``; a small run's audit, ``spark_jobs.audit.inputs.sized_settings``),
+#: where Janino compiling the code of each new plan costs more than the rows do
+INTERPRETED_SQL = {"spark.sql.codegen.wholeStage": "false",
+                   "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
 def build_session(app_name: str, master: str | None = None, conf: dict | None = None):
     """A SparkSession; ``master`` None leaves it to spark-submit (or ``local[*]``)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_jobs import schemas
+from spark_jobs.session import INTERPRETED_SQL
 from spark_jobs.warehouse import Warehouse, branch_name
 
 from .policy import Policy
@@ -78,9 +79,12 @@ def sql_conf(spark, settings: dict):
 
 
 def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[str, int]],
-                sizes: dict | None = None):
+                sizes: dict | None = None, *, sized: bool = False):
     """The run's five tables, as of ``snapshots`` (:func:`audited_snapshots`), each read once
-    (:func:`materialize`); ``sizes``: gets each table's bytes of Parquet read."""
+    (:func:`materialize`); ``sizes``: gets each table's bytes of Parquet read. ``sized``: once
+    their files are planned (their sizes known) and before they are read, the session gets the
+    audit's settings sized to them (:func:`sized_settings`; the audit restores the session's
+    after it)."""
     from spark_jobs.tables import read_table
 
     sizes = {} if sizes is None else sizes
@@ -91,15 +95,15 @@ def load_tables(spark, wh: Warehouse, run_id: str, snapshots: dict[str, tuple[st
             return True
         return keep
 
-    out = {}
-    for name in TABLES:
-        df = read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id,
-                        keep=counted(name))
-        out[name] = materialize(df, partitions_for(sizes.get(name, 0)))
-    return out
+    frames = {name: read_table(spark, wh, name, snapshot=snapshots[name][1], run_id=run_id,
+                               keep=counted(name)) for name in TABLES}
+    for key, value in (sized_settings(spark, sizes) if sized else {}).items():
+        spark.conf.set(key, value)
+    return {name: materialize(df, partitions_for(sizes.get(name, 0)))
+            for name, df in frames.items()}
 
 
-#: the audit's Spark settings (:func:`audit_settings`): adaptive execution off, so that a query
+#: the audit's Spark settings (:func:`.job.audit`): adaptive execution off, so that a query
 #: is one Spark job (and one job per broadcast) instead of one per stage, each re-planning the
 #: whole query: the audit's queries are many small ones over tables read once
 ADAPTIVE = "spark.sql.adaptive.enabled"
@@ -120,6 +124,26 @@ def shuffle_partitions(spark, sizes: dict) -> int:
     ``spark.sql.shuffle.partitions``."""
     most = int(spark.conf.get(SHUFFLE_PARTITIONS, "200"))
     return min(most, partitions_for(sum(sizes.values())))
+
+
+#: a run of at most this many bytes of Parquet (its five tables) is audited by Spark's
+#: interpreted evaluation (:data:`spark_jobs.session.INTERPRETED_SQL`): ~18 times the demo's
+#: night 2 (230 KB, a few hundred records), where generating and compiling Java code for the
+#: audit's ~90 jobs was a third of its CPU time and ~760 compilations (~20 s of compile time,
+#: Spark's ``CodegenMetrics``); a larger run's queries are compiled as Spark's default
+INTERPRETED_BYTES = 4 << 20
+#: the settings :func:`sized_settings` may set (``audit`` restores the session's after)
+SIZED = (SHUFFLE_PARTITIONS, *INTERPRETED_SQL)
+
+
+def sized_settings(spark, sizes: dict) -> dict[str, str]:
+    """The audit's settings sized to the run's tables (``sizes``: bytes of Parquet per table):
+    its shuffle partitions (:func:`shuffle_partitions`) and, for a run of at most
+    :data:`INTERPRETED_BYTES`, Spark's interpreted evaluation."""
+    out = {SHUFFLE_PARTITIONS: str(shuffle_partitions(spark, sizes))}
+    if sum(sizes.values()) <= INTERPRETED_BYTES:
+        out.update(INTERPRETED_SQL)
+    return out
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ parses the command line, calls :func:`audit` and reports its rows).
 Every line printed starts with ``check_quality:``; every Spark job the audit starts is
 described ``check_quality: <step or family>`` (:func:`.inputs.described`: the Spark UI's and
 the event log's job description, ``bench/bench_audit.py`` counts them so). The audit runs in
-its own Spark settings (:func:`audit`): adaptive execution off and the shuffle partitions
-sized to the run's tables (:func:`.inputs.shuffle_partitions`), the session's restored after.
+its own Spark settings (:func:`audit`): adaptive execution off, the shuffle partitions sized to
+the run's tables and a small run's queries evaluated by Spark without generated code
+(:func:`.inputs.sized_settings`), the session's restored after.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from spark_jobs.warehouse import Warehouse
 from . import as_of, context, internal_checks, results, rows
 from .checks import run_observations
 from .families import ABSENT, NOT_INTERNAL, audited_topics
-from .inputs import (ADAPTIVE, SHUFFLE_PARTITIONS, audited_snapshots, described, load_tables,
-                     materialize, shuffle_partitions, sql_conf)
+from .inputs import (ADAPTIVE, SIZED, audited_snapshots, described, load_tables, materialize,
+                     sql_conf)
 from .policy import Policy
 from .registry import CHECKS, FAMILIES, OPTIONAL_CHECKS
 
@@ -93,10 +94,10 @@ def audit(spark, wh: Warehouse, run_id: str, *, policy: Policy, docs: bool = Tru
     None or none configured: no ``sink_reconcile`` result, no work); ``gx``: where the
     suites validate (:class:`expectations.gx_process.GxProcess`, started before the session;
     None: in this process)."""
-    # the audit's settings (:data:`.inputs.ADAPTIVE`), the session's again after it; the
-    # shuffle partitions are sized to the run once its tables are read (:func:`read_run`)
-    with sql_conf(spark, {ADAPTIVE: "false",
-                          SHUFFLE_PARTITIONS: spark.conf.get(SHUFFLE_PARTITIONS, "200")}):
+    # the audit's settings (:data:`.inputs.ADAPTIVE`), the session's again after it; those
+    # sized to the run (:data:`.inputs.SIZED`) are set once its tables are planned
+    # (:func:`.inputs.load_tables`)
+    with sql_conf(spark, {ADAPTIVE: "false", **{k: spark.conf.get(k) for k in SIZED}}):
         return audit_run(spark, wh, run_id, policy=policy, docs=docs, out=out, topics=topics,
                          tiered_storage=tiered_storage, sinks=sinks, gx=gx)
 
@@ -155,10 +156,8 @@ def read_run(spark, wh: Warehouse, run_id: str, out, *, policy: Policy,
     from spark_jobs.tables import read_table
 
     snapshots = audited_snapshots(wh, run_id)
-    sizes: dict = {}
     with described(spark, "read the run's tables"):
-        tables = load_tables(spark, wh, run_id, snapshots, sizes)
-        spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, sizes)))
+        tables = load_tables(spark, wh, run_id, snapshots, sized=True)
         published_ledger = materialize(read_table(spark, wh, "ledger"))
     with described(spark, "read the run: prior ends and listed segments"):
         prior = materialize(context.prior_ends(published_ledger, tables["ledger"], run_id))

@@ -667,6 +667,51 @@ def test_job_passes_explained_gaps(spark, legit_w, capsys):
     assert tables.read_arrow(legit_w, "dq_results").num_rows == len(rows)
 
 
+def test_a_small_runs_audit_runs_interpreted_with_the_same_rows(spark, legit_w, monkeypatch):
+    """The audit sizes its settings to the run (inputs.sized_settings): a run of at most
+    INTERPRETED_BYTES of Parquet runs without generated code, a larger one with Spark's
+    default; the same dq_results rows either way, and the session's settings are its own
+    again after."""
+    from spark_jobs import check_quality, session
+    from spark_jobs.audit import inputs, job
+
+    assert inputs.sized_settings(spark, {"records": 230_000, "batches": 90_000}) == {
+        inputs.SHUFFLE_PARTITIONS: "1", **session.INTERPRETED_SQL}
+    big = inputs.sized_settings(spark, {"records": 3 * inputs.BYTES_PER_PARTITION})
+    assert big == {inputs.SHUFFLE_PARTITIONS: str(min(3, int(spark.conf.get(
+        inputs.SHUFFLE_PARTITIONS))))}
+    seen = []
+    observe = job.run_observations
+
+    def spy(*args, **kwargs):  # the settings the checks run in
+        seen.append({k: spark.conf.get(k) for k in inputs.SIZED})
+        return observe(*args, **kwargs)
+
+    monkeypatch.setattr(job, "run_observations", spy)
+    run_id = "nightly 2025-11-21"
+    argv = ["--warehouse", legit_w, "--run-id", run_id, "--no-docs"]
+    compiled = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK",
+                inputs.SHUFFLE_PARTITIONS: "3"}
+    before = {k: spark.conf.get(k) for k in compiled}
+    results = []
+    try:
+        for most in (-1, inputs.INTERPRETED_BYTES):  # never interpreted, then as shipped
+            for k, v in compiled.items():
+                spark.conf.set(k, v)
+            monkeypatch.setattr(inputs, "INTERPRETED_BYTES", most)
+            assert check_quality.main(argv, spark=spark) == 0
+            assert {k: spark.conf.get(k) for k in compiled} == compiled  # restored
+            results.append(sorted(json.dumps({k: v for k, v in r.items() if k != "checked_at"},
+                                             sort_keys=True, default=str)
+                                  for r in dq_rows(legit_w, run_id)))
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
+    assert seen == [{**compiled, inputs.SHUFFLE_PARTITIONS: "1"},
+                    {inputs.SHUFFLE_PARTITIONS: "1", **session.INTERPRETED_SQL}]
+    assert results[0] == results[1] and len(results[0]) > 10
+
+
 def test_job_on_s3_clean_run(spark, s3_bucket, tmp_path, s3_catalog):
     from spark_jobs import check_quality
 
