@@ -201,16 +201,15 @@ def derive_records(spark, ctx, roots: dict, paths: list[str]) -> tuple[dict, dic
 
     from spark_jobs.tables import read_file
 
-    def task(batches):
+    def task(paths):
         writer = PartWriter(ctx, f"internal{TaskContext.get().partitionId():05d}", roots)
         counts: dict = {}
         try:
-            for b in batches:
-                for path in b.column("path").to_pylist():
-                    records = read_file(path, "records", ctx.s3)
-                    for part in records.to_batches(FLUSH_ROWS):
-                        rows, findings = rows_of_file(pa.Table.from_batches([part]))
-                        _write_rows(writer, rows, findings, counts)
+            for path in paths:
+                records = read_file(path, "records", ctx.s3)
+                for part in records.to_batches(FLUSH_ROWS):
+                    rows, findings = rows_of_file(pa.Table.from_batches([part]))
+                    _write_rows(writer, rows, findings, counts)
         except BaseException:
             writer.abort()
             raise

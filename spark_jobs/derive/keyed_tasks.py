@@ -41,13 +41,14 @@ price is reading a cdc topic's candidates twice; a latest table folds in one pas
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs import layout
 from spark_jobs.derive import keyed
+from spark_jobs.derive.files import on_executors
 from spark_jobs.parquet import column_or_null, read_parquet
 
 #: what a fold task yields per partition: its new state file (null: none written), the
@@ -60,9 +61,6 @@ FOLDED = pa.schema([("partition", pa.int32()), ("file", pa.string()),
 #: envelope schemas as JSON text)
 SOURCES = pa.schema([("partition", pa.int32()), ("envelopes", pa.list_(pa.string())),
                      ("untyped", pa.list_(pa.string())), ("positions", pa.list_(pa.string()))])
-#: a work item's row (:class:`Item`)
-ITEM = "partition int, files array<string>, low bigint, resolved binary, " \
-       "state array<string>, typed array<string>"
 #: ``low`` of a table the run makes: every record of the partition is a candidate
 FROM_START = -(1 << 63)
 _TYPED_KEYS = ("kafka_partition", "kafka_offset")
@@ -79,9 +77,6 @@ class Item:
     resolved: bytes | None
     state: list[str] = field(default_factory=list)
     typed: list[str] = field(default_factory=list)
-
-    def row(self) -> tuple:
-        return (self.partition, self.files, self.low, self.resolved, self.state, self.typed)
 
 
 @dataclass(frozen=True)
@@ -252,7 +247,7 @@ def typed_columns(columns: pa.Schema) -> list[pa.Field]:
 # ------------------------------------------------------------------ a task
 
 def candidate_rows(item: dict, job: Fold) -> pa.Table:
-    """The candidate records of a work item (a row of :data:`ITEM`), each offset once."""
+    """The candidate records of a work item (an :class:`Item` as a dict), each offset once."""
     from spark_jobs.tables import read_file
 
     parts = []
@@ -360,18 +355,14 @@ def sources_of(item: dict, job: Fold) -> dict:
 
 # ------------------------------------------------------------------ on Spark
 
-def _map(spark, items: list[Item], fn, job: Fold, out: pa.Schema) -> list:
-    """``fn(item, job)`` over ``items`` on the executors, one row of ``out`` each."""
-    from pyspark.sql.pandas.types import from_arrow_schema
+def _map(spark, items: list[Item], fn, job: Fold, out: pa.Schema) -> list[dict]:
+    """``fn(item, job)`` over ``items`` on the executors, one row of ``out`` each
+    (:func:`~spark_jobs.derive.files.on_executors`; ``fn`` gets the item as a dict)."""
+    def task(part):
+        rows = [fn(asdict(item), job) for item in part]
+        yield pa.RecordBatch.from_pylist(rows, schema=out)
 
-    def task(batches):
-        for b in batches:
-            rows = [fn(item, job) for item in b.to_pylist()]
-            yield pa.RecordBatch.from_pylist(rows, schema=out)
-
-    df = spark.createDataFrame([i.row() for i in items], ITEM)
-    return df.repartition(min(len(items), spark.sparkContext.defaultParallelism * 2)) \
-        .mapInArrow(task, from_arrow_schema(out)).collect()
+    return on_executors(spark, items, task, out)
 
 
 def cdc_columns(spark, items: list[Item], job: Fold, base: pa.Schema) -> pa.Schema:
@@ -381,11 +372,11 @@ def cdc_columns(spark, items: list[Item], job: Fold, base: pa.Schema) -> pa.Sche
 
     envelopes, untyped, positions = {}, {}, set()
     got = _map(spark, items, sources_of, job, SOURCES) if items else []
-    for r in sorted(got, key=lambda r: r.partition):
-        for text in r.envelopes:
+    for r in sorted(got, key=lambda r: r["partition"]):
+        for text in r["envelopes"]:
             envelopes.setdefault(text, json.loads(text))
-        untyped.update(dict.fromkeys(r.untyped))
-        positions.update(r.positions)
+        untyped.update(dict.fromkeys(r["untyped"]))
+        positions.update(r["positions"])
     return cdc.table_schema(envelopes.values(), untyped=untyped, positions=positions, base=base)
 
 
@@ -410,13 +401,13 @@ def refresh(spark, wh, k: keyed.Keyed, run_id: str, night: str | None, partition
     def fold(head: int, attempt: int):
         got = _map(spark, with_state(wh, k.name, head, items), fold_partition, job, FOLDED) \
             if items else []
-        found = [Finding(**r) for g in got if g.findings is not None
-                 for r in from_ipc(g.findings).to_pylist()]
-        changed = sum(g.keys for g in got)
+        found = [Finding(**r) for g in got if g["findings"] is not None
+                 for r in from_ipc(g["findings"]).to_pylist()]
+        changed = sum(g["keys"] for g in got)
         if not changed:
             return {"keys": 0, "files": 0, "findings": found}
-        files = [g.file for g in got if g.file is not None]
-        return Rewrite([f for g in got for f in g.dropped], files,
+        files = [g["file"] for g in got if g["file"] is not None]
+        return Rewrite([f for g in got for f in g["dropped"]], files,
                        {"kafkalog.step": k.kind, "kafkalog.keys": changed,
                         **({"kafkalog.night": night} if night else {})},
                        {"keys": changed, "files": len(files), "findings": found})
@@ -425,6 +416,6 @@ def refresh(spark, wh, k: keyed.Keyed, run_id: str, night: str | None, partition
                              what=f"{k.name}: could not refresh on run {run_id!r}")
 
 
-__all__ = ["FOLDED", "FROM_START", "Fold", "ITEM", "Item", "SOURCES", "candidate_rows",
+__all__ = ["FOLDED", "FROM_START", "Fold", "Item", "SOURCES", "candidate_rows",
            "cdc_columns", "changes_of", "fold_partition", "from_ipc", "join_typed", "plan",
            "refresh", "sources_of", "to_ipc", "typed_columns", "typed_rows", "with_state"]

@@ -359,40 +359,39 @@ def derive(sub: Submission) -> Output:
     findings_root = ctx.roots["findings"]
     run_id = ctx.run_id
 
-    def task(batches):
+    def task(paths):
         part = f"typed{TaskContext.get().partitionId():05d}"
         tmp = tempfile.mkdtemp(prefix="kafkalog-typed-")
         out: list[tuple] = []
         findings: list[dict] = []
         cells = Cells()
         try:
-            for b in batches:
-                for path in b.column("path").to_pylist():
-                    topic = topic_of(path)
-                    plan = plans[topic]
-                    records = read_file(path, "records", ctx.s3).select(list(plan.columns()))
-                    local, writer, n, bad = None, None, 0, {}
-                    for piece in records.to_batches(FLUSH_ROWS):
-                        typed, found, new = rows_of(pa.Table.from_batches([piece]), plan, cells)
-                        findings += [f.row() for f in new]
-                        for k, v in found.items():
-                            have = bad.setdefault(k, v)
-                            if have is not v:
-                                have[0], have[1] = min(have[0], v[0]), max(have[1], v[1])
-                                have[2] += v[2]
-                        if typed is None:
-                            continue
-                        if writer is None:
-                            local = os.path.join(tmp, f"{len(out)}.parquet")
-                            writer = pq.ParquetWriter(local, plan.schema)
-                        writer.write_table(typed)
-                        n += typed.num_rows
-                    findings += _findings(topic, plan, bad, run_id)
-                    if writer is not None:
-                        writer.close()
-                        key = f"{ctx.prefix}~{part}~{len(out)}.parquet"
-                        storage.open_store(plan.root, ctx.s3).put_file(key, local)
-                        out.append((plan.table, storage.join(plan.root, key), n))
+            for path in paths:
+                topic = topic_of(path)
+                plan = plans[topic]
+                records = read_file(path, "records", ctx.s3).select(list(plan.columns()))
+                local, writer, n, bad = None, None, 0, {}
+                for piece in records.to_batches(FLUSH_ROWS):
+                    typed, found, new = rows_of(pa.Table.from_batches([piece]), plan, cells)
+                    findings += [f.row() for f in new]
+                    for k, v in found.items():
+                        have = bad.setdefault(k, v)
+                        if have is not v:
+                            have[0], have[1] = min(have[0], v[0]), max(have[1], v[1])
+                            have[2] += v[2]
+                    if typed is None:
+                        continue
+                    if writer is None:
+                        local = os.path.join(tmp, f"{len(out)}.parquet")
+                        writer = pq.ParquetWriter(local, plan.schema)
+                    writer.write_table(typed)
+                    n += typed.num_rows
+                findings += _findings(topic, plan, bad, run_id)
+                if writer is not None:
+                    writer.close()
+                    key = f"{ctx.prefix}~{part}~{len(out)}.parquet"
+                    storage.open_store(plan.root, ctx.s3).put_file(key, local)
+                    out.append((plan.table, storage.join(plan.root, key), n))
             findings += [f.row() for f in cells.close()]
             files = {}
             if findings:
