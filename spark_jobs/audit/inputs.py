@@ -126,23 +126,28 @@ def shuffle_partitions(spark, sizes: dict) -> int:
     return min(most, partitions_for(sum(sizes.values())))
 
 
-#: a run of at most this many bytes of Parquet (its five tables) is audited by Spark's
-#: interpreted evaluation (:data:`spark_jobs.session.INTERPRETED_SQL`): ~18 times the demo's
-#: night 2 (230 KB, a few hundred records), where generating and compiling Java code for the
-#: audit's ~90 jobs was a third of its CPU time and ~760 compilations (~20 s of compile time,
-#: Spark's ``CodegenMetrics``); a larger run's queries are compiled as Spark's default
-INTERPRETED_BYTES = 4 << 20
+#: a run of at most this many bytes of Parquet (its five tables) is a small run
+#: (:data:`SMALL_RUN`): ~18 times the demo's night 2 (230 KB, a few hundred records)
+SMALL_RUN_BYTES = 4 << 20
+BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
+#: a small run's settings. Spark's interpreted evaluation
+#: (:data:`spark_jobs.session.INTERPRETED_SQL`): generating and compiling Java code for the
+#: audit's ~90 jobs of the demo's night was a third of its CPU time and ~760 compilations (~20 s
+#: of compile time, Spark's ``CodegenMetrics``). No broadcast joins: each broadcast was a Spark
+#: job of its own (the observations' query was 34 jobs; with every table one partition its
+#: joins' shuffles are stages of one job: 5). A larger run's queries keep Spark's defaults.
+SMALL_RUN = {**INTERPRETED_SQL, BROADCAST_THRESHOLD: "-1"}
 #: the settings :func:`sized_settings` may set (``audit`` restores the session's after)
-SIZED = (SHUFFLE_PARTITIONS, *INTERPRETED_SQL)
+SIZED = (SHUFFLE_PARTITIONS, *SMALL_RUN)
 
 
 def sized_settings(spark, sizes: dict) -> dict[str, str]:
     """The audit's settings sized to the run's tables (``sizes``: bytes of Parquet per table):
     its shuffle partitions (:func:`shuffle_partitions`) and, for a run of at most
-    :data:`INTERPRETED_BYTES`, Spark's interpreted evaluation."""
+    :data:`SMALL_RUN_BYTES`, :data:`SMALL_RUN`'s."""
     out = {SHUFFLE_PARTITIONS: str(shuffle_partitions(spark, sizes))}
-    if sum(sizes.values()) <= INTERPRETED_BYTES:
-        out.update(INTERPRETED_SQL)
+    if sum(sizes.values()) <= SMALL_RUN_BYTES:
+        out.update(SMALL_RUN)
     return out
 
 

@@ -19,8 +19,8 @@ Every line printed starts with ``check_quality:``; every Spark job the audit sta
 described ``check_quality: <step or family>`` (:func:`.inputs.described`: the Spark UI's and
 the event log's job description, ``bench/bench_audit.py`` counts them so). The audit runs in
 its own Spark settings (:func:`audit`): adaptive execution off, the shuffle partitions sized to
-the run's tables and a small run's queries evaluated by Spark without generated code
-(:func:`.inputs.sized_settings`), the session's restored after.
+the run's tables and a small run's queries evaluated by Spark without generated code and
+without broadcast joins (:func:`.inputs.sized_settings`), the session's restored after.
 """
 
 from __future__ import annotations

@@ -669,14 +669,15 @@ def test_job_passes_explained_gaps(spark, legit_w, capsys):
 
 def test_a_small_runs_audit_runs_interpreted_with_the_same_rows(spark, legit_w, monkeypatch):
     """The audit sizes its settings to the run (inputs.sized_settings): a run of at most
-    INTERPRETED_BYTES of Parquet runs without generated code, a larger one with Spark's
-    default; the same dq_results rows either way, and the session's settings are its own
+    SMALL_RUN_BYTES of Parquet runs without generated code and without broadcast joins, a
+    larger one with Spark's defaults; the same dq_results rows either way, and the session's settings are its own
     again after."""
     from spark_jobs import check_quality, session
     from spark_jobs.audit import inputs, job
 
     assert inputs.sized_settings(spark, {"records": 230_000, "batches": 90_000}) == {
-        inputs.SHUFFLE_PARTITIONS: "1", **session.INTERPRETED_SQL}
+        inputs.SHUFFLE_PARTITIONS: "1", **session.INTERPRETED_SQL,
+        "spark.sql.autoBroadcastJoinThreshold": "-1"}
     big = inputs.sized_settings(spark, {"records": 3 * inputs.BYTES_PER_PARTITION})
     assert big == {inputs.SHUFFLE_PARTITIONS: str(min(3, int(spark.conf.get(
         inputs.SHUFFLE_PARTITIONS))))}
@@ -691,14 +692,14 @@ def test_a_small_runs_audit_runs_interpreted_with_the_same_rows(spark, legit_w, 
     run_id = "nightly 2025-11-21"
     argv = ["--warehouse", legit_w, "--run-id", run_id, "--no-docs"]
     compiled = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK",
-                inputs.SHUFFLE_PARTITIONS: "3"}
+                "spark.sql.autoBroadcastJoinThreshold": "10485760", inputs.SHUFFLE_PARTITIONS: "3"}
     before = {k: spark.conf.get(k) for k in compiled}
     results = []
     try:
-        for most in (-1, inputs.INTERPRETED_BYTES):  # never interpreted, then as shipped
+        for most in (-1, inputs.SMALL_RUN_BYTES):  # never interpreted, then as shipped
             for k, v in compiled.items():
                 spark.conf.set(k, v)
-            monkeypatch.setattr(inputs, "INTERPRETED_BYTES", most)
+            monkeypatch.setattr(inputs, "SMALL_RUN_BYTES", most)
             assert check_quality.main(argv, spark=spark) == 0
             assert {k: spark.conf.get(k) for k in compiled} == compiled  # restored
             results.append(sorted(json.dumps({k: v for k, v in r.items() if k != "checked_at"},
@@ -708,7 +709,7 @@ def test_a_small_runs_audit_runs_interpreted_with_the_same_rows(spark, legit_w, 
         for k, v in before.items():
             spark.conf.set(k, v)
     assert seen == [{**compiled, inputs.SHUFFLE_PARTITIONS: "1"},
-                    {inputs.SHUFFLE_PARTITIONS: "1", **session.INTERPRETED_SQL}]
+                    {inputs.SHUFFLE_PARTITIONS: "1", **inputs.SMALL_RUN}]
     assert results[0] == results[1] and len(results[0]) > 10
 
 
