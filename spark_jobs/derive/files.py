@@ -25,7 +25,8 @@ def on_executors(spark, items: list, task, schema: pa.Schema) -> list[dict]:
     An RDD's partitions, as the decode tasks (:func:`spark_jobs.decode.executor.run_tasks`):
     one Spark job, the items and the batches pickled. A DataFrame of the items through
     ``repartition`` and ``mapInArrow`` was two jobs and a shuffle: ~1.0-1.4 s a call
-    against ~0.4 s as one RDD job, warm, on a 2-core machine; a demo night's decode made six."""
+    against ~0.4 s as one RDD job, warm, on a 2-core machine; a demo night's decode made
+    six."""
     if not items:
         return []
     sc = spark.sparkContext
