@@ -133,9 +133,10 @@ BROADCAST_THRESHOLD = "spark.sql.autoBroadcastJoinThreshold"
 #: a small run's settings. Spark's interpreted evaluation
 #: (:data:`spark_jobs.session.INTERPRETED_SQL`): generating and compiling Java code for the
 #: audit's ~90 jobs of the demo's night was a third of its CPU time and ~760 compilations
-#: (~20 s of compile time, Spark's ``CodegenMetrics``). No broadcast joins: each broadcast was a Spark
-#: job of its own (the observations' query was 34 jobs; with every table one partition its
-#: joins' shuffles are stages of one job: 5). A larger run's queries keep Spark's defaults.
+#: (~20 s of compile time, Spark's ``CodegenMetrics``). No broadcast joins: each broadcast
+#: was a Spark job of its own (the observations' query was 34 jobs; with every table one
+#: partition, its joins' shuffles are stages of one job: 5). A larger run's queries keep
+#: Spark's defaults.
 SMALL_RUN = {**INTERPRETED_SQL, BROADCAST_THRESHOLD: "-1"}
 #: the settings :func:`sized_settings` may set (``audit`` restores the session's after)
 SIZED = (SHUFFLE_PARTITIONS, *SMALL_RUN)
