@@ -371,7 +371,7 @@ def cdc_columns(spark, items: list[Item], job: Fold, base: pa.Schema) -> pa.Sche
     from spark_jobs.derive import cdc
 
     envelopes, untyped, positions = {}, {}, set()
-    got = _map(spark, items, sources_of, job, SOURCES) if items else []
+    got = _map(spark, items, sources_of, job, SOURCES)
     for r in sorted(got, key=lambda r: r["partition"]):
         for text in r["envelopes"]:
             envelopes.setdefault(text, json.loads(text))
@@ -399,8 +399,7 @@ def refresh(spark, wh, k: keyed.Keyed, run_id: str, night: str | None, partition
     job = Fold(k.kind, k.topic, run_id, night, schema, k.schema, wh.data_root(k.name), wh.s3)
 
     def fold(head: int, attempt: int):
-        got = _map(spark, with_state(wh, k.name, head, items), fold_partition, job, FOLDED) \
-            if items else []
+        got = _map(spark, with_state(wh, k.name, head, items), fold_partition, job, FOLDED)
         found = [Finding(**r) for g in got if g["findings"] is not None
                  for r in from_ipc(g["findings"]).to_pylist()]
         changed = sum(g["keys"] for g in got)

@@ -670,14 +670,13 @@ def test_job_passes_explained_gaps(spark, legit_w, capsys):
 def test_a_small_runs_audit_runs_interpreted_with_the_same_rows(spark, legit_w, monkeypatch):
     """The audit sizes its settings to the run (inputs.sized_settings): a run of at most
     SMALL_RUN_BYTES of Parquet runs without generated code and without broadcast joins, a
-    larger one with Spark's defaults; the same dq_results rows either way, and the session's settings are its own
-    again after."""
+    larger one with Spark's defaults; the same dq_results rows either way, and the session's
+    settings are its own again after."""
     from spark_jobs import check_quality, session
     from spark_jobs.audit import inputs, job
 
     assert inputs.sized_settings(spark, {"records": 230_000, "batches": 90_000}) == {
-        inputs.SHUFFLE_PARTITIONS: "1", **session.INTERPRETED_SQL,
-        "spark.sql.autoBroadcastJoinThreshold": "-1"}
+        inputs.SHUFFLE_PARTITIONS: "1", **session.INTERPRETED_SQL, inputs.BROADCAST_THRESHOLD: "-1"}
     big = inputs.sized_settings(spark, {"records": 3 * inputs.BYTES_PER_PARTITION})
     assert big == {inputs.SHUFFLE_PARTITIONS: str(min(3, int(spark.conf.get(
         inputs.SHUFFLE_PARTITIONS))))}
@@ -692,7 +691,7 @@ def test_a_small_runs_audit_runs_interpreted_with_the_same_rows(spark, legit_w, 
     run_id = "nightly 2025-11-21"
     argv = ["--warehouse", legit_w, "--run-id", run_id, "--no-docs"]
     compiled = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK",
-                "spark.sql.autoBroadcastJoinThreshold": "10485760", inputs.SHUFFLE_PARTITIONS: "3"}
+                inputs.BROADCAST_THRESHOLD: "10485760", inputs.SHUFFLE_PARTITIONS: "3"}
     before = {k: spark.conf.get(k) for k in compiled}
     results = []
     try:
